@@ -1,0 +1,181 @@
+"""Dataclasses that cross the workflow boundary: inputs, outputs, signals, updates, queries.
+
+Standard library only, so the workflow sandbox passes them through. They carry ids and
+facts, never a phone number, an email address or a message body. New fields get
+defaults, so histories recorded by older code still replay.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+
+@dataclass
+class NotificationInput:
+    intent_id: str
+    """The ledger's id; everything else is loaded by an activity."""
+
+
+@dataclass
+class LoadIntentInput:
+    intent_id: str
+
+
+@dataclass
+class IntentFacts:
+    intent_id: str
+    business_key: str
+    event_type: str
+    category: str
+    region: str
+    channels: list[str]
+    mode: str
+    """`fallback` or `all` (see domain.requests.PlanMode)."""
+    send_at: datetime | None = None
+    expires_at: datetime | None = None
+    cancelled: bool = False
+    email_after_seconds: float = 600.0
+    email_on_permanent_failure: bool = True
+    poll_initial_seconds: float = 5.0
+    poll_max_seconds: float = 120.0
+    poll_horizon_seconds: float = 1800.0
+    resend_window_seconds: float = 3600.0
+    submit_window_seconds: float = 600.0
+    """The transport retry window: how long submit keeps retrying transient errors."""
+
+
+@dataclass
+class AuthorizeInput:
+    intent_id: str
+    channel: str
+    attempt_number: int
+
+
+@dataclass
+class AuthorizeResult:
+    outcome: str
+    """allow, defer or deny (domain.policy.Outcome)."""
+    rule: str
+    reason: str
+    policy_version: str
+    decision_id: int
+    next_eligible_at: datetime | None = None
+    attempt_token: str | None = None
+
+
+@dataclass
+class SubmitInput:
+    attempt_token: str
+
+
+@dataclass
+class SubmitOutcome:
+    state: str
+    """A domain AttemptState value after the submission was recorded."""
+    remote_id: str | None = None
+    error_code: str | None = None
+    reason: str = ""
+    reconciled: bool = False
+    """True when an ambiguous submission was looked up at the provider."""
+
+
+@dataclass
+class PollInput:
+    attempt_token: str
+
+
+@dataclass
+class PollOutcome:
+    state: str
+    raw_status: str = ""
+    error_code: str | None = None
+
+
+@dataclass
+class VerdictInput:
+    attempt_token: str
+    state: str
+    source: str
+    reason: str = ""
+
+
+@dataclass
+class OperatorActionInput:
+    intent_id: str
+    action: str
+    operator: str
+    reason: str
+    outcome: str
+    detail: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class ReceiptSignal:
+    """Sent by the ingress after it recorded a receipt in the ledger."""
+
+    attempt_token: str
+    state: str
+
+
+@dataclass
+class CancelRequest:
+    operator: str = "temporal-ui"
+    reason: str = ""
+
+
+@dataclass
+class CancelResult:
+    accepted: bool
+    closed: list[str] = field(default_factory=list)
+    """What the cancel closed: the scheduled send, a deferral, polls, later channels."""
+    in_flight: list[str] = field(default_factory=list)
+    """Attempt tokens already submitted: not recalled, only no longer followed."""
+    message: str = ""
+
+
+@dataclass
+class ResendRequest:
+    channel: str = "sms"
+    operator: str = "temporal-ui"
+    reason: str = ""
+
+
+@dataclass
+class ResendResult:
+    accepted: bool
+    message: str
+    attempt_number: int | None = None
+
+
+@dataclass
+class ChannelResult:
+    channel: str
+    state: str
+    """An AttemptState value, or `denied`, `expired`, `cancelled`, `skipped`, `deferred`."""
+    reason: str = ""
+    attempt_token: str | None = None
+    remote_id: str | None = None
+    attempts: int = 0
+    policy_version: str = ""
+    rule: str = ""
+
+
+@dataclass
+class NotificationResult:
+    intent_id: str
+    outcome: str
+    """The derived intent state (domain.intents.IntentState)."""
+    channels: list[ChannelResult] = field(default_factory=list)
+    reason: str = ""
+
+
+@dataclass
+class Projection:
+    """What the `projection` query returns: the workflow's current view, no PII."""
+
+    intent_id: str
+    phase: str
+    cancelled: bool
+    channels: list[ChannelResult]
+    attempt_states: dict[str, str]

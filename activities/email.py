@@ -1,0 +1,144 @@
+"""Email activity: one SMTP submission per attempt token, attachments verified first."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy.orm import Session, sessionmaker
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.contracts import SubmitInput, SubmitOutcome
+from domain.states import AttemptState
+from ledger import repository as repo
+from ledger.crypto import FieldCipher
+from ledger.models import Artifact, Attempt, Intent
+from ledger.repository import ObservationFacts
+from transports.artifacts import ArtifactError, ArtifactRef, ArtifactStore
+from transports.email import (
+    EmailAmbiguousError,
+    EmailAttachment,
+    EmailMessageSpec,
+    EmailPermanentError,
+    EmailTransientError,
+    SmtpEmail,
+)
+
+# Categories that are subscription-like and so carry RFC 8058 one-click unsubscribe headers.
+SUBSCRIPTION_LIKE = {"promotional", "operational"}
+
+
+def now_utc() -> datetime:
+    return datetime.now(UTC)
+
+
+def unsubscribe_token(secret: str, token: str) -> str:
+    """A signed, opaque unsubscribe reference for one attempt (no address inside)."""
+    mac = hmac.new(secret.encode(), token.encode(), hashlib.sha256).hexdigest()[:32]
+    return f"{token}.{mac}"
+
+
+def verify_unsubscribe_token(secret: str, value: str) -> str | None:
+    token, _, mac = value.rpartition(".")
+    if token and hmac.compare_digest(unsubscribe_token(secret, token), value):
+        return token
+    return None
+
+
+class EmailActivities:
+    def __init__(self, transport: SmtpEmail, sessions: sessionmaker[Session],
+                 cipher: FieldCipher, artifacts: ArtifactStore, *, public_base_url: str,
+                 unsubscribe_secret: str) -> None:
+        self._transport = transport
+        self._sessions = sessions
+        self._cipher = cipher
+        self._artifacts = artifacts
+        self._base = public_base_url.rstrip("/")
+        self._unsubscribe_secret = unsubscribe_secret
+
+    async def _tx(self, work):  # type: ignore[no-untyped-def]
+        def run() -> Any:
+            with self._sessions.begin() as session:
+                return work(session)
+
+        return await asyncio.to_thread(run)
+
+    @activity.defn(name="send_email")
+    async def send_email(self, input: SubmitInput) -> SubmitOutcome:
+        token = input.attempt_token
+
+        def load(session: Session) -> tuple[Attempt, Intent, Artifact | None]:
+            attempt = repo.attempt_by_token(session, token)
+            intent = session.get(Intent, attempt.intent_id)
+            assert intent is not None
+            artifact = (session.get(Artifact, intent.artifact_sha256)
+                        if intent.artifact_sha256 else None)
+            session.expunge_all()
+            return attempt, intent, artifact
+
+        attempt, intent, artifact = await self._tx(load)
+        if attempt.state not in (AttemptState.PREPARED.value, AttemptState.UNKNOWN.value):
+            return SubmitOutcome(attempt.state, attempt.message_id)
+        if attempt.destination_ct is None or attempt.body_ct is None:
+            raise ApplicationError("the attempt's destination or body was purged",
+                                   type="NotFound", non_retryable=True)
+        attachments: list[EmailAttachment] = []
+        if intent.artifact_sha256:
+            if artifact is None:
+                await self._fail(token, "artifact_missing", "the artifact is not registered")
+            ref = ArtifactRef(sha256=artifact.sha256, size=artifact.size,
+                              media_type=artifact.media_type, filename=artifact.filename,
+                              location=artifact.location)
+            try:
+                # Verified before any SMTP connection: a different file is never sent.
+                attachments.append(await asyncio.to_thread(
+                    EmailAttachment.from_artifact, self._artifacts, ref))
+            except ArtifactError as err:
+                await self._fail(token, "artifact_mismatch", str(err), type="ArtifactMismatch")
+        spec = EmailMessageSpec(
+            token=token,
+            to=self._cipher.decrypt(attempt.destination_ct, context=token),
+            sender=attempt.sender,
+            subject=(self._cipher.decrypt(attempt.subject_ct, context=token)
+                     if attempt.subject_ct else intent.event_type),
+            text=self._cipher.decrypt(attempt.body_ct, context=token),
+            attachments=attachments,
+            unsubscribe_url=(f"{self._base}/v1/unsubscribe/"
+                             f"{unsubscribe_token(self._unsubscribe_secret, token)}"
+                             if intent.category in SUBSCRIPTION_LIKE else None),
+        )
+        try:
+            sent = await self._transport.send(spec)
+        except EmailPermanentError as err:
+            await self._fail(token, "rejected", err.reason, code=str(err.code or ""))
+        except EmailTransientError as err:
+            raise ApplicationError(err.reason, type="TransientProviderError") from err
+        except EmailAmbiguousError as err:
+            # SMTP has no lookup; a resend reuses the same Message-ID, which receivers dedupe.
+            raise ApplicationError(err.reason, type="AmbiguousSubmission") from err
+
+        def record(session: Session) -> str | None:
+            session.query(Attempt).filter(Attempt.token == token).update(
+                {Attempt.message_id: sent.message_id})
+            result = repo.record_observation(session, ObservationFacts(
+                source="send", raw_status="smtp_250", normalized=AttemptState.SENT,
+                observed_at=sent.accepted_at, dedupe_key=f"send:{token}:smtp_250",
+                remote_id=None, detail={"message_id": sent.message_id},
+            ), token=token)
+            return result.state
+
+        state = await self._tx(record)
+        return SubmitOutcome(state or AttemptState.SENT.value, sent.message_id)
+
+    async def _fail(self, token: str, raw: str, reason: str, *, code: str = "",
+                    type: str = "PermanentProviderError") -> None:
+        await self._tx(lambda s: repo.record_observation(s, ObservationFacts(
+            source="send", raw_status=raw, normalized=AttemptState.FAILED,
+            observed_at=now_utc(), dedupe_key=f"send:{token}:{raw}",
+            provider_code=code or None, detail={"reason": reason},
+        ), token=token))
+        raise ApplicationError(reason, code or None, type=type, non_retryable=True)

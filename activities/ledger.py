@@ -1,0 +1,228 @@
+"""Ledger activities: load an intent, authorize + prepare an attempt, record verdicts and
+operator actions. Each is one database transaction; the rules come from `domain`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy.orm import Session, sessionmaker
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.contracts import (
+    AuthorizeInput,
+    AuthorizeResult,
+    IntentFacts,
+    LoadIntentInput,
+    OperatorActionInput,
+    VerdictInput,
+)
+from domain import keys, policy, templates
+from domain.states import AttemptState
+from ledger import repository as repo
+from ledger.crypto import FieldCipher
+from ledger.models import Intent, PolicyDecision, PolicyVersion
+from ledger.repository import ObservationFacts
+from ledger.templates import active_templates
+
+
+def now_utc() -> datetime:
+    return datetime.now(UTC)
+
+
+class PolicyCache:
+    """Parsed policy documents by version: versions are immutable, so caching is safe."""
+
+    def __init__(self) -> None:
+        self._by_version: dict[str, policy.Policy] = {}
+
+    def get(self, row: PolicyVersion) -> policy.Policy:
+        if row.version not in self._by_version:
+            self._by_version[row.version] = policy.load_policy(row.document)
+        return self._by_version[row.version]
+
+
+class LedgerActivities:
+    def __init__(self, sessions: sessionmaker[Session], cipher: FieldCipher,
+                 *, retention_days: int = 30) -> None:
+        self._sessions = sessions
+        self._cipher = cipher
+        self._policies = PolicyCache()
+        self._retention = timedelta(days=retention_days)
+
+    async def _in_transaction(self, work):  # type: ignore[no-untyped-def]
+        def run() -> Any:
+            with self._sessions.begin() as session:
+                return work(session)
+
+        return await asyncio.to_thread(run)
+
+    @activity.defn(name="load_intent")
+    async def load_intent(self, input: LoadIntentInput) -> IntentFacts:
+        def work(session: Session) -> IntentFacts:
+            intent = session.get(Intent, input.intent_id)
+            if intent is None:
+                raise ApplicationError(f"no intent {input.intent_id}", type="NotFound",
+                                       non_retryable=True)
+            pol = self._policies.get(repo.active_policy(session))
+            rule = policy.fallback_for(pol, intent.region, intent.category)
+            expires_at = intent.expires_at or (
+                intent.created_at + timedelta(seconds=rule.expiry_seconds)
+            )
+            return IntentFacts(
+                intent_id=intent.id,
+                business_key=intent.business_key,
+                event_type=intent.event_type,
+                category=intent.category,
+                region=intent.region,
+                channels=list(intent.channel_plan["channels"]),
+                mode=intent.channel_plan["mode"],
+                send_at=intent.send_at,
+                expires_at=expires_at,
+                cancelled=intent.cancelled_at is not None,
+                email_after_seconds=float(rule.email_after_seconds or 10**9),
+                email_on_permanent_failure=rule.email_on_permanent_failure,
+                poll_initial_seconds=rule.poll_initial_seconds,
+                poll_max_seconds=rule.poll_max_seconds,
+                poll_horizon_seconds=float(rule.sms_poll_horizon_seconds),
+                resend_window_seconds=float(getattr(rule, "resend_window_seconds", 3600)),
+                submit_window_seconds=float(getattr(rule, "submit_window_seconds", 600)),
+            )
+
+        return await self._in_transaction(work)
+
+    @activity.defn(name="authorize")
+    async def authorize(self, input: AuthorizeInput) -> AuthorizeResult:
+        """Evaluate the active policy; if allowed, persist the attempt `prepared` in the same
+        transaction, before anything is sent. A retry returns the attempt already prepared."""
+        now = now_utc()
+
+        def work(session: Session) -> AuthorizeResult:
+            intent = session.get(Intent, input.intent_id)
+            if intent is None:
+                raise ApplicationError(f"no intent {input.intent_id}", type="NotFound",
+                                       non_retryable=True)
+            token = keys.attempt_token(intent.business_key, input.channel, input.attempt_number)
+            existing = repo.find_attempt(session, token)
+            if existing is not None:
+                decision_row = session.get(PolicyDecision, existing.decision_id)
+                assert decision_row is not None
+                return AuthorizeResult("allow", decision_row.rule, decision_row.reason,
+                                       decision_row.policy_version, decision_row.id,
+                                       attempt_token=token)
+            version_row = repo.active_policy(session)
+            pol = self._policies.get(version_row)
+            destination_ct, destination_hmac = _destination_of(intent, input.channel)
+            if destination_ct is None or destination_hmac is None:
+                raise ApplicationError(f"the intent has no {input.channel} destination",
+                                       type="InvalidDestination", non_retryable=True)
+            rule_window = pol.rule_for(intent.region, input.channel, intent.category).cooldown
+            since = now - timedelta(seconds=max(rule_window.window_seconds,
+                                                rule_window.min_gap_seconds, 1))
+            consents = [
+                policy.Consent(channel=c.channel, purpose=c.purpose, granted_at=c.granted_at,
+                               revoked_at=c.revoked_at, source=c.source, id=str(c.id))
+                for c in repo.consents_for(session, intent.recipient_ref, input.channel)
+            ]
+            suppressions = [
+                policy.Suppression(channel=s.channel, reason=s.reason, at=s.at, id=str(s.id))
+                for s in repo.suppressions_for(session, destination_hmac, input.channel)
+            ]
+            recent = [policy.RecentContact(at=t, channel=input.channel)
+                      for t in repo.recent_contacts(session, destination_hmac, input.channel,
+                                                    since, intent.id)]
+            decision = policy.evaluate(
+                pol,
+                policy.PolicyRequest(channel=input.channel, category=intent.category,
+                                     country=intent.country, timezone=intent.timezone,
+                                     region=intent.region),
+                consents=consents, suppressions=suppressions, recent=recent, now=now,
+            )
+            decision_row = repo.record_decision(
+                session, intent_id=intent.id, channel=input.channel,
+                policy_version=version_row.version, outcome=decision.outcome.value,
+                rule=decision.rule, reason=decision.reason,
+                inputs=json.loads(json.dumps(decision.inputs, default=str)),
+                next_eligible_at=decision.next_eligible_at, decided_at=now,
+            )
+            result = AuthorizeResult(decision.outcome.value, decision.rule, decision.reason,
+                                     version_row.version, decision_row.id,
+                                     next_eligible_at=decision.next_eligible_at)
+            if decision.outcome != policy.Outcome.ALLOW:
+                return result
+            rendered = self._render(session, intent, input.channel, decision.footer)
+            repo.prepare_attempt(
+                session,
+                intent_id=intent.id, channel=input.channel, number=input.attempt_number,
+                token=token, decision_id=decision_row.id,
+                destination_ct=self._cipher.encrypt(
+                    self._cipher.decrypt(destination_ct, context=intent.business_key), context=token),
+                destination_hmac=destination_hmac,
+                body_ct=self._cipher.encrypt(rendered.body, context=token),
+                subject_ct=(self._cipher.encrypt(rendered.subject, context=token)
+                            if rendered.subject else None),
+                content_sha256=rendered.sha256, template_key=rendered.template_key,
+                template_version=rendered.template_version, sender=decision.sender,
+                segments=rendered.segments if input.channel == "sms" else None,
+                purge_after=now + self._retention,
+            )
+            result.attempt_token = token
+            return result
+
+        return await self._in_transaction(work)
+
+    def _render(self, session: Session, intent: Intent, channel: str,
+                footer: str | None) -> templates.Rendered:
+        variables: dict[str, Any] = {}
+        if intent.variables_ct:
+            variables = json.loads(self._cipher.decrypt(intent.variables_ct, context=intent.business_key))
+        try:
+            chosen = templates.select_template(
+                active_templates(session, pinned=intent.template_version),
+                intent.template_key, channel, intent.locale, version=intent.template_version,
+            )
+            return templates.render(chosen, variables, footer=footer)
+        except templates.TemplateError as err:
+            raise ApplicationError(str(err), type="TemplateError", non_retryable=True) from err
+
+    @activity.defn(name="record_verdict")
+    async def record_verdict(self, input: VerdictInput) -> str:
+        """Record a workflow verdict (e.g. `unknown` at the polling horizon) as an observation."""
+        now = now_utc()
+
+        def work(session: Session) -> str:
+            result = repo.record_observation(
+                session,
+                ObservationFacts(
+                    source=input.source, raw_status=input.state,
+                    normalized=AttemptState(input.state), observed_at=now,
+                    dedupe_key=f"{input.source}:{input.attempt_token}:{input.state}",
+                    detail={"reason": input.reason} if input.reason else {},
+                ),
+                token=input.attempt_token,
+            )
+            return result.verdict
+
+        return await self._in_transaction(work)
+
+    @activity.defn(name="record_operator_action")
+    async def record_operator_action(self, input: OperatorActionInput) -> None:
+        now = now_utc()
+
+        def work(session: Session) -> None:
+            repo.record_operator_action(
+                session, intent_id=input.intent_id, action=input.action,
+                operator=input.operator, reason=input.reason, outcome=input.outcome, at=now,
+                detail=dict(input.detail),
+            )
+
+        await self._in_transaction(work)
+
+
+def _destination_of(intent: Intent, channel: str) -> tuple[str | None, str | None]:
+    if channel == "sms":
+        return intent.sms_destination_ct, intent.sms_destination_hmac
+    return intent.email_destination_ct, intent.email_destination_hmac

@@ -1,0 +1,199 @@
+"""SMS activities: submit with the attempt's stable token, poll a status, reconcile ambiguity.
+
+Each returns a fact in Herald's vocabulary after recording it in the ledger. None of them
+loops: retries belong to the workflow's RetryPolicy, so they show up in Temporal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import quote
+
+from sqlalchemy.orm import Session, sessionmaker
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.contracts import PollInput, PollOutcome, SubmitInput, SubmitOutcome
+from domain import provider_errors
+from domain.states import AttemptState, normalize_provider_status
+from ledger import repository as repo
+from ledger.crypto import FieldCipher
+from ledger.models import Attempt, Suppression
+from ledger.repository import ObservationFacts
+from transports.sms import (
+    SmsAmbiguousError,
+    SmsMessage,
+    SmsPermanentError,
+    SmsTransientError,
+    SmsTransport,
+)
+
+# A timed-out create may take a moment to show in the provider's list; before this grace
+# has passed, "not found" is not evidence that nothing was sent.
+RECONCILE_GRACE = timedelta(seconds=5)
+
+
+def now_utc() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class _AttemptView:
+    token: str
+    state: str
+    remote_id: str | None
+    send_started_at: datetime | None
+    to: str
+    body: str
+    sender: str
+    content_sha256: str
+
+
+class SmsActivities:
+    def __init__(self, transport: SmsTransport, sessions: sessionmaker[Session],
+                 cipher: FieldCipher, *, callback_base_url: str) -> None:
+        self._transport = transport
+        self._sessions = sessions
+        self._cipher = cipher
+        self._callback_base = callback_base_url.rstrip("/")
+
+    async def _tx(self, work):  # type: ignore[no-untyped-def]
+        def run() -> Any:
+            with self._sessions.begin() as session:
+                return work(session)
+
+        return await asyncio.to_thread(run)
+
+    def status_callback(self, token: str) -> str:
+        # The token in the callback URL lets the ingress settle an attempt whose send
+        # response was lost (the receipt then carries a remote id we never saw).
+        return f"{self._callback_base}/v1/receipts/sms?token={quote(token, safe='')}"
+
+    async def _load(self, token: str) -> _AttemptView:
+        def work(session: Session) -> _AttemptView:
+            a = repo.attempt_by_token(session, token)
+            if a.destination_ct is None or a.body_ct is None:
+                raise ApplicationError("the attempt's destination or body was purged",
+                                       type="NotFound", non_retryable=True)
+            return _AttemptView(
+                a.token, a.state, a.remote_id, a.send_started_at,
+                self._cipher.decrypt(a.destination_ct, context=token),
+                self._cipher.decrypt(a.body_ct, context=token), a.sender, a.content_sha256,
+            )
+
+        return await self._tx(work)
+
+    async def _record(self, token: str, facts: ObservationFacts) -> repo.ObservationResult:
+        return await self._tx(lambda s: repo.record_observation(s, facts, token=token))
+
+    @activity.defn(name="submit_sms")
+    async def submit_sms(self, input: SubmitInput) -> SubmitOutcome:
+        token = input.attempt_token
+        view = await self._load(token)
+        if view.remote_id is not None or view.state not in (
+            AttemptState.PREPARED.value, AttemptState.UNKNOWN.value
+        ):
+            # A retried activity whose attempt is already submitted never sends again.
+            return SubmitOutcome(view.state, view.remote_id)
+        if view.send_started_at is not None:
+            return await self._reconcile(view)
+
+        started = now_utc()
+        await self._tx(lambda s: s.query(Attempt).filter(Attempt.token == token)
+                       .update({Attempt.send_started_at: started}))
+        message = SmsMessage(token=token, to=view.to, body=view.body, sender=view.sender,
+                             status_callback=self.status_callback(token))
+        try:
+            submitted = await self._transport.submit(message)
+        except SmsPermanentError as err:
+            await self._record(token, ObservationFacts(
+                source="send", raw_status="rejected", normalized=AttemptState.FAILED,
+                observed_at=now_utc(), dedupe_key=f"send:{token}:rejected",
+                provider_code=err.code, detail={"reason": err.reason},
+            ))
+            if err.code in provider_errors.OPT_OUT_CODES:
+                await self._suppress(token, reason="opted_out", source=f"provider:{err.code}")
+            raise ApplicationError(err.reason, err.code, type="PermanentProviderError",
+                                   non_retryable=True) from err
+        except SmsTransientError as err:
+            # Never processed (429, 5xx before acceptance, connect failure): safe to send again.
+            await self._tx(lambda s: s.query(Attempt).filter(Attempt.token == token)
+                           .update({Attempt.send_started_at: None}))
+            delay = timedelta(seconds=err.retry_after) if err.retry_after else None
+            raise ApplicationError(err.reason, type="TransientProviderError",
+                                   next_retry_delay=delay) from err
+        except SmsAmbiguousError as err:
+            await self._record(token, ObservationFacts(
+                source="send", raw_status="timeout", normalized=AttemptState.UNKNOWN,
+                observed_at=now_utc(), dedupe_key=f"send:{token}:ambiguous",
+                detail={"reason": err.reason},
+            ))
+            # Retried by the RetryPolicy; the next try reconciles before anything is sent.
+            raise ApplicationError("the submission may have reached the provider; "
+                                   "reconciling before any new request",
+                                   type="AmbiguousSubmission") from err
+        result = await self._record(token, ObservationFacts(
+            source="send", raw_status=submitted.raw_status,
+            normalized=normalize_provider_status(submitted.raw_status) or AttemptState.SUBMITTED,
+            observed_at=now_utc(), dedupe_key=f"send:{token}:submitted",
+            provider_at=submitted.provider_at, remote_id=submitted.remote_id,
+        ))
+        return SubmitOutcome(result.state or AttemptState.SUBMITTED.value, submitted.remote_id)
+
+    async def _reconcile(self, view: _AttemptView) -> SubmitOutcome:
+        """A request may have left: look it up by destination, time window and content hash."""
+        assert view.send_started_at is not None
+        now = now_utc()
+        found = await self._transport.find(
+            to=view.to, sent_after=view.send_started_at - timedelta(minutes=1),
+            sent_before=now + timedelta(minutes=1), body_sha256=view.content_sha256,
+        )
+        if found:
+            match = found[0]
+            result = await self._record(view.token, ObservationFacts(
+                source="reconcile", raw_status=match.raw_status,
+                normalized=normalize_provider_status(match.raw_status),
+                observed_at=now, dedupe_key=f"reconcile:{view.token}:{match.raw_status}",
+                provider_code=match.error_code, provider_at=match.provider_at,
+                remote_id=match.remote_id, detail={"matches": len(found)},
+            ))
+            return SubmitOutcome(result.state or view.state, match.remote_id, reconciled=True,
+                                 reason="reconciled: found at the provider")
+        if now - view.send_started_at < RECONCILE_GRACE:
+            raise ApplicationError("not visible at the provider yet; looking again",
+                                   type="ReconcilePending")
+        await self._record(view.token, ObservationFacts(
+            source="reconcile", raw_status="not_found", normalized=AttemptState.UNKNOWN,
+            observed_at=now, dedupe_key=f"reconcile:{view.token}:not_found",
+        ))
+        return SubmitOutcome(AttemptState.UNKNOWN.value, None, reconciled=True,
+                             reason="reconciled: not found at the provider; "
+                                    "an operator may approve a resend")
+
+    @activity.defn(name="poll_sms")
+    async def poll_sms(self, input: PollInput) -> PollOutcome:
+        token = input.attempt_token
+        attempt = await self._tx(lambda s: repo.attempt_by_token(s, token))
+        if attempt.remote_id is None:
+            return PollOutcome(attempt.state)
+        status = await self._transport.status(attempt.remote_id)
+        result = await self._record(token, ObservationFacts(
+            source="poll", raw_status=status.raw_status,
+            normalized=normalize_provider_status(status.raw_status),
+            observed_at=now_utc(),
+            dedupe_key=f"poll:{token}:{status.raw_status}:{status.error_code or ''}",
+            provider_code=status.error_code, provider_at=status.provider_at,
+            remote_id=status.remote_id,
+        ))
+        return PollOutcome(result.state or attempt.state, status.raw_status, status.error_code)
+
+    async def _suppress(self, token: str, *, reason: str, source: str) -> None:
+        def work(session: Session) -> None:
+            attempt = repo.attempt_by_token(session, token)
+            session.add(Suppression(destination_hmac=attempt.destination_hmac, channel="sms",
+                                    reason=reason, source=source, at=now_utc()))
+
+        await self._tx(work)

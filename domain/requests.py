@@ -1,0 +1,52 @@
+"""The request an app makes: one business event -> one notification intent."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+
+class Category(StrEnum):
+    TRANSACTIONAL = "transactional"
+    OPERATIONAL = "operational"
+    PROMOTIONAL = "promotional"
+
+
+class PlanMode(StrEnum):
+    FALLBACK = "fallback"
+    """Channels in order; the next one only when policy says the previous did not reach."""
+    ALL = "all"
+    """Every channel at once, each with its own key (e.g. an order alert over email and SMS)."""
+
+
+@dataclass(frozen=True)
+class NotificationRequest:
+    """What an app asks for. PII (phone, email, variables) never leaves the ledger unencrypted."""
+
+    business_key: str
+    """`<event_type>:<subject ids>`, e.g. `class-opening:c-9081:m-1842`."""
+    recipient_ref: str
+    """The app's id for the recipient (consent evidence is kept under it)."""
+    template_key: str
+    category: Category = Category.TRANSACTIONAL
+    phone: str | None = None
+    email: str | None = None
+    channels: tuple[str, ...] = ()
+    """Order of channels; empty means sms then email, for whichever destinations are given."""
+    mode: PlanMode = PlanMode.FALLBACK
+    template_version: int | None = None
+    locale: str = "en"
+    variables: dict[str, Any] = field(default_factory=dict)
+    send_at: datetime | None = None
+    expires_at: datetime | None = None
+    timezone: str | None = None
+    country: str | None = None
+    """Recipient country when no phone number says it (email-only intents)."""
+    artifact_sha256: str | None = None
+
+    def channel_plan(self) -> tuple[str, ...]:
+        if self.channels:
+            return self.channels
+        return tuple(c for c, dest in (("sms", self.phone), ("email", self.email)) if dest)

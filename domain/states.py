@@ -1,0 +1,137 @@
+"""The attempt state lattice and the one transition function.
+
+Every observation of an attempt (the send response, a poll, a webhook receipt, a
+reconciliation lookup, an operator action) goes through :func:`apply`. Nothing else
+in Herald decides whether a state may change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class AttemptState(StrEnum):
+    """Normalized state of one attempt on one channel."""
+
+    PREPARED = "prepared"
+    """Persisted with its token; nothing has been sent yet."""
+    SUBMITTED = "submitted"
+    """The provider accepted the request (it has a remote id)."""
+    SENT = "sent"
+    """A carrier (or the SMTP relay) took it; may be the last word."""
+    DELIVERED = "delivered"
+    FAILED = "failed"
+    UNDELIVERED = "undelivered"
+    UNKNOWN = "unknown"
+    """A horizon verdict: we stopped looking. A later real observation may settle it."""
+    CANCELLED = "cancelled"
+    """Closed before submission (or a scheduled provider message cancelled)."""
+
+
+# The lattice: prepared < submitted < sent < {delivered, failed, undelivered}.
+# Terminal states share the top rank; two different terminals are a conflict.
+RANK: dict[AttemptState, int] = {
+    AttemptState.PREPARED: 0,
+    AttemptState.SUBMITTED: 1,
+    AttemptState.SENT: 2,
+    AttemptState.DELIVERED: 3,
+    AttemptState.FAILED: 3,
+    AttemptState.UNDELIVERED: 3,
+    AttemptState.CANCELLED: 3,
+}
+
+TERMINAL: frozenset[AttemptState] = frozenset(
+    {AttemptState.DELIVERED, AttemptState.FAILED, AttemptState.UNDELIVERED, AttemptState.CANCELLED}
+)
+
+# Outcomes after which a new attempt may be approved by an operator.
+RETRYABLE_FAILURES: frozenset[AttemptState] = frozenset(
+    {AttemptState.FAILED, AttemptState.UNDELIVERED}
+)
+
+
+class Verdict(StrEnum):
+    """What applying one observation did."""
+
+    APPLIED = "applied"
+    """The state moved forward."""
+    STALE = "stale"
+    """Older, equal or weaker than what we know: kept as evidence, no change."""
+    SETTLES_UNKNOWN = "settles_unknown"
+    """A real observation replaced the horizon verdict `unknown`."""
+    CONFLICT = "conflict"
+    """A different terminal outcome than the one recorded: kept and flagged for review."""
+
+
+@dataclass(frozen=True)
+class Transition:
+    """The result of :func:`apply`."""
+
+    verdict: Verdict
+    state: AttemptState
+    """The state after the observation (unchanged unless applied or settled)."""
+
+    @property
+    def changed(self) -> bool:
+        return self.verdict in (Verdict.APPLIED, Verdict.SETTLES_UNKNOWN)
+
+
+def is_terminal(state: AttemptState) -> bool:
+    return state in TERMINAL
+
+
+def apply(current: AttemptState, observed: AttemptState) -> Transition:
+    """Apply one observation to the current state of an attempt.
+
+    The rules, in order:
+    - the same state again is a duplicate: stale, nothing changes;
+    - ``unknown`` observed is only a verdict about an unresolved attempt: it applies to
+      submitted/sent (and prepared, when the send itself was ambiguous) and is stale
+      against anything terminal;
+    - any real observation settles ``unknown``;
+    - a different terminal over a terminal is a conflict and the first one stands;
+    - otherwise the higher rank wins and a lower one is stale.
+    """
+    if observed == current:
+        return Transition(Verdict.STALE, current)
+    if observed == AttemptState.UNKNOWN:
+        if current in TERMINAL:
+            return Transition(Verdict.STALE, current)
+        return Transition(Verdict.APPLIED, AttemptState.UNKNOWN)
+    if current == AttemptState.UNKNOWN:
+        if observed == AttemptState.PREPARED:
+            return Transition(Verdict.STALE, current)
+        return Transition(Verdict.SETTLES_UNKNOWN, observed)
+    if current in TERMINAL and observed in TERMINAL:
+        return Transition(Verdict.CONFLICT, current)
+    if RANK[observed] > RANK[current]:
+        return Transition(Verdict.APPLIED, observed)
+    return Transition(Verdict.STALE, current)
+
+
+# Twilio's whole MessageStatus enum mapped to Herald's states. `None` means the value
+# says nothing about an outbound attempt (inbound statuses) and is kept only as evidence.
+_PROVIDER_STATUS: dict[str, AttemptState | None] = {
+    "queued": AttemptState.SUBMITTED,
+    "accepted": AttemptState.SUBMITTED,
+    "scheduled": AttemptState.SUBMITTED,
+    "sending": AttemptState.SUBMITTED,
+    "sent": AttemptState.SENT,
+    "delivered": AttemptState.DELIVERED,
+    "read": AttemptState.DELIVERED,
+    "partially_delivered": AttemptState.DELIVERED,
+    "undelivered": AttemptState.UNDELIVERED,
+    "failed": AttemptState.FAILED,
+    "canceled": AttemptState.CANCELLED,
+    "receiving": None,
+    "received": None,
+}
+
+
+def normalize_provider_status(raw: str) -> AttemptState | None:
+    """Map a provider status word to Herald's state; raises on a word nobody knows."""
+    key = raw.strip().lower()
+    if key not in _PROVIDER_STATUS:
+        raise ValueError(f"unknown provider status {raw!r}")
+    return _PROVIDER_STATUS[key]

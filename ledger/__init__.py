@@ -1,0 +1,1 @@
+"""The domain-owned ledger: SQLAlchemy tables, Alembic migrations, the repository, field crypto."""

@@ -1,0 +1,126 @@
+"""Validate a NotificationRequest at the edge and turn it into ledger fields.
+
+Errors name the field and the problem; PII is encrypted here, before anything is stored,
+and never appears in an error message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from sqlalchemy.orm import Session
+
+from domain import destinations, keys, templates
+from domain.requests import Category, NotificationRequest, PlanMode
+from ledger import repository as repo
+from ledger.crypto import FieldCipher
+from ledger.models import Artifact
+from ledger.templates import active_templates
+
+MAX_VARIABLES_BYTES = 16_384
+
+
+class InvalidRequest(ValueError):
+    """A request field is wrong; `field` names it."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field}: {problem}")
+        self.field = field
+        self.problem = problem
+
+
+def validate(session: Session, request: NotificationRequest, cipher: FieldCipher, *,
+             now: datetime, retention_days: int) -> repo.IntentFields:
+    try:
+        keys.validate_business_key(request.business_key)
+    except keys.InvalidKey as err:
+        raise InvalidRequest("business_key", str(err)) from err
+    try:
+        category = Category(request.category)
+    except ValueError as err:
+        raise InvalidRequest("category", f"must be one of {[c.value for c in Category]}") from err
+    try:
+        mode = PlanMode(request.mode)
+    except ValueError as err:
+        raise InvalidRequest("mode", f"must be one of {[m.value for m in PlanMode]}") from err
+    if not request.recipient_ref or len(request.recipient_ref) > 120:
+        raise InvalidRequest("recipient_ref", "required, at most 120 characters")
+    plan = request.channel_plan()
+    if not plan:
+        raise InvalidRequest("channels", "give a phone number, an email address, or both")
+    for channel in plan:
+        if channel not in keys.CHANNELS:
+            raise InvalidRequest("channels", f"unknown channel {channel!r}")
+    phone = email = None
+    if "sms" in plan:
+        if not request.phone:
+            raise InvalidRequest("phone", "required for the sms channel")
+        try:
+            phone = destinations.normalize_phone(request.phone)
+        except destinations.InvalidDestination as err:
+            raise InvalidRequest("phone", str(err)) from err
+    if "email" in plan:
+        if not request.email:
+            raise InvalidRequest("email", "required for the email channel")
+        try:
+            email = destinations.normalize_email(request.email)
+        except destinations.InvalidDestination as err:
+            raise InvalidRequest("email", str(err)) from err
+    country = (phone.country if phone else (request.country or "")).upper()
+    if not country:
+        raise InvalidRequest("country", "required when no phone number gives it")
+    tz = request.timezone or (phone.timezone if phone else "UTC")
+    try:
+        ZoneInfo(tz)
+    except (ZoneInfoNotFoundError, ValueError) as err:
+        raise InvalidRequest("timezone", f"unknown IANA zone {tz!r}") from err
+    available = active_templates(session, pinned=request.template_version)
+    for channel in plan:
+        try:
+            templates.select_template(available, request.template_key, channel, request.locale,
+                                      version=request.template_version)
+        except templates.TemplateError as err:
+            raise InvalidRequest("template_key", str(err)) from err
+    variables_json = json.dumps(request.variables, sort_keys=True, default=str)
+    if len(variables_json.encode()) > MAX_VARIABLES_BYTES:
+        raise InvalidRequest("variables", f"larger than {MAX_VARIABLES_BYTES} bytes")
+    if request.artifact_sha256:
+        if "sms" in plan and plan[0] == "sms" and len(plan) == 1:
+            raise InvalidRequest("artifact_sha256", "attachments go by email, never by sms")
+        if session.get(Artifact, request.artifact_sha256) is None:
+            raise InvalidRequest("artifact_sha256", "no artifact registered with that hash")
+    for name, value in (("send_at", request.send_at), ("expires_at", request.expires_at)):
+        if value is not None and value.tzinfo is None:
+            raise InvalidRequest(name, "must carry a timezone")
+    if request.send_at and request.expires_at and request.expires_at <= request.send_at:
+        raise InvalidRequest("expires_at", "must be after send_at")
+
+    # The intent id is not known before insert, so destination/variable ciphertexts are
+    # bound to the business key (immutable and unique) as associated data.
+    context = request.business_key
+    return repo.IntentFields(
+        business_key=request.business_key,
+        event_type=keys.event_type_of(request.business_key),
+        category=category.value,
+        region=destinations.region_of(country),
+        country=country,
+        timezone=tz,
+        recipient_ref=request.recipient_ref,
+        channel_plan={"mode": mode.value, "channels": list(plan)},
+        template_key=request.template_key,
+        template_version=request.template_version,
+        locale=request.locale,
+        sms_destination_ct=cipher.encrypt(phone.e164, context=context) if phone else None,
+        sms_destination_hmac=cipher.lookup_hmac(phone.e164) if phone else None,
+        email_destination_ct=cipher.encrypt(email.address, context=context) if email else None,
+        email_destination_hmac=cipher.lookup_hmac(email.address) if email else None,
+        variables_ct=cipher.encrypt(variables_json, context=context) if request.variables else None,
+        variables_sha256=hashlib.sha256(variables_json.encode()).hexdigest(),
+        artifact_sha256=request.artifact_sha256,
+        send_at=request.send_at,
+        expires_at=request.expires_at,
+        purge_after=now + timedelta(days=retention_days),
+    )

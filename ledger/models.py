@@ -1,0 +1,273 @@
+"""Ledger tables (SQLAlchemy 2). Changed only through Alembic migrations.
+
+Unique constraints carry the invariants: one intent per business key, one attempt per
+token, one observation per dedupe key. Readable PII lives only in `*_ct` columns
+(AES-GCM), each with a purge-after time; lookups use `*_hmac`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    func,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def new_id() -> str:
+    return str(uuid.uuid4())
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+    type_annotation_map = {datetime: DateTime(timezone=True), dict[str, Any]: JSON}
+
+
+class Intent(Base):
+    __tablename__ = "intent"
+    __table_args__ = (UniqueConstraint("business_key", name="uq_intent_business_key"),)
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    business_key: Mapped[str] = mapped_column(String(200))
+    event_type: Mapped[str] = mapped_column(String(80), index=True)
+    category: Mapped[str] = mapped_column(String(20))
+    region: Mapped[str] = mapped_column(String(10), index=True)
+    country: Mapped[str] = mapped_column(String(2))
+    timezone: Mapped[str] = mapped_column(String(64))
+    recipient_ref: Mapped[str] = mapped_column(String(120), index=True)
+    channel_plan: Mapped[dict[str, Any]] = mapped_column(JSON)
+    """{"mode": "fallback"|"all", "channels": ["sms", "email"]}"""
+    template_key: Mapped[str] = mapped_column(String(80))
+    template_version: Mapped[int | None] = mapped_column(Integer)
+    """Pinned version; null means the active version at authorization time."""
+    locale: Mapped[str] = mapped_column(String(16))
+    payload_sha256: Mapped[str] = mapped_column(String(64))
+    """Hash of the normalized request: the same key with another payload is a conflict."""
+    sms_destination_ct: Mapped[str | None] = mapped_column(Text)
+    sms_destination_hmac: Mapped[str | None] = mapped_column(String(64), index=True)
+    email_destination_ct: Mapped[str | None] = mapped_column(Text)
+    email_destination_hmac: Mapped[str | None] = mapped_column(String(64), index=True)
+    variables_ct: Mapped[str | None] = mapped_column(Text)
+    artifact_sha256: Mapped[str | None] = mapped_column(String(64))
+    send_at: Mapped[datetime | None]
+    expires_at: Mapped[datetime | None]
+    workflow_id: Mapped[str] = mapped_column(String(240))
+    legal_hold: Mapped[bool] = mapped_column(Boolean, default=False)
+    purge_after: Mapped[datetime | None]
+    pii_purged_at: Mapped[datetime | None]
+    cancelled_at: Mapped[datetime | None]
+    created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+
+
+class Outbox(Base):
+    __tablename__ = "outbox"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    intent_id: Mapped[str] = mapped_column(ForeignKey("intent.id"), unique=True)
+    created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    started_at: Mapped[datetime | None]
+    tries: Mapped[int] = mapped_column(Integer, default=0)
+    last_error: Mapped[str | None] = mapped_column(Text)
+
+
+class Attempt(Base):
+    __tablename__ = "attempt"
+    __table_args__ = (
+        UniqueConstraint("token", name="uq_attempt_token"),
+        UniqueConstraint("intent_id", "channel", "number", name="uq_attempt_intent_channel_number"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    intent_id: Mapped[str] = mapped_column(ForeignKey("intent.id"), index=True)
+    channel: Mapped[str] = mapped_column(String(10))
+    number: Mapped[int] = mapped_column(Integer)
+    token: Mapped[str] = mapped_column(String(240))
+    state: Mapped[str] = mapped_column(String(20))
+    remote_id: Mapped[str | None] = mapped_column(String(80), index=True)
+    decision_id: Mapped[int] = mapped_column(ForeignKey("policy_decision.id"))
+    destination_ct: Mapped[str | None] = mapped_column(Text)
+    destination_hmac: Mapped[str] = mapped_column(String(64), index=True)
+    body_ct: Mapped[str | None] = mapped_column(Text)
+    subject_ct: Mapped[str | None] = mapped_column(Text)
+    content_sha256: Mapped[str] = mapped_column(String(64))
+    template_key: Mapped[str] = mapped_column(String(80))
+    template_version: Mapped[int] = mapped_column(Integer)
+    sender: Mapped[str] = mapped_column(String(200), default="")
+    segments: Mapped[int | None] = mapped_column(Integer)
+    error_code: Mapped[str | None] = mapped_column(String(20))
+    message_id: Mapped[str | None] = mapped_column(String(200))
+    prepared_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    send_started_at: Mapped[datetime | None]
+    """Set (committed) just before the provider call: a retry that finds it set with no
+    remote id knows a request may have left, and reconciles instead of sending again."""
+    submitted_at: Mapped[datetime | None]
+    last_status_at: Mapped[datetime | None]
+    terminal_at: Mapped[datetime | None]
+    purge_after: Mapped[datetime | None]
+
+
+class Observation(Base):
+    """Append-only: every fact anyone told us about an attempt, applied or not."""
+
+    __tablename__ = "observation"
+    __table_args__ = (UniqueConstraint("dedupe_key", name="uq_observation_dedupe"),)
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    attempt_id: Mapped[int | None] = mapped_column(ForeignKey("attempt.id"), index=True)
+    """Null for orphan evidence (a receipt for a message id nobody knows yet)."""
+    remote_id: Mapped[str | None] = mapped_column(String(80), index=True)
+    source: Mapped[str] = mapped_column(String(20))
+    """send, poll, webhook, reconcile, horizon or operator."""
+    raw_status: Mapped[str] = mapped_column(String(40))
+    normalized_status: Mapped[str | None] = mapped_column(String(20))
+    provider_code: Mapped[str | None] = mapped_column(String(20))
+    provider_at: Mapped[datetime | None]
+    observed_at: Mapped[datetime]
+    dedupe_key: Mapped[str] = mapped_column(String(300))
+    verdict: Mapped[str | None] = mapped_column(String(20))
+    applied: Mapped[bool] = mapped_column(Boolean, default=False)
+    conflict: Mapped[bool] = mapped_column(Boolean, default=False)
+    detail: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+
+
+class PolicyVersion(Base):
+    __tablename__ = "policy_version"
+
+    version: Mapped[str] = mapped_column(String(60), primary_key=True)
+    name: Mapped[str] = mapped_column(String(60))
+    document: Mapped[str] = mapped_column(Text)
+    sha256: Mapped[str] = mapped_column(String(64))
+    owner: Mapped[str] = mapped_column(String(120))
+    effective_from: Mapped[datetime]
+    active: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+
+
+class PolicyDecision(Base):
+    __tablename__ = "policy_decision"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    intent_id: Mapped[str] = mapped_column(ForeignKey("intent.id"), index=True)
+    channel: Mapped[str] = mapped_column(String(10))
+    policy_version: Mapped[str] = mapped_column(ForeignKey("policy_version.version"))
+    outcome: Mapped[str] = mapped_column(String(10))
+    rule: Mapped[str] = mapped_column(String(60))
+    reason: Mapped[str] = mapped_column(Text)
+    inputs: Mapped[dict[str, Any]] = mapped_column(JSON)
+    next_eligible_at: Mapped[datetime | None]
+    decided_at: Mapped[datetime]
+
+
+class Consent(Base):
+    __tablename__ = "consent"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    recipient_ref: Mapped[str] = mapped_column(String(120), index=True)
+    channel: Mapped[str] = mapped_column(String(10))
+    purpose: Mapped[str] = mapped_column(String(40))
+    source: Mapped[str] = mapped_column(String(120))
+    granted_at: Mapped[datetime]
+    revoked_at: Mapped[datetime | None]
+    evidence: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+
+
+class Suppression(Base):
+    __tablename__ = "suppression"
+    __table_args__ = (Index("ix_suppression_lookup", "destination_hmac", "channel"),)
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    destination_hmac: Mapped[str] = mapped_column(String(64))
+    channel: Mapped[str] = mapped_column(String(10))
+    reason: Mapped[str] = mapped_column(String(60))
+    source: Mapped[str] = mapped_column(String(60))
+    at: Mapped[datetime]
+    lifted_at: Mapped[datetime | None]
+
+
+class TemplateVersionRow(Base):
+    __tablename__ = "template_version"
+    __table_args__ = (
+        UniqueConstraint("key", "channel", "locale", "version", name="uq_template_version_identity"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    key: Mapped[str] = mapped_column(String(80))
+    channel: Mapped[str] = mapped_column(String(10))
+    locale: Mapped[str] = mapped_column(String(16))
+    version: Mapped[int] = mapped_column(Integer)
+    subject: Mapped[str | None] = mapped_column(Text)
+    body: Mapped[str] = mapped_column(Text)
+    sha256: Mapped[str] = mapped_column(String(64))
+    active: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+
+
+class Artifact(Base):
+    __tablename__ = "artifact"
+
+    sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    size: Mapped[int] = mapped_column(BigInteger)
+    media_type: Mapped[str] = mapped_column(String(120))
+    filename: Mapped[str] = mapped_column(String(200))
+    location: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+
+
+class OperatorAction(Base):
+    __tablename__ = "operator_action"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    intent_id: Mapped[str] = mapped_column(ForeignKey("intent.id"), index=True)
+    action: Mapped[str] = mapped_column(String(30))
+    operator: Mapped[str] = mapped_column(String(120))
+    reason: Mapped[str] = mapped_column(Text)
+    outcome: Mapped[str] = mapped_column(String(20))
+    """accepted or refused."""
+    detail: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    at: Mapped[datetime]
+
+
+class ReviewItem(Base):
+    __tablename__ = "review_item"
+    __table_args__ = (UniqueConstraint("kind", "subject", name="uq_review_item_kind_subject"),)
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    kind: Mapped[str] = mapped_column(String(40))
+    subject: Mapped[str] = mapped_column(String(240))
+    detail: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    found_at: Mapped[datetime]
+    resolved_at: Mapped[datetime | None]
+
+
+class IdempotencyRecord(Base):
+    """Responses of POST /v1/intents by Idempotency-Key (IETF draft semantics)."""
+
+    __tablename__ = "idempotency_record"
+
+    key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    request_sha256: Mapped[str] = mapped_column(String(64))
+    status_code: Mapped[int | None] = mapped_column(Integer)
+    response: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(server_default=func.now())

@@ -1,0 +1,424 @@
+"""The only way anything writes the ledger: activities, the ingress, the starter and the CLI.
+
+Each function takes a SQLAlchemy `Session` and does its work inside the caller's
+transaction, so an app can record an intent atomically with its own business change.
+State changes are compare-and-set (`UPDATE ... WHERE state = :seen`, row count checked)
+and the decision of what may change comes from `domain.states.apply`, never from SQL.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.orm import Session
+
+from domain import states
+from domain.keys import workflow_id as workflow_id_for
+from domain.states import AttemptState, Verdict
+from ledger.models import (
+    Attempt,
+    Consent,
+    Intent,
+    Observation,
+    OperatorAction,
+    Outbox,
+    PolicyDecision,
+    PolicyVersion,
+    Suppression,
+)
+
+
+class IntentConflict(ValueError):
+    """The business key exists with a different payload: never a second intent."""
+
+
+class NotFound(LookupError):
+    pass
+
+
+@dataclass(frozen=True)
+class RecordedIntent:
+    intent_id: str
+    workflow_id: str
+    business_key: str
+    created: bool
+
+
+@dataclass(frozen=True)
+class IntentFields:
+    """A validated, normalized request as the ledger stores it (PII already encrypted)."""
+
+    business_key: str
+    event_type: str
+    category: str
+    region: str
+    country: str
+    timezone: str
+    recipient_ref: str
+    channel_plan: dict[str, Any]
+    template_key: str
+    template_version: int | None
+    locale: str
+    sms_destination_ct: str | None
+    sms_destination_hmac: str | None
+    email_destination_ct: str | None
+    email_destination_hmac: str | None
+    variables_ct: str | None
+    variables_sha256: str
+    artifact_sha256: str | None
+    send_at: datetime | None
+    expires_at: datetime | None
+    purge_after: datetime | None
+
+    def payload_sha256(self) -> str:
+        # Hash over lookups and hashes, never plaintext, so the hash itself leaks nothing.
+        doc = {
+            "category": self.category,
+            "recipient_ref": self.recipient_ref,
+            "plan": self.channel_plan,
+            "template": [self.template_key, self.template_version, self.locale],
+            "sms": self.sms_destination_hmac,
+            "email": self.email_destination_hmac,
+            "variables": self.variables_sha256,
+            "artifact": self.artifact_sha256,
+            "send_at": self.send_at.isoformat() if self.send_at else None,
+            "expires_at": self.expires_at.isoformat() if self.expires_at else None,
+        }
+        return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+
+
+def record_intent(session: Session, fields: IntentFields) -> RecordedIntent:
+    """Insert the intent and its outbox row, or return the existing intent for the key."""
+    payload = fields.payload_sha256()
+    values = {
+        k: v for k, v in fields.__dict__.items() if k not in ("variables_sha256",)
+    }
+    stmt = (
+        pg_insert(Intent)
+        .values(
+            id=_uuid(),
+            payload_sha256=payload,
+            workflow_id=workflow_id_for(fields.business_key),
+            **values,
+        )
+        .on_conflict_do_nothing(index_elements=["business_key"])
+        .returning(Intent.id)
+    )
+    new_id = session.execute(stmt).scalar_one_or_none()
+    if new_id is not None:
+        session.add(Outbox(intent_id=new_id))
+        session.flush()
+        return RecordedIntent(new_id, workflow_id_for(fields.business_key), fields.business_key, True)
+    existing = session.execute(
+        select(Intent).where(Intent.business_key == fields.business_key)
+    ).scalar_one()
+    if existing.payload_sha256 != payload:
+        raise IntentConflict(
+            f"business key {fields.business_key!r} already recorded with a different payload"
+        )
+    return RecordedIntent(existing.id, existing.workflow_id, existing.business_key, False)
+
+
+def _uuid() -> str:
+    import uuid
+
+    return str(uuid.uuid4())
+
+
+def get_intent(session: Session, id_or_key: str) -> Intent:
+    row = session.execute(
+        select(Intent).where((Intent.id == id_or_key) | (Intent.business_key == id_or_key))
+    ).scalar_one_or_none()
+    if row is None:
+        raise NotFound(f"no intent with id or business key {id_or_key!r}")
+    return row
+
+
+# --- policy evidence ---------------------------------------------------------------
+
+
+def active_policy(session: Session) -> PolicyVersion:
+    row = session.execute(
+        select(PolicyVersion).where(PolicyVersion.active.is_(True))
+    ).scalar_one_or_none()
+    if row is None:
+        raise NotFound("no active policy version; run `herald migrate` or `herald policy activate`")
+    return row
+
+
+def consents_for(session: Session, recipient_ref: str, channel: str) -> list[Consent]:
+    return list(
+        session.execute(
+            select(Consent).where(Consent.recipient_ref == recipient_ref, Consent.channel == channel)
+        ).scalars()
+    )
+
+
+def suppressions_for(session: Session, destination_hmac: str, channel: str) -> list[Suppression]:
+    return list(
+        session.execute(
+            select(Suppression).where(
+                Suppression.destination_hmac == destination_hmac,
+                Suppression.channel == channel,
+                Suppression.lifted_at.is_(None),
+            )
+        ).scalars()
+    )
+
+
+def recent_contacts(
+    session: Session, destination_hmac: str, channel: str, since: datetime, exclude_intent: str
+) -> list[datetime]:
+    """Submission times of other intents' attempts to this destination (the cooldown input)."""
+    return list(
+        session.execute(
+            select(Attempt.submitted_at).where(
+                Attempt.destination_hmac == destination_hmac,
+                Attempt.channel == channel,
+                Attempt.submitted_at.is_not(None),
+                Attempt.submitted_at >= since,
+                Attempt.intent_id != exclude_intent,
+            )
+        ).scalars()
+    )
+
+
+def record_decision(
+    session: Session,
+    *,
+    intent_id: str,
+    channel: str,
+    policy_version: str,
+    outcome: str,
+    rule: str,
+    reason: str,
+    inputs: dict[str, Any],
+    next_eligible_at: datetime | None,
+    decided_at: datetime,
+) -> PolicyDecision:
+    row = PolicyDecision(
+        intent_id=intent_id,
+        channel=channel,
+        policy_version=policy_version,
+        outcome=outcome,
+        rule=rule,
+        reason=reason,
+        inputs=inputs,
+        next_eligible_at=next_eligible_at,
+        decided_at=decided_at,
+    )
+    session.add(row)
+    session.flush()
+    return row
+
+
+def prepare_attempt(session: Session, **values: Any) -> Attempt:
+    """Persist an attempt in state `prepared` with its token, before anything is sent.
+
+    A retried activity finds the attempt already there (same token) and gets it back.
+    """
+    stmt = (
+        pg_insert(Attempt)
+        .values(state=AttemptState.PREPARED.value, **values)
+        .on_conflict_do_nothing(index_elements=["token"])
+        .returning(Attempt.id)
+    )
+    session.execute(stmt)
+    return session.execute(select(Attempt).where(Attempt.token == values["token"])).scalar_one()
+
+
+def find_attempt(session: Session, token: str) -> Attempt | None:
+    return session.execute(select(Attempt).where(Attempt.token == token)).scalar_one_or_none()
+
+
+def attempt_by_token(session: Session, token: str) -> Attempt:
+    row = find_attempt(session, token)
+    if row is None:
+        raise NotFound(f"no attempt with token {token!r}")
+    return row
+
+
+def attempts_of(session: Session, intent_id: str) -> list[Attempt]:
+    return list(
+        session.execute(
+            select(Attempt).where(Attempt.intent_id == intent_id).order_by(Attempt.id)
+        ).scalars()
+    )
+
+
+# --- observations ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ObservationResult:
+    verdict: str
+    """A domain Verdict value, or `duplicate` (same dedupe key seen) or `orphan`."""
+    state: str | None
+    token: str | None
+    intent_id: str | None
+    workflow_id: str | None
+    observation_id: int | None = None
+    remote_id: str | None = None
+
+    @property
+    def changed(self) -> bool:
+        return self.verdict in (Verdict.APPLIED.value, Verdict.SETTLES_UNKNOWN.value)
+
+
+@dataclass(frozen=True)
+class ObservationFacts:
+    source: str
+    raw_status: str
+    normalized: AttemptState | None
+    observed_at: datetime
+    dedupe_key: str
+    provider_code: str | None = None
+    provider_at: datetime | None = None
+    remote_id: str | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+def record_observation(
+    session: Session, facts: ObservationFacts, *, token: str | None = None
+) -> ObservationResult:
+    """Append one observation (deduplicated) and apply it to its attempt by compare-and-set.
+
+    The attempt is found by `token`, else by `facts.remote_id`; if neither finds one the
+    observation is kept as orphan evidence for reconciliation, never dropped.
+    """
+    attempt = None
+    if token is not None:
+        attempt = session.execute(select(Attempt).where(Attempt.token == token)).scalar_one_or_none()
+    if attempt is None and facts.remote_id:
+        attempt = session.execute(
+            select(Attempt).where(Attempt.remote_id == facts.remote_id)
+        ).scalar_one_or_none()
+    inserted = session.execute(
+        pg_insert(Observation)
+        .values(
+            attempt_id=attempt.id if attempt else None,
+            remote_id=facts.remote_id,
+            source=facts.source,
+            raw_status=facts.raw_status,
+            normalized_status=facts.normalized.value if facts.normalized else None,
+            provider_code=facts.provider_code,
+            provider_at=facts.provider_at,
+            observed_at=facts.observed_at,
+            dedupe_key=facts.dedupe_key,
+            detail=facts.detail or None,
+        )
+        .on_conflict_do_nothing(index_elements=["dedupe_key"])
+        .returning(Observation.id)
+    ).scalar_one_or_none()
+    if attempt is None:
+        return ObservationResult("orphan" if inserted else "duplicate", None, None, None, None, inserted)
+    intent = session.get(Intent, attempt.intent_id)
+    assert intent is not None
+    base = dict(token=attempt.token, intent_id=intent.id, workflow_id=intent.workflow_id)
+    if inserted is None:
+        return ObservationResult("duplicate", attempt.state, observation_id=None,
+                                 remote_id=attempt.remote_id, **base)
+    if facts.remote_id and attempt.remote_id is None:
+        # First time we learn the provider's id (maybe from a receipt that beat the send response).
+        session.execute(
+            update(Attempt)
+            .where(Attempt.id == attempt.id, Attempt.remote_id.is_(None))
+            .values(remote_id=facts.remote_id)
+        )
+    if facts.normalized is None:
+        session.execute(update(Observation).where(Observation.id == inserted).values(verdict="ignored"))
+        return ObservationResult("stale", attempt.state, observation_id=inserted, **base)
+    while True:
+        session.refresh(attempt)
+        current = AttemptState(attempt.state)
+        transition = states.apply(current, facts.normalized)
+        if not transition.changed:
+            break
+        now = facts.observed_at
+        values: dict[str, Any] = {"state": transition.state.value, "last_status_at": now}
+        if transition.state in states.TERMINAL:
+            values["terminal_at"] = now
+        if facts.provider_code:
+            values["error_code"] = facts.provider_code
+        if transition.state == AttemptState.SUBMITTED or (
+            attempt.submitted_at is None and transition.state != AttemptState.UNKNOWN
+        ):
+            values["submitted_at"] = attempt.submitted_at or now
+        swapped = session.execute(
+            update(Attempt)
+            .where(Attempt.id == attempt.id, Attempt.state == current.value)
+            .values(**values)
+        ).rowcount
+        if swapped == 1:
+            break
+        # Someone else moved the state between our read and our write: decide again.
+    session.execute(
+        update(Observation)
+        .where(Observation.id == inserted)
+        .values(
+            verdict=transition.verdict.value,
+            applied=transition.changed,
+            conflict=transition.verdict == Verdict.CONFLICT,
+        )
+    )
+    return ObservationResult(
+        transition.verdict.value,
+        transition.state.value,
+        observation_id=inserted,
+        remote_id=facts.remote_id or attempt.remote_id,
+        **base,
+    )
+
+
+def observations_of(session: Session, attempt_id: int) -> list[Observation]:
+    return list(
+        session.execute(
+            select(Observation).where(Observation.attempt_id == attempt_id).order_by(Observation.id)
+        ).scalars()
+    )
+
+
+# --- operators ---------------------------------------------------------------------
+
+
+def record_operator_action(
+    session: Session,
+    *,
+    intent_id: str,
+    action: str,
+    operator: str,
+    reason: str,
+    outcome: str,
+    at: datetime,
+    detail: dict[str, Any] | None = None,
+) -> OperatorAction:
+    row = OperatorAction(
+        intent_id=intent_id, action=action, operator=operator, reason=reason,
+        outcome=outcome, at=at, detail=detail,
+    )
+    session.add(row)
+    if action == "cancel" and outcome == "accepted":
+        session.execute(
+            update(Intent)
+            .where(Intent.id == intent_id, Intent.cancelled_at.is_(None))
+            .values(cancelled_at=at)
+        )
+    session.flush()
+    return row
+
+
+def mark_outbox_started(session: Session, intent_id: str, at: datetime) -> None:
+    session.execute(
+        update(Outbox).where(Outbox.intent_id == intent_id, Outbox.started_at.is_(None))
+        .values(started_at=at)
+    )
+
+
+def purge_horizon(now: datetime, days: int) -> datetime:
+    return now + timedelta(days=days)

@@ -1,0 +1,132 @@
+"""One settings object for every Herald process, read from `HERALD_*` environment variables.
+
+Every value has a working embedded default so `herald dev` needs no configuration; production
+points the same code at a Temporal cluster, a managed Postgres, a real SMS provider and an
+SMTP relay by setting the variables documented in the README.
+"""
+
+from __future__ import annotations
+
+import secrets
+from functools import cached_property
+from pathlib import Path
+
+from pydantic import SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="HERALD_", extra="ignore")
+
+    env: str = "dev"
+    """`dev` (embedded defaults, generated secrets) or `production` (secrets required)."""
+    data_dir: Path = Path(".herald")
+    """Everything the embedded stack keeps: Temporal SQLite, Postgres data, keys, mail, artifacts."""
+
+    database_url: str | None = None
+    """Ledger Postgres (SQLAlchemy URL). Unset: the embedded Postgres under `data_dir`."""
+    postgres_port: int = 55432
+
+    temporal_address: str | None = None
+    """Temporal frontend `host:port`. Unset: the dev server started by `herald dev`."""
+    temporal_namespace: str = "default"
+    temporal_port: int = 57233
+    temporal_ui_port: int = 58233
+    task_queue: str = "herald"
+    sms_task_queue: str = "herald-sms"
+    """Send and poll activities run here, rate limited by the server for the whole fleet."""
+    sms_max_per_second: float = 10.0
+    sms_max_concurrent: int = 20
+
+    api_host: str = "127.0.0.1"
+    api_port: int = 58080
+    public_base_url: str | None = None
+    """The URL the SMS provider calls (signature checks need it exactly, behind proxies too)."""
+    operator_token: SecretStr | None = None
+
+    sms_base_url: str | None = None
+    """Twilio-compatible API base. Unset: the carrier simulator."""
+    sms_account_sid: str = "AC00000000000000000000000000000000"
+    sms_auth_token: SecretStr = SecretStr("simulator-auth-token")
+    sms_sender: str = "+15005550006"
+    simulator_port: int = 58081
+
+    smtp_host: str = "127.0.0.1"
+    smtp_port: int = 58025
+    smtp_starttls: bool = False
+    smtp_username: str | None = None
+    smtp_password: SecretStr | None = None
+    email_sender: str = "Herald <notifications@herald.localhost>"
+
+    data_key: SecretStr | None = None
+    """Base64 AES-256 key (or `kid:base64,kid:base64` for rotation; first encrypts)."""
+    pii_retention_days: int = 30
+    policy_name: str = "default"
+    """Packaged policy file activated at migration time (`demo` compresses durations)."""
+
+    @cached_property
+    def data_path(self) -> Path:
+        return self.data_dir.expanduser().resolve()
+
+    @property
+    def api_url(self) -> str:
+        return f"http://{self.api_host}:{self.api_port}"
+
+    @property
+    def callback_base_url(self) -> str:
+        return (self.public_base_url or self.api_url).rstrip("/")
+
+    @property
+    def temporal_target(self) -> str:
+        return self.temporal_address or f"127.0.0.1:{self.temporal_port}"
+
+    @property
+    def sms_api_url(self) -> str:
+        return self.sms_base_url or f"http://127.0.0.1:{self.simulator_port}"
+
+    def resolved_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.postgres_port}/herald"
+
+    def resolved_data_keys(self) -> str:
+        """The data key ring; in dev it is generated once into the data folder with 0600."""
+        if self.data_key is not None:
+            return self.data_key.get_secret_value()
+        if self.env != "dev":
+            raise RuntimeError("HERALD_DATA_KEY is required outside dev; refusing to start")
+        return _dev_secret(self.data_path / "data.key", lambda: "k1:" + _b64(secrets.token_bytes(32)))
+
+    def resolved_operator_token(self) -> str:
+        if self.operator_token is not None:
+            return self.operator_token.get_secret_value()
+        if self.env != "dev":
+            raise RuntimeError("HERALD_OPERATOR_TOKEN is required outside dev; refusing to start")
+        return _dev_secret(self.data_path / "operator.token", lambda: secrets.token_urlsafe(24))
+
+
+def _b64(data: bytes) -> str:
+    import base64
+
+    return base64.b64encode(data).decode()
+
+
+def _dev_secret(path: Path, make) -> str:  # type: ignore[no-untyped-def]
+    """Read a generated dev secret, creating it 0600 on first use (race-safe via O_EXCL)."""
+    import os
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path.read_text().strip()
+    with os.fdopen(fd, "w") as handle:
+        value = make()
+        handle.write(value)
+    return value
+
+
+def load() -> Settings:
+    return Settings()
+
+

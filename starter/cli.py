@@ -1,0 +1,241 @@
+"""`herald`: the command line for developers and operators.
+
+Every command has `--help`; commands that print data take `--json`; errors go to stderr
+with a non-zero exit code; operator commands record `--operator` and `--reason`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import sys
+from collections.abc import Callable, Coroutine
+from dataclasses import asdict, is_dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import settings as settings_module
+
+
+class CliError(Exception):
+    """A problem the user can fix; printed without a traceback."""
+
+
+def _print(value: Any, as_json: bool, render: Callable[[Any], str] | None = None) -> None:
+    if as_json:
+        print(json.dumps(asdict(value) if is_dataclass(value) else value, indent=2, default=str))
+    else:
+        print(render(value) if render else value)
+
+
+async def _client(cfg: settings_module.Settings):  # type: ignore[no-untyped-def]
+    from starter.client import HeraldClient
+    from starter.stack import read_running
+
+    running = read_running(cfg)
+    if running is not None:
+        cfg.temporal_address = cfg.temporal_address or running.temporal
+        cfg.database_url = cfg.database_url or running.postgres
+    return await HeraldClient.connect(cfg)
+
+
+# --- commands ---------------------------------------------------------------------------
+
+
+async def cmd_dev(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
+    from starter.stack import AlreadyRunning, DevStack
+
+    stack = DevStack(cfg, temporal_ui=not args.headless)
+    try:
+        addresses = await stack.start()
+    except AlreadyRunning as err:
+        raise CliError(str(err)) from err
+    print("Herald dev stack is up (Ctrl-C to stop):")
+    print(addresses.table())
+    sys.stdout.flush()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        while not stop.is_set():
+            if stack.worker is not None and not stack.worker.is_alive():
+                print("herald: the worker exited; see worker.log", file=sys.stderr)
+                break
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=1.0)
+            except TimeoutError:
+                pass
+    finally:
+        print("stopping...")
+        await stack.stop()
+    return 0
+
+
+async def cmd_demo(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
+    from starter.demo import run_demo
+
+    return await run_demo(cfg, args.scenario, as_json=args.json)
+
+
+async def cmd_show(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
+    from ledger import repository as repo
+    from ledger import timeline
+
+    client = await _client(cfg)
+    try:
+        doc = await asyncio.to_thread(client.timeline, args.intent)
+    except repo.NotFound as err:
+        raise CliError(str(err)) from err
+    _print(doc, args.json, timeline.render)
+    return 0
+
+
+async def cmd_send(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
+    from domain.requests import NotificationRequest
+    from ledger.intake import InvalidRequest
+
+    variables = json.loads(args.vars) if args.vars else {}
+    request = NotificationRequest(
+        business_key=args.key, recipient_ref=args.recipient, template_key=args.template,
+        category=args.category, phone=args.phone, email=args.email,
+        channels=tuple(args.channels.split(",")) if args.channels else (), mode=args.mode,
+        variables=variables, locale=args.locale,
+        send_at=datetime.fromisoformat(args.send_at) if args.send_at else None,
+    )
+    client = await _client(cfg)
+    try:
+        ref = await client.notify(request)
+    except InvalidRequest as err:
+        raise CliError(f"invalid request: {err}") from err
+    _print(ref, args.json, lambda r: f"{'existing' if r.existed else 'new'} intent {r.intent_id}"
+                                     f" workflow {r.workflow_id}")
+    return 0
+
+
+async def cmd_cancel(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
+    client = await _client(cfg)
+    result = await client.cancel(args.intent, operator=args.operator, reason=args.reason)
+    _print(result, args.json, lambda r: r.message)
+    return 0
+
+
+async def cmd_approve_resend(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
+    client = await _client(cfg)
+    result = await client.approve_resend(args.intent, channel=args.channel,
+                                         operator=args.operator, reason=args.reason)
+    _print(result, args.json, lambda r: ("accepted: " if r.accepted else "refused: ") + r.message)
+    return 0 if result.accepted else 3
+
+
+async def cmd_consent(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
+    from ledger.models import Consent
+
+    client = await _client(cfg)
+    now = datetime.now(UTC)
+    with client.sessions.begin() as session:
+        row = Consent(recipient_ref=args.recipient, channel=args.channel, purpose=args.purpose,
+                      source=args.source, granted_at=now,
+                      revoked_at=now if args.revoke else None)
+        session.add(row)
+        session.flush()
+        out = {"id": row.id, "recipient_ref": row.recipient_ref, "channel": row.channel,
+               "purpose": row.purpose, "revoked": args.revoke}
+    _print(out, args.json, lambda o: f"consent {o['id']} recorded")
+    return 0
+
+
+async def cmd_migrate(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
+    from sqlalchemy import create_engine
+    from sqlalchemy.orm import sessionmaker
+
+    from ledger import migrate
+    from ledger.templates import seed_packaged
+
+    url = cfg.resolved_database_url()
+    await asyncio.to_thread(migrate.upgrade, url)
+    with sessionmaker(create_engine(url)).begin() as session:
+        seed_packaged(session, cfg.policy_name)
+    _print({"migrated": True}, args.json, lambda _: "ledger migrated to head")
+    return 0
+
+
+async def cmd_worker(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
+    import worker
+
+    await worker.main()
+    return 0
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace, settings_module.Settings],
+                             Coroutine[Any, Any, int]]] = {
+    "dev": cmd_dev, "demo": cmd_demo, "show": cmd_show, "send": cmd_send,
+    "cancel": cmd_cancel, "approve-resend": cmd_approve_resend, "consent": cmd_consent,
+    "migrate": cmd_migrate, "worker": cmd_worker,
+}
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="herald", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def add(name: str, help: str, *, json_flag: bool = True) -> argparse.ArgumentParser:
+        sp = sub.add_parser(name, help=help, description=help)
+        if json_flag:
+            sp.add_argument("--json", action="store_true", help="print JSON")
+        return sp
+
+    dev = add("dev", "run the embedded stack until Ctrl-C or SIGTERM", json_flag=False)
+    dev.add_argument("--headless", action="store_true", help="no Temporal Web UI")
+    demo = add("demo", "run a demo scenario end to end (all of them without an argument)")
+    demo.add_argument("scenario", nargs="?", default=None)
+    show = add("show", "an intent's timeline from the ledger")
+    show.add_argument("intent", help="intent id or business key")
+    send = add("send", "record an intent and start its workflow")
+    send.add_argument("--key", required=True, help="business key, e.g. order-created:o-77")
+    send.add_argument("--recipient", required=True, help="the app's recipient id")
+    send.add_argument("--template", required=True)
+    send.add_argument("--category", default="transactional")
+    send.add_argument("--phone")
+    send.add_argument("--email")
+    send.add_argument("--channels", help="comma-separated order, e.g. sms,email")
+    send.add_argument("--mode", default="fallback", choices=["fallback", "all"])
+    send.add_argument("--vars", help="template variables as a JSON object")
+    send.add_argument("--locale", default="en")
+    send.add_argument("--send-at", help="ISO 8601 with timezone")
+    for name, help in (("cancel", "close an intent's future work (nothing sent is recalled)"),
+                       ("approve-resend", "approve a new attempt after a retryable failure")):
+        sp = add(name, help)
+        sp.add_argument("intent", help="intent id or business key")
+        sp.add_argument("--operator", required=True)
+        sp.add_argument("--reason", required=True)
+        if name == "approve-resend":
+            sp.add_argument("--channel", default="sms", choices=["sms", "email"])
+    consent = add("consent", "record (or revoke) consent evidence for a recipient")
+    consent.add_argument("recipient")
+    consent.add_argument("--channel", required=True, choices=["sms", "email", "*"])
+    consent.add_argument("--purpose", default="service")
+    consent.add_argument("--source", default="cli")
+    consent.add_argument("--revoke", action="store_true")
+    add("migrate", "apply ledger migrations and load packaged policies and templates")
+    add("worker", "run a Temporal worker (workflows, ledger, SMS and email activities)",
+        json_flag=False)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        cfg = settings_module.load()
+        return asyncio.run(COMMANDS[args.command](args, cfg))
+    except CliError as err:
+        print(f"herald {args.command}: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,182 @@
+"""What apps and operators use: record an intent and start its workflow, cancel, resend.
+
+    herald = await HeraldClient.connect()
+    ref = await herald.notify(NotificationRequest(business_key="class-opening:c-9081:m-1842",
+                                                  recipient_ref="m-1842", phone="+1...",
+                                                  template_key="class-opening"))
+
+`record(session, request)` joins the app's own SQLAlchemy transaction instead, so the
+notification commits or rolls back with the business change; the outbox relay starts it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import create_engine
+from sqlalchemy.orm import Session, sessionmaker
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError
+
+import settings as settings_module
+from activities.contracts import (
+    CancelRequest,
+    CancelResult,
+    NotificationInput,
+    Projection,
+    ResendRequest,
+    ResendResult,
+)
+from domain.requests import NotificationRequest
+from ledger import intake, timeline
+from ledger import repository as repo
+from ledger.crypto import FieldCipher
+from workflows.notification import NotificationWorkflow
+
+
+@dataclass(frozen=True)
+class IntentRef:
+    intent_id: str
+    workflow_id: str
+    business_key: str
+    existed: bool
+    """True when the business key was already recorded: the existing intent is returned."""
+
+
+class HeraldClient:
+    def __init__(self, temporal: Client, sessions: sessionmaker[Session], cipher: FieldCipher,
+                 *, task_queue: str = "herald", retention_days: int = 30) -> None:
+        self.temporal = temporal
+        self.sessions = sessions
+        self._cipher = cipher
+        self._task_queue = task_queue
+        self._retention_days = retention_days
+
+    @classmethod
+    async def connect(cls, cfg: settings_module.Settings | None = None) -> HeraldClient:
+        cfg = cfg or settings_module.load()
+        temporal = await Client.connect(cfg.temporal_target, namespace=cfg.temporal_namespace)
+        engine = create_engine(cfg.resolved_database_url(), pool_pre_ping=True)
+        return cls(temporal, sessionmaker(engine, expire_on_commit=False),
+                   FieldCipher(cfg.resolved_data_keys()), task_queue=cfg.task_queue,
+                   retention_days=cfg.pii_retention_days)
+
+    # --- apps ------------------------------------------------------------------------
+
+    def record(self, session: Session, request: NotificationRequest) -> IntentRef:
+        """Add the intent and its outbox row to the caller's transaction (no commit here)."""
+        fields = intake.validate(session, request, self._cipher, now=datetime.now(UTC),
+                                 retention_days=self._retention_days)
+        recorded = repo.record_intent(session, fields)
+        return IntentRef(recorded.intent_id, recorded.workflow_id, recorded.business_key,
+                         existed=not recorded.created)
+
+    async def notify(self, request: NotificationRequest) -> IntentRef:
+        """Record the intent in its own transaction, then start its workflow at once.
+
+        A crash between the two is healed by the outbox relay; a second call with the same
+        business key returns the existing intent and starts nothing new.
+        """
+        def work() -> IntentRef:
+            with self.sessions.begin() as session:
+                return self.record(session, request)
+
+        ref = await asyncio.to_thread(work)
+        await self.start(ref.intent_id, ref.workflow_id)
+        return ref
+
+    async def start(self, intent_id: str, workflow_id: str) -> None:
+        """Start (or find) the intent's workflow and mark its outbox row started."""
+        try:
+            await self.temporal.start_workflow(
+                NotificationWorkflow.run, NotificationInput(intent_id), id=workflow_id,
+                task_queue=self._task_queue,
+                # The running one is returned; a closed one is never run again, so the
+                # ledger's one-intent-per-key and Temporal's one-run-per-id agree.
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            )
+        except WorkflowAlreadyStartedError:
+            pass
+
+        def mark() -> None:
+            with self.sessions.begin() as session:
+                repo.mark_outbox_started(session, intent_id, datetime.now(UTC))
+
+        await asyncio.to_thread(mark)
+
+    def lookup_hmac(self, normalized_destination: str) -> str:
+        return self._cipher.lookup_hmac(normalized_destination)
+
+    # --- operators -------------------------------------------------------------------
+
+    def _resolve(self, id_or_key: str) -> tuple[str, str]:
+        with self.sessions() as session:
+            intent = repo.get_intent(session, id_or_key)
+            return intent.id, intent.workflow_id
+
+    async def _handle(self, id_or_key: str) -> tuple[str, WorkflowHandle[Any, Any], bool]:
+        intent_id, workflow_id = await asyncio.to_thread(self._resolve, id_or_key)
+        handle = self.temporal.get_workflow_handle(workflow_id)
+        try:
+            desc = await handle.describe()
+            running = desc.status == WorkflowExecutionStatus.RUNNING
+        except RPCError:
+            running = False
+        return intent_id, handle, running
+
+    async def cancel(self, id_or_key: str, *, operator: str, reason: str) -> CancelResult:
+        intent_id, handle, running = await self._handle(id_or_key)
+        if running:
+            return await handle.execute_update(NotificationWorkflow.cancel_update,
+                                               CancelRequest(operator, reason))
+        # The workflow has finished: nothing is pending, and nothing already sent is recalled.
+        message = "the intent had already finished; nothing pending to close, nothing recalled"
+        await self._record_action(intent_id, "cancel", operator, reason, "accepted",
+                                  {"note": message})
+        return CancelResult(True, [], [], message)
+
+    async def approve_resend(self, id_or_key: str, *, channel: str, operator: str,
+                             reason: str) -> ResendResult:
+        intent_id, handle, running = await self._handle(id_or_key)
+        if not running:
+            refusal = "the intent's workflow has finished; record a new intent instead"
+        else:
+            try:
+                return await handle.execute_update(NotificationWorkflow.approve_resend_update,
+                                                   ResendRequest(channel, operator, reason))
+            except WorkflowUpdateFailedError as err:
+                refusal = str(err.cause.message if hasattr(err.cause, "message") else err.cause)
+        await self._record_action(intent_id, "approve-resend", operator, reason, "refused",
+                                  {"why": refusal, "channel": channel})
+        return ResendResult(False, refusal)
+
+    async def status(self, id_or_key: str) -> Projection | dict[str, Any]:
+        _, handle, running = await self._handle(id_or_key)
+        if running:
+            return await handle.query(NotificationWorkflow.projection)
+        return (await asyncio.to_thread(self.timeline, id_or_key))["intent"]
+
+    def timeline(self, id_or_key: str) -> dict[str, Any]:
+        with self.sessions() as session:
+            return timeline.timeline(session, id_or_key)
+
+    async def _record_action(self, intent_id: str, action: str, operator: str, reason: str,
+                             outcome: str, detail: dict[str, str]) -> None:
+        def work() -> None:
+            with self.sessions.begin() as session:
+                repo.record_operator_action(session, intent_id=intent_id, action=action,
+                                            operator=operator, reason=reason, outcome=outcome,
+                                            at=datetime.now(UTC), detail=detail)
+
+        await asyncio.to_thread(work)

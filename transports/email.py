@@ -1,0 +1,296 @@
+"""Email over SMTP (aiosmtplib), MIME built with the standard library.
+
+Like the SMS adapter, it reports facts: accepted (``250``, with the time and the relay's
+answer), permanent (``5xx``, or a message over the size limit), transient (``4xx``, or
+nothing could be sent), or ambiguous (the connection died or timed out after the message
+content started to go out: the relay may have queued it). Addresses, subjects and bodies
+are never logged.
+
+The ``Message-ID`` is derived from the attempt token: ``<sha256(token)[:32]@herald>``
+(the domain is configurable), so every try of the same attempt carries the same id and
+receivers and the ledger can recognise a repeat.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from email.message import EmailMessage
+from email.policy import SMTP as SMTP_POLICY
+from email.utils import format_datetime, parseaddr
+
+import aiosmtplib
+from aiosmtplib import errors as smtp_errors
+
+from transports.artifacts import ArtifactRef, ArtifactStore
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MESSAGE_ID_DOMAIN = "herald"
+
+
+def message_id_for(token: str, domain: str = DEFAULT_MESSAGE_ID_DOMAIN) -> str:
+    """The Message-ID of an attempt: ``<`` + first 32 hex of SHA-256(token) + ``@domain>``."""
+    return f"<{hashlib.sha256(token.encode()).hexdigest()[:32]}@{domain}>"
+
+
+@dataclass(frozen=True)
+class EmailAttachment:
+    """One attachment, already resolved to bytes."""
+
+    filename: str
+    media_type: str
+    """``maintype/subtype``, e.g. ``application/pdf``."""
+    content: bytes
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.content).hexdigest()
+
+    @classmethod
+    def from_artifact(cls, store: ArtifactStore, ref: ArtifactRef) -> EmailAttachment:
+        """Resolve an artifact reference; raises ``ArtifactMismatch`` if the file changed.
+
+        Call this (in a thread) before :meth:`SmtpEmail.send`, so a tampered file is
+        refused before any SMTP connection is opened.
+        """
+        return cls(ref.filename, ref.media_type, store.read_verified(ref))
+
+
+@dataclass(frozen=True)
+class EmailMessageSpec:
+    """One outbound email, as the adapter sends it."""
+
+    token: str
+    """The attempt's idempotency token; the Message-ID is derived from it."""
+    to: str
+    """Recipient address (``addr`` or ``Name <addr>``). Never logged."""
+    sender: str
+    """``From`` (``addr`` or ``Name <addr>``); its address is also the envelope sender."""
+    subject: str
+    text: str
+    """The plain-text body."""
+    attachments: Sequence[EmailAttachment] = ()
+    unsubscribe_url: str | None = None
+    """Set for subscription-like categories: adds RFC 8058 one-click unsubscribe headers."""
+    max_bytes: int = 10_000_000
+    """Refuse (permanently) a message whose encoded size exceeds this."""
+    html: str | None = None
+    """An optional HTML alternative to ``text``."""
+    reply_to: str | None = None
+    date: datetime | None = None
+    """The ``Date`` header; now, if not given."""
+    extra_headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EmailSubmitted:
+    """The relay answered 250 to the message content."""
+
+    message_id: str
+    accepted_at: datetime
+    """When the 250 arrived (UTC). Accepted by the relay, not read by anyone."""
+    response: str = ""
+    """The relay's answer text (often carries its queue id)."""
+    size: int = 0
+    """Encoded size in bytes."""
+
+
+@dataclass(frozen=True)
+class DkimConfig:
+    """DKIM signing settings (not implemented yet: see :class:`SmtpEmail`)."""
+
+    domain: str
+    selector: str
+    private_key_pem: bytes
+    headers: tuple[str, ...] = (
+        "From",
+        "To",
+        "Subject",
+        "Date",
+        "Message-ID",
+        "List-Unsubscribe",
+        "List-Unsubscribe-Post",
+    )
+
+
+class EmailError(Exception):
+    kind = "error"
+
+    def __init__(self, reason: str, code: int | None = None) -> None:
+        super().__init__(reason, code)
+        self.reason = reason
+        self.code = code
+        """The SMTP reply code, when there was one."""
+
+    def __str__(self) -> str:
+        code = f" [{self.code}]" if self.code else ""
+        return f"{self.kind}{code}: {self.reason}"
+
+
+class EmailPermanentError(EmailError):
+    """Refused and will be refused again (5xx, too large, malformed address)."""
+
+    kind = "permanent"
+
+
+class EmailTransientError(EmailError):
+    """Not accepted, nothing was queued: may be sent again later (4xx, connect failure)."""
+
+    kind = "transient"
+
+
+class EmailAmbiguousError(EmailError):
+    """The connection failed after the content started to go out: the relay may have it."""
+
+    kind = "ambiguous"
+
+
+def build_message(
+    spec: EmailMessageSpec, *, message_id_domain: str = DEFAULT_MESSAGE_ID_DOMAIN
+) -> EmailMessage:
+    """The MIME message for ``spec`` (no size check; :meth:`SmtpEmail.send` does that)."""
+    msg = EmailMessage()
+    msg["From"] = spec.sender
+    msg["To"] = spec.to
+    msg["Subject"] = spec.subject
+    msg["Date"] = format_datetime(spec.date or datetime.now(UTC))
+    msg["Message-ID"] = message_id_for(spec.token, message_id_domain)
+    # RFC 3834: tells auto-responders (vacation replies) not to answer a notification.
+    msg["Auto-Submitted"] = "auto-generated"
+    if spec.reply_to:
+        msg["Reply-To"] = spec.reply_to
+    if spec.unsubscribe_url:
+        msg["List-Unsubscribe"] = f"<{spec.unsubscribe_url}>"
+        msg["List-Unsubscribe-Post"] = "List-Unsubscribe=One-Click"
+    for name, value in spec.extra_headers.items():
+        msg[name] = value
+    msg.set_content(spec.text)
+    if spec.html is not None:
+        msg.add_alternative(spec.html, subtype="html")
+    for attachment in spec.attachments:
+        maintype, _, subtype = attachment.media_type.partition("/")
+        msg.add_attachment(
+            attachment.content,
+            maintype=maintype or "application",
+            subtype=subtype or "octet-stream",
+            filename=attachment.filename,
+        )
+    return msg
+
+
+def _address(value: str) -> str:
+    return parseaddr(value)[1]
+
+
+def _by_code(phase: str, exc: smtp_errors.SMTPResponseException) -> EmailError:
+    code = exc.code
+    reason = f"{phase}: relay answered {code}"
+    if 400 <= code < 500:
+        return EmailTransientError(reason, code)
+    return EmailPermanentError(reason, code)
+
+
+class SmtpEmail:
+    """Sends one message per connection through an SMTP relay."""
+
+    def __init__(
+        self,
+        *,
+        host: str,
+        port: int,
+        starttls: bool = False,
+        username: str | None = None,
+        password: str | None = None,
+        timeout: float = 10,
+        dkim: DkimConfig | None = None,
+        message_id_domain: str = DEFAULT_MESSAGE_ID_DOMAIN,
+        use_tls: bool = False,
+    ) -> None:
+        """Args:
+        host, port: the relay.
+        starttls: require STARTTLS (``False`` sends in clear, for a local sink).
+        username, password: AUTH credentials, if the relay wants them.
+        timeout: seconds for the connection and for each command's answer.
+        dkim: DKIM signing; not implemented (raises ``NotImplementedError``).
+        message_id_domain: the right-hand side of derived Message-IDs.
+        use_tls: implicit TLS (port 465) instead of STARTTLS.
+        """
+        if dkim is not None:
+            raise NotImplementedError(
+                "DKIM signing is not implemented: it needs the `dkimpy` package, which is "
+                "not a Herald dependency. Sign at the relay (most providers do), or add "
+                "dkimpy to pyproject.toml and implement SmtpEmail._sign."
+            )
+        self.host = host
+        self.port = port
+        self.starttls = starttls
+        self.use_tls = use_tls
+        self.username = username
+        self.password = password
+        self.timeout = timeout
+        self.message_id_domain = message_id_domain
+
+    async def send(self, spec: EmailMessageSpec) -> EmailSubmitted:
+        msg = build_message(spec, message_id_domain=self.message_id_domain)
+        raw = msg.as_bytes(policy=SMTP_POLICY)
+        message_id = msg["Message-ID"]
+        if len(raw) > spec.max_bytes:
+            raise EmailPermanentError(
+                f"message is {len(raw)} bytes encoded, over the {spec.max_bytes}-byte limit "
+                f"({len(spec.attachments)} attachment(s)); not sent"
+            )
+        sender, recipient = _address(spec.sender), _address(spec.to)
+        if not sender or not recipient:
+            raise EmailPermanentError("sender or recipient is not an email address")
+
+        smtp = aiosmtplib.SMTP(
+            hostname=self.host,
+            port=self.port,
+            timeout=self.timeout,
+            use_tls=self.use_tls,
+            start_tls=self.starttls if not self.use_tls else False,
+            username=self.username,
+            password=self.password,
+        )
+        try:
+            await smtp.connect()
+        except smtp_errors.SMTPResponseException as exc:
+            raise _by_code("connect", exc) from exc
+        except (smtp_errors.SMTPException, OSError) as exc:
+            raise EmailTransientError(f"connect: {type(exc).__name__}") from exc
+
+        phase = "MAIL FROM"
+        try:
+            await smtp.mail(sender)
+            phase = "RCPT TO"
+            await smtp.rcpt(recipient)
+            phase = "DATA"
+            response = await smtp.data(raw)
+        except smtp_errors.SMTPResponseException as exc:
+            raise _by_code(phase, exc) from exc
+        except (smtp_errors.SMTPException, OSError) as exc:
+            if phase == "DATA":
+                # The content may have reached the relay and been queued before we lost it.
+                raise EmailAmbiguousError(
+                    f"DATA: {type(exc).__name__} before the relay's answer; it may have "
+                    "accepted the message"
+                ) from exc
+            raise EmailTransientError(f"{phase}: {type(exc).__name__}") from exc
+        finally:
+            if smtp.is_connected:
+                try:
+                    await smtp.quit()
+                except (smtp_errors.SMTPException, OSError):
+                    smtp.close()
+        accepted_at = datetime.now(UTC)
+        log.info("email accepted message_id=%s size=%d", message_id, len(raw))
+        return EmailSubmitted(
+            message_id=message_id,
+            accepted_at=accepted_at,
+            response=f"{response.code} {response.message}",
+            size=len(raw),
+        )

@@ -1,0 +1,163 @@
+"""The generic SMS port: what any SMS provider adapter offers, and the facts it returns.
+
+An adapter reports what happened and nothing more. It never retries, never falls back
+and never decides whether a failure is worth another attempt; it says which of three
+things is true:
+
+- the provider refused the request and will refuse it again (:class:`SmsPermanentError`);
+- nothing was processed and the same request may be sent later (:class:`SmsTransientError`);
+- the request may have been processed and nobody knows (:class:`SmsAmbiguousError`):
+  reconcile with :meth:`SmsTransport.find` before sending anything again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class SmsMessage:
+    """One outbound SMS, as the adapter sends it."""
+
+    token: str
+    """The attempt's idempotency token. Twilio has no idempotency key on create, so the
+    adapter does not send it; the caller puts it in ``status_callback`` (``?token=...``)
+    so receipts carry it back."""
+    to: str
+    """Destination in E.164 form. Never logged."""
+    body: str
+    """The text. Never logged."""
+    sender: str
+    """A ``From`` number or alphanumeric sender id. Ignored when the adapter is configured
+    with a Messaging Service (its ``MessagingServiceSid`` is sent instead)."""
+    status_callback: str | None
+    """Full public URL the provider POSTs receipts to, or ``None`` for no receipts."""
+    validity_seconds: int | None = None
+    """``ValidityPeriod``: how long the provider may keep it queued (Twilio: at most 36,000)."""
+    send_at: datetime | None = None
+    """Provider-side scheduling (``ScheduleType=fixed`` + ``SendAt``). Twilio needs a
+    Messaging Service and a time at least 15 minutes ahead; the simulator checks neither."""
+
+
+@dataclass(frozen=True)
+class SmsSubmitted:
+    """The provider accepted the request: the message exists remotely."""
+
+    remote_id: str
+    """The provider's message id (Twilio: ``SM`` + 32 hex)."""
+    raw_status: str
+    """Status word as the provider said it (``queued``, ``accepted``, ``scheduled``)."""
+    provider_at: datetime | None
+    """The provider's creation time (timezone-aware UTC), when it said one."""
+    segments: int | None
+    """Number of billed segments, when known at creation."""
+
+
+@dataclass(frozen=True)
+class ProviderStatus:
+    """One observation of a remote message, from a fetch, a list or a cancel."""
+
+    remote_id: str
+    raw_status: str
+    """Status word as the provider said it; normalize with
+    ``domain.states.normalize_provider_status``."""
+    error_code: str | None
+    """The provider's error code for failed/undelivered messages (e.g. ``"30003"``)."""
+    provider_at: datetime | None
+    """When the provider last changed the message (``date_updated``), timezone-aware UTC."""
+    sent_at: datetime | None = None
+    """``date_sent``: when the provider handed it to a carrier; ``None`` while queued."""
+    created_at: datetime | None = None
+    """``date_created``: when the provider accepted it."""
+    body_sha256: str | None = None
+    """SHA-256 (hex) of the body the provider holds; how reconciliation recognizes ours."""
+    segments: int | None = None
+
+
+class SmsError(Exception):
+    """A provider interaction did not produce a result. Never carries a number or a body."""
+
+    kind = "error"
+
+    def __init__(
+        self,
+        reason: str,
+        code: str | None = None,
+        *,
+        http_status: int | None = None,
+    ) -> None:
+        super().__init__(reason, code)
+        self.reason = reason
+        """Why, in a sentence; safe to log (phone numbers are redacted)."""
+        self.code = code
+        """The provider's error code (``"21211"``) or a transport code (``"timeout"``)."""
+        self.http_status = http_status
+
+    def __str__(self) -> str:
+        code = f" [{self.code}]" if self.code else ""
+        status = f" (HTTP {self.http_status})" if self.http_status else ""
+        return f"{self.kind}{code}{status}: {self.reason}"
+
+
+class SmsPermanentError(SmsError):
+    """The provider refused it and will refuse the same request again (bad number, STOP)."""
+
+    kind = "permanent"
+
+
+class SmsTransientError(SmsError):
+    """Nothing was processed; the same request may be sent later (429, connect failure)."""
+
+    kind = "transient"
+
+    def __init__(
+        self,
+        reason: str,
+        code: str | None = None,
+        *,
+        http_status: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(reason, code, http_status=http_status)
+        self.retry_after = retry_after
+        """Seconds the provider asked us to wait (from ``Retry-After``), if it said."""
+
+
+class SmsAmbiguousError(SmsError):
+    """The request may have been processed (read timeout or reset after sending it).
+
+    Record the attempt as ``unknown`` and reconcile with :meth:`SmsTransport.find`
+    before any new request is made.
+    """
+
+    kind = "ambiguous"
+
+
+@runtime_checkable
+class SmsTransport(Protocol):
+    """The port every SMS provider adapter implements."""
+
+    async def submit(self, msg: SmsMessage) -> SmsSubmitted:
+        """Send one message. Raises one of the three :class:`SmsError` kinds."""
+        ...
+
+    async def status(self, remote_id: str) -> ProviderStatus:
+        """Fetch the provider's current view of one message."""
+        ...
+
+    async def find(
+        self,
+        *,
+        to: str,
+        sent_after: datetime,
+        sent_before: datetime,
+        body_sha256: str,
+    ) -> list[ProviderStatus]:
+        """Reconciliation: messages to ``to`` in the window whose body hashes to ``body_sha256``."""
+        ...
+
+    async def cancel(self, remote_id: str) -> ProviderStatus:
+        """Ask the provider to cancel a message it has not sent yet (a scheduled one)."""
+        ...

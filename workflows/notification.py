@@ -1,0 +1,424 @@
+"""NotificationWorkflow: the whole life of one notification intent, deterministic.
+
+It carries ids only. Every decision comes from `domain`; every side effect is an
+activity that acts on the ledger or a transport and returns a fact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy, SearchAttributeKey, SearchAttributePair
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from activities.contracts import (
+        AuthorizeInput,
+        AuthorizeResult,
+        CancelRequest,
+        CancelResult,
+        ChannelResult,
+        IntentFacts,
+        LoadIntentInput,
+        NotificationInput,
+        NotificationResult,
+        OperatorActionInput,
+        PollInput,
+        PollOutcome,
+        Projection,
+        ReceiptSignal,
+        ResendRequest,
+        ResendResult,
+        SubmitInput,
+        SubmitOutcome,
+        VerdictInput,
+    )
+    from domain import clocks, intents, states
+    from domain.policy import Outcome
+    from domain.states import AttemptState
+
+STATE = SearchAttributeKey.for_keyword("HeraldState")
+CHANNEL = SearchAttributeKey.for_keyword("HeraldChannel")
+REGION = SearchAttributeKey.for_keyword("HeraldRegion")
+EVENT_TYPE = SearchAttributeKey.for_keyword("HeraldEventType")
+SEARCH_ATTRIBUTES = {"HeraldState": "Keyword", "HeraldChannel": "Keyword",
+                     "HeraldRegion": "Keyword", "HeraldEventType": "Keyword"}
+
+# Activity names, so tests can fake them by name and the worker registers the same.
+LOAD_INTENT = "load_intent"
+AUTHORIZE = "authorize"
+SUBMIT_SMS = "submit_sms"
+POLL_SMS = "poll_sms"
+SEND_EMAIL = "send_email"
+RECORD_VERDICT = "record_verdict"
+RECORD_OPERATOR_ACTION = "record_operator_action"
+
+LEDGER_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
+PERMANENT_ERRORS = ["PermanentProviderError", "InvalidDestination", "TemplateError",
+                    "ArtifactMismatch", "NotFound"]
+
+
+def _sms_queue() -> str:
+    # Send and poll run on the per-route queue whose rate the server enforces for the fleet.
+    return workflow.info().task_queue + "-sms"
+
+
+@workflow.defn
+class NotificationWorkflow:
+    def __init__(self) -> None:
+        self._facts: IntentFacts | None = None
+        self._phase = "starting"
+        self._cancelled = False
+        self._cancel_reason = ""
+        self._attempt_states: dict[str, str] = {}
+        self._results: dict[str, ChannelResult] = {}
+        self._in_flight: set[str] = set()
+        self._resend: ResendRequest | None = None
+
+    # --- messages ------------------------------------------------------------------
+
+    @workflow.signal
+    def receipt(self, signal: ReceiptSignal) -> None:
+        """A receipt recorded by the ingress; signals may repeat, `apply` makes them idempotent."""
+        self._observe(signal.attempt_token, signal.state)
+
+    @workflow.signal(name="cancel")
+    async def cancel_signal(self, request: CancelRequest) -> None:
+        await self._cancel(request)
+
+    @workflow.update(name="cancel_update")
+    async def cancel_update(self, request: CancelRequest) -> CancelResult:
+        return await self._cancel(request)
+
+    @workflow.signal(name="approve_resend")
+    async def approve_resend_signal(self, request: ResendRequest) -> None:
+        refusal = self._resend_refusal(request)
+        if refusal:
+            await self._record_action("approve-resend", request.operator, request.reason,
+                                      "refused", {"why": refusal})
+            return
+        await self._accept_resend(request)
+
+    @workflow.update(name="approve_resend_update")
+    async def approve_resend_update(self, request: ResendRequest) -> ResendResult:
+        return await self._accept_resend(request)
+
+    @approve_resend_update.validator
+    def _validate_resend(self, request: ResendRequest) -> None:
+        refusal = self._resend_refusal(request)
+        if refusal:
+            raise ValueError(refusal)
+
+    @workflow.query
+    def projection(self) -> Projection:
+        return Projection(
+            intent_id=self._facts.intent_id if self._facts else "",
+            phase=self._phase,
+            cancelled=self._cancelled,
+            channels=list(self._results.values()),
+            attempt_states=dict(self._attempt_states),
+        )
+
+    # --- the run -------------------------------------------------------------------
+
+    @workflow.run
+    async def run(self, input: NotificationInput) -> NotificationResult:
+        facts = await workflow.execute_activity(
+            LOAD_INTENT, LoadIntentInput(input.intent_id), result_type=IntentFacts,
+            start_to_close_timeout=timedelta(seconds=30), retry_policy=LEDGER_RETRY,
+        )
+        self._facts = facts
+        self._cancelled = self._cancelled or facts.cancelled
+        workflow.upsert_search_attributes([
+            SearchAttributePair(REGION, facts.region),
+            SearchAttributePair(EVENT_TYPE, facts.event_type),
+            SearchAttributePair(CHANNEL, facts.channels[0] if facts.channels else "none"),
+        ])
+
+        if facts.send_at is not None and facts.send_at > workflow.now():
+            self._set_phase("scheduled")
+            await self._wait(facts.send_at)
+        if self._cancelled:
+            return await self._finish("cancelled before send-at; no attempt was made")
+
+        if facts.mode == "all":
+            await asyncio.gather(*(self._run_channel(ch) for ch in facts.channels))
+        else:
+            for index, channel in enumerate(facts.channels):
+                result = await self._run_channel(channel)
+                if not self._should_fall_back(result, more=index + 1 < len(facts.channels)):
+                    break
+        # An operator may still approve a resend after a retryable failure.
+        await self._resend_window()
+        return await self._finish("")
+
+    async def _run_channel(self, channel: str) -> ChannelResult:
+        facts = self._require_facts()
+        number = 1
+        while True:
+            result = await self._attempt(channel, number)
+            self._results[channel] = result
+            if self._resend is not None and self._resend.channel == channel:
+                self._resend = None
+                number += 1
+                continue
+            return result
+
+    async def _attempt(self, channel: str, number: int) -> ChannelResult:
+        facts = self._require_facts()
+        self._set_phase(f"authorizing:{channel}")
+        workflow.upsert_search_attributes([SearchAttributePair(CHANNEL, channel)])
+        while True:
+            if self._cancelled:
+                return ChannelResult(channel, "cancelled", self._cancel_reason or "cancelled",
+                                     attempts=number - 1)
+            if self._expired():
+                return ChannelResult(channel, "expired", "the business expiry passed",
+                                     attempts=number - 1)
+            auth = await workflow.execute_activity(
+                AUTHORIZE, AuthorizeInput(facts.intent_id, channel, number),
+                result_type=AuthorizeResult, start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=RetryPolicy(
+                    initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30),
+                    non_retryable_error_types=PERMANENT_ERRORS,
+                ),
+            )
+            if auth.outcome == "deny":
+                return ChannelResult(channel, "denied", auth.reason, attempts=number - 1,
+                                     policy_version=auth.policy_version, rule=auth.rule)
+            if auth.outcome == "allow":
+                break
+            # Deferred: backpressure is data. Wait until eligible, bounded by the expiry.
+            self._set_phase(f"deferred:{channel}")
+            until = auth.next_eligible_at or workflow.now() + timedelta(minutes=1)
+            if facts.expires_at is not None:
+                until = min(until, facts.expires_at)
+            await self._wait(until)
+        token = auth.attempt_token
+        assert token is not None
+        self._attempt_states[token] = AttemptState.PREPARED.value
+        base = ChannelResult(channel, AttemptState.PREPARED.value, auth.reason, token,
+                             attempts=number, policy_version=auth.policy_version, rule=auth.rule)
+        self._set_phase(f"submitting:{channel}")
+        self._in_flight.add(token)
+        try:
+            outcome = await self._submit(channel, token, facts)
+        finally:
+            self._in_flight.discard(token)
+        self._observe(token, outcome.state)
+        base.remote_id = outcome.remote_id
+        if outcome.reason:
+            base.reason = outcome.reason
+        if channel == "sms" and not states.is_terminal(AttemptState(self._attempt_states[token])) \
+                and self._attempt_states[token] != AttemptState.UNKNOWN.value:
+            await self._observe_sms(token, facts)
+        base.state = self._attempt_states[token]
+        if base.state == AttemptState.UNKNOWN.value and not base.reason:
+            base.reason = "no final status before the polling horizon"
+        return base
+
+    async def _submit(self, channel: str, token: str, facts: IntentFacts) -> SubmitOutcome:
+        activity = SUBMIT_SMS if channel == "sms" else SEND_EMAIL
+        try:
+            return await workflow.execute_activity(
+                activity, SubmitInput(token), result_type=SubmitOutcome,
+                task_queue=_sms_queue() if channel == "sms" else None,
+                start_to_close_timeout=timedelta(seconds=30),
+                schedule_to_close_timeout=timedelta(seconds=facts.submit_window_seconds),
+                retry_policy=RetryPolicy(
+                    initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=60),
+                    non_retryable_error_types=PERMANENT_ERRORS,
+                ),
+            )
+        except ActivityError as err:
+            cause = err.cause
+            if isinstance(cause, ApplicationError) and cause.type in PERMANENT_ERRORS:
+                code = str(cause.details[0]) if cause.details else None
+                return SubmitOutcome(AttemptState.FAILED.value, error_code=code,
+                                     reason=cause.message)
+            # The transport retry window closed with the outcome still open.
+            return SubmitOutcome(AttemptState.UNKNOWN.value,
+                                 reason="transport retry window closed without a final answer")
+
+    async def _observe_sms(self, token: str, facts: IntentFacts) -> None:
+        """Wait for a receipt or poll with jittered backoff until terminal or the horizon.
+
+        In fallback mode the email timer is the same wait: when it fires first, SMS polling
+        stops (late receipts still reach the ledger through the ingress).
+        """
+        self._set_phase("observing:sms")
+        started = workflow.now()
+        horizon = started + timedelta(seconds=facts.poll_horizon_seconds)
+        if facts.mode == "fallback" and "email" in facts.channels[1:]:
+            horizon = min(horizon, started + timedelta(seconds=facts.email_after_seconds))
+        if facts.expires_at is not None:
+            horizon = min(horizon, max(facts.expires_at, started))
+        rand = workflow.random()
+        retry = 0
+        while not self._settled(token) and not self._cancelled:
+            delay = clocks.backoff_delay(retry, initial=facts.poll_initial_seconds,
+                                         maximum=facts.poll_max_seconds, rand=rand.random)
+            wake = min(workflow.now() + timedelta(seconds=delay), horizon)
+            await self._wait(wake, extra=lambda: self._settled(token))
+            if self._settled(token) or self._cancelled:
+                break
+            if workflow.now() >= horizon:
+                if workflow.now() >= started + timedelta(seconds=facts.poll_horizon_seconds):
+                    await self._record_verdict(token, AttemptState.UNKNOWN.value, "horizon",
+                                               "no final status before the polling horizon")
+                return
+            polled = await workflow.execute_activity(
+                POLL_SMS, PollInput(token), result_type=PollOutcome, task_queue=_sms_queue(),
+                start_to_close_timeout=timedelta(seconds=30), retry_policy=LEDGER_RETRY,
+            )
+            self._observe(token, polled.state)
+            retry += 1
+
+    async def _record_verdict(self, token: str, state: str, source: str, reason: str) -> None:
+        await workflow.execute_activity(
+            RECORD_VERDICT, VerdictInput(token, state, source, reason),
+            start_to_close_timeout=timedelta(seconds=30), retry_policy=LEDGER_RETRY,
+        )
+        self._observe(token, state)
+
+    def _should_fall_back(self, result: ChannelResult, *, more: bool) -> bool:
+        if not more or self._cancelled or self._expired():
+            return False
+        if result.state == AttemptState.DELIVERED.value:
+            return False
+        facts = self._require_facts()
+        if result.state in (AttemptState.FAILED.value, AttemptState.UNDELIVERED.value):
+            return facts.email_on_permanent_failure
+        # Denied, deferred past expiry, not delivered within the window, unknown: the next
+        # channel is authorized on its own (an opt-out there denies it with the reason).
+        return True
+
+    async def _resend_window(self) -> None:
+        facts = self._require_facts()
+        if not any(self._resend_refusal(ResendRequest(channel=c)) is None for c in self._results):
+            return
+        self._set_phase("awaiting-operator")
+        until = workflow.now() + timedelta(seconds=facts.resend_window_seconds)
+        if facts.expires_at is not None:
+            until = min(until, facts.expires_at)
+        while until > workflow.now() and not self._cancelled:
+            await self._wait(until, extra=lambda: self._resend is not None)
+            if self._resend is None:
+                return
+            await self._run_channel(self._resend.channel)
+
+    async def _finish(self, reason: str) -> NotificationResult:
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        outcome = self._outcome()
+        self._set_phase("finished")
+        workflow.upsert_search_attributes([SearchAttributePair(STATE, outcome)])
+        return NotificationResult(
+            intent_id=self._require_facts().intent_id, outcome=outcome,
+            channels=list(self._results.values()),
+            reason=reason or "; ".join(f"{r.channel}: {r.state} ({r.reason})"
+                                       for r in self._results.values()),
+        )
+
+    # --- operators -----------------------------------------------------------------
+
+    async def _cancel(self, request: CancelRequest) -> CancelResult:
+        if self._cancelled:
+            return CancelResult(True, message="already cancelled")
+        self._cancelled = True
+        self._cancel_reason = f"cancelled by {request.operator}: {request.reason}".strip(": ")
+        closed = [self._phase]
+        in_flight = sorted(self._in_flight | {
+            t for t, s in self._attempt_states.items()
+            if s in (AttemptState.SUBMITTED.value, AttemptState.SENT.value)
+        })
+        message = "future work closed"
+        if in_flight:
+            message += "; already-submitted messages are not recalled, only no longer followed"
+        await self._record_action("cancel", request.operator, request.reason, "accepted",
+                                  {"closed": ",".join(closed), "in_flight": ",".join(in_flight),
+                                   "note": message})
+        return CancelResult(True, closed, in_flight, message)
+
+    def _resend_refusal(self, request: ResendRequest) -> str | None:
+        if self._cancelled:
+            return "the intent is cancelled"
+        result = self._results.get(request.channel)
+        if result is None or result.attempt_token is None:
+            return f"no finished {request.channel} attempt to resend"
+        if request.channel in {t.split(":")[-2] for t in self._in_flight}:
+            return f"a {request.channel} attempt is still in flight"
+        if result.state in (AttemptState.FAILED.value, AttemptState.UNDELIVERED.value):
+            return None
+        if result.state == AttemptState.UNKNOWN.value and "reconcil" in result.reason:
+            return None
+        return (f"latest {request.channel} attempt is {result.state}; a resend needs a retryable "
+                "failure or a reconciled unknown")
+
+    async def _accept_resend(self, request: ResendRequest) -> ResendResult:
+        result = self._results[request.channel]
+        self._resend = request
+        await self._record_action("approve-resend", request.operator, request.reason, "accepted",
+                                  {"channel": request.channel,
+                                   "after": f"{result.attempt_token}={result.state}"})
+        return ResendResult(True, "a new attempt will be authorized", result.attempts + 1)
+
+    async def _record_action(self, action: str, operator: str, reason: str, outcome: str,
+                             detail: dict[str, str]) -> None:
+        await workflow.execute_activity(
+            RECORD_OPERATOR_ACTION,
+            OperatorActionInput(self._require_facts().intent_id, action, operator, reason,
+                                outcome, detail),
+            start_to_close_timeout=timedelta(seconds=30), retry_policy=LEDGER_RETRY,
+        )
+
+    # --- small pieces --------------------------------------------------------------
+
+    def _observe(self, token: str, state: str) -> None:
+        current = AttemptState(self._attempt_states.get(token, AttemptState.PREPARED.value))
+        transition = states.apply(current, AttemptState(state))
+        if transition.changed:
+            self._attempt_states[token] = transition.state.value
+            channel = token.split(":")[-2]
+            if channel in self._results and self._results[channel].attempt_token == token:
+                self._results[channel].state = transition.state.value
+
+    def _settled(self, token: str) -> bool:
+        return states.is_terminal(AttemptState(self._attempt_states.get(token, "prepared")))
+
+    async def _wait(self, until: datetime, extra=None) -> None:  # type: ignore[no-untyped-def]
+        """Durable wait until `until`, woken early by a cancel (or `extra`)."""
+        remaining = (until - workflow.now()).total_seconds()
+        if remaining <= 0:
+            return
+        try:
+            await workflow.wait_condition(
+                lambda: self._cancelled or (extra is not None and extra()),
+                timeout=timedelta(seconds=remaining),
+            )
+        except asyncio.TimeoutError:
+            pass
+
+    def _expired(self) -> bool:
+        facts = self._require_facts()
+        return facts.expires_at is not None and workflow.now() >= facts.expires_at
+
+    def _set_phase(self, phase: str) -> None:
+        self._phase = phase
+        workflow.upsert_search_attributes([SearchAttributePair(STATE, phase.split(":")[0])])
+
+    def _outcome(self) -> str:
+        results = list(self._results.values())
+        denied = bool(results) and results[-1].state == "denied"
+        return intents.derive_intent_state(
+            attempt_states=[AttemptState(s) for s in self._attempt_states.values()],
+            last_decision=Outcome.DENY if denied else None,
+            cancelled=self._cancelled,
+            expired=any(r.state == "expired" for r in results),
+            scheduled=False,
+        ).value
+
+    def _require_facts(self) -> IntentFacts:
+        assert self._facts is not None
+        return self._facts

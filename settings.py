@@ -21,7 +21,7 @@ class Settings(BaseSettings):
     env: str = "dev"
     """`dev` (embedded defaults, generated secrets) or `production` (secrets required)."""
     data_dir: Path = Path(".herald")
-    """Everything the embedded stack keeps: Temporal SQLite, Postgres data, keys, mail, artifacts."""
+    """Everything the embedded stack keeps: Temporal SQLite, Postgres data, keys, mail."""
 
     database_url: str | None = None
     """Ledger Postgres (SQLAlchemy URL). Unset: the embedded Postgres under `data_dir`."""
@@ -95,7 +95,9 @@ class Settings(BaseSettings):
             return self.data_key.get_secret_value()
         if self.env != "dev":
             raise RuntimeError("HERALD_DATA_KEY is required outside dev; refusing to start")
-        return _dev_secret(self.data_path / "data.key", lambda: "k1:" + _b64(secrets.token_bytes(32)))
+        return _dev_secret(
+            self.data_path / "data.key", lambda: "k1:" + _b64(secrets.token_bytes(32))
+        )
 
     def resolved_operator_token(self) -> str:
         if self.operator_token is not None:
@@ -128,5 +130,3 @@ def _dev_secret(path: Path, make) -> str:  # type: ignore[no-untyped-def]
 
 def load() -> Settings:
     return Settings()
-
-

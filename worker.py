@@ -62,31 +62,54 @@ class Workers:
         await self.http.aclose()
 
 
-def build_workers(client: Client, cfg: settings_module.Settings, *,
-                  task_queue: str | None = None) -> Workers:
+def build_workers(
+    client: Client, cfg: settings_module.Settings, *, task_queue: str | None = None
+) -> Workers:
     queue = task_queue or cfg.task_queue
     engine = create_engine(cfg.resolved_database_url(), pool_size=10, pool_pre_ping=True)
     sessions = sessionmaker(engine, expire_on_commit=False)
     cipher = FieldCipher(cfg.resolved_data_keys())
     http = httpx.AsyncClient()
-    sms = TwilioSms(base_url=cfg.sms_api_url, account_sid=cfg.sms_account_sid,
-                    auth_token=cfg.sms_auth_token.get_secret_value(), client=http)
-    email = SmtpEmail(host=cfg.smtp_host, port=cfg.smtp_port, starttls=cfg.smtp_starttls,
-                      username=cfg.smtp_username,
-                      password=cfg.smtp_password.get_secret_value() if cfg.smtp_password else None)
+    sms = TwilioSms(
+        base_url=cfg.sms_api_url,
+        account_sid=cfg.sms_account_sid,
+        auth_token=cfg.sms_auth_token.get_secret_value(),
+        client=http,
+    )
+    email = SmtpEmail(
+        host=cfg.smtp_host,
+        port=cfg.smtp_port,
+        starttls=cfg.smtp_starttls,
+        username=cfg.smtp_username,
+        password=cfg.smtp_password.get_secret_value() if cfg.smtp_password else None,
+    )
     ledger_acts = LedgerActivities(sessions, cipher, retention_days=cfg.pii_retention_days)
     sms_acts = SmsActivities(sms, sessions, cipher, callback_base_url=cfg.callback_base_url)
-    email_acts = EmailActivities(email, sessions, cipher, ArtifactStore(cfg.data_path / "artifacts"),
-                                 public_base_url=cfg.callback_base_url,
-                                 unsubscribe_secret=cfg.resolved_data_keys())
+    email_acts = EmailActivities(
+        email,
+        sessions,
+        cipher,
+        ArtifactStore(cfg.data_path / "artifacts"),
+        public_base_url=cfg.callback_base_url,
+        unsubscribe_secret=cfg.resolved_data_keys(),
+    )
     main = Worker(
-        client, task_queue=queue, workflows=[NotificationWorkflow],
-        activities=[ledger_acts.load_intent, ledger_acts.authorize, ledger_acts.record_verdict,
-                    ledger_acts.record_operator_action, email_acts.send_email],
-        workflow_runner=sandbox_runner(), graceful_shutdown_timeout=_grace(),
+        client,
+        task_queue=queue,
+        workflows=[NotificationWorkflow],
+        activities=[
+            ledger_acts.load_intent,
+            ledger_acts.authorize,
+            ledger_acts.record_verdict,
+            ledger_acts.record_operator_action,
+            email_acts.send_email,
+        ],
+        workflow_runner=sandbox_runner(),
+        graceful_shutdown_timeout=_grace(),
     )
     sms_worker = Worker(
-        client, task_queue=f"{queue}-sms",
+        client,
+        task_queue=f"{queue}-sms",
         activities=[sms_acts.submit_sms, sms_acts.poll_sms],
         max_task_queue_activities_per_second=cfg.sms_max_per_second,
         max_concurrent_activities=cfg.sms_max_concurrent,

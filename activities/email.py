@@ -50,9 +50,16 @@ def verify_unsubscribe_token(secret: str, value: str) -> str | None:
 
 
 class EmailActivities:
-    def __init__(self, transport: SmtpEmail, sessions: sessionmaker[Session],
-                 cipher: FieldCipher, artifacts: ArtifactStore, *, public_base_url: str,
-                 unsubscribe_secret: str) -> None:
+    def __init__(
+        self,
+        transport: SmtpEmail,
+        sessions: sessionmaker[Session],
+        cipher: FieldCipher,
+        artifacts: ArtifactStore,
+        *,
+        public_base_url: str,
+        unsubscribe_secret: str,
+    ) -> None:
         self._transport = transport
         self._sessions = sessions
         self._cipher = cipher
@@ -75,8 +82,9 @@ class EmailActivities:
             attempt = repo.attempt_by_token(session, token)
             intent = session.get(Intent, attempt.intent_id)
             assert intent is not None
-            artifact = (session.get(Artifact, intent.artifact_sha256)
-                        if intent.artifact_sha256 else None)
+            artifact = (
+                session.get(Artifact, intent.artifact_sha256) if intent.artifact_sha256 else None
+            )
             session.expunge_all()
             return attempt, intent, artifact
 
@@ -84,32 +92,43 @@ class EmailActivities:
         if attempt.state not in (AttemptState.PREPARED.value, AttemptState.UNKNOWN.value):
             return SubmitOutcome(attempt.state, attempt.message_id)
         if attempt.destination_ct is None or attempt.body_ct is None:
-            raise ApplicationError("the attempt's destination or body was purged",
-                                   type="NotFound", non_retryable=True)
+            raise ApplicationError(
+                "the attempt's destination or body was purged", type="NotFound", non_retryable=True
+            )
         attachments: list[EmailAttachment] = []
         if intent.artifact_sha256:
             if artifact is None:
                 await self._fail(token, "artifact_missing", "the artifact is not registered")
-            ref = ArtifactRef(sha256=artifact.sha256, size=artifact.size,
-                              media_type=artifact.media_type, filename=artifact.filename,
-                              location=artifact.location)
+            ref = ArtifactRef(
+                sha256=artifact.sha256,
+                size=artifact.size,
+                media_type=artifact.media_type,
+                filename=artifact.filename,
+                location=artifact.location,
+            )
             try:
                 # Verified before any SMTP connection: a different file is never sent.
-                attachments.append(await asyncio.to_thread(
-                    EmailAttachment.from_artifact, self._artifacts, ref))
+                attachments.append(
+                    await asyncio.to_thread(EmailAttachment.from_artifact, self._artifacts, ref)
+                )
             except ArtifactError as err:
                 await self._fail(token, "artifact_mismatch", str(err), type="ArtifactMismatch")
         spec = EmailMessageSpec(
             token=token,
             to=self._cipher.decrypt(attempt.destination_ct, context=token),
             sender=attempt.sender,
-            subject=(self._cipher.decrypt(attempt.subject_ct, context=token)
-                     if attempt.subject_ct else intent.event_type),
+            subject=(
+                self._cipher.decrypt(attempt.subject_ct, context=token)
+                if attempt.subject_ct
+                else intent.event_type
+            ),
             text=self._cipher.decrypt(attempt.body_ct, context=token),
             attachments=attachments,
-            unsubscribe_url=(f"{self._base}/v1/unsubscribe/"
-                             f"{unsubscribe_token(self._unsubscribe_secret, token)}"
-                             if intent.category in SUBSCRIPTION_LIKE else None),
+            unsubscribe_url=(
+                f"{self._base}/v1/unsubscribe/{unsubscribe_token(self._unsubscribe_secret, token)}"
+                if intent.category in SUBSCRIPTION_LIKE
+                else None
+            ),
         )
         try:
             sent = await self._transport.send(spec)
@@ -123,22 +142,48 @@ class EmailActivities:
 
         def record(session: Session) -> str | None:
             session.query(Attempt).filter(Attempt.token == token).update(
-                {Attempt.message_id: sent.message_id})
-            result = repo.record_observation(session, ObservationFacts(
-                source="send", raw_status="smtp_250", normalized=AttemptState.SENT,
-                observed_at=sent.accepted_at, dedupe_key=f"send:{token}:smtp_250",
-                remote_id=None, detail={"message_id": sent.message_id},
-            ), token=token)
+                {Attempt.message_id: sent.message_id}
+            )
+            result = repo.record_observation(
+                session,
+                ObservationFacts(
+                    source="send",
+                    raw_status="smtp_250",
+                    normalized=AttemptState.SENT,
+                    observed_at=sent.accepted_at,
+                    dedupe_key=f"send:{token}:smtp_250",
+                    remote_id=None,
+                    detail={"message_id": sent.message_id},
+                ),
+                token=token,
+            )
             return result.state
 
         state = await self._tx(record)
         return SubmitOutcome(state or AttemptState.SENT.value, sent.message_id)
 
-    async def _fail(self, token: str, raw: str, reason: str, *, code: str = "",
-                    type: str = "PermanentProviderError") -> None:
-        await self._tx(lambda s: repo.record_observation(s, ObservationFacts(
-            source="send", raw_status=raw, normalized=AttemptState.FAILED,
-            observed_at=now_utc(), dedupe_key=f"send:{token}:{raw}",
-            provider_code=code or None, detail={"reason": reason},
-        ), token=token))
+    async def _fail(
+        self,
+        token: str,
+        raw: str,
+        reason: str,
+        *,
+        code: str = "",
+        type: str = "PermanentProviderError",
+    ) -> None:
+        await self._tx(
+            lambda s: repo.record_observation(
+                s,
+                ObservationFacts(
+                    source="send",
+                    raw_status=raw,
+                    normalized=AttemptState.FAILED,
+                    observed_at=now_utc(),
+                    dedupe_key=f"send:{token}:{raw}",
+                    provider_code=code or None,
+                    detail={"reason": reason},
+                ),
+                token=token,
+            )
+        )
         raise ApplicationError(reason, code or None, type=type, non_retryable=True)

@@ -46,8 +46,9 @@ class PolicyCache:
 
 
 class LedgerActivities:
-    def __init__(self, sessions: sessionmaker[Session], cipher: FieldCipher,
-                 *, retention_days: int = 30) -> None:
+    def __init__(
+        self, sessions: sessionmaker[Session], cipher: FieldCipher, *, retention_days: int = 30
+    ) -> None:
         self._sessions = sessions
         self._cipher = cipher
         self._policies = PolicyCache()
@@ -65,8 +66,9 @@ class LedgerActivities:
         def work(session: Session) -> IntentFacts:
             intent = session.get(Intent, input.intent_id)
             if intent is None:
-                raise ApplicationError(f"no intent {input.intent_id}", type="NotFound",
-                                       non_retryable=True)
+                raise ApplicationError(
+                    f"no intent {input.intent_id}", type="NotFound", non_retryable=True
+                )
             pol = self._policies.get(repo.active_policy(session))
             rule = policy.fallback_for(pol, intent.region, intent.category)
             expires_at = intent.expires_at or (
@@ -103,69 +105,114 @@ class LedgerActivities:
         def work(session: Session) -> AuthorizeResult:
             intent = session.get(Intent, input.intent_id)
             if intent is None:
-                raise ApplicationError(f"no intent {input.intent_id}", type="NotFound",
-                                       non_retryable=True)
+                raise ApplicationError(
+                    f"no intent {input.intent_id}", type="NotFound", non_retryable=True
+                )
             token = keys.attempt_token(intent.business_key, input.channel, input.attempt_number)
             existing = repo.find_attempt(session, token)
             if existing is not None:
                 decision_row = session.get(PolicyDecision, existing.decision_id)
                 assert decision_row is not None
-                return AuthorizeResult("allow", decision_row.rule, decision_row.reason,
-                                       decision_row.policy_version, decision_row.id,
-                                       attempt_token=token)
+                return AuthorizeResult(
+                    "allow",
+                    decision_row.rule,
+                    decision_row.reason,
+                    decision_row.policy_version,
+                    decision_row.id,
+                    attempt_token=token,
+                )
             version_row = repo.active_policy(session)
             pol = self._policies.get(version_row)
             destination_ct, destination_hmac = _destination_of(intent, input.channel)
             if destination_ct is None or destination_hmac is None:
-                raise ApplicationError(f"the intent has no {input.channel} destination",
-                                       type="InvalidDestination", non_retryable=True)
+                raise ApplicationError(
+                    f"the intent has no {input.channel} destination",
+                    type="InvalidDestination",
+                    non_retryable=True,
+                )
             rule_window = pol.rule_for(intent.region, input.channel, intent.category).cooldown
-            since = now - timedelta(seconds=max(rule_window.window_seconds,
-                                                rule_window.min_gap_seconds, 1))
+            since = now - timedelta(
+                seconds=max(rule_window.window_seconds, rule_window.min_gap_seconds, 1)
+            )
             consents = [
-                policy.Consent(channel=c.channel, purpose=c.purpose, granted_at=c.granted_at,
-                               revoked_at=c.revoked_at, source=c.source, id=str(c.id))
+                policy.Consent(
+                    channel=c.channel,
+                    purpose=c.purpose,
+                    granted_at=c.granted_at,
+                    revoked_at=c.revoked_at,
+                    source=c.source,
+                    id=str(c.id),
+                )
                 for c in repo.consents_for(session, intent.recipient_ref, input.channel)
             ]
             suppressions = [
                 policy.Suppression(channel=s.channel, reason=s.reason, at=s.at, id=str(s.id))
                 for s in repo.suppressions_for(session, destination_hmac, input.channel)
             ]
-            recent = [policy.RecentContact(at=t, channel=input.channel)
-                      for t in repo.recent_contacts(session, destination_hmac, input.channel,
-                                                    since, intent.id)]
+            recent = [
+                policy.RecentContact(at=t, channel=input.channel)
+                for t in repo.recent_contacts(
+                    session, destination_hmac, input.channel, since, intent.id
+                )
+            ]
             decision = policy.evaluate(
                 pol,
-                policy.PolicyRequest(channel=input.channel, category=intent.category,
-                                     country=intent.country, timezone=intent.timezone,
-                                     region=intent.region),
-                consents=consents, suppressions=suppressions, recent=recent, now=now,
+                policy.PolicyRequest(
+                    channel=input.channel,
+                    category=intent.category,
+                    country=intent.country,
+                    timezone=intent.timezone,
+                    region=intent.region,
+                ),
+                consents=consents,
+                suppressions=suppressions,
+                recent=recent,
+                now=now,
             )
             decision_row = repo.record_decision(
-                session, intent_id=intent.id, channel=input.channel,
-                policy_version=version_row.version, outcome=decision.outcome.value,
-                rule=decision.rule, reason=decision.reason,
+                session,
+                intent_id=intent.id,
+                channel=input.channel,
+                policy_version=version_row.version,
+                outcome=decision.outcome.value,
+                rule=decision.rule,
+                reason=decision.reason,
                 inputs=json.loads(json.dumps(decision.inputs, default=str)),
-                next_eligible_at=decision.next_eligible_at, decided_at=now,
+                next_eligible_at=decision.next_eligible_at,
+                decided_at=now,
             )
-            result = AuthorizeResult(decision.outcome.value, decision.rule, decision.reason,
-                                     version_row.version, decision_row.id,
-                                     next_eligible_at=decision.next_eligible_at)
+            result = AuthorizeResult(
+                decision.outcome.value,
+                decision.rule,
+                decision.reason,
+                version_row.version,
+                decision_row.id,
+                next_eligible_at=decision.next_eligible_at,
+            )
             if decision.outcome != policy.Outcome.ALLOW:
                 return result
             rendered = self._render(session, intent, input.channel, decision.footer)
             repo.prepare_attempt(
                 session,
-                intent_id=intent.id, channel=input.channel, number=input.attempt_number,
-                token=token, decision_id=decision_row.id,
+                intent_id=intent.id,
+                channel=input.channel,
+                number=input.attempt_number,
+                token=token,
+                decision_id=decision_row.id,
                 destination_ct=self._cipher.encrypt(
-                    self._cipher.decrypt(destination_ct, context=intent.business_key), context=token),
+                    self._cipher.decrypt(destination_ct, context=intent.business_key), context=token
+                ),
                 destination_hmac=destination_hmac,
                 body_ct=self._cipher.encrypt(rendered.body, context=token),
-                subject_ct=(self._cipher.encrypt(rendered.subject, context=token)
-                            if rendered.subject else None),
-                content_sha256=rendered.sha256, template_key=rendered.template_key,
-                template_version=rendered.template_version, sender=decision.sender,
+                subject_ct=(
+                    self._cipher.encrypt(rendered.subject, context=token)
+                    if rendered.subject
+                    else None
+                ),
+                content_sha256=rendered.sha256,
+                template_key=rendered.template_key,
+                template_version=rendered.template_version,
+                sender=decision.sender,
                 segments=rendered.segments if input.channel == "sms" else None,
                 purge_after=now + self._retention,
             )
@@ -174,15 +221,21 @@ class LedgerActivities:
 
         return await self._in_transaction(work)
 
-    def _render(self, session: Session, intent: Intent, channel: str,
-                footer: str | None) -> templates.Rendered:
+    def _render(
+        self, session: Session, intent: Intent, channel: str, footer: str | None
+    ) -> templates.Rendered:
         variables: dict[str, Any] = {}
         if intent.variables_ct:
-            variables = json.loads(self._cipher.decrypt(intent.variables_ct, context=intent.business_key))
+            variables = json.loads(
+                self._cipher.decrypt(intent.variables_ct, context=intent.business_key)
+            )
         try:
             chosen = templates.select_template(
                 active_templates(session, pinned=intent.template_version),
-                intent.template_key, channel, intent.locale, version=intent.template_version,
+                intent.template_key,
+                channel,
+                intent.locale,
+                version=intent.template_version,
             )
             return templates.render(chosen, variables, footer=footer)
         except templates.TemplateError as err:
@@ -197,8 +250,10 @@ class LedgerActivities:
             result = repo.record_observation(
                 session,
                 ObservationFacts(
-                    source=input.source, raw_status=input.state,
-                    normalized=AttemptState(input.state), observed_at=now,
+                    source=input.source,
+                    raw_status=input.state,
+                    normalized=AttemptState(input.state),
+                    observed_at=now,
                     dedupe_key=f"{input.source}:{input.attempt_token}:{input.state}",
                     detail={"reason": input.reason} if input.reason else {},
                 ),
@@ -214,8 +269,13 @@ class LedgerActivities:
 
         def work(session: Session) -> None:
             repo.record_operator_action(
-                session, intent_id=input.intent_id, action=input.action,
-                operator=input.operator, reason=input.reason, outcome=input.outcome, at=now,
+                session,
+                intent_id=input.intent_id,
+                action=input.action,
+                operator=input.operator,
+                reason=input.reason,
+                outcome=input.outcome,
+                at=now,
                 detail=dict(input.detail),
             )
 

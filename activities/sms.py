@@ -53,8 +53,14 @@ class _AttemptView:
 
 
 class SmsActivities:
-    def __init__(self, transport: SmsTransport, sessions: sessionmaker[Session],
-                 cipher: FieldCipher, *, callback_base_url: str) -> None:
+    def __init__(
+        self,
+        transport: SmsTransport,
+        sessions: sessionmaker[Session],
+        cipher: FieldCipher,
+        *,
+        callback_base_url: str,
+    ) -> None:
         self._transport = transport
         self._sessions = sessions
         self._cipher = cipher
@@ -76,12 +82,20 @@ class SmsActivities:
         def work(session: Session) -> _AttemptView:
             a = repo.attempt_by_token(session, token)
             if a.destination_ct is None or a.body_ct is None:
-                raise ApplicationError("the attempt's destination or body was purged",
-                                       type="NotFound", non_retryable=True)
+                raise ApplicationError(
+                    "the attempt's destination or body was purged",
+                    type="NotFound",
+                    non_retryable=True,
+                )
             return _AttemptView(
-                a.token, a.state, a.remote_id, a.send_started_at,
+                a.token,
+                a.state,
+                a.remote_id,
+                a.send_started_at,
                 self._cipher.decrypt(a.destination_ct, context=token),
-                self._cipher.decrypt(a.body_ct, context=token), a.sender, a.content_sha256,
+                self._cipher.decrypt(a.body_ct, context=token),
+                a.sender,
+                a.content_sha256,
             )
 
         return await self._tx(work)
@@ -94,7 +108,8 @@ class SmsActivities:
         token = input.attempt_token
         view = await self._load(token)
         if view.remote_id is not None or view.state not in (
-            AttemptState.PREPARED.value, AttemptState.UNKNOWN.value
+            AttemptState.PREPARED.value,
+            AttemptState.UNKNOWN.value,
         ):
             # A retried activity whose attempt is already submitted never sends again.
             return SubmitOutcome(view.state, view.remote_id)
@@ -102,45 +117,83 @@ class SmsActivities:
             return await self._reconcile(view)
 
         started = now_utc()
-        await self._tx(lambda s: s.query(Attempt).filter(Attempt.token == token)
-                       .update({Attempt.send_started_at: started}))
-        message = SmsMessage(token=token, to=view.to, body=view.body, sender=view.sender,
-                             status_callback=self.status_callback(token))
+        await self._tx(
+            lambda s: (
+                s.query(Attempt)
+                .filter(Attempt.token == token)
+                .update({Attempt.send_started_at: started})
+            )
+        )
+        message = SmsMessage(
+            token=token,
+            to=view.to,
+            body=view.body,
+            sender=view.sender,
+            status_callback=self.status_callback(token),
+        )
         try:
             submitted = await self._transport.submit(message)
         except SmsPermanentError as err:
-            await self._record(token, ObservationFacts(
-                source="send", raw_status="rejected", normalized=AttemptState.FAILED,
-                observed_at=now_utc(), dedupe_key=f"send:{token}:rejected",
-                provider_code=err.code, detail={"reason": err.reason},
-            ))
+            await self._record(
+                token,
+                ObservationFacts(
+                    source="send",
+                    raw_status="rejected",
+                    normalized=AttemptState.FAILED,
+                    observed_at=now_utc(),
+                    dedupe_key=f"send:{token}:rejected",
+                    provider_code=err.code,
+                    detail={"reason": err.reason},
+                ),
+            )
             if err.code in provider_errors.OPT_OUT_CODES:
                 await self._suppress(token, reason="opted_out", source=f"provider:{err.code}")
-            raise ApplicationError(err.reason, err.code, type="PermanentProviderError",
-                                   non_retryable=True) from err
+            raise ApplicationError(
+                err.reason, err.code, type="PermanentProviderError", non_retryable=True
+            ) from err
         except SmsTransientError as err:
             # Never processed (429, 5xx before acceptance, connect failure): safe to send again.
-            await self._tx(lambda s: s.query(Attempt).filter(Attempt.token == token)
-                           .update({Attempt.send_started_at: None}))
+            await self._tx(
+                lambda s: (
+                    s.query(Attempt)
+                    .filter(Attempt.token == token)
+                    .update({Attempt.send_started_at: None})
+                )
+            )
             delay = timedelta(seconds=err.retry_after) if err.retry_after else None
-            raise ApplicationError(err.reason, type="TransientProviderError",
-                                   next_retry_delay=delay) from err
+            raise ApplicationError(
+                err.reason, type="TransientProviderError", next_retry_delay=delay
+            ) from err
         except SmsAmbiguousError as err:
-            await self._record(token, ObservationFacts(
-                source="send", raw_status="timeout", normalized=AttemptState.UNKNOWN,
-                observed_at=now_utc(), dedupe_key=f"send:{token}:ambiguous",
-                detail={"reason": err.reason},
-            ))
+            await self._record(
+                token,
+                ObservationFacts(
+                    source="send",
+                    raw_status="timeout",
+                    normalized=AttemptState.UNKNOWN,
+                    observed_at=now_utc(),
+                    dedupe_key=f"send:{token}:ambiguous",
+                    detail={"reason": err.reason},
+                ),
+            )
             # Retried by the RetryPolicy; the next try reconciles before anything is sent.
-            raise ApplicationError("the submission may have reached the provider; "
-                                   "reconciling before any new request",
-                                   type="AmbiguousSubmission") from err
-        result = await self._record(token, ObservationFacts(
-            source="send", raw_status=submitted.raw_status,
-            normalized=normalize_provider_status(submitted.raw_status) or AttemptState.SUBMITTED,
-            observed_at=now_utc(), dedupe_key=f"send:{token}:submitted",
-            provider_at=submitted.provider_at, remote_id=submitted.remote_id,
-        ))
+            raise ApplicationError(
+                "the submission may have reached the provider; reconciling before any new request",
+                type="AmbiguousSubmission",
+            ) from err
+        result = await self._record(
+            token,
+            ObservationFacts(
+                source="send",
+                raw_status=submitted.raw_status,
+                normalized=normalize_provider_status(submitted.raw_status)
+                or AttemptState.SUBMITTED,
+                observed_at=now_utc(),
+                dedupe_key=f"send:{token}:submitted",
+                provider_at=submitted.provider_at,
+                remote_id=submitted.remote_id,
+            ),
+        )
         return SubmitOutcome(result.state or AttemptState.SUBMITTED.value, submitted.remote_id)
 
     async def _reconcile(self, view: _AttemptView) -> SubmitOutcome:
@@ -148,30 +201,53 @@ class SmsActivities:
         assert view.send_started_at is not None
         now = now_utc()
         found = await self._transport.find(
-            to=view.to, sent_after=view.send_started_at - timedelta(minutes=1),
-            sent_before=now + timedelta(minutes=1), body_sha256=view.content_sha256,
+            to=view.to,
+            sent_after=view.send_started_at - timedelta(minutes=1),
+            sent_before=now + timedelta(minutes=1),
+            body_sha256=view.content_sha256,
         )
         if found:
             match = found[0]
-            result = await self._record(view.token, ObservationFacts(
-                source="reconcile", raw_status=match.raw_status,
-                normalized=normalize_provider_status(match.raw_status),
-                observed_at=now, dedupe_key=f"reconcile:{view.token}:{match.raw_status}",
-                provider_code=match.error_code, provider_at=match.provider_at,
-                remote_id=match.remote_id, detail={"matches": len(found)},
-            ))
-            return SubmitOutcome(result.state or view.state, match.remote_id, reconciled=True,
-                                 reason="reconciled: found at the provider")
+            result = await self._record(
+                view.token,
+                ObservationFacts(
+                    source="reconcile",
+                    raw_status=match.raw_status,
+                    normalized=normalize_provider_status(match.raw_status),
+                    observed_at=now,
+                    dedupe_key=f"reconcile:{view.token}:{match.raw_status}",
+                    provider_code=match.error_code,
+                    provider_at=match.provider_at,
+                    remote_id=match.remote_id,
+                    detail={"matches": len(found)},
+                ),
+            )
+            return SubmitOutcome(
+                result.state or view.state,
+                match.remote_id,
+                reconciled=True,
+                reason="reconciled: found at the provider",
+            )
         if now - view.send_started_at < RECONCILE_GRACE:
-            raise ApplicationError("not visible at the provider yet; looking again",
-                                   type="ReconcilePending")
-        await self._record(view.token, ObservationFacts(
-            source="reconcile", raw_status="not_found", normalized=AttemptState.UNKNOWN,
-            observed_at=now, dedupe_key=f"reconcile:{view.token}:not_found",
-        ))
-        return SubmitOutcome(AttemptState.UNKNOWN.value, None, reconciled=True,
-                             reason="reconciled: not found at the provider; "
-                                    "an operator may approve a resend")
+            raise ApplicationError(
+                "not visible at the provider yet; looking again", type="ReconcilePending"
+            )
+        await self._record(
+            view.token,
+            ObservationFacts(
+                source="reconcile",
+                raw_status="not_found",
+                normalized=AttemptState.UNKNOWN,
+                observed_at=now,
+                dedupe_key=f"reconcile:{view.token}:not_found",
+            ),
+        )
+        return SubmitOutcome(
+            AttemptState.UNKNOWN.value,
+            None,
+            reconciled=True,
+            reason="reconciled: not found at the provider; an operator may approve a resend",
+        )
 
     @activity.defn(name="poll_sms")
     async def poll_sms(self, input: PollInput) -> PollOutcome:
@@ -180,20 +256,32 @@ class SmsActivities:
         if attempt.remote_id is None:
             return PollOutcome(attempt.state)
         status = await self._transport.status(attempt.remote_id)
-        result = await self._record(token, ObservationFacts(
-            source="poll", raw_status=status.raw_status,
-            normalized=normalize_provider_status(status.raw_status),
-            observed_at=now_utc(),
-            dedupe_key=f"poll:{token}:{status.raw_status}:{status.error_code or ''}",
-            provider_code=status.error_code, provider_at=status.provider_at,
-            remote_id=status.remote_id,
-        ))
+        result = await self._record(
+            token,
+            ObservationFacts(
+                source="poll",
+                raw_status=status.raw_status,
+                normalized=normalize_provider_status(status.raw_status),
+                observed_at=now_utc(),
+                dedupe_key=f"poll:{token}:{status.raw_status}:{status.error_code or ''}",
+                provider_code=status.error_code,
+                provider_at=status.provider_at,
+                remote_id=status.remote_id,
+            ),
+        )
         return PollOutcome(result.state or attempt.state, status.raw_status, status.error_code)
 
     async def _suppress(self, token: str, *, reason: str, source: str) -> None:
         def work(session: Session) -> None:
             attempt = repo.attempt_by_token(session, token)
-            session.add(Suppression(destination_hmac=attempt.destination_hmac, channel="sms",
-                                    reason=reason, source=source, at=now_utc()))
+            session.add(
+                Suppression(
+                    destination_hmac=attempt.destination_hmac,
+                    channel="sms",
+                    reason=reason,
+                    source=source,
+                    at=now_utc(),
+                )
+            )
 
         await self._tx(work)

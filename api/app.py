@@ -52,8 +52,15 @@ class ResendBody(OperatorBody):
 class Ingress:
     """What the routes need; built once by `create_app`."""
 
-    def __init__(self, client: HeraldClient, *, auth_token: str, public_base_url: str,
-                 operator_token: str, unsubscribe_secret: str) -> None:
+    def __init__(
+        self,
+        client: HeraldClient,
+        *,
+        auth_token: str,
+        public_base_url: str,
+        operator_token: str,
+        unsubscribe_secret: str,
+    ) -> None:
         self.client = client
         self.validator = RequestValidator(auth_token)
         self.public_base_url = public_base_url.rstrip("/")
@@ -76,7 +83,9 @@ class Ingress:
 async def signed_form(request: Request, ingress: Ingress) -> dict[str, str]:
     body = await request.body()
     try:
-        params = dict(parse_qsl(body.decode("utf-8"), keep_blank_values=True, strict_parsing=bool(body)))
+        params = dict(
+            parse_qsl(body.decode("utf-8"), keep_blank_values=True, strict_parsing=bool(body))
+        )
     except (UnicodeDecodeError, ValueError) as err:
         raise HTTPException(400, "body must be application/x-www-form-urlencoded") from err
     signature = request.headers.get("X-Twilio-Signature")
@@ -88,8 +97,11 @@ async def signed_form(request: Request, ingress: Ingress) -> dict[str, str]:
 
 
 def create_app(ingress: Ingress) -> FastAPI:
-    app = FastAPI(title="Herald", version="0.1.0",
-                  description="Receipts, inbound SMS, unsubscribe and the operator API.")
+    app = FastAPI(
+        title="Herald",
+        version="0.1.0",
+        description="Receipts, inbound SMS, unsubscribe and the operator API.",
+    )
     app.state.ingress = ingress
     bearer = HTTPBearer(auto_error=False)
 
@@ -104,8 +116,9 @@ def create_app(ingress: Ingress) -> FastAPI:
         if credentials is None or not hmac.compare_digest(
             credentials.credentials.encode(), ingress.operator_token.encode()
         ):
-            raise HTTPException(401, "a valid bearer token is required",
-                                headers={"WWW-Authenticate": "Bearer"})
+            raise HTTPException(
+                401, "a valid bearer token is required", headers={"WWW-Authenticate": "Bearer"}
+            )
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
@@ -125,21 +138,31 @@ def create_app(ingress: Ingress) -> FastAPI:
             raise HTTPException(400, f"unknown MessageStatus {raw!r}") from err
         code = params.get("ErrorCode") or None
         idem = request.headers.get("I-Twilio-Idempotency-Token")
-        dedupe = "webhook:" + (idem or hashlib.sha256(
-            f"{sid}|{raw}|{code}|{params.get('RawDlrDoneDate', '')}".encode()).hexdigest())
+        dedupe = "webhook:" + (
+            idem
+            or hashlib.sha256(
+                f"{sid}|{raw}|{code}|{params.get('RawDlrDoneDate', '')}".encode()
+            ).hexdigest()
+        )
         facts = ObservationFacts(
-            source="webhook", raw_status=raw, normalized=normalized,
-            observed_at=datetime.now(UTC), dedupe_key=dedupe, provider_code=code,
+            source="webhook",
+            raw_status=raw,
+            normalized=normalized,
+            observed_at=datetime.now(UTC),
+            dedupe_key=dedupe,
+            provider_code=code,
             remote_id=sid,
         )
         result = await ingress.tx(lambda s: repo.record_observation(s, facts, token=token))
         if result.changed and result.workflow_id and result.token and result.state:
             try:
                 await ingress.client.temporal.get_workflow_handle(result.workflow_id).signal(
-                    "receipt", ReceiptSignal(result.token, result.state))
+                    "receipt", ReceiptSignal(result.token, result.state)
+                )
             except Exception as err:  # noqa: BLE001 - the ledger has it; polling will see it
-                log.info("receipt recorded but the workflow was not signalled: %s",
-                         type(err).__name__)
+                log.info(
+                    "receipt recorded but the workflow was not signalled: %s", type(err).__name__
+                )
         return Response(status_code=204)
 
     @app.post("/v1/inbound/sms")
@@ -161,13 +184,25 @@ def create_app(ingress: Ingress) -> FastAPI:
 
         def work(session: Session) -> None:
             if kind == "opt_out":
-                session.add(Suppression(destination_hmac=lookup, channel="sms",
-                                        reason="opted_out", source="keyword:" + body.strip().upper()[:20],
-                                        at=now))
+                session.add(
+                    Suppression(
+                        destination_hmac=lookup,
+                        channel="sms",
+                        reason="opted_out",
+                        source="keyword:" + body.strip().upper()[:20],
+                        at=now,
+                    )
+                )
             else:
-                session.execute(update(Suppression).where(
-                    Suppression.destination_hmac == lookup, Suppression.channel == "sms",
-                    Suppression.lifted_at.is_(None)).values(lifted_at=now))
+                session.execute(
+                    update(Suppression)
+                    .where(
+                        Suppression.destination_hmac == lookup,
+                        Suppression.channel == "sms",
+                        Suppression.lifted_at.is_(None),
+                    )
+                    .values(lifted_at=now)
+                )
 
         await ingress.tx(work)
         return Response("<Response/>", media_type="application/xml")
@@ -178,7 +213,8 @@ def create_app(ingress: Ingress) -> FastAPI:
             raise HTTPException(404, "unknown unsubscribe link")
         return HTMLResponse(
             "<html><body><form method='post'><p>Stop these emails?</p>"
-            "<button type='submit'>Unsubscribe</button></form></body></html>")
+            "<button type='submit'>Unsubscribe</button></form></body></html>"
+        )
 
     @app.post("/v1/unsubscribe/{value}")
     async def unsubscribe(value: str) -> dict[str, str]:
@@ -190,8 +226,15 @@ def create_app(ingress: Ingress) -> FastAPI:
 
         def work(session: Session) -> None:
             attempt = repo.attempt_by_token(session, token)
-            session.add(Suppression(destination_hmac=attempt.destination_hmac, channel="email",
-                                    reason="unsubscribed", source="one-click", at=now))
+            session.add(
+                Suppression(
+                    destination_hmac=attempt.destination_hmac,
+                    channel="email",
+                    reason="unsubscribed",
+                    source="one-click",
+                    at=now,
+                )
+            )
 
         await ingress.tx(work)
         return {"status": "unsubscribed"}
@@ -208,8 +251,9 @@ def create_app(ingress: Ingress) -> FastAPI:
     @app.post("/v1/intents/{id_or_key}/cancel", dependencies=[Depends(operator)])
     async def cancel(id_or_key: str, body: OperatorBody) -> dict[str, Any]:
         try:
-            result = await ingress.client.cancel(id_or_key, operator=body.operator,
-                                                 reason=body.reason)
+            result = await ingress.client.cancel(
+                id_or_key, operator=body.operator, reason=body.reason
+            )
         except repo.NotFound as err:
             raise HTTPException(404, str(err)) from err
         return asdict(result)
@@ -218,7 +262,8 @@ def create_app(ingress: Ingress) -> FastAPI:
     async def approve_resend(id_or_key: str, body: ResendBody) -> JSONResponse:
         try:
             result = await ingress.client.approve_resend(
-                id_or_key, channel=body.channel, operator=body.operator, reason=body.reason)
+                id_or_key, channel=body.channel, operator=body.operator, reason=body.reason
+            )
         except repo.NotFound as err:
             raise HTTPException(404, str(err)) from err
         return JSONResponse(asdict(result), status_code=200 if result.accepted else 409)

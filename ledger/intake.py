@@ -32,8 +32,14 @@ class InvalidRequest(ValueError):
         self.problem = problem
 
 
-def validate(session: Session, request: NotificationRequest, cipher: FieldCipher, *,
-             now: datetime, retention_days: int) -> repo.IntentFields:
+def validate(
+    session: Session,
+    request: NotificationRequest,
+    cipher: FieldCipher,
+    *,
+    now: datetime,
+    retention_days: int,
+) -> repo.IntentFields:
     try:
         keys.validate_business_key(request.business_key)
     except keys.InvalidKey as err:
@@ -80,10 +86,20 @@ def validate(session: Session, request: NotificationRequest, cipher: FieldCipher
     available = active_templates(session, pinned=request.template_version)
     for channel in plan:
         try:
-            templates.select_template(available, request.template_key, channel, request.locale,
-                                      version=request.template_version)
+            chosen = templates.select_template(
+                available,
+                request.template_key,
+                channel,
+                request.locale,
+                version=request.template_version,
+            )
         except templates.TemplateError as err:
             raise InvalidRequest("template_key", str(err)) from err
+        try:
+            # Rendered once here so a missing variable is refused at the edge, not later.
+            templates.render(chosen, request.variables)
+        except templates.TemplateError as err:
+            raise InvalidRequest("variables", str(err)) from err
     variables_json = json.dumps(request.variables, sort_keys=True, default=str)
     if len(variables_json.encode()) > MAX_VARIABLES_BYTES:
         raise InvalidRequest("variables", f"larger than {MAX_VARIABLES_BYTES} bytes")

@@ -209,7 +209,9 @@ class Suppression(Base):
 class TemplateVersionRow(Base):
     __tablename__ = "template_version"
     __table_args__ = (
-        UniqueConstraint("key", "channel", "locale", "version", name="uq_template_version_identity"),
+        UniqueConstraint(
+            "key", "channel", "locale", "version", name="uq_template_version_identity"
+        ),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)

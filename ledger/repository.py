@@ -96,9 +96,7 @@ class IntentFields:
 def record_intent(session: Session, fields: IntentFields) -> RecordedIntent:
     """Insert the intent and its outbox row, or return the existing intent for the key."""
     payload = fields.payload_sha256()
-    values = {
-        k: v for k, v in fields.__dict__.items() if k not in ("variables_sha256",)
-    }
+    values = {k: v for k, v in fields.__dict__.items() if k not in ("variables_sha256",)}
     stmt = (
         pg_insert(Intent)
         .values(
@@ -114,7 +112,9 @@ def record_intent(session: Session, fields: IntentFields) -> RecordedIntent:
     if new_id is not None:
         session.add(Outbox(intent_id=new_id))
         session.flush()
-        return RecordedIntent(new_id, workflow_id_for(fields.business_key), fields.business_key, True)
+        return RecordedIntent(
+            new_id, workflow_id_for(fields.business_key), fields.business_key, True
+        )
     existing = session.execute(
         select(Intent).where(Intent.business_key == fields.business_key)
     ).scalar_one()
@@ -155,7 +155,9 @@ def active_policy(session: Session) -> PolicyVersion:
 def consents_for(session: Session, recipient_ref: str, channel: str) -> list[Consent]:
     return list(
         session.execute(
-            select(Consent).where(Consent.recipient_ref == recipient_ref, Consent.channel == channel)
+            select(Consent).where(
+                Consent.recipient_ref == recipient_ref, Consent.channel == channel
+            )
         ).scalars()
     )
 
@@ -294,7 +296,9 @@ def record_observation(
     """
     attempt = None
     if token is not None:
-        attempt = session.execute(select(Attempt).where(Attempt.token == token)).scalar_one_or_none()
+        attempt = session.execute(
+            select(Attempt).where(Attempt.token == token)
+        ).scalar_one_or_none()
     if attempt is None and facts.remote_id:
         attempt = session.execute(
             select(Attempt).where(Attempt.remote_id == facts.remote_id)
@@ -317,13 +321,16 @@ def record_observation(
         .returning(Observation.id)
     ).scalar_one_or_none()
     if attempt is None:
-        return ObservationResult("orphan" if inserted else "duplicate", None, None, None, None, inserted)
+        return ObservationResult(
+            "orphan" if inserted else "duplicate", None, None, None, None, inserted
+        )
     intent = session.get(Intent, attempt.intent_id)
     assert intent is not None
     base = dict(token=attempt.token, intent_id=intent.id, workflow_id=intent.workflow_id)
     if inserted is None:
-        return ObservationResult("duplicate", attempt.state, observation_id=None,
-                                 remote_id=attempt.remote_id, **base)
+        return ObservationResult(
+            "duplicate", attempt.state, observation_id=None, remote_id=attempt.remote_id, **base
+        )
     if facts.remote_id and attempt.remote_id is None:
         # First time we learn the provider's id (maybe from a receipt that beat the send response).
         session.execute(
@@ -332,7 +339,9 @@ def record_observation(
             .values(remote_id=facts.remote_id)
         )
     if facts.normalized is None:
-        session.execute(update(Observation).where(Observation.id == inserted).values(verdict="ignored"))
+        session.execute(
+            update(Observation).where(Observation.id == inserted).values(verdict="ignored")
+        )
         return ObservationResult("stale", attempt.state, observation_id=inserted, **base)
     while True:
         session.refresh(attempt)
@@ -399,8 +408,13 @@ def record_operator_action(
     detail: dict[str, Any] | None = None,
 ) -> OperatorAction:
     row = OperatorAction(
-        intent_id=intent_id, action=action, operator=operator, reason=reason,
-        outcome=outcome, at=at, detail=detail,
+        intent_id=intent_id,
+        action=action,
+        operator=operator,
+        reason=reason,
+        outcome=outcome,
+        at=at,
+        detail=detail,
     )
     session.add(row)
     if action == "cancel" and outcome == "accepted":
@@ -415,7 +429,8 @@ def record_operator_action(
 
 def mark_outbox_started(session: Session, intent_id: str, at: datetime) -> None:
     session.execute(
-        update(Outbox).where(Outbox.intent_id == intent_id, Outbox.started_at.is_(None))
+        update(Outbox)
+        .where(Outbox.intent_id == intent_id, Outbox.started_at.is_(None))
         .values(started_at=at)
     )
 

@@ -22,52 +22,83 @@ def active_templates(session: Session, *, pinned: int | None = None) -> list[Tem
 
 
 def _to_domain(row: TemplateVersionRow) -> TemplateVersion:
-    return TemplateVersion(key=row.key, version=row.version, channel=row.channel,
-                           locale=row.locale, body=row.body, subject=row.subject)
+    return TemplateVersion(
+        key=row.key,
+        version=row.version,
+        channel=row.channel,
+        locale=row.locale,
+        body=row.body,
+        subject=row.subject,
+    )
 
 
 def seed_templates(session: Session, versions: list[TemplateVersion]) -> int:
     """Insert packaged versions not yet known; the newest of each identity starts active."""
-    known = {(r.key, r.channel, r.locale, r.version)
-             for r in session.execute(select(TemplateVersionRow)).scalars()}
+    known = {
+        (r.key, r.channel, r.locale, r.version)
+        for r in session.execute(select(TemplateVersionRow)).scalars()
+    }
     added = 0
     for tv in versions:
         if (tv.key, tv.channel, tv.locale, tv.version) in known:
             continue
-        session.add(TemplateVersionRow(
-            key=tv.key, channel=tv.channel, locale=tv.locale, version=tv.version,
-            subject=tv.subject, body=tv.body,
-            sha256=hashlib.sha256(f"{tv.subject}\n{tv.body}".encode()).hexdigest(),
-        ))
+        session.add(
+            TemplateVersionRow(
+                key=tv.key,
+                channel=tv.channel,
+                locale=tv.locale,
+                version=tv.version,
+                subject=tv.subject,
+                body=tv.body,
+                sha256=hashlib.sha256(f"{tv.subject}\n{tv.body}".encode()).hexdigest(),
+            )
+        )
         added += 1
     session.flush()
     if added:
         for key, channel, locale in {(t.key, t.channel, t.locale) for t in versions}:
-            if not session.execute(select(TemplateVersionRow.id).where(
-                TemplateVersionRow.key == key, TemplateVersionRow.channel == channel,
-                TemplateVersionRow.locale == locale, TemplateVersionRow.active.is_(True),
-            )).first():
-                newest = max(t.version for t in versions
-                             if (t.key, t.channel, t.locale) == (key, channel, locale))
+            if not session.execute(
+                select(TemplateVersionRow.id).where(
+                    TemplateVersionRow.key == key,
+                    TemplateVersionRow.channel == channel,
+                    TemplateVersionRow.locale == locale,
+                    TemplateVersionRow.active.is_(True),
+                )
+            ).first():
+                newest = max(
+                    t.version
+                    for t in versions
+                    if (t.key, t.channel, t.locale) == (key, channel, locale)
+                )
                 activate_template(session, key, newest, channel=channel, locale=locale)
     return added
 
 
-def activate_template(session: Session, key: str, version: int, *,
-                      channel: str | None = None, locale: str | None = None) -> int:
+def activate_template(
+    session: Session,
+    key: str,
+    version: int,
+    *,
+    channel: str | None = None,
+    locale: str | None = None,
+) -> int:
     """Make `version` the active one (a rollback is activating an older version)."""
     scope = [TemplateVersionRow.key == key]
     if channel:
         scope.append(TemplateVersionRow.channel == channel)
     if locale:
         scope.append(TemplateVersionRow.locale == locale)
-    found = session.execute(select(TemplateVersionRow.id).where(
-        *scope, TemplateVersionRow.version == version)).first()
+    found = session.execute(
+        select(TemplateVersionRow.id).where(*scope, TemplateVersionRow.version == version)
+    ).first()
     if not found:
         raise LookupError(f"template {key!r} has no version {version}")
     session.execute(update(TemplateVersionRow).where(*scope).values(active=False))
-    return session.execute(update(TemplateVersionRow).where(
-        *scope, TemplateVersionRow.version == version).values(active=True)).rowcount
+    return session.execute(
+        update(TemplateVersionRow)
+        .where(*scope, TemplateVersionRow.version == version)
+        .values(active=True)
+    ).rowcount
 
 
 def seed_policy(session: Session, document: str, *, name: str, activate: bool) -> str:
@@ -75,15 +106,22 @@ def seed_policy(session: Session, document: str, *, name: str, activate: bool) -
     parsed = domain_policy.load_policy(document)
     row = session.get(PolicyVersion, parsed.version)
     if row is None:
-        session.add(PolicyVersion(
-            version=parsed.version, name=name, document=document,
-            sha256=hashlib.sha256(document.encode()).hexdigest(), owner=parsed.owner,
-            effective_from=parsed.effective_from,
-        ))
+        session.add(
+            PolicyVersion(
+                version=parsed.version,
+                name=name,
+                document=document,
+                sha256=hashlib.sha256(document.encode()).hexdigest(),
+                owner=parsed.owner,
+                effective_from=parsed.effective_from,
+            )
+        )
         session.flush()
     elif row.document != document:
-        raise ValueError(f"policy version {parsed.version} exists with a different document; "
-                         "policy versions are immutable, give the new one a new version")
+        raise ValueError(
+            f"policy version {parsed.version} exists with a different document; "
+            "policy versions are immutable, give the new one a new version"
+        )
     if activate:
         activate_policy(session, parsed.version)
     return parsed.version
@@ -93,8 +131,9 @@ def activate_policy(session: Session, version: str) -> None:
     if session.get(PolicyVersion, version) is None:
         raise LookupError(f"no policy version {version!r}")
     session.execute(update(PolicyVersion).values(active=False))
-    session.execute(update(PolicyVersion).where(PolicyVersion.version == version)
-                    .values(active=True))
+    session.execute(
+        update(PolicyVersion).where(PolicyVersion.version == version).values(active=True)
+    )
 
 
 def seed_packaged(session: Session, policy_name: str) -> None:
@@ -104,10 +143,9 @@ def seed_packaged(session: Session, policy_name: str) -> None:
     import templates as packaged_templates
 
     seed_templates(session, packaged_templates.load_packaged())
-    active = session.execute(select(PolicyVersion).where(PolicyVersion.active.is_(True))
-                             ).scalar_one_or_none()
+    active = session.execute(
+        select(PolicyVersion).where(PolicyVersion.active.is_(True))
+    ).scalar_one_or_none()
     for name in policies.packaged_names():
         wanted = name == policy_name and (active is None or active.name != policy_name)
         seed_policy(session, policies.load_packaged(name), name=name, activate=wanted)
-
-

@@ -24,8 +24,10 @@ def derived_state(session: Session, intent_id: str, *, now: datetime | None = No
     assert intent is not None
     attempts = repo.attempts_of(session, intent_id)
     last = session.execute(
-        select(PolicyDecision.outcome).where(PolicyDecision.intent_id == intent_id)
-        .order_by(PolicyDecision.id.desc()).limit(1)
+        select(PolicyDecision.outcome)
+        .where(PolicyDecision.intent_id == intent_id)
+        .order_by(PolicyDecision.id.desc())
+        .limit(1)
     ).scalar_one_or_none()
     now = now or datetime.now(UTC)
     return derive_intent_state(
@@ -42,18 +44,25 @@ def timeline(session: Session, id_or_key: str) -> dict[str, Any]:
     intent = repo.get_intent(session, id_or_key)
     attempts = repo.attempts_of(session, intent.id)
     decisions = session.execute(
-        select(PolicyDecision).where(PolicyDecision.intent_id == intent.id)
+        select(PolicyDecision)
+        .where(PolicyDecision.intent_id == intent.id)
         .order_by(PolicyDecision.id)
     ).scalars()
     actions = session.execute(
-        select(OperatorAction).where(OperatorAction.intent_id == intent.id)
+        select(OperatorAction)
+        .where(OperatorAction.intent_id == intent.id)
         .order_by(OperatorAction.id)
     ).scalars()
     attempt_ids = {a.id: a.token for a in attempts}
-    observations = session.execute(
-        select(Observation).where(Observation.attempt_id.in_(list(attempt_ids) or [-1]))
-        .order_by(Observation.id)
-    ).scalars() if attempt_ids else []
+    observations = (
+        session.execute(
+            select(Observation)
+            .where(Observation.attempt_id.in_(list(attempt_ids) or [-1]))
+            .order_by(Observation.id)
+        ).scalars()
+        if attempt_ids
+        else []
+    )
     return {
         "intent": {
             "id": intent.id,
@@ -74,32 +83,64 @@ def timeline(session: Session, id_or_key: str) -> dict[str, Any]:
             "legal_hold": intent.legal_hold,
         },
         "decisions": [
-            {"id": d.id, "channel": d.channel, "policy_version": d.policy_version,
-             "outcome": d.outcome, "rule": d.rule, "reason": d.reason, "inputs": d.inputs,
-             "next_eligible_at": _iso(d.next_eligible_at), "decided_at": _iso(d.decided_at)}
+            {
+                "id": d.id,
+                "channel": d.channel,
+                "policy_version": d.policy_version,
+                "outcome": d.outcome,
+                "rule": d.rule,
+                "reason": d.reason,
+                "inputs": d.inputs,
+                "next_eligible_at": _iso(d.next_eligible_at),
+                "decided_at": _iso(d.decided_at),
+            }
             for d in decisions
         ],
         "attempts": [
-            {"channel": a.channel, "number": a.number, "token": a.token, "state": a.state,
-             "remote_id": a.remote_id, "message_id": a.message_id, "decision_id": a.decision_id,
-             "template_key": a.template_key, "template_version": a.template_version,
-             "content_sha256": a.content_sha256, "segments": a.segments,
-             "error_code": a.error_code, "prepared_at": _iso(a.prepared_at),
-             "submitted_at": _iso(a.submitted_at), "terminal_at": _iso(a.terminal_at),
-             "pii_readable": a.destination_ct is not None}
+            {
+                "channel": a.channel,
+                "number": a.number,
+                "token": a.token,
+                "state": a.state,
+                "remote_id": a.remote_id,
+                "message_id": a.message_id,
+                "decision_id": a.decision_id,
+                "template_key": a.template_key,
+                "template_version": a.template_version,
+                "content_sha256": a.content_sha256,
+                "segments": a.segments,
+                "error_code": a.error_code,
+                "prepared_at": _iso(a.prepared_at),
+                "submitted_at": _iso(a.submitted_at),
+                "terminal_at": _iso(a.terminal_at),
+                "pii_readable": a.destination_ct is not None,
+            }
             for a in attempts
         ],
         "observations": [
-            {"attempt": attempt_ids.get(o.attempt_id or -1), "source": o.source,
-             "raw_status": o.raw_status, "normalized_status": o.normalized_status,
-             "provider_code": o.provider_code, "provider_at": _iso(o.provider_at),
-             "observed_at": _iso(o.observed_at), "verdict": o.verdict, "applied": o.applied,
-             "conflict": o.conflict}
+            {
+                "attempt": attempt_ids.get(o.attempt_id or -1),
+                "source": o.source,
+                "raw_status": o.raw_status,
+                "normalized_status": o.normalized_status,
+                "provider_code": o.provider_code,
+                "provider_at": _iso(o.provider_at),
+                "observed_at": _iso(o.observed_at),
+                "verdict": o.verdict,
+                "applied": o.applied,
+                "conflict": o.conflict,
+            }
             for o in observations
         ],
         "operator_actions": [
-            {"action": a.action, "operator": a.operator, "reason": a.reason,
-             "outcome": a.outcome, "detail": a.detail, "at": _iso(a.at)}
+            {
+                "action": a.action,
+                "operator": a.operator,
+                "reason": a.reason,
+                "outcome": a.outcome,
+                "detail": a.detail,
+                "at": _iso(a.at),
+            }
             for a in actions
         ],
     }
@@ -108,36 +149,60 @@ def timeline(session: Session, id_or_key: str) -> dict[str, Any]:
 def render(doc: dict[str, Any]) -> str:
     """A readable timeline for `herald show`."""
     i = doc["intent"]
-    lines = [f"intent {i['business_key']}  ({i['id']})",
-             f"  state {i['state']}  category {i['category']}  region {i['region']}  "
-             f"plan {i['channel_plan']['mode']}:{','.join(i['channel_plan']['channels'])}",
-             f"  created {i['created_at']}"
-             + (f"  send-at {i['send_at']}" if i["send_at"] else "")
-             + (f"  cancelled {i['cancelled_at']}" if i["cancelled_at"] else "")]
+    lines = [
+        f"intent {i['business_key']}  ({i['id']})",
+        f"  state {i['state']}  category {i['category']}  region {i['region']}  "
+        f"plan {i['channel_plan']['mode']}:{','.join(i['channel_plan']['channels'])}",
+        f"  created {i['created_at']}"
+        + (f"  send-at {i['send_at']}" if i["send_at"] else "")
+        + (f"  cancelled {i['cancelled_at']}" if i["cancelled_at"] else ""),
+    ]
     events: list[tuple[str, str]] = []
     for d in doc["decisions"]:
         extra = f" next-eligible {d['next_eligible_at']}" if d["next_eligible_at"] else ""
-        events.append((d["decided_at"], f"decision  {d['channel']:<5} {d['outcome']:<6} "
-                       f"rule={d['rule']} policy={d['policy_version']}{extra} - {d['reason']}"))
+        events.append(
+            (
+                d["decided_at"],
+                f"decision  {d['channel']:<5} {d['outcome']:<6} "
+                f"rule={d['rule']} policy={d['policy_version']}{extra} - {d['reason']}",
+            )
+        )
     for a in doc["attempts"]:
-        events.append((a["prepared_at"], f"attempt   {a['channel']:<5} #{a['number']} prepared "
-                       f"token={a['token']} template={a['template_key']}@v{a['template_version']} "
-                       f"sha256={a['content_sha256'][:12]}"))
+        events.append(
+            (
+                a["prepared_at"],
+                f"attempt   {a['channel']:<5} #{a['number']} prepared "
+                f"token={a['token']} template={a['template_key']}@v{a['template_version']} "
+                f"sha256={a['content_sha256'][:12]}",
+            )
+        )
     for o in doc["observations"]:
         flag = "" if o["applied"] else "  (kept as evidence, not applied)"
         if o["conflict"]:
             flag = "  (CONFLICT: flagged for review)"
         code = f" code={o['provider_code']}" if o["provider_code"] else ""
-        events.append((o["observed_at"], f"observed  {o['attempt']}  {o['source']:<9} "
-                       f"{o['raw_status']} -> {o['normalized_status']}{code} "
-                       f"[{o['verdict']}]{flag}"))
+        events.append(
+            (
+                o["observed_at"],
+                f"observed  {o['attempt']}  {o['source']:<9} "
+                f"{o['raw_status']} -> {o['normalized_status']}{code} "
+                f"[{o['verdict']}]{flag}",
+            )
+        )
     for a in doc["operator_actions"]:
-        events.append((a["at"], f"operator  {a['action']} by {a['operator']}: {a['outcome']} "
-                       f"- {a['reason']} {a['detail'] or ''}".rstrip()))
+        events.append(
+            (
+                a["at"],
+                f"operator  {a['action']} by {a['operator']}: {a['outcome']} "
+                f"- {a['reason']} {a['detail'] or ''}".rstrip(),
+            )
+        )
     for at, text in sorted(events, key=lambda e: e[0] or ""):
         lines.append(f"  {at}  {text}")
     for a in doc["attempts"]:
-        lines.append(f"  => {a['channel']} #{a['number']}: {a['state']}"
-                     + (f" (remote {a['remote_id']})" if a["remote_id"] else "")
-                     + (f" (message-id {a['message_id']})" if a["message_id"] else ""))
+        lines.append(
+            f"  => {a['channel']} #{a['number']}: {a['state']}"
+            + (f" (remote {a['remote_id']})" if a["remote_id"] else "")
+            + (f" (message-id {a['message_id']})" if a["message_id"] else "")
+        )
     return "\n".join(lines)

@@ -99,10 +99,16 @@ async def cmd_send(args: argparse.Namespace, cfg: settings_module.Settings) -> i
 
     variables = json.loads(args.vars) if args.vars else {}
     request = NotificationRequest(
-        business_key=args.key, recipient_ref=args.recipient, template_key=args.template,
-        category=args.category, phone=args.phone, email=args.email,
-        channels=tuple(args.channels.split(",")) if args.channels else (), mode=args.mode,
-        variables=variables, locale=args.locale,
+        business_key=args.key,
+        recipient_ref=args.recipient,
+        template_key=args.template,
+        category=args.category,
+        phone=args.phone,
+        email=args.email,
+        channels=tuple(args.channels.split(",")) if args.channels else (),
+        mode=args.mode,
+        variables=variables,
+        locale=args.locale,
         send_at=datetime.fromisoformat(args.send_at) if args.send_at else None,
     )
     client = await _client(cfg)
@@ -110,8 +116,13 @@ async def cmd_send(args: argparse.Namespace, cfg: settings_module.Settings) -> i
         ref = await client.notify(request)
     except InvalidRequest as err:
         raise CliError(f"invalid request: {err}") from err
-    _print(ref, args.json, lambda r: f"{'existing' if r.existed else 'new'} intent {r.intent_id}"
-                                     f" workflow {r.workflow_id}")
+    _print(
+        ref,
+        args.json,
+        lambda r: (
+            f"{'existing' if r.existed else 'new'} intent {r.intent_id} workflow {r.workflow_id}"
+        ),
+    )
     return 0
 
 
@@ -124,8 +135,9 @@ async def cmd_cancel(args: argparse.Namespace, cfg: settings_module.Settings) ->
 
 async def cmd_approve_resend(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
     client = await _client(cfg)
-    result = await client.approve_resend(args.intent, channel=args.channel,
-                                         operator=args.operator, reason=args.reason)
+    result = await client.approve_resend(
+        args.intent, channel=args.channel, operator=args.operator, reason=args.reason
+    )
     _print(result, args.json, lambda r: ("accepted: " if r.accepted else "refused: ") + r.message)
     return 0 if result.accepted else 3
 
@@ -136,13 +148,23 @@ async def cmd_consent(args: argparse.Namespace, cfg: settings_module.Settings) -
     client = await _client(cfg)
     now = datetime.now(UTC)
     with client.sessions.begin() as session:
-        row = Consent(recipient_ref=args.recipient, channel=args.channel, purpose=args.purpose,
-                      source=args.source, granted_at=now,
-                      revoked_at=now if args.revoke else None)
+        row = Consent(
+            recipient_ref=args.recipient,
+            channel=args.channel,
+            purpose=args.purpose,
+            source=args.source,
+            granted_at=now,
+            revoked_at=now if args.revoke else None,
+        )
         session.add(row)
         session.flush()
-        out = {"id": row.id, "recipient_ref": row.recipient_ref, "channel": row.channel,
-               "purpose": row.purpose, "revoked": args.revoke}
+        out = {
+            "id": row.id,
+            "recipient_ref": row.recipient_ref,
+            "channel": row.channel,
+            "purpose": row.purpose,
+            "revoked": args.revoke,
+        }
     _print(out, args.json, lambda o: f"consent {o['id']} recorded")
     return 0
 
@@ -169,11 +191,18 @@ async def cmd_worker(args: argparse.Namespace, cfg: settings_module.Settings) ->
     return 0
 
 
-COMMANDS: dict[str, Callable[[argparse.Namespace, settings_module.Settings],
-                             Coroutine[Any, Any, int]]] = {
-    "dev": cmd_dev, "demo": cmd_demo, "show": cmd_show, "send": cmd_send,
-    "cancel": cmd_cancel, "approve-resend": cmd_approve_resend, "consent": cmd_consent,
-    "migrate": cmd_migrate, "worker": cmd_worker,
+COMMANDS: dict[
+    str, Callable[[argparse.Namespace, settings_module.Settings], Coroutine[Any, Any, int]]
+] = {
+    "dev": cmd_dev,
+    "demo": cmd_demo,
+    "show": cmd_show,
+    "send": cmd_send,
+    "cancel": cmd_cancel,
+    "approve-resend": cmd_approve_resend,
+    "consent": cmd_consent,
+    "migrate": cmd_migrate,
+    "worker": cmd_worker,
 }
 
 
@@ -205,8 +234,10 @@ def parser() -> argparse.ArgumentParser:
     send.add_argument("--vars", help="template variables as a JSON object")
     send.add_argument("--locale", default="en")
     send.add_argument("--send-at", help="ISO 8601 with timezone")
-    for name, help in (("cancel", "close an intent's future work (nothing sent is recalled)"),
-                       ("approve-resend", "approve a new attempt after a retryable failure")):
+    for name, help in (
+        ("cancel", "close an intent's future work (nothing sent is recalled)"),
+        ("approve-resend", "approve a new attempt after a retryable failure"),
+    ):
         sp = add(name, help)
         sp.add_argument("intent", help="intent id or business key")
         sp.add_argument("--operator", required=True)
@@ -220,8 +251,11 @@ def parser() -> argparse.ArgumentParser:
     consent.add_argument("--source", default="cli")
     consent.add_argument("--revoke", action="store_true")
     add("migrate", "apply ledger migrations and load packaged policies and templates")
-    add("worker", "run a Temporal worker (workflows, ledger, SMS and email activities)",
-        json_flag=False)
+    add(
+        "worker",
+        "run a Temporal worker (workflows, ledger, SMS and email activities)",
+        json_flag=False,
+    )
     return p
 
 

@@ -24,7 +24,12 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowUpdateFailedError,
 )
-from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.common import (
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
@@ -41,7 +46,8 @@ from domain.requests import NotificationRequest
 from ledger import intake, timeline
 from ledger import repository as repo
 from ledger.crypto import FieldCipher
-from workflows.notification import NotificationWorkflow
+from ledger.models import Intent
+from workflows.notification import CHANNEL, EVENT_TYPE, REGION, STATE, NotificationWorkflow
 
 
 @dataclass(frozen=True)
@@ -54,8 +60,15 @@ class IntentRef:
 
 
 class HeraldClient:
-    def __init__(self, temporal: Client, sessions: sessionmaker[Session], cipher: FieldCipher,
-                 *, task_queue: str = "herald", retention_days: int = 30) -> None:
+    def __init__(
+        self,
+        temporal: Client,
+        sessions: sessionmaker[Session],
+        cipher: FieldCipher,
+        *,
+        task_queue: str = "herald",
+        retention_days: int = 30,
+    ) -> None:
         self.temporal = temporal
         self.sessions = sessions
         self._cipher = cipher
@@ -67,19 +80,32 @@ class HeraldClient:
         cfg = cfg or settings_module.load()
         temporal = await Client.connect(cfg.temporal_target, namespace=cfg.temporal_namespace)
         engine = create_engine(cfg.resolved_database_url(), pool_pre_ping=True)
-        return cls(temporal, sessionmaker(engine, expire_on_commit=False),
-                   FieldCipher(cfg.resolved_data_keys()), task_queue=cfg.task_queue,
-                   retention_days=cfg.pii_retention_days)
+        return cls(
+            temporal,
+            sessionmaker(engine, expire_on_commit=False),
+            FieldCipher(cfg.resolved_data_keys()),
+            task_queue=cfg.task_queue,
+            retention_days=cfg.pii_retention_days,
+        )
 
     # --- apps ------------------------------------------------------------------------
 
     def record(self, session: Session, request: NotificationRequest) -> IntentRef:
         """Add the intent and its outbox row to the caller's transaction (no commit here)."""
-        fields = intake.validate(session, request, self._cipher, now=datetime.now(UTC),
-                                 retention_days=self._retention_days)
+        fields = intake.validate(
+            session,
+            request,
+            self._cipher,
+            now=datetime.now(UTC),
+            retention_days=self._retention_days,
+        )
         recorded = repo.record_intent(session, fields)
-        return IntentRef(recorded.intent_id, recorded.workflow_id, recorded.business_key,
-                         existed=not recorded.created)
+        return IntentRef(
+            recorded.intent_id,
+            recorded.workflow_id,
+            recorded.business_key,
+            existed=not recorded.created,
+        )
 
     async def notify(self, request: NotificationRequest) -> IntentRef:
         """Record the intent in its own transaction, then start its workflow at once.
@@ -87,6 +113,7 @@ class HeraldClient:
         A crash between the two is healed by the outbox relay; a second call with the same
         business key returns the existing intent and starts nothing new.
         """
+
         def work() -> IntentRef:
             with self.sessions.begin() as session:
                 return self.record(session, request)
@@ -97,10 +124,14 @@ class HeraldClient:
 
     async def start(self, intent_id: str, workflow_id: str) -> None:
         """Start (or find) the intent's workflow and mark its outbox row started."""
+        attributes = await asyncio.to_thread(self._search_attributes, intent_id)
         try:
             await self.temporal.start_workflow(
-                NotificationWorkflow.run, NotificationInput(intent_id), id=workflow_id,
+                NotificationWorkflow.run,
+                NotificationInput(intent_id),
+                id=workflow_id,
                 task_queue=self._task_queue,
+                search_attributes=attributes,
                 # The running one is returned; a closed one is never run again, so the
                 # ledger's one-intent-per-key and Temporal's one-run-per-id agree.
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
@@ -117,6 +148,23 @@ class HeraldClient:
 
     def lookup_hmac(self, normalized_destination: str) -> str:
         return self._cipher.lookup_hmac(normalized_destination)
+
+    def _search_attributes(self, intent_id: str) -> TypedSearchAttributes:
+        """Set at start so the Web UI can filter at once (ids and codes only, never PII)."""
+        with self.sessions() as session:
+            intent = session.get(Intent, intent_id)
+            assert intent is not None
+            state = (
+                "scheduled" if intent.send_at and intent.send_at > datetime.now(UTC) else "sending"
+            )
+            return TypedSearchAttributes(
+                [
+                    SearchAttributePair(STATE, state),
+                    SearchAttributePair(CHANNEL, intent.channel_plan["channels"][0]),
+                    SearchAttributePair(REGION, intent.region),
+                    SearchAttributePair(EVENT_TYPE, intent.event_type),
+                ]
+            )
 
     # --- operators -------------------------------------------------------------------
 
@@ -138,27 +186,38 @@ class HeraldClient:
     async def cancel(self, id_or_key: str, *, operator: str, reason: str) -> CancelResult:
         intent_id, handle, running = await self._handle(id_or_key)
         if running:
-            return await handle.execute_update(NotificationWorkflow.cancel_update,
-                                               CancelRequest(operator, reason))
+            return await handle.execute_update(
+                NotificationWorkflow.cancel_update, CancelRequest(operator, reason)
+            )
         # The workflow has finished: nothing is pending, and nothing already sent is recalled.
         message = "the intent had already finished; nothing pending to close, nothing recalled"
-        await self._record_action(intent_id, "cancel", operator, reason, "accepted",
-                                  {"note": message})
+        await self._record_action(
+            intent_id, "cancel", operator, reason, "accepted", {"note": message}
+        )
         return CancelResult(True, [], [], message)
 
-    async def approve_resend(self, id_or_key: str, *, channel: str, operator: str,
-                             reason: str) -> ResendResult:
+    async def approve_resend(
+        self, id_or_key: str, *, channel: str, operator: str, reason: str
+    ) -> ResendResult:
         intent_id, handle, running = await self._handle(id_or_key)
         if not running:
             refusal = "the intent's workflow has finished; record a new intent instead"
         else:
             try:
-                return await handle.execute_update(NotificationWorkflow.approve_resend_update,
-                                                   ResendRequest(channel, operator, reason))
+                return await handle.execute_update(
+                    NotificationWorkflow.approve_resend_update,
+                    ResendRequest(channel, operator, reason),
+                )
             except WorkflowUpdateFailedError as err:
                 refusal = str(err.cause.message if hasattr(err.cause, "message") else err.cause)
-        await self._record_action(intent_id, "approve-resend", operator, reason, "refused",
-                                  {"why": refusal, "channel": channel})
+        await self._record_action(
+            intent_id,
+            "approve-resend",
+            operator,
+            reason,
+            "refused",
+            {"why": refusal, "channel": channel},
+        )
         return ResendResult(False, refusal)
 
     async def status(self, id_or_key: str) -> Projection | dict[str, Any]:
@@ -171,12 +230,26 @@ class HeraldClient:
         with self.sessions() as session:
             return timeline.timeline(session, id_or_key)
 
-    async def _record_action(self, intent_id: str, action: str, operator: str, reason: str,
-                             outcome: str, detail: dict[str, str]) -> None:
+    async def _record_action(
+        self,
+        intent_id: str,
+        action: str,
+        operator: str,
+        reason: str,
+        outcome: str,
+        detail: dict[str, str],
+    ) -> None:
         def work() -> None:
             with self.sessions.begin() as session:
-                repo.record_operator_action(session, intent_id=intent_id, action=action,
-                                            operator=operator, reason=reason, outcome=outcome,
-                                            at=datetime.now(UTC), detail=detail)
+                repo.record_operator_action(
+                    session,
+                    intent_id=intent_id,
+                    action=action,
+                    operator=operator,
+                    reason=reason,
+                    outcome=outcome,
+                    at=datetime.now(UTC),
+                    detail=detail,
+                )
 
         await asyncio.to_thread(work)

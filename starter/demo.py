@@ -33,8 +33,15 @@ class DemoContext:
 
     def consent(self, recipient: str, channel: str, purpose: str = "service") -> None:
         with self.client.sessions.begin() as session:
-            session.add(Consent(recipient_ref=recipient, channel=channel, purpose=purpose,
-                                source="demo", granted_at=datetime.now(UTC)))
+            session.add(
+                Consent(
+                    recipient_ref=recipient,
+                    channel=channel,
+                    purpose=purpose,
+                    source="demo",
+                    granted_at=datetime.now(UTC),
+                )
+            )
 
     async def result(self, workflow_id: str, timeout: float = 90.0) -> Any:
         handle = self.client.temporal.get_workflow_handle_for(NotificationWorkflow.run, workflow_id)
@@ -67,10 +74,15 @@ async def scenario_sms(ctx: DemoContext) -> None:
     key = f"demo:d-{suffix}"
     recipient = f"demo-member-{suffix}"
     await asyncio.to_thread(ctx.consent, recipient, "sms")
-    ref = await ctx.client.notify(NotificationRequest(
-        business_key=key, recipient_ref=recipient, template_key="demo", phone=DEMO_PHONE,
-        variables={"n": 1, "intent_id": key},
-    ))
+    ref = await ctx.client.notify(
+        NotificationRequest(
+            business_key=key,
+            recipient_ref=recipient,
+            template_key="demo",
+            phone=DEMO_PHONE,
+            variables={"n": 1, "intent_id": key},
+        )
+    )
     result = await ctx.result(ref.workflow_id)
     doc = await asyncio.to_thread(ctx.show, key)
     expect(result.outcome == "delivered", f"expected delivered, the workflow said {result.outcome}")
@@ -82,13 +94,16 @@ SCENARIOS: dict[str, Callable[[DemoContext], Awaitable[None]]] = {
 }
 
 
-async def run_demo(cfg: settings_module.Settings, scenario: str | None, *,
-                   as_json: bool = False) -> int:
+async def run_demo(
+    cfg: settings_module.Settings, scenario: str | None, *, as_json: bool = False
+) -> int:
     names = [scenario] if scenario else list(SCENARIOS)
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown:
-        print(f"herald demo: unknown scenario {unknown[0]!r}; choose from {', '.join(SCENARIOS)}",
-              file=sys.stderr)
+        print(
+            f"herald demo: unknown scenario {unknown[0]!r}; choose from {', '.join(SCENARIOS)}",
+            file=sys.stderr,
+        )
         return 2
     stack: DevStack | None = None
     running = read_running(cfg)

@@ -23,8 +23,9 @@ log = logging.getLogger("herald.relay")
 FAST_PATH_GRACE = timedelta(seconds=2)
 
 
-async def relay_once(client: HeraldClient, *, limit: int = 100,
-                     grace: timedelta = FAST_PATH_GRACE) -> int:
+async def relay_once(
+    client: HeraldClient, *, limit: int = 100, grace: timedelta = FAST_PATH_GRACE
+) -> int:
     cutoff = datetime.now(UTC) - grace
 
     def claim() -> list[tuple[str, str]]:
@@ -33,12 +34,14 @@ async def relay_once(client: HeraldClient, *, limit: int = 100,
                 select(Outbox.intent_id, Intent.workflow_id)
                 .join(Intent, Intent.id == Outbox.intent_id)
                 .where(Outbox.started_at.is_(None), Outbox.created_at <= cutoff)
-                .order_by(Outbox.id).limit(limit)
+                .order_by(Outbox.id)
+                .limit(limit)
                 .with_for_update(of=Outbox, skip_locked=True)
             ).all()
             for intent_id, _ in rows:
                 session.query(Outbox).filter(Outbox.intent_id == intent_id).update(
-                    {Outbox.tries: Outbox.tries + 1})
+                    {Outbox.tries: Outbox.tries + 1}
+                )
             return [(r[0], r[1]) for r in rows]
 
     started = 0

@@ -69,7 +69,8 @@ class Addresses:
             return None
         from urllib.parse import quote
 
-        return f"{self.temporal_ui}/namespaces/{self.namespace}/workflows/{quote(workflow_id, safe='')}"
+        workflow = quote(workflow_id, safe="")
+        return f"{self.temporal_ui}/namespaces/{self.namespace}/workflows/{workflow}"
 
 
 def state_file(cfg: settings_module.Settings) -> Path:
@@ -99,8 +100,14 @@ def _locked(path: Path) -> bool:
 class DevStack:
     """Start everything with `await start()`, stop it all with `await stop()`."""
 
-    def __init__(self, cfg: settings_module.Settings, *, worker_process: bool = True,
-                 temporal_ui: bool = True, fast_postgres: bool = False) -> None:
+    def __init__(
+        self,
+        cfg: settings_module.Settings,
+        *,
+        worker_process: bool = True,
+        temporal_ui: bool = True,
+        fast_postgres: bool = False,
+    ) -> None:
         self.cfg = cfg
         self._worker_process = worker_process
         self._temporal_ui = temporal_ui
@@ -145,7 +152,8 @@ class DevStack:
             self._lock = None
             raise AlreadyRunning(
                 f"herald dev is already running on {cfg.data_path}; "
-                f"its addresses are in {state_file(cfg)}") from err
+                f"its addresses are in {state_file(cfg)}"
+            ) from err
         try:
             return await self._start_all()
         except BaseException:
@@ -155,8 +163,9 @@ class DevStack:
     async def _start_all(self) -> Addresses:
         cfg = self.cfg
         if cfg.database_url is None:
-            self.postgres = EmbeddedPostgres(cfg.data_path, port=cfg.postgres_port,
-                                             fast=self._fast_postgres)
+            self.postgres = EmbeddedPostgres(
+                cfg.data_path, port=cfg.postgres_port, fast=self._fast_postgres
+            )
             url = await asyncio.to_thread(self.postgres.start)
             cfg.database_url = url
         await asyncio.to_thread(migrate.upgrade, cfg.resolved_database_url())
@@ -166,15 +175,16 @@ class DevStack:
             seed_packaged(session, cfg.policy_name)
         if cfg.temporal_address is None:
             self.temporal = TemporalDevServer(
-                cfg.data_path, port=cfg.temporal_port,
+                cfg.data_path,
+                port=cfg.temporal_port,
                 ui_port=cfg.temporal_ui_port if self._temporal_ui else None,
-                namespace=cfg.temporal_namespace, search_attributes=SEARCH_ATTRIBUTES,
+                namespace=cfg.temporal_namespace,
+                search_attributes=SEARCH_ATTRIBUTES,
             )
             cfg.temporal_address = await asyncio.to_thread(self.temporal.start)
         keys = cfg.resolved_data_keys()
         token = cfg.resolved_operator_token()
-        self.sink = SmtpSink(host=cfg.smtp_host, port=cfg.smtp_port,
-                             maildir=cfg.data_path / "mail")
+        self.sink = SmtpSink(host=cfg.smtp_host, port=cfg.smtp_port, maildir=cfg.data_path / "mail")
         await _maybe_await(self.sink.start())
         cfg.smtp_port = self.sink.port
         if cfg.sms_base_url is None:
@@ -187,36 +197,54 @@ class DevStack:
             await self.simulator.start()
             cfg.simulator_port = self.simulator.port
         self.client = HeraldClient(
-            await _connect(cfg), sessions, FieldCipher(keys), task_queue=cfg.task_queue,
+            await _connect(cfg),
+            sessions,
+            FieldCipher(keys),
+            task_queue=cfg.task_queue,
             retention_days=cfg.pii_retention_days,
         )
-        self.api = LoopbackServer(create_app(Ingress(
-            self.client, auth_token=cfg.sms_auth_token.get_secret_value(),
-            public_base_url=cfg.callback_base_url, operator_token=token,
-            unsubscribe_secret=keys,
-        )), host=cfg.api_host, port=cfg.api_port)
+        self.api = LoopbackServer(
+            create_app(
+                Ingress(
+                    self.client,
+                    auth_token=cfg.sms_auth_token.get_secret_value(),
+                    public_base_url=cfg.callback_base_url,
+                    operator_token=token,
+                    unsubscribe_secret=keys,
+                )
+            ),
+            host=cfg.api_host,
+            port=cfg.api_port,
+        )
         await self.api.start()
         if self._worker_process:
             self.worker = ChildProcess(
-                "worker", [sys.executable, "-m", "worker"],
+                "worker",
+                [sys.executable, "-m", "worker"],
                 log_path=cfg.data_path / "worker.log",
-                env={**os.environ, **self.env()}, cwd=Path(__file__).resolve().parent.parent,
+                env={**os.environ, **self.env()},
+                cwd=Path(__file__).resolve().parent.parent,
             )
             self.worker.start()
         self.addresses = Addresses(
             temporal=cfg.temporal_target,
             temporal_ui=self.temporal.ui_url if self.temporal else None,
-            api=cfg.api_url, simulator=cfg.sms_api_url,
+            api=cfg.api_url,
+            simulator=cfg.sms_api_url,
             smtp=f"{cfg.smtp_host}:{cfg.smtp_port}",
             postgres=_redact(cfg.resolved_database_url()),
             namespace=cfg.temporal_namespace,
             operator_token_file=str(cfg.data_path / "operator.token"),
-            pids={k: v for k, v in {
-                "postgres": self.postgres.pid if self.postgres else None,
-                "temporal": self.temporal.pid if self.temporal else None,
-                "worker": self.worker.pid if self.worker else None,
-                "supervisor": os.getpid(),
-            }.items() if v},
+            pids={
+                k: v
+                for k, v in {
+                    "postgres": self.postgres.pid if self.postgres else None,
+                    "temporal": self.temporal.pid if self.temporal else None,
+                    "worker": self.worker.pid if self.worker else None,
+                    "supervisor": os.getpid(),
+                }.items()
+                if v
+            },
         )
         state_file(cfg).write_text(json.dumps(self.addresses.__dict__, indent=2))
         return self.addresses
@@ -262,7 +290,10 @@ async def _maybe_await(value: Any) -> Any:
 
 def _redact(url: str) -> str:
     try:
-        return httpx.URL(url.replace("postgresql+psycopg", "postgresql")).copy_with(
-            password=None).__str__()
+        return (
+            httpx.URL(url.replace("postgresql+psycopg", "postgresql"))
+            .copy_with(password=None)
+            .__str__()
+        )
     except Exception:  # noqa: BLE001
         return url

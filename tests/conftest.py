@@ -7,7 +7,7 @@ from __future__ import annotations
 import base64
 import os
 import secrets
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,7 +28,7 @@ def cipher() -> FieldCipher:
 
 @pytest.fixture(scope="session")
 def pg_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """One embedded Postgres for the whole run, migrated to head once (or HERALD_TEST_DATABASE_URL)."""
+    """One embedded Postgres for the run, migrated to head once (or HERALD_TEST_DATABASE_URL)."""
     from ledger import migrate
     from ledger.templates import seed_packaged
 
@@ -61,8 +61,9 @@ def db(engine: Engine) -> Iterator[Session]:
     """A session inside a transaction that is rolled back after the test."""
     connection = engine.connect()
     outer = connection.begin()
-    session = Session(bind=connection, join_transaction_mode="create_savepoint",
-                      expire_on_commit=False)
+    session = Session(
+        bind=connection, join_transaction_mode="create_savepoint", expire_on_commit=False
+    )
     yield session
     session.close()
     outer.rollback()
@@ -103,13 +104,17 @@ async def time_env():  # type: ignore[no-untyped-def]
     from workflows.notification import SEARCH_ATTRIBUTES
 
     env = await WorkflowEnvironment.start_time_skipping(
-        test_server_existing_path=str(find_binary("temporal-test-server")))
+        test_server_existing_path=str(find_binary("temporal-test-server"))
+    )
     # The test server knows no custom search attributes until they are registered.
-    await env.client.operator_service.add_search_attributes(AddSearchAttributesRequest(
-        namespace=env.client.namespace,
-        search_attributes={name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD
-                           for name in SEARCH_ATTRIBUTES},
-    ))
+    await env.client.operator_service.add_search_attributes(
+        AddSearchAttributesRequest(
+            namespace=env.client.namespace,
+            search_attributes={
+                name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for name in SEARCH_ATTRIBUTES
+            },
+        )
+    )
     yield env
     await env.shutdown()
 
@@ -123,9 +128,14 @@ async def stack(tmp_path_factory: pytest.TempPathFactory, pg_url: str):  # type:
 
     data: Path = tmp_path_factory.mktemp("herald")
     cfg = settings.Settings(
-        data_dir=data, database_url=fresh_database(pg_url, "herald_e2e"), temporal_port=free_port(),
-        api_port=free_port(), simulator_port=free_port(), smtp_port=free_port(),
-        data_key=TEST_KEYRING, policy_name="demo",
+        data_dir=data,
+        database_url=fresh_database(pg_url, "herald_e2e"),
+        temporal_port=free_port(),
+        api_port=free_port(),
+        simulator_port=free_port(),
+        smtp_port=free_port(),
+        data_key=TEST_KEYRING,
+        policy_name="demo",
     )
     dev = DevStack(cfg, temporal_ui=False)
     await dev.start()

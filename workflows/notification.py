@@ -43,8 +43,20 @@ STATE = SearchAttributeKey.for_keyword("HeraldState")
 CHANNEL = SearchAttributeKey.for_keyword("HeraldChannel")
 REGION = SearchAttributeKey.for_keyword("HeraldRegion")
 EVENT_TYPE = SearchAttributeKey.for_keyword("HeraldEventType")
-SEARCH_ATTRIBUTES = {"HeraldState": "Keyword", "HeraldChannel": "Keyword",
-                     "HeraldRegion": "Keyword", "HeraldEventType": "Keyword"}
+SEARCH_ATTRIBUTES = {
+    "HeraldState": "Keyword",
+    "HeraldChannel": "Keyword",
+    "HeraldRegion": "Keyword",
+    "HeraldEventType": "Keyword",
+}
+
+# Phases as operators filter on them in the Web UI (HeraldState).
+COARSE_STATE = {
+    "starting": "pending",
+    "authorizing": "sending",
+    "submitting": "sending",
+    "observing": "sending",
+}
 
 # Activity names, so tests can fake them by name and the worker registers the same.
 LOAD_INTENT = "load_intent"
@@ -55,9 +67,16 @@ SEND_EMAIL = "send_email"
 RECORD_VERDICT = "record_verdict"
 RECORD_OPERATOR_ACTION = "record_operator_action"
 
-LEDGER_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
-PERMANENT_ERRORS = ["PermanentProviderError", "InvalidDestination", "TemplateError",
-                    "ArtifactMismatch", "NotFound"]
+LEDGER_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30)
+)
+PERMANENT_ERRORS = [
+    "PermanentProviderError",
+    "InvalidDestination",
+    "TemplateError",
+    "ArtifactMismatch",
+    "NotFound",
+]
 
 
 def _sms_queue() -> str:
@@ -96,8 +115,9 @@ class NotificationWorkflow:
     async def approve_resend_signal(self, request: ResendRequest) -> None:
         refusal = self._resend_refusal(request)
         if refusal:
-            await self._record_action("approve-resend", request.operator, request.reason,
-                                      "refused", {"why": refusal})
+            await self._record_action(
+                "approve-resend", request.operator, request.reason, "refused", {"why": refusal}
+            )
             return
         await self._accept_resend(request)
 
@@ -126,16 +146,26 @@ class NotificationWorkflow:
     @workflow.run
     async def run(self, input: NotificationInput) -> NotificationResult:
         facts = await workflow.execute_activity(
-            LOAD_INTENT, LoadIntentInput(input.intent_id), result_type=IntentFacts,
-            start_to_close_timeout=timedelta(seconds=30), retry_policy=LEDGER_RETRY,
+            LOAD_INTENT,
+            LoadIntentInput(input.intent_id),
+            result_type=IntentFacts,
+            start_to_close_timeout=timedelta(seconds=30),
+            retry_policy=LEDGER_RETRY,
         )
         self._facts = facts
         self._cancelled = self._cancelled or facts.cancelled
-        workflow.upsert_search_attributes([
-            SearchAttributePair(REGION, facts.region),
-            SearchAttributePair(EVENT_TYPE, facts.event_type),
-            SearchAttributePair(CHANNEL, facts.channels[0] if facts.channels else "none"),
-        ])
+        # The starter sets state/channel/region/event type at start; only fill what is missing.
+        missing = [
+            SearchAttributePair(key, value)
+            for key, value in (
+                (REGION, facts.region),
+                (EVENT_TYPE, facts.event_type),
+                (CHANNEL, facts.channels[0] if facts.channels else "none"),
+            )
+            if workflow.info().typed_search_attributes.get(key) is None
+        ]
+        if missing:
+            workflow.upsert_search_attributes(missing)
 
         if facts.send_at is not None and facts.send_at > workflow.now():
             self._set_phase("scheduled")
@@ -154,40 +184,56 @@ class NotificationWorkflow:
         await self._resend_window()
         return await self._finish("")
 
-    async def _run_channel(self, channel: str) -> ChannelResult:
-        facts = self._require_facts()
-        number = 1
-        while True:
-            result = await self._attempt(channel, number)
-            self._results[channel] = result
-            if self._resend is not None and self._resend.channel == channel:
-                self._resend = None
-                number += 1
-                continue
-            return result
+    async def _run_channel(self, channel: str, number: int = 1) -> ChannelResult:
+        result = await self._attempt(channel, number)
+        self._results[channel] = result
+        return result
 
     async def _attempt(self, channel: str, number: int) -> ChannelResult:
         facts = self._require_facts()
-        self._set_phase(f"authorizing:{channel}")
-        workflow.upsert_search_attributes([SearchAttributePair(CHANNEL, channel)])
+        self._set_phase(f"authorizing:{channel}", channel=channel)
         while True:
             if self._cancelled:
-                return ChannelResult(channel, "cancelled", self._cancel_reason or "cancelled",
-                                     attempts=number - 1)
+                return ChannelResult(
+                    channel, "cancelled", self._cancel_reason or "cancelled", attempts=number - 1
+                )
             if self._expired():
-                return ChannelResult(channel, "expired", "the business expiry passed",
-                                     attempts=number - 1)
-            auth = await workflow.execute_activity(
-                AUTHORIZE, AuthorizeInput(facts.intent_id, channel, number),
-                result_type=AuthorizeResult, start_to_close_timeout=timedelta(seconds=30),
-                retry_policy=RetryPolicy(
-                    initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30),
-                    non_retryable_error_types=PERMANENT_ERRORS,
-                ),
-            )
+                return ChannelResult(
+                    channel, "expired", "the business expiry passed", attempts=number - 1
+                )
+            try:
+                auth = await workflow.execute_activity(
+                    AUTHORIZE,
+                    AuthorizeInput(facts.intent_id, channel, number),
+                    result_type=AuthorizeResult,
+                    start_to_close_timeout=timedelta(seconds=30),
+                    retry_policy=RetryPolicy(
+                        initial_interval=timedelta(seconds=1),
+                        maximum_interval=timedelta(seconds=30),
+                        non_retryable_error_types=PERMANENT_ERRORS,
+                    ),
+                )
+            except ActivityError as err:
+                # A permanent problem preparing this channel (template, destination): this
+                # channel fails with the reason; the fallback rules still apply.
+                cause = err.cause
+                reason = cause.message if isinstance(cause, ApplicationError) else str(err)
+                return ChannelResult(
+                    channel,
+                    AttemptState.FAILED.value,
+                    reason,
+                    attempts=number - 1,
+                    rule="prepare.failed",
+                )
             if auth.outcome == "deny":
-                return ChannelResult(channel, "denied", auth.reason, attempts=number - 1,
-                                     policy_version=auth.policy_version, rule=auth.rule)
+                return ChannelResult(
+                    channel,
+                    "denied",
+                    auth.reason,
+                    attempts=number - 1,
+                    policy_version=auth.policy_version,
+                    rule=auth.rule,
+                )
             if auth.outcome == "allow":
                 break
             # Deferred: backpressure is data. Wait until eligible, bounded by the expiry.
@@ -199,8 +245,15 @@ class NotificationWorkflow:
         token = auth.attempt_token
         assert token is not None
         self._attempt_states[token] = AttemptState.PREPARED.value
-        base = ChannelResult(channel, AttemptState.PREPARED.value, auth.reason, token,
-                             attempts=number, policy_version=auth.policy_version, rule=auth.rule)
+        base = ChannelResult(
+            channel,
+            AttemptState.PREPARED.value,
+            auth.reason,
+            token,
+            attempts=number,
+            policy_version=auth.policy_version,
+            rule=auth.rule,
+        )
         self._set_phase(f"submitting:{channel}")
         self._in_flight.add(token)
         try:
@@ -211,8 +264,11 @@ class NotificationWorkflow:
         base.remote_id = outcome.remote_id
         if outcome.reason:
             base.reason = outcome.reason
-        if channel == "sms" and not states.is_terminal(AttemptState(self._attempt_states[token])) \
-                and self._attempt_states[token] != AttemptState.UNKNOWN.value:
+        if (
+            channel == "sms"
+            and not states.is_terminal(AttemptState(self._attempt_states[token]))
+            and self._attempt_states[token] != AttemptState.UNKNOWN.value
+        ):
             await self._observe_sms(token, facts)
         base.state = self._attempt_states[token]
         if base.state == AttemptState.UNKNOWN.value and not base.reason:
@@ -223,12 +279,15 @@ class NotificationWorkflow:
         activity = SUBMIT_SMS if channel == "sms" else SEND_EMAIL
         try:
             return await workflow.execute_activity(
-                activity, SubmitInput(token), result_type=SubmitOutcome,
+                activity,
+                SubmitInput(token),
+                result_type=SubmitOutcome,
                 task_queue=_sms_queue() if channel == "sms" else None,
                 start_to_close_timeout=timedelta(seconds=30),
                 schedule_to_close_timeout=timedelta(seconds=facts.submit_window_seconds),
                 retry_policy=RetryPolicy(
-                    initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=60),
+                    initial_interval=timedelta(seconds=1),
+                    maximum_interval=timedelta(seconds=60),
                     non_retryable_error_types=PERMANENT_ERRORS,
                 ),
             )
@@ -236,11 +295,14 @@ class NotificationWorkflow:
             cause = err.cause
             if isinstance(cause, ApplicationError) and cause.type in PERMANENT_ERRORS:
                 code = str(cause.details[0]) if cause.details else None
-                return SubmitOutcome(AttemptState.FAILED.value, error_code=code,
-                                     reason=cause.message)
+                return SubmitOutcome(
+                    AttemptState.FAILED.value, error_code=code, reason=cause.message
+                )
             # The transport retry window closed with the outcome still open.
-            return SubmitOutcome(AttemptState.UNKNOWN.value,
-                                 reason="transport retry window closed without a final answer")
+            return SubmitOutcome(
+                AttemptState.UNKNOWN.value,
+                reason="transport retry window closed without a final answer",
+            )
 
     async def _observe_sms(self, token: str, facts: IntentFacts) -> None:
         """Wait for a receipt or poll with jittered backoff until terminal or the horizon.
@@ -258,28 +320,42 @@ class NotificationWorkflow:
         rand = workflow.random()
         retry = 0
         while not self._settled(token) and not self._cancelled:
-            delay = clocks.backoff_delay(retry, initial=facts.poll_initial_seconds,
-                                         maximum=facts.poll_max_seconds, rand=rand.random)
+            delay = clocks.backoff_delay(
+                retry,
+                initial=facts.poll_initial_seconds,
+                maximum=facts.poll_max_seconds,
+                rand=rand.random,
+            )
             wake = min(workflow.now() + timedelta(seconds=delay), horizon)
             await self._wait(wake, extra=lambda: self._settled(token))
             if self._settled(token) or self._cancelled:
                 break
             if workflow.now() >= horizon:
                 if workflow.now() >= started + timedelta(seconds=facts.poll_horizon_seconds):
-                    await self._record_verdict(token, AttemptState.UNKNOWN.value, "horizon",
-                                               "no final status before the polling horizon")
+                    await self._record_verdict(
+                        token,
+                        AttemptState.UNKNOWN.value,
+                        "horizon",
+                        "no final status before the polling horizon",
+                    )
                 return
             polled = await workflow.execute_activity(
-                POLL_SMS, PollInput(token), result_type=PollOutcome, task_queue=_sms_queue(),
-                start_to_close_timeout=timedelta(seconds=30), retry_policy=LEDGER_RETRY,
+                POLL_SMS,
+                PollInput(token),
+                result_type=PollOutcome,
+                task_queue=_sms_queue(),
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=LEDGER_RETRY,
             )
             self._observe(token, polled.state)
             retry += 1
 
     async def _record_verdict(self, token: str, state: str, source: str, reason: str) -> None:
         await workflow.execute_activity(
-            RECORD_VERDICT, VerdictInput(token, state, source, reason),
-            start_to_close_timeout=timedelta(seconds=30), retry_policy=LEDGER_RETRY,
+            RECORD_VERDICT,
+            VerdictInput(token, state, source, reason),
+            start_to_close_timeout=timedelta(seconds=30),
+            retry_policy=LEDGER_RETRY,
         )
         self._observe(token, state)
 
@@ -296,29 +372,32 @@ class NotificationWorkflow:
         return True
 
     async def _resend_window(self) -> None:
+        """After a retryable failure, stay open for an operator's approve-resend."""
         facts = self._require_facts()
-        if not any(self._resend_refusal(ResendRequest(channel=c)) is None for c in self._results):
-            return
-        self._set_phase("awaiting-operator")
         until = workflow.now() + timedelta(seconds=facts.resend_window_seconds)
         if facts.expires_at is not None:
             until = min(until, facts.expires_at)
-        while until > workflow.now() and not self._cancelled:
+        while not self._cancelled and any(
+            self._resend_refusal(ResendRequest(channel=c)) is None for c in self._results
+        ):
+            self._set_phase("awaiting-operator")
             await self._wait(until, extra=lambda: self._resend is not None)
-            if self._resend is None:
+            request, self._resend = self._resend, None
+            if request is None:
                 return
-            await self._run_channel(self._resend.channel)
+            previous = self._results[request.channel]
+            await self._run_channel(request.channel, previous.attempts + 1)
 
     async def _finish(self, reason: str) -> NotificationResult:
         await workflow.wait_condition(workflow.all_handlers_finished)
         outcome = self._outcome()
-        self._set_phase("finished")
-        workflow.upsert_search_attributes([SearchAttributePair(STATE, outcome)])
+        self._set_phase("finished", state=outcome)
         return NotificationResult(
-            intent_id=self._require_facts().intent_id, outcome=outcome,
+            intent_id=self._require_facts().intent_id,
+            outcome=outcome,
             channels=list(self._results.values()),
-            reason=reason or "; ".join(f"{r.channel}: {r.state} ({r.reason})"
-                                       for r in self._results.values()),
+            reason=reason
+            or "; ".join(f"{r.channel}: {r.state} ({r.reason})" for r in self._results.values()),
         )
 
     # --- operators -----------------------------------------------------------------
@@ -329,16 +408,24 @@ class NotificationWorkflow:
         self._cancelled = True
         self._cancel_reason = f"cancelled by {request.operator}: {request.reason}".strip(": ")
         closed = [self._phase]
-        in_flight = sorted(self._in_flight | {
-            t for t, s in self._attempt_states.items()
-            if s in (AttemptState.SUBMITTED.value, AttemptState.SENT.value)
-        })
+        in_flight = sorted(
+            self._in_flight
+            | {
+                t
+                for t, s in self._attempt_states.items()
+                if s in (AttemptState.SUBMITTED.value, AttemptState.SENT.value)
+            }
+        )
         message = "future work closed"
         if in_flight:
             message += "; already-submitted messages are not recalled, only no longer followed"
-        await self._record_action("cancel", request.operator, request.reason, "accepted",
-                                  {"closed": ",".join(closed), "in_flight": ",".join(in_flight),
-                                   "note": message})
+        await self._record_action(
+            "cancel",
+            request.operator,
+            request.reason,
+            "accepted",
+            {"closed": ",".join(closed), "in_flight": ",".join(in_flight), "note": message},
+        )
         return CancelResult(True, closed, in_flight, message)
 
     def _resend_refusal(self, request: ResendRequest) -> str | None:
@@ -353,24 +440,33 @@ class NotificationWorkflow:
             return None
         if result.state == AttemptState.UNKNOWN.value and "reconcil" in result.reason:
             return None
-        return (f"latest {request.channel} attempt is {result.state}; a resend needs a retryable "
-                "failure or a reconciled unknown")
+        return (
+            f"latest {request.channel} attempt is {result.state}; a resend needs a retryable "
+            "failure or a reconciled unknown"
+        )
 
     async def _accept_resend(self, request: ResendRequest) -> ResendResult:
         result = self._results[request.channel]
         self._resend = request
-        await self._record_action("approve-resend", request.operator, request.reason, "accepted",
-                                  {"channel": request.channel,
-                                   "after": f"{result.attempt_token}={result.state}"})
+        await self._record_action(
+            "approve-resend",
+            request.operator,
+            request.reason,
+            "accepted",
+            {"channel": request.channel, "after": f"{result.attempt_token}={result.state}"},
+        )
         return ResendResult(True, "a new attempt will be authorized", result.attempts + 1)
 
-    async def _record_action(self, action: str, operator: str, reason: str, outcome: str,
-                             detail: dict[str, str]) -> None:
+    async def _record_action(
+        self, action: str, operator: str, reason: str, outcome: str, detail: dict[str, str]
+    ) -> None:
         await workflow.execute_activity(
             RECORD_OPERATOR_ACTION,
-            OperatorActionInput(self._require_facts().intent_id, action, operator, reason,
-                                outcome, detail),
-            start_to_close_timeout=timedelta(seconds=30), retry_policy=LEDGER_RETRY,
+            OperatorActionInput(
+                self._require_facts().intent_id, action, operator, reason, outcome, detail
+            ),
+            start_to_close_timeout=timedelta(seconds=30),
+            retry_policy=LEDGER_RETRY,
         )
 
     # --- small pieces --------------------------------------------------------------
@@ -397,16 +493,28 @@ class NotificationWorkflow:
                 lambda: self._cancelled or (extra is not None and extra()),
                 timeout=timedelta(seconds=remaining),
             )
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
 
     def _expired(self) -> bool:
         facts = self._require_facts()
         return facts.expires_at is not None and workflow.now() >= facts.expires_at
 
-    def _set_phase(self, phase: str) -> None:
+    def _set_phase(
+        self, phase: str, *, channel: str | None = None, state: str | None = None
+    ) -> None:
+        """Track the phase; upsert search attributes only when what operators filter on
+        changes (each upsert is a history event)."""
         self._phase = phase
-        workflow.upsert_search_attributes([SearchAttributePair(STATE, phase.split(":")[0])])
+        coarse = state or COARSE_STATE.get(phase.split(":")[0], phase.split(":")[0])
+        info = workflow.info().typed_search_attributes
+        pairs = []
+        if info.get(STATE) != coarse:
+            pairs.append(SearchAttributePair(STATE, coarse))
+        if channel is not None and info.get(CHANNEL) != channel:
+            pairs.append(SearchAttributePair(CHANNEL, channel))
+        if pairs:
+            workflow.upsert_search_attributes(pairs)
 
     def _outcome(self) -> str:
         results = list(self._results.values())

@@ -15,12 +15,18 @@ EMAIL = "traveller@example.org"
 
 
 def request(key: str, **overrides) -> NotificationRequest:  # type: ignore[no-untyped-def]
-    values = dict(business_key=key, recipient_ref="m-1842", template_key="demo", phone=PHONE,
-                  variables={"n": 1, "intent_id": key})
+    values = dict(
+        business_key=key,
+        recipient_ref="m-1842",
+        template_key="demo",
+        phone=PHONE,
+        variables={"n": 1, "intent_id": key},
+    )
     values.update(overrides)
     return NotificationRequest(**values)  # type: ignore[arg-type]
 
 
 def fields(session, cipher, key: str, **overrides) -> IntentFields:  # type: ignore[no-untyped-def]
-    return intake.validate(session, request(key, **overrides), cipher, now=datetime.now(UTC),
-                           retention_days=30)
+    return intake.validate(
+        session, request(key, **overrides), cipher, now=datetime.now(UTC), retention_days=30
+    )

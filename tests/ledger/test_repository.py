@@ -25,14 +25,32 @@ pytestmark = pytest.mark.ledger
 def _attempt(session, cipher, key: str, state: str = "prepared") -> Attempt:  # type: ignore[no-untyped-def]
     recorded = repo.record_intent(session, fields(session, cipher, key))
     decision = repo.record_decision(
-        session, intent_id=recorded.intent_id, channel="sms",
-        policy_version=repo.active_policy(session).version, outcome="allow", rule="allow",
-        reason="test", inputs={}, next_eligible_at=None, decided_at=datetime.now(UTC))
+        session,
+        intent_id=recorded.intent_id,
+        channel="sms",
+        policy_version=repo.active_policy(session).version,
+        outcome="allow",
+        rule="allow",
+        reason="test",
+        inputs={},
+        next_eligible_at=None,
+        decided_at=datetime.now(UTC),
+    )
     token = keys.attempt_token(key, "sms", 1)
     attempt = repo.prepare_attempt(
-        session, intent_id=recorded.intent_id, channel="sms", number=1, token=token,
-        decision_id=decision.id, destination_ct="x", destination_hmac="h" * 64, body_ct="x",
-        content_sha256="0" * 64, template_key="demo", template_version=1)
+        session,
+        intent_id=recorded.intent_id,
+        channel="sms",
+        number=1,
+        token=token,
+        decision_id=decision.id,
+        destination_ct="x",
+        destination_hmac="h" * 64,
+        body_ct="x",
+        content_sha256="0" * 64,
+        template_key="demo",
+        template_version=1,
+    )
     if state != "prepared":
         session.query(Attempt).filter(Attempt.id == attempt.id).update({Attempt.state: state})
         session.refresh(attempt)
@@ -40,8 +58,13 @@ def _attempt(session, cipher, key: str, state: str = "prepared") -> Attempt:  # 
 
 
 def _facts(state: AttemptState, dedupe: str, source: str = "webhook") -> ObservationFacts:
-    return ObservationFacts(source=source, raw_status=state.value, normalized=state,
-                            observed_at=datetime.now(UTC), dedupe_key=dedupe)
+    return ObservationFacts(
+        source=source,
+        raw_status=state.value,
+        normalized=state,
+        observed_at=datetime.now(UTC),
+        dedupe_key=dedupe,
+    )
 
 
 def test_recording_a_business_key_twice_returns_the_existing_intent(db, cipher):
@@ -50,9 +73,15 @@ def test_recording_a_business_key_twice_returns_the_existing_intent(db, cipher):
     second = repo.record_intent(db, fields(db, cipher, key))
     assert first.created and not second.created
     assert first.intent_id == second.intent_id
-    assert db.scalar(select(func.count()).select_from(Intent).where(Intent.business_key == key)) == 1
-    assert db.scalar(select(func.count()).select_from(Outbox)
-                     .where(Outbox.intent_id == first.intent_id)) == 1
+    assert (
+        db.scalar(select(func.count()).select_from(Intent).where(Intent.business_key == key)) == 1
+    )
+    assert (
+        db.scalar(
+            select(func.count()).select_from(Outbox).where(Outbox.intent_id == first.intent_id)
+        )
+        == 1
+    )
 
 
 def test_the_same_key_with_another_payload_is_a_conflict_not_a_second_intent(db, cipher):
@@ -60,7 +89,9 @@ def test_the_same_key_with_another_payload_is_a_conflict_not_a_second_intent(db,
     repo.record_intent(db, fields(db, cipher, key))
     with pytest.raises(repo.IntentConflict, match="different payload"):
         repo.record_intent(db, fields(db, cipher, key, variables={"n": 2, "intent_id": key}))
-    assert db.scalar(select(func.count()).select_from(Intent).where(Intent.business_key == key)) == 1
+    assert (
+        db.scalar(select(func.count()).select_from(Intent).where(Intent.business_key == key)) == 1
+    )
 
 
 def test_an_invalid_phone_number_is_refused_naming_the_field(db, cipher):
@@ -87,11 +118,21 @@ def test_pii_is_stored_only_encrypted(db, cipher):
 
 def test_a_duplicate_receipt_changes_nothing(db, cipher):
     attempt = _attempt(db, cipher, unique("demo:d"), state="submitted")
-    first = repo.record_observation(db, _facts(AttemptState.DELIVERED, "dup-1"), token=attempt.token)
-    second = repo.record_observation(db, _facts(AttemptState.DELIVERED, "dup-1"), token=attempt.token)
+    first = repo.record_observation(
+        db, _facts(AttemptState.DELIVERED, "dup-1"), token=attempt.token
+    )
+    second = repo.record_observation(
+        db, _facts(AttemptState.DELIVERED, "dup-1"), token=attempt.token
+    )
     assert first.verdict == "applied" and second.verdict == "duplicate"
-    assert db.scalar(select(func.count()).select_from(Observation)
-                     .where(Observation.attempt_id == attempt.id)) == 1
+    assert (
+        db.scalar(
+            select(func.count())
+            .select_from(Observation)
+            .where(Observation.attempt_id == attempt.id)
+        )
+        == 1
+    )
 
 
 def test_a_late_sent_after_delivered_is_kept_as_evidence_and_not_applied(db, cipher):
@@ -101,31 +142,52 @@ def test_a_late_sent_after_delivered_is_kept_as_evidence_and_not_applied(db, cip
     assert late.verdict == "stale"
     db.refresh(attempt)
     assert attempt.state == "delivered"
-    rows = db.execute(select(Observation.raw_status, Observation.applied)
-                      .where(Observation.attempt_id == attempt.id).order_by(Observation.id)).all()
+    rows = db.execute(
+        select(Observation.raw_status, Observation.applied)
+        .where(Observation.attempt_id == attempt.id)
+        .order_by(Observation.id)
+    ).all()
     assert rows == [("delivered", True), ("sent", False)]
 
 
 def test_conflicting_terminal_observations_are_kept_and_flagged(db, cipher):
     attempt = _attempt(db, cipher, unique("demo:d"), state="submitted")
     repo.record_observation(db, _facts(AttemptState.UNDELIVERED, unique("u")), token=attempt.token)
-    result = repo.record_observation(db, _facts(AttemptState.DELIVERED, unique("d")),
-                                     token=attempt.token)
+    result = repo.record_observation(
+        db, _facts(AttemptState.DELIVERED, unique("d")), token=attempt.token
+    )
     assert result.verdict == "conflict"
     db.refresh(attempt)
     assert attempt.state == "undelivered"
-    assert db.scalar(select(func.count()).select_from(Observation).where(
-        Observation.attempt_id == attempt.id, Observation.conflict.is_(True))) == 1
+    assert (
+        db.scalar(
+            select(func.count())
+            .select_from(Observation)
+            .where(Observation.attempt_id == attempt.id, Observation.conflict.is_(True))
+        )
+        == 1
+    )
 
 
 def test_a_receipt_for_an_unknown_message_is_kept_as_orphan_evidence(db):
-    facts = ObservationFacts(source="webhook", raw_status="delivered",
-                             normalized=AttemptState.DELIVERED, observed_at=datetime.now(UTC),
-                             dedupe_key=unique("orphan"), remote_id="SM" + "0" * 32)
+    facts = ObservationFacts(
+        source="webhook",
+        raw_status="delivered",
+        normalized=AttemptState.DELIVERED,
+        observed_at=datetime.now(UTC),
+        dedupe_key=unique("orphan"),
+        remote_id="SM" + "0" * 32,
+    )
     result = repo.record_observation(db, facts)
     assert result.verdict == "orphan"
-    assert db.scalar(select(func.count()).select_from(Observation)
-                     .where(Observation.dedupe_key == facts.dedupe_key)) == 1
+    assert (
+        db.scalar(
+            select(func.count())
+            .select_from(Observation)
+            .where(Observation.dedupe_key == facts.dedupe_key)
+        )
+        == 1
+    )
 
 
 def test_fifty_concurrent_records_of_one_business_key_leave_one_intent(committed, cipher):
@@ -141,8 +203,9 @@ def test_fifty_concurrent_records_of_one_business_key_leave_one_intent(committed
     with ThreadPoolExecutor(max_workers=50) as pool:
         ids = set(pool.map(record, range(50)))
     with committed() as session:
-        count = session.scalar(select(func.count()).select_from(Intent)
-                               .where(Intent.business_key == key))
+        count = session.scalar(
+            select(func.count()).select_from(Intent).where(Intent.business_key == key)
+        )
     assert count == 1 and len(ids) == 1
 
 
@@ -155,7 +218,9 @@ def test_a_delivered_receipt_and_a_late_unknown_racing_leave_delivered(committed
     def observe(state: AttemptState) -> str:
         with committed.begin() as session:
             barrier.wait()
-            return repo.record_observation(session, _facts(state, unique("race")), token=token).verdict
+            return repo.record_observation(
+                session, _facts(state, unique("race")), token=token
+            ).verdict
 
     for _ in range(5):  # both orders are exercised across rounds
         with ThreadPoolExecutor(max_workers=2) as pool:
@@ -164,8 +229,11 @@ def test_a_delivered_receipt_and_a_late_unknown_racing_leave_delivered(committed
             attempt = repo.attempt_by_token(session, token)
             assert attempt.state == "delivered", verdicts
     with committed() as session:
-        rows = session.execute(select(Observation.normalized_status, Observation.applied)
-                               .where(Observation.attempt_id == attempt.id)).all()
+        rows = session.execute(
+            select(Observation.normalized_status, Observation.applied).where(
+                Observation.attempt_id == attempt.id
+            )
+        ).all()
     assert ("unknown", False) in rows or ("unknown", True) in rows
     assert sum(1 for r in rows if r[0] == "delivered" and r[1]) >= 1
     assert len(rows) == 10  # nothing was lost

@@ -1,0 +1,221 @@
+"""A scripted world for NotificationWorkflow: activities faked by name, so the time-skipping
+server crosses minutes and days of timers in milliseconds."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+from temporalio import activity
+from temporalio.client import WorkflowHandle
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
+from temporalio.exceptions import ApplicationError
+from temporalio.worker import Worker
+
+from activities.contracts import (
+    AuthorizeInput,
+    AuthorizeResult,
+    IntentFacts,
+    LoadIntentInput,
+    NotificationInput,
+    OperatorActionInput,
+    PollInput,
+    PollOutcome,
+    SubmitInput,
+    SubmitOutcome,
+    VerdictInput,
+)
+from domain import keys
+from worker import sandbox_runner
+from workflows.notification import CHANNEL, EVENT_TYPE, REGION, STATE, NotificationWorkflow
+
+pytestmark = pytest.mark.workflow
+
+
+def allow(token: str | None = None) -> AuthorizeResult:
+    return AuthorizeResult("allow", "allow", "allowed", "test-1", 1, attempt_token=token)
+
+
+def deny(rule: str = "suppression.opted_out", reason: str = "opted out") -> AuthorizeResult:
+    return AuthorizeResult("deny", rule, reason, "test-1", 1)
+
+
+def defer(until: datetime, rule: str = "quiet_hours") -> AuthorizeResult:
+    return AuthorizeResult("defer", rule, "quiet hours", "test-1", 1, next_eligible_at=until)
+
+
+@dataclass
+class World:
+    """What the fake activities answer and what they saw."""
+
+    facts: IntentFacts
+    decide: Callable[[AuthorizeInput, datetime], AuthorizeResult] = lambda i, now: allow()
+    submit: Callable[[str, str], SubmitOutcome] = lambda channel, token: SubmitOutcome(
+        "submitted", "SM1"
+    )
+    poll: Callable[[str, int], str] = lambda token, n: "submitted"
+    calls: list[tuple[str, Any, datetime]] = field(default_factory=list)
+    polls: int = 0
+
+    def names(self) -> list[str]:
+        return [c[0] for c in self.calls]
+
+    def activities(self) -> list[Callable[..., Any]]:
+        world = self
+
+        def now() -> datetime:
+            # The server's clock: it moves with time skipping, unlike datetime.now().
+            return activity.info().current_attempt_scheduled_time
+
+        @activity.defn(name="load_intent")
+        async def load_intent(input: LoadIntentInput) -> IntentFacts:
+            world.calls.append(("load_intent", input, now()))
+            return world.facts
+
+        @activity.defn(name="authorize")
+        async def authorize(input: AuthorizeInput) -> AuthorizeResult:
+            world.calls.append(("authorize", input, now()))
+            result = world.decide(input, now())
+            if result.outcome == "allow" and result.attempt_token is None:
+                result = replace(
+                    result,
+                    attempt_token=keys.attempt_token(
+                        world.facts.business_key, input.channel, input.attempt_number
+                    ),
+                )
+            return result
+
+        @activity.defn(name="submit_sms")
+        async def submit_sms(input: SubmitInput) -> SubmitOutcome:
+            world.calls.append(("submit_sms", input, now()))
+            return world.submit("sms", input.attempt_token)
+
+        @activity.defn(name="send_email")
+        async def send_email(input: SubmitInput) -> SubmitOutcome:
+            world.calls.append(("send_email", input, now()))
+            return world.submit("email", input.attempt_token)
+
+        @activity.defn(name="poll_sms")
+        async def poll_sms(input: PollInput) -> PollOutcome:
+            world.polls += 1
+            world.calls.append(("poll_sms", input, now()))
+            return PollOutcome(world.poll(input.attempt_token, world.polls))
+
+        @activity.defn(name="record_verdict")
+        async def record_verdict(input: VerdictInput) -> str:
+            world.calls.append(("record_verdict", input, now()))
+            return "applied"
+
+        @activity.defn(name="record_operator_action")
+        async def record_operator_action(input: OperatorActionInput) -> None:
+            world.calls.append(("record_operator_action", input, now()))
+
+        return [
+            load_intent,
+            authorize,
+            submit_sms,
+            send_email,
+            poll_sms,
+            record_verdict,
+            record_operator_action,
+        ]
+
+
+def facts(key: str | None = None, **overrides: Any) -> IntentFacts:
+    values: dict[str, Any] = dict(
+        intent_id=str(uuid.uuid4()),
+        business_key=key or f"class-opening:c-9081:m-{uuid.uuid4().hex[:6]}",
+        event_type="class-opening",
+        category="transactional",
+        region="US",
+        channels=["sms", "email"],
+        mode="fallback",
+        email_after_seconds=600,
+        email_on_permanent_failure=True,
+        poll_initial_seconds=10,
+        poll_max_seconds=300,
+        poll_horizon_seconds=1800,
+        resend_window_seconds=3600,
+        submit_window_seconds=600,
+    )
+    values.update(overrides)
+    return IntentFacts(**values)
+
+
+class Harness:
+    def __init__(self, env: Any) -> None:
+        self.env = env
+
+    def worker(self, world: World, queue: str) -> Any:
+        client = self.env.client
+        main = Worker(
+            client,
+            task_queue=queue,
+            workflows=[NotificationWorkflow],
+            activities=[
+                a for a in world.activities() if a.__name__ not in ("submit_sms", "poll_sms")
+            ],
+            workflow_runner=sandbox_runner(),
+        )
+        sms = Worker(
+            client,
+            task_queue=f"{queue}-sms",
+            activities=[a for a in world.activities() if a.__name__ in ("submit_sms", "poll_sms")],
+        )
+        return _Both(main, sms)
+
+    async def start(self, world: World, queue: str) -> WorkflowHandle[Any, Any]:
+        f = world.facts
+        # As the starter does: search attributes set at start, not upserted later.
+        attributes = TypedSearchAttributes(
+            [
+                SearchAttributePair(STATE, "scheduled" if f.send_at else "sending"),
+                SearchAttributePair(CHANNEL, f.channels[0]),
+                SearchAttributePair(REGION, f.region),
+                SearchAttributePair(EVENT_TYPE, f.event_type),
+            ]
+        )
+        return await self.env.client.start_workflow(
+            NotificationWorkflow.run,
+            NotificationInput(f.intent_id),
+            id=keys.workflow_id(f.business_key),
+            task_queue=queue,
+            search_attributes=attributes,
+        )
+
+
+class _Both:
+    def __init__(self, a: Worker, b: Worker) -> None:
+        self.a, self.b = a, b
+
+    async def __aenter__(self) -> _Both:
+        await self.a.__aenter__()
+        await self.b.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.b.__aexit__(*exc)
+        await self.a.__aexit__(*exc)
+
+
+@pytest.fixture
+def harness(time_env: Any) -> Harness:
+    return Harness(time_env)
+
+
+@pytest.fixture
+def queue() -> str:
+    return f"tq-{uuid.uuid4().hex[:8]}"
+
+
+def permanent(code: str = "21211") -> ApplicationError:
+    return ApplicationError(
+        "invalid number", code, type="PermanentProviderError", non_retryable=True
+    )
+
+
+_ = timedelta

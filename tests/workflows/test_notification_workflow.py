@@ -1,0 +1,243 @@
+"""NotificationWorkflow on the time-skipping server: every branch of one intent's life."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+from temporalio import activity
+from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
+
+from activities.contracts import (
+    AuthorizeInput,
+    CancelRequest,
+    ReceiptSignal,
+    ResendRequest,
+    SubmitInput,
+    SubmitOutcome,
+)
+from tests.workflows.conftest import World, allow, defer, deny, facts, permanent
+from workflows.notification import NotificationWorkflow
+
+pytestmark = pytest.mark.workflow
+
+
+async def until(predicate: Any, *, timeout: float = 10.0) -> None:
+    """Wait for a condition with a deadline (not a sleep that hopes)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not reached before the deadline")
+        await asyncio.sleep(0.02)
+
+
+async def phase_is(handle: WorkflowHandle[Any, Any], prefix: str, timeout: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        projection = await handle.query(NotificationWorkflow.projection)
+        if projection.phase.startswith(prefix):
+            return
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"phase stayed {projection.phase!r}, expected {prefix!r}")
+        await asyncio.sleep(0.02)
+
+
+def at(world: World, name: str, index: int = 0) -> datetime:
+    return [c[2] for c in world.calls if c[0] == name][index]
+
+
+async def test_a_receipt_before_the_first_poll_completes_delivered_without_polling(harness, queue):
+    world = World(facts(channels=["sms"]))
+    async with harness.worker(world, queue):
+        handle = await harness.start(world, queue)
+        await until(lambda: "submit_sms" in world.names())  # no query: it would add tasks
+        token = world.calls[-1][1].attempt_token
+        await handle.signal(NotificationWorkflow.receipt, ReceiptSignal(token, "delivered"))
+        await handle.signal(NotificationWorkflow.receipt, ReceiptSignal(token, "delivered"))
+        result = await handle.result()
+        history = await handle.fetch_history()
+    assert result.outcome == "delivered"
+    assert "poll_sms" not in world.names() and "send_email" not in world.names()
+    # The budget for the happy path: at most 30 history events (two signals here).
+    assert len(history.events) <= 30 + 4, len(history.events)
+
+
+async def test_delivered_by_poll_when_no_receipt_comes(harness, queue):
+    world = World(facts(channels=["sms"]), poll=lambda token, n: "delivered" if n >= 2 else "sent")
+    async with harness.worker(world, queue):
+        result = await (await harness.start(world, queue)).result()
+    assert result.outcome == "delivered"
+    assert world.polls == 2
+
+
+async def test_the_polling_horizon_gives_unknown_not_failed(harness, queue):
+    world = World(facts(channels=["sms"], resend_window_seconds=0))
+    async with harness.worker(world, queue):
+        result = await (await harness.start(world, queue)).result()
+    assert result.outcome == "unknown"
+    verdicts = [c[1] for c in world.calls if c[0] == "record_verdict"]
+    assert [(v.state, v.source) for v in verdicts] == [("unknown", "horizon")]
+    start = at(world, "submit_sms")
+    assert all(c[2] - start <= timedelta(seconds=1800) for c in world.calls if c[0] == "poll_sms")
+    assert 5 <= world.polls <= 40
+
+
+async def test_a_permanent_sms_failure_sends_email_at_once(harness, queue):
+    def submit(channel: str, token: str) -> SubmitOutcome:
+        if channel == "sms":
+            raise permanent("21614")
+        return SubmitOutcome("sent", "<m@herald>")
+
+    world = World(facts(), submit=submit)
+    async with harness.worker(world, queue):
+        result = await (await harness.start(world, queue)).result()
+    by_channel = {r.channel: r for r in result.channels}
+    assert by_channel["sms"].state == "failed"
+    assert by_channel["email"].state == "sent"
+    assert at(world, "send_email") - at(world, "submit_sms") < timedelta(seconds=30)
+    assert [c[1].channel for c in world.calls if c[0] == "authorize"] == ["sms", "email"]
+
+
+async def test_an_sms_not_delivered_within_the_window_falls_back_to_email(harness, queue):
+    world = World(
+        facts(),
+        poll=lambda token, n: "sent",
+        submit=lambda ch, tok: SubmitOutcome("submitted" if ch == "sms" else "sent", "x"),
+    )
+    async with harness.worker(world, queue):
+        result = await (await harness.start(world, queue)).result()
+    waited = at(world, "send_email") - at(world, "submit_sms")
+    assert timedelta(seconds=600) <= waited < timedelta(seconds=660)
+    assert result.outcome == "sent"
+    assert {r.channel: r.state for r in result.channels} == {"sms": "sent", "email": "sent"}
+
+
+async def test_an_opted_out_recipient_gets_neither_channel(harness, queue):
+    world = World(facts(), decide=lambda i, now: deny())
+    async with harness.worker(world, queue):
+        result = await (await harness.start(world, queue)).result()
+    assert result.outcome == "denied"
+    assert "submit_sms" not in world.names() and "send_email" not in world.names()
+    assert [r.state for r in result.channels] == ["denied", "denied"]
+
+
+async def test_quiet_hours_defer_then_send_at_the_first_eligible_minute(harness, queue):
+    eligible: dict[str, datetime] = {}
+
+    def decide(i: AuthorizeInput, now: datetime) -> Any:
+        eligible.setdefault("at", now + timedelta(hours=9, minutes=30))
+        return defer(eligible["at"]) if now < eligible["at"] else allow()
+
+    world = World(facts(channels=["sms"]), decide=decide, poll=lambda t, n: "delivered")
+    async with harness.worker(world, queue):
+        result = await (await harness.start(world, queue)).result()
+    second = at(world, "authorize", 1)
+    assert eligible["at"] <= second < eligible["at"] + timedelta(minutes=1)
+    assert result.outcome == "delivered"
+
+
+async def test_an_expiry_passing_while_deferred_expires_the_intent(harness, queue):
+    world = World(facts(channels=["sms"]), decide=lambda i, now: defer(now + timedelta(hours=8)))
+    world.facts.expires_at = None
+    async with harness.worker(world, queue):
+        # The expiry is set relative to the server's clock at start.
+        world.facts.expires_at = (await harness.env.get_current_time()) + timedelta(hours=1)
+        result = await (await harness.start(world, queue)).result()
+    assert result.outcome == "expired"
+    assert "submit_sms" not in world.names()
+    assert world.names().count("authorize") == 1
+
+
+async def test_a_cancel_before_send_at_closes_the_intent_with_no_attempt(harness, queue):
+    world = World(facts())
+    async with harness.worker(world, queue):
+        world.facts.send_at = (await harness.env.get_current_time()) + timedelta(days=1)
+        handle = await harness.start(world, queue)
+        await phase_is(handle, "scheduled")
+        cancelled = await handle.execute_update(
+            NotificationWorkflow.cancel_update, CancelRequest("ops@example", "seat filled")
+        )
+        result = await handle.result()
+    assert cancelled.accepted and cancelled.in_flight == []
+    assert result.outcome == "cancelled"
+    assert "authorize" not in world.names()
+    actions = [c[1] for c in world.calls if c[0] == "record_operator_action"]
+    assert [(a.action, a.outcome, a.operator) for a in actions] == [
+        ("cancel", "accepted", "ops@example")
+    ]
+
+
+async def test_a_cancel_racing_an_in_flight_submit_is_recorded_not_recalled(harness, queue):
+    entered, release = asyncio.Event(), asyncio.Event()
+    world = World(facts(channels=["sms", "email"]))
+    fakes = world.activities()
+
+    @activity.defn(name="submit_sms")
+    async def submit_sms(input: SubmitInput) -> SubmitOutcome:
+        # The provider call is in flight while the operator cancels.
+        world.calls.append(("submit_sms", input, activity.info().current_attempt_scheduled_time))
+        entered.set()
+        await release.wait()
+        return SubmitOutcome("submitted", "SM-inflight")
+
+    world.activities = lambda: [a for a in fakes if a.__name__ != "submit_sms"] + [submit_sms]
+    async with harness.worker(world, queue):
+        handle = await harness.start(world, queue)
+        await asyncio.wait_for(entered.wait(), 10)
+        cancelled = await handle.execute_update(
+            NotificationWorkflow.cancel_update, CancelRequest("ops", "seat filled")
+        )
+        release.set()
+        result = await handle.result()
+    token = next(c[1].attempt_token for c in world.calls if c[0] == "submit_sms")
+    assert cancelled.in_flight == [token]
+    assert "not recalled" in cancelled.message
+    assert "poll_sms" not in world.names() and "send_email" not in world.names()
+    assert result.outcome != "delivered"
+    action = next(c[1] for c in world.calls if c[0] == "record_operator_action")
+    assert action.detail["in_flight"] == token
+
+
+async def test_approve_resend_is_refused_in_flight_then_accepted_after_a_retryable_failure(
+    harness, queue
+):
+    world = World(
+        facts(channels=["sms"]),
+        poll=lambda token, n: "undelivered" if token.endswith(":1") else "delivered",
+    )
+    async with harness.worker(world, queue):
+        handle = await harness.start(world, queue)
+        await phase_is(handle, "observing")
+        with pytest.raises(WorkflowUpdateFailedError):
+            await handle.execute_update(
+                NotificationWorkflow.approve_resend_update, ResendRequest("sms", "ops", "try again")
+            )
+        await harness.env.sleep(60)
+        await phase_is(handle, "awaiting-operator")
+        accepted = await handle.execute_update(
+            NotificationWorkflow.approve_resend_update, ResendRequest("sms", "ops", "number fixed")
+        )
+        result = await handle.result()
+    assert accepted.accepted and accepted.attempt_number == 2
+    numbers = [c[1].attempt_number for c in world.calls if c[0] == "authorize"]
+    assert numbers == [1, 2]
+    assert result.outcome == "delivered"
+    submitted = [c[1].attempt_token for c in world.calls if c[0] == "submit_sms"]
+    assert len(submitted) == 2 and submitted[0] != submitted[1]
+
+
+async def test_a_refused_resend_signal_is_recorded_and_changes_nothing(harness, queue):
+    world = World(facts(channels=["sms"]), poll=lambda token, n: "delivered" if n >= 3 else "sent")
+    async with harness.worker(world, queue):
+        handle = await harness.start(world, queue)
+        await phase_is(handle, "observing")
+        await handle.signal(
+            NotificationWorkflow.approve_resend_signal, ResendRequest("sms", "ops", "impatient")
+        )
+        result = await handle.result()
+    refused = [c[1] for c in world.calls if c[0] == "record_operator_action"]
+    assert [(a.action, a.outcome) for a in refused] == [("approve-resend", "refused")]
+    assert [c[1].attempt_number for c in world.calls if c[0] == "authorize"] == [1]
+    assert result.outcome == "delivered"

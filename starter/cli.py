@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import json
 import signal
 import sys
@@ -191,9 +192,9 @@ async def cmd_worker(args: argparse.Namespace, cfg: settings_module.Settings) ->
     return 0
 
 
-COMMANDS: dict[
-    str, Callable[[argparse.Namespace, settings_module.Settings], Coroutine[Any, Any, int]]
-] = {
+Command = Callable[[argparse.Namespace, settings_module.Settings], Coroutine[Any, Any, int]]
+
+COMMANDS: dict[str, Command] = {
     "dev": cmd_dev,
     "demo": cmd_demo,
     "show": cmd_show,
@@ -204,6 +205,11 @@ COMMANDS: dict[
     "migrate": cmd_migrate,
     "worker": cmd_worker,
 }
+
+# Modules that add their own subcommands. Each has `register(add) -> dict[str, Command]`,
+# where `add(name, help, json_flag=True)` returns an argparse subparser (so `--json` is
+# uniform). Imported when the parser is built.
+COMMAND_MODULES = ["starter.cli_ledger", "starter.cli_ops", "starter.cli_bench"]
 
 
 def parser() -> argparse.ArgumentParser:
@@ -256,6 +262,14 @@ def parser() -> argparse.ArgumentParser:
         "run a Temporal worker (workflows, ledger, SMS and email activities)",
         json_flag=False,
     )
+    for module_name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as err:
+            if err.name != module_name:
+                raise
+            continue
+        COMMANDS.update(module.register(add))
     return p
 
 

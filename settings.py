@@ -14,6 +14,8 @@ from pathlib import Path
 from pydantic import SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+SIMULATOR_AUTH_TOKEN = "simulator-auth-token"
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="HERALD_", extra="ignore")
@@ -47,7 +49,7 @@ class Settings(BaseSettings):
     sms_base_url: str | None = None
     """Twilio-compatible API base. Unset: the carrier simulator."""
     sms_account_sid: str = "AC00000000000000000000000000000000"
-    sms_auth_token: SecretStr = SecretStr("simulator-auth-token")
+    sms_auth_token: SecretStr = SecretStr(SIMULATOR_AUTH_TOKEN)
     sms_sender: str = "+15005550006"
     simulator_port: int = 58081
 
@@ -58,6 +60,9 @@ class Settings(BaseSettings):
     smtp_password: SecretStr | None = None
     email_sender: str = "Herald <notifications@herald.localhost>"
 
+    unsubscribe_secret: SecretStr | None = None
+    """Signs one-click unsubscribe links; separate from the data keys so rotating those
+    does not break links already sent."""
     data_key: SecretStr | None = None
     """Base64 AES-256 key (or `kid:base64,kid:base64` for rotation; first encrypts)."""
     pii_retention_days: int = 30
@@ -99,6 +104,26 @@ class Settings(BaseSettings):
             self.data_path / "data.key", lambda: "k1:" + _b64(secrets.token_bytes(32))
         )
 
+    def resolved_unsubscribe_secret(self) -> str:
+        if self.unsubscribe_secret is not None:
+            return self.unsubscribe_secret.get_secret_value()
+        if self.env != "dev":
+            raise RuntimeError(
+                "HERALD_UNSUBSCRIBE_SECRET is required outside dev; refusing to start"
+            )
+        return _dev_secret(self.data_path / "unsubscribe.secret", lambda: secrets.token_urlsafe(32))
+
+    def check_production(self) -> None:
+        """Outside dev every secret must be set explicitly; the simulator's defaults would let
+        anyone who read this file sign receipts."""
+        if self.env == "dev":
+            return
+        if self.sms_auth_token.get_secret_value() == SIMULATOR_AUTH_TOKEN:
+            raise RuntimeError("HERALD_SMS_AUTH_TOKEN is required outside dev; refusing to start")
+        self.resolved_data_keys()
+        self.resolved_operator_token()
+        self.resolved_unsubscribe_secret()
+
     def resolved_operator_token(self) -> str:
         if self.operator_token is not None:
             return self.operator_token.get_secret_value()
@@ -129,4 +154,6 @@ def _dev_secret(path: Path, make) -> str:  # type: ignore[no-untyped-def]
 
 
 def load() -> Settings:
-    return Settings()
+    cfg = Settings()
+    cfg.check_production()
+    return cfg

@@ -91,7 +91,7 @@ def build_workers(
         cipher,
         ArtifactStore(cfg.data_path / "artifacts"),
         public_base_url=cfg.callback_base_url,
-        unsubscribe_secret=cfg.resolved_data_keys(),
+        unsubscribe_secret=cfg.resolved_unsubscribe_secret(),
     )
     main = Worker(
         client,

@@ -116,6 +116,7 @@ class ReceiptSignal:
 
     attempt_token: str
     state: str
+    error_code: str | None = None
 
 
 @dataclass
@@ -159,6 +160,8 @@ class ChannelResult:
     attempts: int = 0
     policy_version: str = ""
     rule: str = ""
+    error_code: str | None = None
+    """The provider's code when the attempt failed (decides whether a resend may help)."""
 
 
 @dataclass

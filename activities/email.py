@@ -44,7 +44,8 @@ def unsubscribe_token(secret: str, token: str) -> str:
 
 def verify_unsubscribe_token(secret: str, value: str) -> str | None:
     token, _, mac = value.rpartition(".")
-    if token and hmac.compare_digest(unsubscribe_token(secret, token), value):
+    expected = unsubscribe_token(secret, token).encode("utf-8")
+    if token and hmac.compare_digest(expected, value.encode("utf-8", "surrogatepass")):
         return token
     return None
 

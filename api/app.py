@@ -1,32 +1,36 @@
 """The HTTP ingress: provider receipts and inbound SMS (signed), one-click unsubscribe,
-the operator and app API (bearer token), health and the OpenAPI document.
+the operator and app API (bearer token), metrics, health and the OpenAPI document.
 
 Every receipt goes through the same ledger transition as a poll, is deduplicated, and is
-then signalled to the intent's workflow. A bad signature changes nothing.
+then signalled to the intent's workflow. A bad signature changes nothing. Every request
+body is bounded (:data:`MAX_BODY_BYTES`), chunked ones included.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-import hmac
 import logging
-from collections.abc import Awaitable, Callable
-from dataclasses import asdict
+import re
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import parse_qsl
 
-from fastapi import Depends, FastAPI, HTTPException, Request, Response
+import phonenumbers
+from fastapi import APIRouter, FastAPI, HTTPException, Query, Request, Response
 from fastapi.responses import HTMLResponse, JSONResponse
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, Field
-from sqlalchemy import update
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from twilio.request_validator import RequestValidator
 
 from activities.contracts import ReceiptSignal
 from activities.email import verify_unsubscribe_token
+from api.intents import RETENTION_NOTE, intents_router
+from api.metrics import build_registry
+from api.schemas import Health, Problem, Unsubscribed
 from domain import keywords
 from domain.destinations import InvalidDestination, normalize_phone
 from domain.states import normalize_provider_status
@@ -38,15 +42,27 @@ from starter.client import HeraldClient
 log = logging.getLogger("herald.api")
 
 MAX_BODY_BYTES = 64 * 1024
+SIGNAL_TIMEOUT_SECONDS = 5.0
+_MESSAGE_SID = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
+_ERROR_CODE = re.compile(r"^[A-Za-z0-9_-]{1,20}$")
+_PRINTABLE = re.compile(r"^[\x21-\x7e]{1,200}$")
 
+DESCRIPTION = f"""
+Herald's HTTP ingress.
 
-class OperatorBody(BaseModel):
-    operator: str = Field(min_length=1, max_length=120)
-    reason: str = Field(min_length=1, max_length=2000)
+- **Provider webhooks** (`/v1/receipts/sms`, `/v1/inbound/sms`) are authenticated by the
+  provider's signature (`X-Twilio-Signature`, computed over the public URL the provider
+  called; set `HERALD_PUBLIC_BASE_URL` behind a proxy).
+- **One-click unsubscribe** (`/v1/unsubscribe/{{token}}`, RFC 8058) is authenticated by
+  the signed token in the link.
+- **The operator and app API** (`/v1/intents...`) needs `Authorization: Bearer <token>`
+  (`HERALD_OPERATOR_TOKEN`; `herald dev` writes one to the data folder).
+- `/healthz`, `/metrics` (Prometheus text format) and this document need nothing.
 
+Bodies larger than {MAX_BODY_BYTES} bytes are refused with 413.
 
-class ResendBody(OperatorBody):
-    channel: str = Field(default="sms", pattern="^(sms|email)$")
+{RETENTION_NOTE}
+"""
 
 
 class Ingress:
@@ -66,6 +82,7 @@ class Ingress:
         self.public_base_url = public_base_url.rstrip("/")
         self.operator_token = operator_token
         self.unsubscribe_secret = unsubscribe_secret
+        self.registry, self.counters = build_registry(client.sessions)
 
     async def tx(self, work: Callable[[Session], Any]) -> Any:
         def run() -> Any:
@@ -80,64 +97,172 @@ class Ingress:
         return f"{self.public_base_url}{request.url.path}{query}"
 
 
+class BodyLimit:
+    """Refuse bodies over `max_bytes` with 413, whether declared or streamed (chunked).
+
+    The body is read here, up to the limit, and handed on; bodies are small by design.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
+            await self._refuse(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                await self._refuse(scope, receive, send)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        delivered = False
+
+        async def replay() -> Message:
+            nonlocal delivered
+            if not delivered:
+                delivered = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        app = scope.get("app")
+        ingress = getattr(getattr(app, "state", None), "ingress", None)
+        if ingress is not None:
+            ingress.counters.rejected.labels("too_large").inc()
+        response = JSONResponse({"detail": f"body larger than {self.max_bytes} bytes"}, 413)
+        await response(scope, receive, send)
+
+
+def _bad(ingress: Ingress, detail: str) -> HTTPException:
+    ingress.counters.rejected.labels("malformed").inc()
+    return HTTPException(400, detail)
+
+
 async def signed_form(request: Request, ingress: Ingress) -> dict[str, str]:
+    """The form parameters of a provider webhook, once its signature is verified."""
     body = await request.body()
     try:
-        params = dict(
-            parse_qsl(body.decode("utf-8"), keep_blank_values=True, strict_parsing=bool(body))
-        )
+        pairs = parse_qsl(body.decode("utf-8"), keep_blank_values=True, strict_parsing=bool(body))
     except (UnicodeDecodeError, ValueError) as err:
-        raise HTTPException(400, "body must be application/x-www-form-urlencoded") from err
+        raise _bad(ingress, "body must be application/x-www-form-urlencoded") from err
+    params = dict(pairs)
+    if len(params) != len(pairs):
+        # The signature covers every value of a repeated name; providers never repeat one.
+        raise _bad(ingress, "a form parameter is repeated")
     signature = request.headers.get("X-Twilio-Signature")
     if not signature:
+        ingress.counters.rejected.labels("signature").inc()
         raise HTTPException(403, "missing X-Twilio-Signature")
     if not ingress.validator.validate(ingress.public_url(request), params, signature):
+        ingress.counters.rejected.labels("signature").inc()
         raise HTTPException(403, "signature does not match")
+    for name, value in params.items():
+        if "\x00" in name or "\x00" in value:
+            raise _bad(ingress, f"form parameter {name[:40]!r} contains a NUL character")
     return params
 
 
-def create_app(ingress: Ingress) -> FastAPI:
-    app = FastAPI(
-        title="Herald",
-        version="0.1.0",
-        description="Receipts, inbound SMS, unsubscribe and the operator API.",
+def _sender_e164(sender: str) -> str:
+    """The sender in E.164. An opt-out is honoured even from a number Herald would not text."""
+    try:
+        return normalize_phone(sender).e164
+    except InvalidDestination:
+        try:
+            number = phonenumbers.parse(sender, None)
+        except phonenumbers.NumberParseException as err:
+            raise ValueError("From: not a phone number") from err
+        if not phonenumbers.is_possible_number(number):
+            raise ValueError("From: not a possible phone number") from None
+        return phonenumbers.format_number(number, phonenumbers.PhoneNumberFormat.E164)
+
+
+def _suppress(session: Session, lookup: str, channel: str, reason: str, source: str) -> bool:
+    """Add a suppression unless an active one exists for the destination (redeliveries)."""
+    active = session.execute(
+        select(Suppression.id).where(
+            Suppression.destination_hmac == lookup,
+            Suppression.channel == channel,
+            Suppression.lifted_at.is_(None),
+        )
+    ).first()
+    if active is not None:
+        return False
+    session.add(
+        Suppression(
+            destination_hmac=lookup,
+            channel=channel,
+            reason=reason,
+            source=source[:60],
+            at=datetime.now(UTC),
+        )
     )
-    app.state.ingress = ingress
-    bearer = HTTPBearer(auto_error=False)
+    return True
 
-    @app.middleware("http")
-    async def limit_body(request: Request, call_next: Callable[[Request], Awaitable[Response]]):
-        length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
-            return JSONResponse({"detail": f"body larger than {MAX_BODY_BYTES} bytes"}, 413)
-        return await call_next(request)
 
-    def operator(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
-        if credentials is None or not hmac.compare_digest(
-            credentials.credentials.encode(), ingress.operator_token.encode()
-        ):
-            raise HTTPException(
-                401, "a valid bearer token is required", headers={"WWW-Authenticate": "Bearer"}
-            )
+PROBLEMS: dict[int | str, dict[str, Any]] = {
+    400: {"model": Problem, "description": "Malformed body; `detail` says why."},
+    403: {"model": Problem, "description": "Missing or wrong X-Twilio-Signature."},
+    413: {"model": Problem, "description": f"Body larger than {MAX_BODY_BYTES} bytes."},
+}
+TWIML = {200: {"content": {"application/xml": {}}, "description": "An empty TwiML answer."}}
 
-    @app.get("/healthz")
-    async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
 
-    @app.post("/v1/receipts/sms", status_code=204, response_class=Response)
-    async def sms_receipt(request: Request, token: str | None = None) -> Response:
-        """A provider status callback: verified, deduplicated, recorded, then signalled."""
+def provider_router(ingress: Ingress) -> APIRouter:
+    router = APIRouter(tags=["provider webhooks"])
+
+    @router.post(
+        "/v1/receipts/sms",
+        status_code=204,
+        response_class=Response,
+        responses=PROBLEMS,
+        summary="An SMS status callback (signed)",
+    )
+    async def sms_receipt(
+        request: Request,
+        token: Annotated[
+            str | None, Query(max_length=240, description="The attempt token we sent.")
+        ] = None,
+    ) -> Response:
+        """Verified, deduplicated, recorded through the one transition, then signalled.
+
+        A receipt for a message id nobody knows is kept as orphan evidence (204).
+        """
         params = await signed_form(request, ingress)
+        if token is not None and "\x00" in token:
+            raise _bad(ingress, "token contains a NUL character")
         sid = params.get("MessageSid") or params.get("SmsSid")
-        raw = params.get("MessageStatus") or params.get("SmsStatus")
+        raw = (params.get("MessageStatus") or params.get("SmsStatus") or "").strip()
         if not sid or not raw:
-            raise HTTPException(400, "MessageSid and MessageStatus are required")
+            raise _bad(ingress, "MessageSid and MessageStatus are required")
+        if not _MESSAGE_SID.match(sid):
+            raise _bad(ingress, "MessageSid is not a message id (letters and digits, <= 80)")
         try:
             normalized = normalize_provider_status(raw)
         except ValueError as err:
-            raise HTTPException(400, f"unknown MessageStatus {raw!r}") from err
+            raise _bad(ingress, f"unknown MessageStatus {raw[:40]!r}") from err
         code = params.get("ErrorCode") or None
+        if code is not None and not _ERROR_CODE.match(code):
+            raise _bad(ingress, "ErrorCode is not an error code (letters and digits, <= 20)")
         idem = request.headers.get("I-Twilio-Idempotency-Token")
+        if idem is not None and not _PRINTABLE.match(idem):
+            idem = hashlib.sha256(idem.encode("utf-8", "replace")).hexdigest()
         dedupe = "webhook:" + (
             idem
             or hashlib.sha256(
@@ -154,10 +279,15 @@ def create_app(ingress: Ingress) -> FastAPI:
             remote_id=sid,
         )
         result = await ingress.tx(lambda s: repo.record_observation(s, facts, token=token))
+        ingress.counters.receipts.labels(result.verdict).inc()
+        if result.verdict == "duplicate":
+            ingress.counters.duplicates.labels("webhook_redelivery").inc()
         if result.changed and result.workflow_id and result.token and result.state:
             try:
-                await ingress.client.temporal.get_workflow_handle(result.workflow_id).signal(
-                    "receipt", ReceiptSignal(result.token, result.state)
+                handle = ingress.client.temporal.get_workflow_handle(result.workflow_id)
+                await asyncio.wait_for(
+                    handle.signal("receipt", ReceiptSignal(result.token, result.state, code)),
+                    SIGNAL_TIMEOUT_SECONDS,
                 )
             except Exception as err:  # noqa: BLE001 - the ledger has it; polling will see it
                 log.info(
@@ -165,107 +295,126 @@ def create_app(ingress: Ingress) -> FastAPI:
                 )
         return Response(status_code=204)
 
-    @app.post("/v1/inbound/sms")
+    @router.post(
+        "/v1/inbound/sms",
+        response_class=Response,
+        responses={**PROBLEMS, **TWIML},
+        summary="An inbound SMS (signed): opt-out and opt-in keywords",
+    )
     async def inbound_sms(request: Request) -> Response:
-        """Inbound SMS: opt-out and opt-in keywords update suppression for the sender."""
+        """STOP, STOPALL, UNSUBSCRIBE, CANCEL, END, QUIT suppress SMS to the sender;
+        START, YES, UNSTOP lift it. Anything else is acknowledged and ignored."""
         params = await signed_form(request, ingress)
         sender, body = params.get("From"), params.get("Body")
         if not sender or body is None:
-            raise HTTPException(400, "From and Body are required")
+            raise _bad(ingress, "From and Body are required")
         kind = keywords.classify_keyword(body)
         if kind is None:
             return Response("<Response/>", media_type="application/xml")
         try:
-            e164 = normalize_phone(sender).e164
-        except InvalidDestination as err:
-            raise HTTPException(400, f"From: {err}") from err
+            e164 = _sender_e164(sender)
+        except ValueError as err:
+            raise _bad(ingress, str(err)) from err
         lookup = ingress.client.lookup_hmac(e164)
-        now = datetime.now(UTC)
+        word = body.strip().rstrip(".!?;,").strip().upper()
 
         def work(session: Session) -> None:
             if kind == "opt_out":
-                session.add(
-                    Suppression(
-                        destination_hmac=lookup,
-                        channel="sms",
-                        reason="opted_out",
-                        source="keyword:" + body.strip().upper()[:20],
-                        at=now,
-                    )
-                )
+                _suppress(session, lookup, "sms", "opted_out", f"keyword:{word}")
             else:
                 session.execute(
                     update(Suppression)
                     .where(
                         Suppression.destination_hmac == lookup,
                         Suppression.channel == "sms",
+                        Suppression.reason == "opted_out",
                         Suppression.lifted_at.is_(None),
                     )
-                    .values(lifted_at=now)
+                    .values(lifted_at=datetime.now(UTC))
                 )
 
         await ingress.tx(work)
+        log.info("inbound keyword %s recorded (%s)", word, kind)
         return Response("<Response/>", media_type="application/xml")
 
-    @app.get("/v1/unsubscribe/{value}", response_class=HTMLResponse)
-    async def unsubscribe_page(value: str) -> HTMLResponse:
-        if verify_unsubscribe_token(ingress.unsubscribe_secret, value) is None:
+    return router
+
+
+def unsubscribe_router(ingress: Ingress) -> APIRouter:
+    router = APIRouter(tags=["unsubscribe"])
+    unknown = {404: {"model": Problem, "description": "Not a link Herald signed."}}
+
+    def verified(value: str) -> str:
+        # A link Herald signed is ASCII; anything else is not one (and hmac refuses it).
+        token = (
+            verify_unsubscribe_token(ingress.unsubscribe_secret, value)
+            if (value.isascii() and "\x00" not in value)
+            else None
+        )
+        if token is None:
             raise HTTPException(404, "unknown unsubscribe link")
+        return token
+
+    @router.get(
+        "/v1/unsubscribe/{value}",
+        response_class=HTMLResponse,
+        responses=unknown,
+        summary="The confirmation page (changes nothing: link scanners fetch it)",
+    )
+    async def unsubscribe_page(value: str) -> HTMLResponse:
+        verified(value)
         return HTMLResponse(
-            "<html><body><form method='post'><p>Stop these emails?</p>"
+            "<!doctype html><html><head><meta charset='utf-8'><title>Unsubscribe</title>"
+            "</head><body><form method='post'><p>Stop these emails?</p>"
+            "<input type='hidden' name='List-Unsubscribe' value='One-Click'>"
             "<button type='submit'>Unsubscribe</button></form></body></html>"
         )
 
-    @app.post("/v1/unsubscribe/{value}")
+    @router.post(
+        "/v1/unsubscribe/{value}",
+        response_model=Unsubscribed,
+        responses=unknown,
+        summary="RFC 8058 one-click unsubscribe",
+    )
     async def unsubscribe(value: str) -> dict[str, str]:
-        """RFC 8058 one-click: suppress the attempt's email destination."""
-        token = verify_unsubscribe_token(ingress.unsubscribe_secret, value)
-        if token is None:
-            raise HTTPException(404, "unknown unsubscribe link")
-        now = datetime.now(UTC)
+        """Suppress email to the attempt's destination (idempotent)."""
+        token = verified(value)
 
         def work(session: Session) -> None:
             attempt = repo.attempt_by_token(session, token)
-            session.add(
-                Suppression(
-                    destination_hmac=attempt.destination_hmac,
-                    channel="email",
-                    reason="unsubscribed",
-                    source="one-click",
-                    at=now,
-                )
-            )
+            _suppress(session, attempt.destination_hmac, "email", "unsubscribed", "one-click")
 
-        await ingress.tx(work)
+        try:
+            await ingress.tx(work)
+        except repo.NotFound as err:
+            raise HTTPException(404, "unknown unsubscribe link") from err
         return {"status": "unsubscribed"}
 
-    # --- operator and app API --------------------------------------------------------
+    return router
 
-    @app.get("/v1/intents/{id_or_key}", dependencies=[Depends(operator)])
-    async def get_intent(id_or_key: str) -> dict[str, Any]:
-        try:
-            return await asyncio.to_thread(ingress.client.timeline, id_or_key)
-        except repo.NotFound as err:
-            raise HTTPException(404, str(err)) from err
 
-    @app.post("/v1/intents/{id_or_key}/cancel", dependencies=[Depends(operator)])
-    async def cancel(id_or_key: str, body: OperatorBody) -> dict[str, Any]:
-        try:
-            result = await ingress.client.cancel(
-                id_or_key, operator=body.operator, reason=body.reason
-            )
-        except repo.NotFound as err:
-            raise HTTPException(404, str(err)) from err
-        return asdict(result)
+def create_app(ingress: Ingress) -> FastAPI:
+    app = FastAPI(title="Herald", version="0.1.0", description=DESCRIPTION)
+    app.state.ingress = ingress
+    app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
 
-    @app.post("/v1/intents/{id_or_key}/approve-resend", dependencies=[Depends(operator)])
-    async def approve_resend(id_or_key: str, body: ResendBody) -> JSONResponse:
-        try:
-            result = await ingress.client.approve_resend(
-                id_or_key, channel=body.channel, operator=body.operator, reason=body.reason
-            )
-        except repo.NotFound as err:
-            raise HTTPException(404, str(err)) from err
-        return JSONResponse(asdict(result), status_code=200 if result.accepted else 409)
+    @app.get("/healthz", response_model=Health, tags=["health"])
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
 
+    @app.get(
+        "/metrics",
+        response_class=Response,
+        tags=["health"],
+        responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text."}},
+        summary="Herald's own metrics (Prometheus text format)",
+    )
+    async def metrics() -> Response:
+        body = await asyncio.to_thread(generate_latest, ingress.registry)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
+
+    app.include_router(provider_router(ingress))
+    app.include_router(unsubscribe_router(ingress))
+    # Bearer token checked by the router's route class, before the body is even parsed.
+    app.include_router(intents_router(ingress))
     return app

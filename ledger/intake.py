@@ -104,8 +104,11 @@ def validate(
     if len(variables_json.encode()) > MAX_VARIABLES_BYTES:
         raise InvalidRequest("variables", f"larger than {MAX_VARIABLES_BYTES} bytes")
     if request.artifact_sha256:
-        if "sms" in plan and plan[0] == "sms" and len(plan) == 1:
-            raise InvalidRequest("artifact_sha256", "attachments go by email, never by sms")
+        if "sms" in plan:
+            # An attachment never enters the SMS path, not even as a fallback.
+            raise InvalidRequest(
+                "artifact_sha256", "attachments go by email only; drop sms from the channels"
+            )
         if session.get(Artifact, request.artifact_sha256) is None:
             raise InvalidRequest("artifact_sha256", "no artifact registered with that hash")
     for name, value in (("send_at", request.send_at), ("expires_at", request.expires_at)):
@@ -138,5 +141,6 @@ def validate(
         artifact_sha256=request.artifact_sha256,
         send_at=request.send_at,
         expires_at=request.expires_at,
-        purge_after=now + timedelta(days=retention_days),
+        # Retention counts from when the message can go out, not from when it was recorded.
+        purge_after=max(now, request.send_at or now) + timedelta(days=retention_days),
     )

@@ -331,34 +331,58 @@ def record_observation(
         return ObservationResult(
             "duplicate", attempt.state, observation_id=None, remote_id=attempt.remote_id, **base
         )
-    if facts.remote_id and attempt.remote_id is None:
+    learned_remote_id = bool(facts.remote_id and attempt.remote_id is None)
+    if learned_remote_id:
         # First time we learn the provider's id (maybe from a receipt that beat the send response).
         session.execute(
             update(Attempt)
             .where(Attempt.id == attempt.id, Attempt.remote_id.is_(None))
             .values(remote_id=facts.remote_id)
         )
-    if facts.normalized is None:
+    transition = _apply_observation(
+        session, attempt, inserted, facts.normalized, facts.observed_at, facts.provider_code
+    )
+    if learned_remote_id:
+        _adopt_orphans(session, attempt, facts.remote_id or "")
+        session.refresh(attempt)
+    return ObservationResult(
+        transition.verdict.value if transition else "stale",
+        transition.state.value if transition and not learned_remote_id else attempt.state,
+        observation_id=inserted,
+        remote_id=facts.remote_id or attempt.remote_id,
+        **base,
+    )
+
+
+def _apply_observation(
+    session: Session,
+    attempt: Attempt,
+    observation_id: int,
+    normalized: AttemptState | None,
+    observed_at: datetime,
+    provider_code: str | None,
+) -> states.Transition | None:
+    """Apply one stored observation to its attempt by compare-and-set and mark the verdict."""
+    if normalized is None:
         session.execute(
-            update(Observation).where(Observation.id == inserted).values(verdict="ignored")
+            update(Observation).where(Observation.id == observation_id).values(verdict="ignored")
         )
-        return ObservationResult("stale", attempt.state, observation_id=inserted, **base)
+        return None
     while True:
         session.refresh(attempt)
         current = AttemptState(attempt.state)
-        transition = states.apply(current, facts.normalized)
+        transition = states.apply(current, normalized)
         if not transition.changed:
             break
-        now = facts.observed_at
-        values: dict[str, Any] = {"state": transition.state.value, "last_status_at": now}
+        values: dict[str, Any] = {"state": transition.state.value, "last_status_at": observed_at}
         if transition.state in states.TERMINAL:
-            values["terminal_at"] = now
-        if facts.provider_code:
-            values["error_code"] = facts.provider_code
+            values["terminal_at"] = observed_at
+        if provider_code:
+            values["error_code"] = provider_code
         if transition.state == AttemptState.SUBMITTED or (
             attempt.submitted_at is None and transition.state != AttemptState.UNKNOWN
         ):
-            values["submitted_at"] = attempt.submitted_at or now
+            values["submitted_at"] = attempt.submitted_at or observed_at
         swapped = session.execute(
             update(Attempt)
             .where(Attempt.id == attempt.id, Attempt.state == current.value)
@@ -369,20 +393,36 @@ def record_observation(
         # Someone else moved the state between our read and our write: decide again.
     session.execute(
         update(Observation)
-        .where(Observation.id == inserted)
+        .where(Observation.id == observation_id)
         .values(
             verdict=transition.verdict.value,
             applied=transition.changed,
             conflict=transition.verdict == Verdict.CONFLICT,
         )
     )
-    return ObservationResult(
-        transition.verdict.value,
-        transition.state.value,
-        observation_id=inserted,
-        remote_id=facts.remote_id or attempt.remote_id,
-        **base,
+    return transition
+
+
+def _adopt_orphans(session: Session, attempt: Attempt, remote_id: str) -> None:
+    """Receipts stored as orphans before we knew this remote id now belong to the attempt."""
+    orphans = (
+        session.execute(
+            select(Observation)
+            .where(Observation.remote_id == remote_id, Observation.attempt_id.is_(None))
+            .order_by(Observation.id)
+            .with_for_update(skip_locked=True)
+        )
+        .scalars()
+        .all()
     )
+    for orphan in orphans:
+        session.execute(
+            update(Observation).where(Observation.id == orphan.id).values(attempt_id=attempt.id)
+        )
+        normalized = AttemptState(orphan.normalized_status) if orphan.normalized_status else None
+        _apply_observation(
+            session, attempt, orphan.id, normalized, orphan.observed_at, orphan.provider_code
+        )
 
 
 def observations_of(session: Session, attempt_id: int) -> list[Observation]:

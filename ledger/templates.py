@@ -88,17 +88,29 @@ def activate_template(
         scope.append(TemplateVersionRow.channel == channel)
     if locale:
         scope.append(TemplateVersionRow.locale == locale)
-    found = session.execute(
-        select(TemplateVersionRow.id).where(*scope, TemplateVersionRow.version == version)
-    ).first()
-    if not found:
+    identities = session.execute(
+        select(TemplateVersionRow.channel, TemplateVersionRow.locale).where(
+            *scope, TemplateVersionRow.version == version
+        )
+    ).all()
+    if not identities:
         raise LookupError(f"template {key!r} has no version {version}")
-    session.execute(update(TemplateVersionRow).where(*scope).values(active=False))
-    return session.execute(
-        update(TemplateVersionRow)
-        .where(*scope, TemplateVersionRow.version == version)
-        .values(active=True)
-    ).rowcount
+    # Only identities (channel, locale) that have this version switch; the others keep
+    # their active version rather than being left with none.
+    changed = 0
+    for channel_, locale_ in identities:
+        same = (
+            TemplateVersionRow.key == key,
+            TemplateVersionRow.channel == channel_,
+            TemplateVersionRow.locale == locale_,
+        )
+        session.execute(update(TemplateVersionRow).where(*same).values(active=False))
+        changed += session.execute(
+            update(TemplateVersionRow)
+            .where(*same, TemplateVersionRow.version == version)
+            .values(active=True)
+        ).rowcount
+    return changed
 
 
 def seed_policy(session: Session, document: str, *, name: str, activate: bool) -> str:

@@ -286,4 +286,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run the module's importable copy, so plugin modules that import `starter.cli`
+    # raise the same CliError class that main() catches.
+    from starter.cli import main as _main
+
+    sys.exit(_main())

@@ -12,6 +12,7 @@ notification commits or rolls back with the business change; the outbox relay st
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -48,6 +49,8 @@ from ledger import repository as repo
 from ledger.crypto import FieldCipher
 from ledger.models import Intent
 from workflows.notification import CHANNEL, EVENT_TYPE, REGION, STATE, NotificationWorkflow
+
+log = logging.getLogger("herald.client")
 
 
 @dataclass(frozen=True)
@@ -119,7 +122,15 @@ class HeraldClient:
                 return self.record(session, request)
 
         ref = await asyncio.to_thread(work)
-        await self.start(ref.intent_id, ref.workflow_id)
+        try:
+            await self.start(ref.intent_id, ref.workflow_id)
+        except RPCError as err:
+            # Recorded and committed: the outbox relay will start it; do not report a failure.
+            log.warning(
+                "intent %s recorded; workflow start deferred to the relay: %s",
+                ref.intent_id,
+                err.status.name if err.status else "error",
+            )
         return ref
 
     async def start(self, intent_id: str, workflow_id: str) -> None:

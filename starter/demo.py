@@ -1,97 +1,27 @@
-"""`herald demo`: real intents through the real path, on the running dev stack or on one
-started for the occasion. Each scenario prints its timeline and fails loudly (exit 1)
-when the outcome differs from its story."""
+"""`herald demo [SCENARIO]`: the seed stories through the real path, on the running dev
+stack or on one started for the occasion (policy `demo`: the same durable timers with
+compressed durations). Each scenario prints its timeline and fails loudly (exit 1) when
+the outcome differs from its story; without an argument all of them run."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
-import uuid
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any
+import time
 
 import settings as settings_module
-from domain.requests import NotificationRequest
-from ledger import timeline
-from ledger.models import Consent
 from starter.client import HeraldClient
-from starter.stack import Addresses, DevStack, read_running
-from workflows.notification import NotificationWorkflow
+from starter.scenarios import SCENARIOS, DemoContext, ScenarioFailed
+from starter.stack import DevStack, read_running
 
-DEMO_PHONE = "+447400000100"
-"""A UK mobile number the carrier simulator delivers normally (docs/simulator.md)."""
-
-
-@dataclass
-class DemoContext:
-    client: HeraldClient
-    addresses: Addresses
-    as_json: bool
-
-    def consent(self, recipient: str, channel: str, purpose: str = "service") -> None:
-        with self.client.sessions.begin() as session:
-            session.add(
-                Consent(
-                    recipient_ref=recipient,
-                    channel=channel,
-                    purpose=purpose,
-                    source="demo",
-                    granted_at=datetime.now(UTC),
-                )
-            )
-
-    async def result(self, workflow_id: str, timeout: float = 90.0) -> Any:
-        handle = self.client.temporal.get_workflow_handle_for(NotificationWorkflow.run, workflow_id)
-        return await asyncio.wait_for(handle.result(), timeout=timeout)
-
-    def show(self, key: str) -> dict[str, Any]:
-        doc = self.client.timeline(key)
-        if self.as_json:
-            print(json.dumps(doc, indent=2, default=str))
-        else:
-            print(timeline.render(doc))
-            url = self.addresses.workflow_url(doc["intent"]["workflow_id"])
-            if url:
-                print(f"  Temporal Web UI: {url}")
-        return doc
+__all__ = ["SCENARIOS", "DemoContext", "ScenarioFailed", "run_demo"]
 
 
-class ScenarioFailed(AssertionError):
-    pass
+def _active_policy_name(client: HeraldClient) -> str:
+    from ledger import repository as repo
 
-
-def expect(condition: bool, message: str) -> None:
-    if not condition:
-        raise ScenarioFailed(message)
-
-
-async def scenario_sms(ctx: DemoContext) -> None:
-    """One SMS intent: authorize, prepare, submit, signed receipt, delivered."""
-    suffix = uuid.uuid4().hex[:8]
-    key = f"demo:d-{suffix}"
-    recipient = f"demo-member-{suffix}"
-    await asyncio.to_thread(ctx.consent, recipient, "sms")
-    ref = await ctx.client.notify(
-        NotificationRequest(
-            business_key=key,
-            recipient_ref=recipient,
-            template_key="demo",
-            phone=DEMO_PHONE,
-            variables={"n": 1, "intent_id": key},
-        )
-    )
-    result = await ctx.result(ref.workflow_id)
-    doc = await asyncio.to_thread(ctx.show, key)
-    expect(result.outcome == "delivered", f"expected delivered, the workflow said {result.outcome}")
-    expect(doc["intent"]["state"] == "delivered", "the ledger does not say delivered")
-
-
-SCENARIOS: dict[str, Callable[[DemoContext], Awaitable[None]]] = {
-    "sms": scenario_sms,
-}
+    with client.sessions() as session:
+        return repo.active_policy(session).name
 
 
 async def run_demo(
@@ -112,27 +42,57 @@ async def run_demo(
         cfg.database_url = cfg.database_url or running.postgres
         client = await HeraldClient.connect(cfg)
         addresses = running
+        sink = None
+        policy = await asyncio.to_thread(_active_policy_name, client)
+        if policy != "demo" and names != ["sms"]:
+            print(
+                f"herald demo: the herald dev running on {cfg.data_path} uses policy "
+                f"{policy!r}; the scenarios need the demo policy's compressed timings. "
+                "Restart it with HERALD_POLICY_NAME=demo, or stop it and `herald demo` "
+                "starts its own stack.",
+                file=sys.stderr,
+            )
+            return 2
+        if not as_json:
+            print(f"Using the herald dev stack running on {cfg.data_path} (policy {policy})")
     else:
+        # The scenarios' timings (email after 10 s, horizon 60 s) are the demo policy's.
+        cfg.policy_name = "demo"
         stack = DevStack(cfg)
         addresses = await stack.start()
         assert stack.client is not None
         client = stack.client
+        sink = stack.sink
         if not as_json:
-            print("Started the embedded stack for this demo:")
+            print("Started the embedded stack for this demo (policy demo):")
             print(addresses.table())
-    failures = 0
+    failures: list[str] = []
     try:
         for name in names:
             if not as_json:
                 print(f"\n== scenario {name}")
+            ctx = DemoContext(
+                client,
+                addresses,
+                cfg.data_path,
+                sink=sink,
+                as_json=as_json,
+                retention_days=cfg.pii_retention_days,
+            )
+            started = time.monotonic()
             try:
-                await SCENARIOS[name](DemoContext(client, addresses, as_json))
+                await SCENARIOS[name](ctx)
                 if not as_json:
-                    print(f"== {name}: as the story says")
+                    print(f"== {name}: as the story says ({time.monotonic() - started:.1f} s)")
             except ScenarioFailed as err:
-                failures += 1
+                failures.append(name)
                 print(f"== {name}: FAILED - {err}", file=sys.stderr)
     finally:
         if stack is not None:
             await stack.stop()
+    if failures and not as_json:
+        print(
+            f"\n{len(failures)} of {len(names)} scenario(s) failed: {', '.join(failures)}",
+            file=sys.stderr,
+        )
     return 1 if failures else 0

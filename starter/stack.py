@@ -139,6 +139,11 @@ class DevStack:
             "HERALD_API_PORT": str(cfg.api_port),
             "HERALD_DATA_KEY": cfg.resolved_data_keys(),
             "HERALD_POLICY_NAME": cfg.policy_name,
+            "HERALD_SMS_MAX_PER_SECOND": str(cfg.sms_max_per_second),
+            "HERALD_SMS_MAX_CONCURRENT": str(cfg.sms_max_concurrent),
+            "HERALD_SMS_ACCOUNT_SID": cfg.sms_account_sid,
+            "HERALD_SMS_AUTH_TOKEN": cfg.sms_auth_token.get_secret_value(),
+            "HERALD_UNSUBSCRIBE_SECRET": cfg.resolved_unsubscribe_secret(),
         }
 
     async def start(self) -> Addresses:
@@ -210,7 +215,7 @@ class DevStack:
                     auth_token=cfg.sms_auth_token.get_secret_value(),
                     public_base_url=cfg.callback_base_url,
                     operator_token=token,
-                    unsubscribe_secret=keys,
+                    unsubscribe_secret=cfg.resolved_unsubscribe_secret(),
                 )
             ),
             host=cfg.api_host,

@@ -35,7 +35,7 @@ with workflow.unsafe.imports_passed_through():
         SubmitOutcome,
         VerdictInput,
     )
-    from domain import clocks, intents, states
+    from domain import clocks, intents, provider_errors, states
     from domain.policy import Outcome
     from domain.states import AttemptState
 
@@ -95,13 +95,14 @@ class NotificationWorkflow:
         self._results: dict[str, ChannelResult] = {}
         self._in_flight: set[str] = set()
         self._resend: ResendRequest | None = None
+        self._error_codes: dict[str, str] = {}
 
     # --- messages ------------------------------------------------------------------
 
     @workflow.signal
     def receipt(self, signal: ReceiptSignal) -> None:
         """A receipt recorded by the ingress; signals may repeat, `apply` makes them idempotent."""
-        self._observe(signal.attempt_token, signal.state)
+        self._observe(signal.attempt_token, signal.state, signal.error_code)
 
     @workflow.signal(name="cancel")
     async def cancel_signal(self, request: CancelRequest) -> None:
@@ -260,7 +261,7 @@ class NotificationWorkflow:
             outcome = await self._submit(channel, token, facts)
         finally:
             self._in_flight.discard(token)
-        self._observe(token, outcome.state)
+        self._observe(token, outcome.state, outcome.error_code)
         base.remote_id = outcome.remote_id
         if outcome.reason:
             base.reason = outcome.reason
@@ -271,6 +272,7 @@ class NotificationWorkflow:
         ):
             await self._observe_sms(token, facts)
         base.state = self._attempt_states[token]
+        base.error_code = self._error_codes.get(token)
         if base.state == AttemptState.UNKNOWN.value and not base.reason:
             base.reason = "no final status before the polling horizon"
         return base
@@ -308,37 +310,48 @@ class NotificationWorkflow:
         """Wait for a receipt or poll with jittered backoff until terminal or the horizon.
 
         In fallback mode the email timer is the same wait: when it fires first, SMS polling
-        stops (late receipts still reach the ledger through the ingress).
+        stops. Whenever observation stops with the attempt unresolved (horizon, fallback,
+        cancel) the ledger gets the verdict `unknown` with that reason; a late receipt
+        through the ingress may still settle it.
         """
         self._set_phase("observing:sms")
         started = workflow.now()
         horizon = started + timedelta(seconds=facts.poll_horizon_seconds)
+        stop_reason = ("horizon", "no final status before the polling horizon")
         if facts.mode == "fallback" and "email" in facts.channels[1:]:
-            horizon = min(horizon, started + timedelta(seconds=facts.email_after_seconds))
-        if facts.expires_at is not None:
-            horizon = min(horizon, max(facts.expires_at, started))
+            fallback_at = started + timedelta(seconds=facts.email_after_seconds)
+            if fallback_at < horizon:
+                horizon = fallback_at
+                stop_reason = (
+                    "fallback",
+                    "not delivered within the fallback window; no longer followed",
+                )
+        if facts.expires_at is not None and facts.expires_at < horizon:
+            horizon = max(facts.expires_at, started)
+            stop_reason = ("expiry", "the business expiry passed before a final status")
         rand = workflow.random()
         retry = 0
-        while not self._settled(token) and not self._cancelled:
+        while not self._settled(token):
+            if self._cancelled:
+                stop_reason = (
+                    "cancel",
+                    "cancelled by an operator; not recalled, no longer followed",
+                )
+                break
+            if workflow.now() >= horizon:
+                break
             delay = clocks.backoff_delay(
                 retry,
                 initial=facts.poll_initial_seconds,
                 maximum=facts.poll_max_seconds,
                 rand=rand.random,
             )
-            wake = min(workflow.now() + timedelta(seconds=delay), horizon)
-            await self._wait(wake, extra=lambda: self._settled(token))
-            if self._settled(token) or self._cancelled:
-                break
-            if workflow.now() >= horizon:
-                if workflow.now() >= started + timedelta(seconds=facts.poll_horizon_seconds):
-                    await self._record_verdict(
-                        token,
-                        AttemptState.UNKNOWN.value,
-                        "horizon",
-                        "no final status before the polling horizon",
-                    )
-                return
+            await self._wait(
+                min(workflow.now() + timedelta(seconds=delay), horizon),
+                extra=lambda: self._settled(token),
+            )
+            if self._settled(token) or self._cancelled or workflow.now() >= horizon:
+                continue
             polled = await workflow.execute_activity(
                 POLL_SMS,
                 PollInput(token),
@@ -347,8 +360,11 @@ class NotificationWorkflow:
                 start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=LEDGER_RETRY,
             )
-            self._observe(token, polled.state)
+            self._observe(token, polled.state, polled.error_code)
             retry += 1
+        if not self._settled(token):
+            source, reason = stop_reason
+            await self._record_verdict(token, AttemptState.UNKNOWN.value, source, reason)
 
     async def _record_verdict(self, token: str, state: str, source: str, reason: str) -> None:
         await workflow.execute_activity(
@@ -405,6 +421,7 @@ class NotificationWorkflow:
     async def _cancel(self, request: CancelRequest) -> CancelResult:
         if self._cancelled:
             return CancelResult(True, message="already cancelled")
+        # Closed at once; only the ledger record waits for the intent to be loaded.
         self._cancelled = True
         self._cancel_reason = f"cancelled by {request.operator}: {request.reason}".strip(": ")
         closed = [self._phase]
@@ -437,6 +454,14 @@ class NotificationWorkflow:
         if request.channel in {t.split(":")[-2] for t in self._in_flight}:
             return f"a {request.channel} attempt is still in flight"
         if result.state in (AttemptState.FAILED.value, AttemptState.UNDELIVERED.value):
+            if result.error_code and provider_errors.classify(result.error_code).kind == (
+                provider_errors.ErrorKind.PERMANENT
+            ):
+                kind = provider_errors.classify(result.error_code)
+                return (
+                    f"the {request.channel} failure {result.error_code} is permanent "
+                    f"({kind.reason}); a resend would fail the same way"
+                )
             return None
         if result.state == AttemptState.UNKNOWN.value and "reconcil" in result.reason:
             return None
@@ -460,6 +485,7 @@ class NotificationWorkflow:
     async def _record_action(
         self, action: str, operator: str, reason: str, outcome: str, detail: dict[str, str]
     ) -> None:
+        await workflow.wait_condition(lambda: self._facts is not None)
         await workflow.execute_activity(
             RECORD_OPERATOR_ACTION,
             OperatorActionInput(
@@ -471,14 +497,17 @@ class NotificationWorkflow:
 
     # --- small pieces --------------------------------------------------------------
 
-    def _observe(self, token: str, state: str) -> None:
+    def _observe(self, token: str, state: str, error_code: str | None = None) -> None:
         current = AttemptState(self._attempt_states.get(token, AttemptState.PREPARED.value))
         transition = states.apply(current, AttemptState(state))
         if transition.changed:
             self._attempt_states[token] = transition.state.value
+            if error_code:
+                self._error_codes[token] = error_code
             channel = token.split(":")[-2]
             if channel in self._results and self._results[channel].attempt_token == token:
                 self._results[channel].state = transition.state.value
+                self._results[channel].error_code = self._error_codes.get(token)
 
     def _settled(self, token: str) -> bool:
         return states.is_terminal(AttemptState(self._attempt_states.get(token, "prepared")))

@@ -4,6 +4,7 @@ append-only deduplicated observations."""
 from __future__ import annotations
 
 import threading
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
@@ -237,3 +238,34 @@ def test_a_delivered_receipt_and_a_late_unknown_racing_leave_delivered(committed
     assert ("unknown", False) in rows or ("unknown", True) in rows
     assert sum(1 for r in rows if r[0] == "delivered" and r[1]) >= 1
     assert len(rows) == 10  # nothing was lost
+
+
+def test_an_orphan_receipt_is_applied_once_the_attempt_learns_its_remote_id(db, cipher):
+    attempt = _attempt(db, cipher, unique("demo:d"))
+    remote = "SM" + uuid.uuid4().hex
+    orphan = ObservationFacts(
+        source="webhook",
+        raw_status="delivered",
+        normalized=AttemptState.DELIVERED,
+        observed_at=datetime.now(UTC),
+        dedupe_key=unique("orphan"),
+        remote_id=remote,
+    )
+    assert repo.record_observation(db, orphan).verdict == "orphan"
+    sent = ObservationFacts(
+        source="send",
+        raw_status="queued",
+        normalized=AttemptState.SUBMITTED,
+        observed_at=datetime.now(UTC),
+        dedupe_key=unique("send"),
+        remote_id=remote,
+    )
+    result = repo.record_observation(db, sent, token=attempt.token)
+    db.refresh(attempt)
+    assert attempt.state == "delivered" and result.state == "delivered"
+    linked = db.execute(
+        select(Observation.attempt_id, Observation.applied).where(
+            Observation.dedupe_key == orphan.dedupe_key
+        )
+    ).one()
+    assert linked == (attempt.id, True)

@@ -3,10 +3,12 @@ server crosses minutes and days of timers in milliseconds."""
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -150,7 +152,7 @@ class Harness:
     def __init__(self, env: Any) -> None:
         self.env = env
 
-    def worker(self, world: World, queue: str) -> Any:
+    def worker(self, world: World, queue: str, *, sticky: bool = True) -> Any:
         client = self.env.client
         main = Worker(
             client,
@@ -160,6 +162,8 @@ class Harness:
                 a for a in world.activities() if a.__name__ not in ("submit_sms", "poll_sms")
             ],
             workflow_runner=sandbox_runner(),
+            # Without a cache no sticky queue is bound to this worker process.
+            max_cached_workflows=100 if sticky else 0,
         )
         sms = Worker(
             client,
@@ -210,6 +214,17 @@ def harness(time_env: Any) -> Harness:
 @pytest.fixture
 def queue() -> str:
     return f"tq-{uuid.uuid4().hex[:8]}"
+
+
+HISTORIES = Path(__file__).parent / "histories"
+
+
+async def keep_history(handle: WorkflowHandle[Any, Any], name: str) -> None:
+    """With HERALD_RECORD_HISTORIES=1, write the history for the replay tests to commit."""
+    if os.environ.get("HERALD_RECORD_HISTORIES") == "1":
+        HISTORIES.mkdir(exist_ok=True)
+        history = await handle.fetch_history()
+        (HISTORIES / f"{name}.json").write_text(history.to_json())
 
 
 def permanent(code: str = "21211") -> ApplicationError:

@@ -13,12 +13,14 @@ from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from activities.contracts import (
     AuthorizeInput,
     CancelRequest,
+    NotificationInput,
     ReceiptSignal,
     ResendRequest,
     SubmitInput,
     SubmitOutcome,
 )
-from tests.workflows.conftest import World, allow, defer, deny, facts, permanent
+from domain import keys
+from tests.workflows.conftest import World, allow, defer, deny, facts, keep_history, permanent
 from workflows.notification import NotificationWorkflow
 
 pytestmark = pytest.mark.workflow
@@ -57,6 +59,7 @@ async def test_a_receipt_before_the_first_poll_completes_delivered_without_polli
         await handle.signal(NotificationWorkflow.receipt, ReceiptSignal(token, "delivered"))
         await handle.signal(NotificationWorkflow.receipt, ReceiptSignal(token, "delivered"))
         result = await handle.result()
+        await keep_history(handle, "delivered_by_receipt")
         history = await handle.fetch_history()
     assert result.outcome == "delivered"
     assert "poll_sms" not in world.names() and "send_email" not in world.names()
@@ -67,7 +70,9 @@ async def test_a_receipt_before_the_first_poll_completes_delivered_without_polli
 async def test_delivered_by_poll_when_no_receipt_comes(harness, queue):
     world = World(facts(channels=["sms"]), poll=lambda token, n: "delivered" if n >= 2 else "sent")
     async with harness.worker(world, queue):
-        result = await (await harness.start(world, queue)).result()
+        handle = await harness.start(world, queue)
+        result = await handle.result()
+        await keep_history(handle, "delivered_by_poll")
     assert result.outcome == "delivered"
     assert world.polls == 2
 
@@ -75,7 +80,9 @@ async def test_delivered_by_poll_when_no_receipt_comes(harness, queue):
 async def test_the_polling_horizon_gives_unknown_not_failed(harness, queue):
     world = World(facts(channels=["sms"], resend_window_seconds=0))
     async with harness.worker(world, queue):
-        result = await (await harness.start(world, queue)).result()
+        handle = await harness.start(world, queue)
+        result = await handle.result()
+        await keep_history(handle, "horizon_unknown")
     assert result.outcome == "unknown"
     verdicts = [c[1] for c in world.calls if c[0] == "record_verdict"]
     assert [(v.state, v.source) for v in verdicts] == [("unknown", "horizon")]
@@ -92,7 +99,9 @@ async def test_a_permanent_sms_failure_sends_email_at_once(harness, queue):
 
     world = World(facts(), submit=submit)
     async with harness.worker(world, queue):
-        result = await (await harness.start(world, queue)).result()
+        handle = await harness.start(world, queue)
+        result = await handle.result()
+        await keep_history(handle, "permanent_failure_email")
     by_channel = {r.channel: r for r in result.channels}
     assert by_channel["sms"].state == "failed"
     assert by_channel["email"].state == "sent"
@@ -107,17 +116,24 @@ async def test_an_sms_not_delivered_within_the_window_falls_back_to_email(harnes
         submit=lambda ch, tok: SubmitOutcome("submitted" if ch == "sms" else "sent", "x"),
     )
     async with harness.worker(world, queue):
-        result = await (await harness.start(world, queue)).result()
+        handle = await harness.start(world, queue)
+        result = await handle.result()
+        await keep_history(handle, "fallback_window_email")
     waited = at(world, "send_email") - at(world, "submit_sms")
     assert timedelta(seconds=600) <= waited < timedelta(seconds=660)
     assert result.outcome == "sent"
-    assert {r.channel: r.state for r in result.channels} == {"sms": "sent", "email": "sent"}
+    # SMS is no longer followed after the fallback: the ledger gets `unknown` (reason given).
+    assert {r.channel: r.state for r in result.channels} == {"sms": "unknown", "email": "sent"}
+    verdicts = [c[1] for c in world.calls if c[0] == "record_verdict"]
+    assert [(v.state, v.source) for v in verdicts] == [("unknown", "fallback")]
 
 
 async def test_an_opted_out_recipient_gets_neither_channel(harness, queue):
     world = World(facts(), decide=lambda i, now: deny())
     async with harness.worker(world, queue):
-        result = await (await harness.start(world, queue)).result()
+        handle = await harness.start(world, queue)
+        result = await handle.result()
+        await keep_history(handle, "opted_out")
     assert result.outcome == "denied"
     assert "submit_sms" not in world.names() and "send_email" not in world.names()
     assert [r.state for r in result.channels] == ["denied", "denied"]
@@ -132,7 +148,9 @@ async def test_quiet_hours_defer_then_send_at_the_first_eligible_minute(harness,
 
     world = World(facts(channels=["sms"]), decide=decide, poll=lambda t, n: "delivered")
     async with harness.worker(world, queue):
-        result = await (await harness.start(world, queue)).result()
+        handle = await harness.start(world, queue)
+        result = await handle.result()
+        await keep_history(handle, "quiet_hours_deferred")
     second = at(world, "authorize", 1)
     assert eligible["at"] <= second < eligible["at"] + timedelta(minutes=1)
     assert result.outcome == "delivered"
@@ -144,7 +162,9 @@ async def test_an_expiry_passing_while_deferred_expires_the_intent(harness, queu
     async with harness.worker(world, queue):
         # The expiry is set relative to the server's clock at start.
         world.facts.expires_at = (await harness.env.get_current_time()) + timedelta(hours=1)
-        result = await (await harness.start(world, queue)).result()
+        handle = await harness.start(world, queue)
+        result = await handle.result()
+        await keep_history(handle, "expired_while_deferred")
     assert result.outcome == "expired"
     assert "submit_sms" not in world.names()
     assert world.names().count("authorize") == 1
@@ -160,6 +180,7 @@ async def test_a_cancel_before_send_at_closes_the_intent_with_no_attempt(harness
             NotificationWorkflow.cancel_update, CancelRequest("ops@example", "seat filled")
         )
         result = await handle.result()
+        await keep_history(handle, "cancel_before_send_at")
     assert cancelled.accepted and cancelled.in_flight == []
     assert result.outcome == "cancelled"
     assert "authorize" not in world.names()
@@ -191,6 +212,7 @@ async def test_a_cancel_racing_an_in_flight_submit_is_recorded_not_recalled(harn
         )
         release.set()
         result = await handle.result()
+        await keep_history(handle, "cancel_in_flight")
     token = next(c[1].attempt_token for c in world.calls if c[0] == "submit_sms")
     assert cancelled.in_flight == [token]
     assert "not recalled" in cancelled.message
@@ -220,6 +242,7 @@ async def test_approve_resend_is_refused_in_flight_then_accepted_after_a_retryab
             NotificationWorkflow.approve_resend_update, ResendRequest("sms", "ops", "number fixed")
         )
         result = await handle.result()
+        await keep_history(handle, "resend_after_failure")
     assert accepted.accepted and accepted.attempt_number == 2
     numbers = [c[1].attempt_number for c in world.calls if c[0] == "authorize"]
     assert numbers == [1, 2]
@@ -237,7 +260,70 @@ async def test_a_refused_resend_signal_is_recorded_and_changes_nothing(harness, 
             NotificationWorkflow.approve_resend_signal, ResendRequest("sms", "ops", "impatient")
         )
         result = await handle.result()
+        await keep_history(handle, "refused_resend_signal")
     refused = [c[1] for c in world.calls if c[0] == "record_operator_action"]
     assert [(a.action, a.outcome) for a in refused] == [("approve-resend", "refused")]
     assert [c[1].attempt_number for c in world.calls if c[0] == "authorize"] == [1]
     assert result.outcome == "delivered"
+
+
+async def test_an_intent_completes_when_the_worker_restarts_in_the_middle(harness, queue):
+    world = World(facts(channels=["sms"]))
+    # No workflow cache on the first worker: the time-skipping server never expires a
+    # sticky queue, while a real server moves the task to the normal queue after 5 s.
+    async with harness.worker(world, queue, sticky=False):
+        handle = await harness.start(world, queue)
+        await until(lambda: "submit_sms" in world.names())
+    # The first worker is gone; a new one (new process state, same queue) takes over.
+    async with harness.worker(world, queue):
+        token = next(c[1].attempt_token for c in world.calls if c[0] == "submit_sms")
+        await handle.signal(NotificationWorkflow.receipt, ReceiptSignal(token, "delivered"))
+        result = await handle.result()
+    assert result.outcome == "delivered"
+    assert world.names().count("submit_sms") == 1
+
+
+async def test_a_cancel_arriving_with_the_start_is_recorded_before_anything_is_sent(harness, queue):
+    world = World(facts())
+    async with harness.worker(world, queue):
+        f = world.facts
+        handle = await harness.env.client.start_workflow(
+            NotificationWorkflow.run,
+            NotificationInput(f.intent_id),
+            id=keys.workflow_id(f.business_key),
+            task_queue=queue,
+            start_signal="cancel",
+            start_signal_args=[CancelRequest("ops", "changed my mind")],
+        )
+        result = await handle.result()
+    assert result.outcome == "cancelled"
+    assert "authorize" not in world.names()
+    assert [c[1].action for c in world.calls if c[0] == "record_operator_action"] == ["cancel"]
+
+
+async def test_a_permanent_failure_code_refuses_a_resend(harness, queue):
+    def submit(channel: str, token: str) -> SubmitOutcome:
+        raise permanent("21211")
+
+    world = World(facts(channels=["sms"]), submit=submit)
+    async with harness.worker(world, queue):
+        handle = await harness.start(world, queue)
+        result = await handle.result()
+        await keep_history(handle, "permanent_failure_no_resend")
+    assert result.outcome == "failed"
+    assert result.channels[0].error_code == "21211"
+    # No operator window was opened: the workflow finished without waiting for a resend.
+    assert [c[1].attempt_number for c in world.calls if c[0] == "authorize"] == [1]
+
+
+async def test_a_cancel_while_observing_records_unknown_not_recalled(harness, queue):
+    world = World(facts(channels=["sms"]), poll=lambda token, n: "sent")
+    async with harness.worker(world, queue):
+        handle = await harness.start(world, queue)
+        await until(lambda: "submit_sms" in world.names())
+        await handle.signal(NotificationWorkflow.cancel_signal, CancelRequest("ops", "filled"))
+        result = await handle.result()
+        await keep_history(handle, "cancel_while_observing")
+    verdicts = [(c[1].state, c[1].source) for c in world.calls if c[0] == "record_verdict"]
+    assert verdicts == [("unknown", "cancel")]
+    assert result.outcome == "unknown"

@@ -1,0 +1,136 @@
+"""`Idempotency-Key` for POST /v1/intents, as the IETF draft "The Idempotency-Key HTTP
+Header Field" describes it, kept in the ledger's `idempotency_record` table.
+
+- The first request with a key inserts its record with `status_code` NULL in a transaction
+  of its own, committed *before* any work starts, so a concurrent duplicate (another
+  process too) finds it and gets 409 instead of running the work a second time.
+- When the work finishes, the status and body are stored; the same key with the same
+  request replays them; the same key with another request is 422.
+- A request that never started its work (validation failed) releases the key, so the
+  client can correct the body and retry with the same key (what Stripe does).
+- Keys are kept for :data:`RETENTION` (24 h). A record found past it is replaced on
+  lookup; there is no purge job yet (rows of keys never reused stay until one is added).
+- An in-flight record older than :data:`IN_FLIGHT_LEASE` belongs to a process that died
+  mid-request; a retry with the same request takes it over. That is safe because the work
+  itself (recording an intent by business key) is idempotent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Literal
+
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.orm import Session, sessionmaker
+
+from ledger.models import IdempotencyRecord
+
+RETENTION = timedelta(hours=24)
+IN_FLIGHT_LEASE = timedelta(seconds=60)
+MAX_KEY_LENGTH = 200
+
+
+class InvalidKey(ValueError):
+    pass
+
+
+def parse_key(header: str) -> str:
+    """The key from the header: a Structured Field string (`"abc"`) or a bare token."""
+    key = header.strip()
+    if len(key) >= 2 and key[0] == key[-1] == '"':
+        key = key[1:-1]
+    if not key:
+        raise InvalidKey("Idempotency-Key must not be empty")
+    if len(key) > MAX_KEY_LENGTH:
+        raise InvalidKey(f"Idempotency-Key longer than {MAX_KEY_LENGTH} characters")
+    if any(not (0x20 <= ord(c) < 0x7F) for c in key):
+        raise InvalidKey("Idempotency-Key must be printable ASCII")
+    return key
+
+
+def fingerprint(method: str, path: str, body: Any) -> str:
+    """What "the same request" means: method, path and the canonical JSON body."""
+    doc = json.dumps(
+        {"method": method, "path": path, "body": body}, sort_keys=True, separators=(",", ":")
+    )
+    return hashlib.sha256(doc.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Claim:
+    kind: Literal["new", "replay", "in_flight", "mismatch"]
+    status_code: int | None = None
+    response: dict[str, Any] | None = None
+
+
+class IdempotencyStore:
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        *,
+        retention: timedelta = RETENTION,
+        lease: timedelta = IN_FLIGHT_LEASE,
+    ) -> None:
+        self._sessions = sessions
+        self.retention = retention
+        self.lease = lease
+
+    def claim(self, key: str, request_sha256: str) -> Claim:
+        """Insert the in-flight record (committed on return), or say what is there."""
+        # Database time throughout: `created_at` is set by the server, and processes'
+        # clocks may disagree.
+        with self._sessions.begin() as session:
+            session.execute(
+                delete(IdempotencyRecord).where(
+                    IdempotencyRecord.key == key,
+                    IdempotencyRecord.status_code.is_not(None),
+                    IdempotencyRecord.created_at < func.now() - self.retention,
+                )
+            )
+            inserted = session.execute(
+                pg_insert(IdempotencyRecord)
+                .values(key=key, request_sha256=request_sha256, status_code=None, response=None)
+                .on_conflict_do_nothing(index_elements=["key"])
+                .returning(IdempotencyRecord.key)
+            ).scalar_one_or_none()
+            if inserted is not None:
+                return Claim("new")
+            row = session.execute(
+                select(IdempotencyRecord).where(IdempotencyRecord.key == key)
+            ).scalar_one_or_none()
+            if row is None:  # released between our insert and our read: the client may retry
+                return Claim("in_flight")
+            if row.request_sha256 != request_sha256:
+                return Claim("mismatch")
+            if row.status_code is not None:
+                return Claim("replay", row.status_code, row.response)
+            taken = session.execute(
+                update(IdempotencyRecord)
+                .where(
+                    IdempotencyRecord.key == key,
+                    IdempotencyRecord.status_code.is_(None),
+                    IdempotencyRecord.created_at < func.now() - self.lease,
+                )
+                .values(created_at=func.now())
+            ).rowcount
+            return Claim("new") if taken == 1 else Claim("in_flight")
+
+    def complete(self, key: str, status_code: int, response: dict[str, Any]) -> None:
+        with self._sessions.begin() as session:
+            session.execute(
+                update(IdempotencyRecord)
+                .where(IdempotencyRecord.key == key, IdempotencyRecord.status_code.is_(None))
+                .values(status_code=status_code, response=response)
+            )
+
+    def release(self, key: str) -> None:
+        with self._sessions.begin() as session:
+            session.execute(
+                delete(IdempotencyRecord).where(
+                    IdempotencyRecord.key == key, IdempotencyRecord.status_code.is_(None)
+                )
+            )

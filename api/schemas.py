@@ -1,0 +1,246 @@
+"""Request and response bodies of the HTTP API, so the OpenAPI document has real schemas.
+
+Field limits match the ledger's columns: a request the database could not store is a 422
+here, never a 500 later. No model carries a phone number, address or body on the way out.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from domain.intents import IntentState
+from domain.requests import Category, NotificationRequest, PlanMode
+
+
+def _storable(value: str) -> str:
+    # Postgres text cannot hold NUL, and a lone surrogate cannot be encoded as UTF-8.
+    if "\x00" in value:
+        raise ValueError("must not contain NUL characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ValueError("must be valid Unicode text") from err
+    return value
+
+
+Text = Annotated[str, AfterValidator(_storable)]
+Channel = Literal["sms", "email"]
+
+
+class Problem(BaseModel):
+    """An error: `detail` says what was wrong, in a sentence."""
+
+    detail: str
+
+
+class ValidationIssue(BaseModel):
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
+class ValidationProblem(BaseModel):
+    """A 422: each issue names the field (`loc`) and the problem (`msg`)."""
+
+    detail: list[ValidationIssue]
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+
+
+# --- intents -----------------------------------------------------------------------------
+
+
+class IntentCreate(BaseModel):
+    """One business event -> one notification intent (mirrors `NotificationRequest`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    business_key: Annotated[Text, Field(min_length=1, max_length=200)]
+    """`<event_type>:<subject ids>`, e.g. `class-opening:c-9081:m-1842`."""
+    recipient_ref: Annotated[Text, Field(min_length=1, max_length=120)]
+    template_key: Annotated[Text, Field(min_length=1, max_length=80)]
+    category: Category = Category.TRANSACTIONAL
+    phone: Annotated[Text, Field(max_length=40)] | None = None
+    email: Annotated[Text, Field(max_length=320)] | None = None
+    channels: Annotated[list[Channel], Field(max_length=2)] = []
+    """Order of channels; empty means sms then email, for whichever destinations are given."""
+    mode: PlanMode = PlanMode.FALLBACK
+    template_version: Annotated[int, Field(ge=1, le=2_147_483_647)] | None = None
+    locale: Annotated[Text, Field(min_length=1, max_length=16)] = "en"
+    variables: dict[str, Any] = {}
+    send_at: datetime | None = None
+    """ISO 8601 with a timezone."""
+    expires_at: datetime | None = None
+    timezone: Annotated[Text, Field(min_length=1, max_length=64)] | None = None
+    country: Annotated[str, Field(pattern=r"^[A-Za-z]{2}$")] | None = None
+    artifact_sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | None = None
+
+    def to_request(self) -> NotificationRequest:
+        return NotificationRequest(
+            business_key=self.business_key,
+            recipient_ref=self.recipient_ref,
+            template_key=self.template_key,
+            category=self.category,
+            phone=self.phone,
+            email=self.email,
+            channels=tuple(self.channels),
+            mode=self.mode,
+            template_version=self.template_version,
+            locale=self.locale,
+            variables=self.variables,
+            send_at=self.send_at,
+            expires_at=self.expires_at,
+            timezone=self.timezone,
+            country=self.country.upper() if self.country else None,
+            artifact_sha256=self.artifact_sha256,
+        )
+
+
+class IntentCreated(BaseModel):
+    intent_id: str
+    workflow_id: str
+    business_key: str
+    existed: bool
+    """True when the business key was already recorded: the existing intent is returned."""
+
+
+class IntentSummary(BaseModel):
+    id: str
+    business_key: str
+    state: IntentState
+    """Derived from attempts and the latest decision (see `domain.intents`)."""
+    event_type: str
+    category: str
+    region: str
+    channels: list[str]
+    template_key: str
+    template_version: int | None
+    created_at: datetime
+    send_at: datetime | None
+    cancelled_at: datetime | None
+
+
+class IntentPage(BaseModel):
+    items: list[IntentSummary]
+    scanned: int
+    """Intents read to fill the page (a state filter may skip some); bounded per request."""
+    truncated: bool
+    """True when the scan bound was reached before `limit` matches were found."""
+
+
+class IntentView(BaseModel):
+    id: str
+    business_key: str
+    state: IntentState
+    event_type: str
+    category: str
+    region: str
+    channel_plan: dict[str, Any]
+    template_key: str
+    template_version: int | None
+    workflow_id: str
+    send_at: datetime | None
+    expires_at: datetime | None
+    created_at: datetime | None
+    cancelled_at: datetime | None
+    pii_purged_at: datetime | None
+    legal_hold: bool
+
+
+class DecisionView(BaseModel):
+    id: int
+    channel: str
+    policy_version: str
+    outcome: str
+    rule: str
+    reason: str
+    inputs: dict[str, Any]
+    next_eligible_at: datetime | None
+    decided_at: datetime | None
+
+
+class AttemptView(BaseModel):
+    channel: str
+    number: int
+    token: str
+    state: str
+    remote_id: str | None
+    message_id: str | None
+    decision_id: int
+    template_key: str
+    template_version: int
+    content_sha256: str
+    segments: int | None
+    error_code: str | None
+    prepared_at: datetime | None
+    submitted_at: datetime | None
+    terminal_at: datetime | None
+    pii_readable: bool
+
+
+class ObservationView(BaseModel):
+    attempt: str | None
+    source: str
+    raw_status: str
+    normalized_status: str | None
+    provider_code: str | None
+    provider_at: datetime | None
+    observed_at: datetime | None
+    verdict: str | None
+    applied: bool
+    conflict: bool
+
+
+class OperatorActionView(BaseModel):
+    action: str
+    operator: str
+    reason: str
+    outcome: str
+    detail: dict[str, Any] | None
+    at: datetime | None
+
+
+class Timeline(BaseModel):
+    """Everything the ledger knows about one intent, without any PII."""
+
+    intent: IntentView
+    decisions: list[DecisionView]
+    attempts: list[AttemptView]
+    observations: list[ObservationView]
+    operator_actions: list[OperatorActionView]
+
+
+# --- operator actions --------------------------------------------------------------------
+
+
+class OperatorBody(BaseModel):
+    operator: Annotated[Text, Field(min_length=1, max_length=120)]
+    reason: Annotated[Text, Field(min_length=1, max_length=2000)]
+
+
+class ResendBody(OperatorBody):
+    channel: Channel = "sms"
+
+
+class CancelOutcome(BaseModel):
+    accepted: bool
+    closed: list[str]
+    """What the cancel closed: the scheduled send, a deferral, polls, later channels."""
+    in_flight: list[str]
+    """Attempt tokens already submitted: not recalled, only no longer followed."""
+    message: str
+
+
+class ResendOutcome(BaseModel):
+    accepted: bool
+    message: str
+    attempt_number: int | None = None
+
+
+class Unsubscribed(BaseModel):
+    status: Literal["unsubscribed"]

@@ -1,0 +1,68 @@
+"""The API on its own (`herald api`): uvicorn over the app, built from settings.
+
+`herald dev` serves the same app inside its own process (`starter.stack`); this is the
+production shape: one or more API processes beside the workers, behind a proxy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import Iterator
+
+import uvicorn
+from fastapi import FastAPI
+
+import settings as settings_module
+from api.app import Ingress, create_app
+from starter.client import HeraldClient
+
+
+def build(cfg: settings_module.Settings, client: HeraldClient) -> FastAPI:
+    """The app with every secret taken from settings (generated in dev, required elsewhere)."""
+    return create_app(
+        Ingress(
+            client,
+            auth_token=cfg.sms_auth_token.get_secret_value(),
+            public_base_url=cfg.callback_base_url,
+            operator_token=cfg.resolved_operator_token(),
+            unsubscribe_secret=cfg.resolved_unsubscribe_secret(),
+        )
+    )
+
+
+class _Server(uvicorn.Server):
+    """Stops gracefully on SIGINT/SIGTERM and exits 0 (uvicorn re-raises the signal after
+    its shutdown, which makes `docker stop` and supervisors report a crash)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:  # type: ignore[override]
+        loop = asyncio.get_running_loop()
+        signals = (signal.SIGINT, signal.SIGTERM)
+        for sig in signals:
+            loop.add_signal_handler(sig, self.handle_exit, sig, None)
+        try:
+            yield
+        finally:
+            for sig in signals:
+                loop.remove_signal_handler(sig)
+
+
+async def serve(
+    cfg: settings_module.Settings, *, host: str | None = None, port: int | None = None
+) -> None:
+    """Connect to Temporal and the ledger, then serve until SIGINT or SIGTERM."""
+    client = await HeraldClient.connect(cfg)
+    app = build(cfg, client)
+    config = uvicorn.Config(
+        app,
+        host=host or cfg.api_host,
+        port=port if port is not None else cfg.api_port,
+        log_level="info",
+        # The ingress sits behind a proxy in production: trust its X-Forwarded-* only
+        # for the client address; signatures use HERALD_PUBLIC_BASE_URL, never headers.
+        proxy_headers=True,
+        timeout_graceful_shutdown=10,
+    )
+    await _Server(config).serve()

@@ -1,0 +1,463 @@
+"""Reconciliation: what in the ledger needs a human (or a sweeper) to look at it.
+
+`find` reads the ledger and lists, oldest first and with ages, every row of these kinds:
+
+=============================  =================================================================
+kind                           what it means (thresholds are keyword arguments of `find`)
+=============================  =================================================================
+intent_without_attempt         recorded more than `grace` ago (and due: send-at and any deferral's
+                               next-eligible time passed by `grace`), not cancelled, not expired,
+                               and no attempt. An intent whose latest decision is `deny` is
+                               resolved (denied), not trouble; one whose latest is `defer` is
+                               trouble only once its next-eligible time is `grace` behind us.
+prepared_without_remote_id     an attempt still `prepared` more than `grace` after it was
+                               prepared, with neither a remote id nor a Message-ID.
+submitted_past_check           an attempt `submitted` (or an SMS `sent`, waiting for its
+                               receipt) that nothing has been heard about for
+                               `submitted_check_after`. An email `sent` is final (SMTP gives no
+                               receipts) and is not listed.
+conflicting_observation        an observation flagged `conflict` (two different terminal states).
+cancelled_then_delivered       an attempt of a cancelled intent with a `delivered` observation
+                               observed after the cancel (the race the ledger keeps).
+unknown_outcome                an attempt in `unknown` for longer than `unknown_older_than`.
+orphan_observation             an observation with no attempt (e.g. a receipt for a message id
+                               nobody knew when it arrived), older than `grace`.
+=============================  =================================================================
+
+`record_review_items` turns rows into review items, each (kind, subject) once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import and_, exists, func, or_, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.orm import Session, aliased
+
+from domain.policy import Outcome
+from domain.states import AttemptState
+from ledger.models import Attempt, Intent, Observation, PolicyDecision, ReviewItem
+
+INTENT_WITHOUT_ATTEMPT = "intent_without_attempt"
+PREPARED_WITHOUT_REMOTE_ID = "prepared_without_remote_id"
+SUBMITTED_PAST_CHECK = "submitted_past_check"
+CONFLICTING_OBSERVATION = "conflicting_observation"
+CANCELLED_THEN_DELIVERED = "cancelled_then_delivered"
+UNKNOWN_OUTCOME = "unknown_outcome"
+ORPHAN_OBSERVATION = "orphan_observation"
+
+KINDS = (
+    INTENT_WITHOUT_ATTEMPT,
+    PREPARED_WITHOUT_REMOTE_ID,
+    SUBMITTED_PAST_CHECK,
+    CONFLICTING_OBSERVATION,
+    CANCELLED_THEN_DELIVERED,
+    UNKNOWN_OUTCOME,
+    ORPHAN_OBSERVATION,
+)
+
+DEFAULT_GRACE = timedelta(minutes=5)
+DEFAULT_UNKNOWN_OLDER_THAN = timedelta(hours=1)
+DEFAULT_SUBMITTED_CHECK_AFTER = timedelta(minutes=15)
+DEFAULT_LIMIT = 1000
+
+
+@dataclass(frozen=True)
+class ReviewRow:
+    """One thing the reconciler found."""
+
+    kind: str
+    """One of `KINDS`."""
+    subject: str
+    """What it is about: `intent:<id>`, `attempt:<id>` or `observation:<id>`."""
+    since: datetime
+    """When the trouble began (the moment the thing became overdue or was observed)."""
+    age: timedelta
+    """`now - since` at the time of `find`."""
+    intent_id: str | None = None
+    business_key: str | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+    """Ids, states and times only: never PII."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "subject": self.subject,
+            "since": _iso(self.since),
+            "age_seconds": round(self.age.total_seconds(), 3),
+            "age": format_age(self.age),
+            "intent_id": self.intent_id,
+            "business_key": self.business_key,
+            "detail": self.detail,
+        }
+
+
+def format_age(age: timedelta) -> str:
+    seconds = max(int(age.total_seconds()), 0)
+    days, rest = divmod(seconds, 86_400)
+    hours, rest = divmod(rest, 3_600)
+    minutes, seconds = divmod(rest, 60)
+    if days:
+        return f"{days}d{hours:02d}h"
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{seconds:02d}s"
+    return f"{seconds}s"
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.astimezone(UTC).isoformat() if value else None
+
+
+def find(
+    session: Session,
+    *,
+    now: datetime,
+    unknown_older_than: timedelta = DEFAULT_UNKNOWN_OLDER_THAN,
+    submitted_check_after: timedelta = DEFAULT_SUBMITTED_CHECK_AFTER,
+    grace: timedelta = DEFAULT_GRACE,
+    limit: int = DEFAULT_LIMIT,
+) -> list[ReviewRow]:
+    """Every review row of every kind, by kind then oldest first; at most `limit` per kind."""
+    if now.tzinfo is None:
+        raise ValueError("now must carry a timezone")
+    rows: list[ReviewRow] = []
+    rows += _intents_without_attempt(session, now, grace, limit)
+    rows += _prepared_without_remote_id(session, now, grace, limit)
+    rows += _submitted_past_check(session, now, submitted_check_after, limit)
+    rows += _conflicting_observations(session, now, limit)
+    rows += _cancelled_then_delivered(session, now, limit)
+    rows += _unknown_outcomes(session, now, unknown_older_than, limit)
+    rows += _orphan_observations(session, now, grace, limit)
+    return rows
+
+
+def record_review_items(session: Session, rows: list[ReviewRow], now: datetime) -> int:
+    """Insert a review item per row unless one exists for its (kind, subject); count new ones."""
+    if not rows:
+        return 0
+    values = [
+        {
+            "kind": row.kind,
+            "subject": row.subject,
+            "detail": {
+                **row.detail,
+                "intent_id": row.intent_id,
+                "business_key": row.business_key,
+                "since": _iso(row.since),
+            },
+            "found_at": now,
+        }
+        for row in rows
+    ]
+    inserted = session.execute(
+        pg_insert(ReviewItem)
+        .values(values)
+        .on_conflict_do_nothing(constraint="uq_review_item_kind_subject")
+        .returning(ReviewItem.id)
+    ).scalars()
+    return len(list(inserted))
+
+
+# --- the kinds ----------------------------------------------------------------------------
+
+
+def _row(kind: str, subject: str, since: datetime, now: datetime, **kw: Any) -> ReviewRow:
+    return ReviewRow(kind=kind, subject=subject, since=since, age=now - since, **kw)
+
+
+def _intents_without_attempt(
+    session: Session, now: datetime, grace: timedelta, limit: int
+) -> list[ReviewRow]:
+    # The latest decision of each candidate, looked up per intent through its index.
+    other = aliased(PolicyDecision)
+    newest = select(func.max(other.id)).where(other.intent_id == Intent.id).scalar_subquery()
+    due = now - grace
+    query = (
+        select(
+            Intent.id,
+            Intent.business_key,
+            Intent.created_at,
+            Intent.send_at,
+            PolicyDecision.outcome,
+            PolicyDecision.channel,
+            PolicyDecision.next_eligible_at,
+        )
+        .outerjoin(PolicyDecision, PolicyDecision.id == newest)
+        .where(
+            ~exists().where(Attempt.intent_id == Intent.id),
+            Intent.cancelled_at.is_(None),
+            Intent.created_at <= due,
+            or_(Intent.send_at.is_(None), Intent.send_at <= due),
+            or_(Intent.expires_at.is_(None), Intent.expires_at > now),
+            or_(PolicyDecision.outcome.is_(None), PolicyDecision.outcome != Outcome.DENY.value),
+            or_(
+                PolicyDecision.outcome.is_(None),
+                PolicyDecision.outcome != Outcome.DEFER.value,
+                PolicyDecision.next_eligible_at.is_(None),
+                PolicyDecision.next_eligible_at <= due,
+            ),
+        )
+        .order_by(Intent.created_at)
+        .limit(limit)
+    )
+    out = []
+    for r in session.execute(query):
+        since = max(t for t in (r.created_at, r.send_at, r.next_eligible_at) if t is not None)
+        out.append(
+            _row(
+                INTENT_WITHOUT_ATTEMPT,
+                f"intent:{r.id}",
+                since,
+                now,
+                intent_id=r.id,
+                business_key=r.business_key,
+                detail={
+                    "last_decision": r.outcome,
+                    "last_decision_channel": r.channel,
+                    "next_eligible_at": _iso(r.next_eligible_at),
+                },
+            )
+        )
+    return sorted(out, key=lambda row: row.since)
+
+
+def _attempt_columns() -> tuple[Any, ...]:
+    return (
+        Attempt.id,
+        Attempt.token,
+        Attempt.channel,
+        Attempt.state,
+        Attempt.remote_id,
+        Intent.id.label("intent_id"),
+        Intent.business_key,
+    )
+
+
+def _attempt_detail(r: Any, **extra: Any) -> dict[str, Any]:
+    return {
+        "token": r.token,
+        "channel": r.channel,
+        "state": r.state,
+        "remote_id": r.remote_id,
+        **extra,
+    }
+
+
+def _prepared_without_remote_id(
+    session: Session, now: datetime, grace: timedelta, limit: int
+) -> list[ReviewRow]:
+    query = (
+        select(*_attempt_columns(), Attempt.prepared_at, Attempt.send_started_at)
+        .join(Intent, Intent.id == Attempt.intent_id)
+        .where(
+            Attempt.state == AttemptState.PREPARED.value,
+            Attempt.remote_id.is_(None),
+            Attempt.message_id.is_(None),
+            Attempt.prepared_at <= now - grace,
+        )
+        .order_by(Attempt.prepared_at)
+        .limit(limit)
+    )
+    return [
+        _row(
+            PREPARED_WITHOUT_REMOTE_ID,
+            f"attempt:{r.id}",
+            r.prepared_at,
+            now,
+            intent_id=r.intent_id,
+            business_key=r.business_key,
+            # A send that started may have reached the provider: look it up before resending.
+            detail=_attempt_detail(r, send_started_at=_iso(r.send_started_at)),
+        )
+        for r in session.execute(query)
+    ]
+
+
+def _submitted_past_check(
+    session: Session, now: datetime, check_after: timedelta, limit: int
+) -> list[ReviewRow]:
+    heard = (
+        select(Observation.attempt_id, func.max(Observation.observed_at).label("observed_at"))
+        .where(Observation.attempt_id.is_not(None))
+        .group_by(Observation.attempt_id)
+        .subquery()
+    )
+    last_heard = func.greatest(
+        heard.c.observed_at, Attempt.last_status_at, Attempt.submitted_at, Attempt.prepared_at
+    )
+    query = (
+        select(*_attempt_columns(), last_heard.label("last_heard"))
+        .join(Intent, Intent.id == Attempt.intent_id)
+        .outerjoin(heard, heard.c.attempt_id == Attempt.id)
+        .where(
+            or_(
+                Attempt.state == AttemptState.SUBMITTED.value,
+                and_(Attempt.state == AttemptState.SENT.value, Attempt.channel != "email"),
+            ),
+            last_heard <= now - check_after,
+        )
+        .order_by(last_heard)
+        .limit(limit)
+    )
+    return [
+        _row(
+            SUBMITTED_PAST_CHECK,
+            f"attempt:{r.id}",
+            r.last_heard,
+            now,
+            intent_id=r.intent_id,
+            business_key=r.business_key,
+            detail=_attempt_detail(r, last_heard_at=_iso(r.last_heard)),
+        )
+        for r in session.execute(query)
+    ]
+
+
+def _observation_query() -> Any:
+    return (
+        select(
+            Observation.id.label("observation_id"),
+            Observation.source,
+            Observation.raw_status,
+            Observation.normalized_status,
+            Observation.provider_code,
+            Observation.observed_at,
+            *_attempt_columns(),
+        )
+        .join(Attempt, Attempt.id == Observation.attempt_id)
+        .join(Intent, Intent.id == Attempt.intent_id)
+    )
+
+
+def _conflicting_observations(session: Session, now: datetime, limit: int) -> list[ReviewRow]:
+    query = (
+        _observation_query()
+        .where(Observation.conflict.is_(True))
+        .order_by(Observation.observed_at)
+        .limit(limit)
+    )
+    return [
+        _row(
+            CONFLICTING_OBSERVATION,
+            f"observation:{r.observation_id}",
+            r.observed_at,
+            now,
+            intent_id=r.intent_id,
+            business_key=r.business_key,
+            detail=_attempt_detail(
+                r,
+                observation_id=r.observation_id,
+                source=r.source,
+                observed_status=r.normalized_status,
+                raw_status=r.raw_status,
+                provider_code=r.provider_code,
+            ),
+        )
+        for r in session.execute(query)
+    ]
+
+
+def _cancelled_then_delivered(session: Session, now: datetime, limit: int) -> list[ReviewRow]:
+    first = func.min(Observation.observed_at).label("first_delivered_at")
+    query = (
+        select(*_attempt_columns(), Intent.cancelled_at, first)
+        .join(Attempt, Attempt.id == Observation.attempt_id)
+        .join(Intent, Intent.id == Attempt.intent_id)
+        .where(
+            Intent.cancelled_at.is_not(None),
+            Observation.normalized_status == AttemptState.DELIVERED.value,
+            Observation.observed_at > Intent.cancelled_at,
+        )
+        .group_by(*_attempt_columns(), Intent.cancelled_at)
+        .order_by(first)
+        .limit(limit)
+    )
+    return [
+        _row(
+            CANCELLED_THEN_DELIVERED,
+            f"attempt:{r.id}",
+            r.first_delivered_at,
+            now,
+            intent_id=r.intent_id,
+            business_key=r.business_key,
+            detail=_attempt_detail(r, cancelled_at=_iso(r.cancelled_at)),
+        )
+        for r in session.execute(query)
+    ]
+
+
+def _unknown_outcomes(
+    session: Session, now: datetime, older_than: timedelta, limit: int
+) -> list[ReviewRow]:
+    became = func.coalesce(Attempt.last_status_at, Attempt.submitted_at, Attempt.prepared_at)
+    query = (
+        select(*_attempt_columns(), became.label("became_unknown_at"))
+        .join(Intent, Intent.id == Attempt.intent_id)
+        .where(Attempt.state == AttemptState.UNKNOWN.value, became <= now - older_than)
+        .order_by(became)
+        .limit(limit)
+    )
+    return [
+        _row(
+            UNKNOWN_OUTCOME,
+            f"attempt:{r.id}",
+            r.became_unknown_at,
+            now,
+            intent_id=r.intent_id,
+            business_key=r.business_key,
+            detail=_attempt_detail(r),
+        )
+        for r in session.execute(query)
+    ]
+
+
+def _orphan_observations(
+    session: Session, now: datetime, grace: timedelta, limit: int
+) -> list[ReviewRow]:
+    query = (
+        select(
+            Observation.id,
+            Observation.remote_id,
+            Observation.source,
+            Observation.raw_status,
+            Observation.normalized_status,
+            Observation.observed_at,
+            Attempt.id.label("attempt_id"),
+            Attempt.token,
+            Intent.id.label("intent_id"),
+            Intent.business_key,
+        )
+        .outerjoin(
+            Attempt,
+            and_(Observation.remote_id.is_not(None), Attempt.remote_id == Observation.remote_id),
+        )
+        .outerjoin(Intent, Intent.id == Attempt.intent_id)
+        .where(Observation.attempt_id.is_(None), Observation.observed_at <= now - grace)
+        .order_by(Observation.observed_at)
+        .limit(limit)
+    )
+    return [
+        _row(
+            ORPHAN_OBSERVATION,
+            f"observation:{r.id}",
+            r.observed_at,
+            now,
+            intent_id=r.intent_id,
+            business_key=r.business_key,
+            detail={
+                "observation_id": r.id,
+                "remote_id": r.remote_id,
+                "source": r.source,
+                "raw_status": r.raw_status,
+                "normalized_status": r.normalized_status,
+                # An attempt that learned this remote id later: the receipt was never applied.
+                "attempt_now_known": r.token,
+            },
+        )
+        for r in session.execute(query)
+    ]

@@ -1,0 +1,721 @@
+"""`herald bench`: measure Herald end to end on the embedded stack, against a baseline.
+
+Two modes, each on its own throwaway stack (temp data folder, free ports, headless, the
+worker in its own process, the carrier simulator with fast receipts):
+
+- **throughput** (default): N intents end to end (record, authorize, submit, signed
+  receipt, delivered). Reports intents/s, p50/p95/p99 from intent to submitted and to
+  delivered (from the ledger), Temporal history events and actions per intent (from a
+  sample of histories), ledger rows per intent and the worker's RSS; then, on the same
+  Temporal server, a bare workflow with the same number of no-op activities
+  (starter/bench_baseline.py, in-process worker, own task queue), so the headline is a
+  ratio Herald / baseline rather than an absolute number.
+- **poll budget** (`--poll-budget`): K messages that never resolve, polled far more
+  often than the SMS task queue's budget allows (`max_task_queue_activities_per_second`,
+  enforced by the Temporal server). Reports the lookups per second the carrier actually
+  received over a fixed window, against the budget.
+
+Results are printed and written as JSON to bench/results/<timestamp>.json.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import platform
+import re
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import psutil
+from sqlalchemy import text
+
+import settings as settings_module
+from domain.requests import NotificationRequest
+from ledger.models import Consent
+from ledger.templates import seed_policy
+from starter.devstack import ChildProcess, EmbeddedPostgres, free_port
+from starter.stack import DevStack
+from transports.simulator import (
+    FAULT_NUMBERS,
+    Fault,
+    LoopbackServer,
+    SimDelays,
+    create_simulator_app,
+)
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+RESULTS_DIR = REPO_ROOT / "bench" / "results"
+
+FAST_RECEIPTS = SimDelays(sent=0.05, delivered=0.05)
+"""The carrier answers quickly, so the bench measures Herald and Temporal, not waiting."""
+
+
+@dataclass
+class BenchOptions:
+    intents: int = 200
+    concurrency: int = 16
+    """How many intents (or baseline workflows) are being started at once."""
+    sample: int = 20
+    """Histories fetched to count events and actions per workflow."""
+    warmup: int = 10
+    rounds: int = 4
+    """Baseline and Herald alternate in this many rounds (the machine may be shared)."""
+    sms_rate: float = 1000.0
+    """The SMS queue's budget in throughput mode: high, so the rate limit is not measured."""
+    poll_budget: bool = False
+    open: int = 5000
+    budget: float = 20.0
+    """The SMS queue's `max_task_queue_activities_per_second` in poll-budget mode."""
+    poll_every: float = 10.0
+    """Poll interval of the bench policy in poll-budget mode (demand = open / poll_every)."""
+    open_rate: float = 200.0
+    """SMS queue budget while the K messages are being opened (before the measurement)."""
+    window: float = 30.0
+    settle: float = 5.0
+    out: Path = RESULTS_DIR
+    timeout: float = 900.0
+
+
+# --- the simulator, counted -----------------------------------------------------------
+
+
+class CountingApp:
+    """ASGI wrapper around the carrier simulator: when each create / lookup arrived."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.state = app.state
+        self.events: list[tuple[float, str]] = []
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and "/Messages" in scope["path"]:
+            path, method = scope["path"], scope["method"]
+            if path.endswith("/Messages.json"):
+                kind = "create" if method == "POST" else "list"
+            else:
+                kind = "lookup" if method == "GET" else "update"
+            self.events.append((time.monotonic(), kind))
+        await self.app(scope, receive, send)
+
+    def count(self, kind: str, start: float = 0.0, end: float = float("inf")) -> int:
+        return sum(1 for at, k in self.events if k == kind and start <= at < end)
+
+
+@dataclass
+class Bench:
+    stack: DevStack
+    simulator: LoopbackServer
+    counter: CountingApp
+    data_dir: Path
+    postgres_port: int
+    numbers: list[str] = field(default_factory=list)
+
+    @property
+    def client(self):  # type: ignore[no-untyped-def]
+        assert self.stack.client is not None
+        return self.stack.client
+
+    def worker_pid(self) -> int:
+        assert self.stack.worker is not None and self.stack.worker.pid is not None
+        return self.stack.worker.pid
+
+    async def restart_worker(self, sms_rate: float) -> None:
+        """A new worker process with another SMS budget (the budget is worker config)."""
+        stack = self.stack
+        assert stack.worker is not None
+        await asyncio.to_thread(stack.worker.stop)
+        stack.worker = ChildProcess(
+            "worker",
+            [sys.executable, "-m", "worker"],
+            log_path=stack.cfg.data_path / "worker.log",
+            env={**os.environ, **stack.env(), "HERALD_SMS_MAX_PER_SECOND": str(sms_rate)},
+            cwd=REPO_ROOT,
+        )
+        stack.worker.start()
+
+    async def close(self) -> None:
+        try:
+            await self.stack.stop()
+        finally:
+            await self.simulator.stop()
+            await asyncio.to_thread(
+                EmbeddedPostgres(self.data_dir, port=self.postgres_port).destroy
+            )
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+
+def distinct_numbers(count: int) -> list[str]:
+    """Valid UK mobile numbers, one per intent (the recipient cooldown is per destination)."""
+    numbers: list[str] = []
+    start = 200_000
+    for n in range(start, start + count + len(FAULT_NUMBERS) + 1):
+        number = f"+447400{n:06d}"
+        if number not in FAULT_NUMBERS:
+            numbers.append(number)
+        if len(numbers) == count:
+            return numbers
+    raise ValueError("too many numbers asked for")
+
+
+async def start_bench(
+    *, sms_rate: float, fault_numbers: dict[str, Fault] | None = None, log: Callable[[str], None]
+) -> Bench:
+    data_dir = Path(tempfile.mkdtemp(prefix="herald-bench-"))
+    api_port, postgres_port = free_port(), free_port()
+    base = settings_module.Settings()
+    app = create_simulator_app(
+        account_sid=base.sms_account_sid,
+        auth_token=base.sms_auth_token.get_secret_value(),
+        delays=FAST_RECEIPTS,
+        inbound_url=f"http://127.0.0.1:{api_port}/v1/inbound/sms",
+        fault_numbers=fault_numbers,
+    )
+    counter = CountingApp(app)
+    simulator = LoopbackServer(counter, host="127.0.0.1", port=0)
+    await simulator.start()
+    cfg = settings_module.Settings(
+        env="dev",
+        data_dir=data_dir,
+        database_url=None,
+        temporal_address=None,
+        postgres_port=postgres_port,
+        temporal_port=free_port(),
+        temporal_ui_port=free_port(),
+        api_port=api_port,
+        smtp_port=free_port(),
+        sms_base_url=simulator.url,
+        policy_name="demo",
+        data_key=None,
+    )
+    # DevStack passes its settings to the worker as HERALD_* variables but not the SMS
+    # budget; the worker inherits this process's environment, so set it there.
+    previous = os.environ.get("HERALD_SMS_MAX_PER_SECOND")
+    os.environ["HERALD_SMS_MAX_PER_SECOND"] = str(sms_rate)
+    stack = DevStack(cfg, temporal_ui=False)
+    try:
+        log(f"starting the embedded stack in {data_dir} ...")
+        await stack.start()
+    except BaseException:
+        await simulator.stop()
+        raise
+    finally:
+        if previous is None:
+            os.environ.pop("HERALD_SMS_MAX_PER_SECOND", None)
+        else:
+            os.environ["HERALD_SMS_MAX_PER_SECOND"] = previous
+    return Bench(stack, simulator, counter, data_dir, postgres_port)
+
+
+# --- helpers ------------------------------------------------------------------------
+
+
+def percentile(values: list[float], p: float) -> float | None:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * p / 100
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def summary(values: list[float]) -> dict[str, float | None]:
+    return {
+        "p50": _round(percentile(values, 50)),
+        "p95": _round(percentile(values, 95)),
+        "p99": _round(percentile(values, 99)),
+        "max": _round(max(values) if values else None),
+        "n": len(values),
+    }
+
+
+def _round(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+async def bounded(concurrency: int, jobs: list[Callable[[], Awaitable[Any]]]) -> list[Any]:
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(job: Callable[[], Awaitable[Any]]) -> Any:
+        async with gate:
+            return await job()
+
+    return await asyncio.gather(*(one(j) for j in jobs))
+
+
+def seed_consents(bench: Bench, recipients: list[str]) -> None:
+    now = datetime.now(UTC)
+    with bench.client.sessions.begin() as session:
+        session.add_all(
+            Consent(
+                recipient_ref=r,
+                channel="sms",
+                purpose="service",
+                source="bench",
+                granted_at=now,
+            )
+            for r in recipients
+        )
+
+
+class RssSampler:
+    def __init__(self, pid: int) -> None:
+        self.process = psutil.Process(pid)
+        self.samples: list[int] = []
+        self._task: asyncio.Task[None] | None = None
+
+    def sample(self) -> None:
+        try:
+            self.samples.append(self.process.memory_info().rss)
+        except psutil.Error:
+            pass
+
+    async def _run(self) -> None:
+        while True:
+            self.sample()
+            await asyncio.sleep(0.5)
+
+    def __enter__(self) -> RssSampler:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        self.sample()
+
+    def report(self) -> dict[str, float | None]:
+        mib = 1024 * 1024
+        return {
+            "peak_mib": _round(max(self.samples) / mib, 1) if self.samples else None,
+            "end_mib": _round(self.samples[-1] / mib, 1) if self.samples else None,
+        }
+
+
+async def history_counts(client: Any, workflow_ids: list[str]) -> dict[str, Any]:
+    """Events and billable actions per workflow, from a sample of histories."""
+    from temporalio.api.enums.v1 import EventType as E
+
+    per: list[Counter[str]] = []
+    for workflow_id in workflow_ids:
+        history = await client.get_workflow_handle(workflow_id).fetch_history()
+        c: Counter[str] = Counter(events=len(history.events))
+        for event in history.events:
+            t = event.event_type
+            if t == E.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+                c["activities"] += 1
+            elif t == E.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+                c["activity_retries"] += event.activity_task_started_event_attributes.attempt - 1
+            elif t == E.EVENT_TYPE_TIMER_STARTED:
+                c["timers"] += 1
+            elif t == E.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+                c["signals"] += 1
+            elif t == E.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
+                c["updates"] += 1
+            elif t == E.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES:
+                c["search_attribute_upserts"] += 1
+        c["actions"] = 1 + c["activities"] + c["timers"] + c["signals"] + c["updates"]
+        per.append(c)
+    keys = sorted({k for c in per for k in c})
+    n = max(len(per), 1)
+    return {"sampled": len(per), **{k: round(sum(c[k] for c in per) / n, 2) for k in keys}}
+
+
+# --- throughput mode -------------------------------------------------------------------
+
+
+async def run_herald(
+    bench: Bench, run_id: str, offset: int, count: int, concurrency: int
+) -> tuple[float, list[str]]:
+    """Record and start `count` intents; return the seconds until every workflow finished."""
+    numbers = bench.numbers[offset : offset + count]
+    recipients = [f"b-{run_id}-{offset + i}" for i in range(count)]
+    await asyncio.to_thread(seed_consents, bench, recipients)
+    client = bench.client
+    started = time.monotonic()
+
+    async def one(i: int) -> str:
+        key = f"bench:{run_id}:i-{offset + i}"
+        ref = await client.notify(
+            NotificationRequest(
+                business_key=key,
+                recipient_ref=recipients[i],
+                template_key="demo",
+                phone=numbers[i],
+                variables={"n": offset + i, "intent_id": key},
+            )
+        )
+        return ref.workflow_id
+
+    workflow_ids = await bounded(concurrency, [lambda i=i: one(i) for i in range(count)])
+    results = await asyncio.gather(
+        *(client.temporal.get_workflow_handle(w).result() for w in workflow_ids)
+    )
+    elapsed = time.monotonic() - started
+    outcomes = Counter(getattr(r, "outcome", None) or r.get("outcome") for r in results)
+    if set(outcomes) != {"delivered"}:
+        print(f"herald bench: not every intent was delivered: {dict(outcomes)}", file=sys.stderr)
+    return elapsed, workflow_ids
+
+
+async def run_baseline(
+    bench: Bench, task_queue: str, count: int, activities: int, concurrency: int
+) -> tuple[float, list[str]]:
+    from starter.bench_baseline import BaselineInput, BaselineWorkflow
+
+    client = bench.client.temporal
+    prefix = f"baseline-{uuid.uuid4().hex[:8]}"
+    started = time.monotonic()
+
+    async def one(i: int) -> Any:
+        return await client.start_workflow(
+            BaselineWorkflow.run,
+            BaselineInput(activities),
+            id=f"{prefix}-{i}",
+            task_queue=task_queue,
+        )
+
+    handles = await bounded(concurrency, [lambda i=i: one(i) for i in range(count)])
+    await asyncio.gather(*(h.result() for h in handles))
+    return time.monotonic() - started, [h.id for h in handles]
+
+
+def ledger_figures(bench: Bench, key_prefix: str) -> dict[str, Any]:
+    like = f"{key_prefix}%"
+    with bench.client.sessions() as session:
+        rows = session.execute(
+            text(
+                "SELECT extract(epoch FROM a.submitted_at - i.created_at), "
+                "       extract(epoch FROM a.terminal_at - i.created_at), a.state "
+                "FROM attempt a JOIN intent i ON i.id = a.intent_id "
+                "WHERE i.business_key LIKE :like"
+            ),
+            {"like": like},
+        ).all()
+        counts = {}
+        for table, where in (
+            ("intent", "business_key LIKE :like"),
+            ("outbox", "intent_id IN (SELECT id FROM intent WHERE business_key LIKE :like)"),
+            (
+                "policy_decision",
+                "intent_id IN (SELECT id FROM intent WHERE business_key LIKE :like)",
+            ),
+            ("attempt", "intent_id IN (SELECT id FROM intent WHERE business_key LIKE :like)"),
+            (
+                "observation",
+                "attempt_id IN (SELECT a.id FROM attempt a JOIN intent i ON i.id = a.intent_id "
+                "WHERE i.business_key LIKE :like)",
+            ),
+            (
+                "operator_action",
+                "intent_id IN (SELECT id FROM intent WHERE business_key LIKE :like)",
+            ),
+        ):
+            counts[table] = session.execute(
+                text(f"SELECT count(*) FROM {table} WHERE {where}"),  # noqa: S608 - fixed names
+                {"like": like},
+            ).scalar_one()
+    intents = max(counts["intent"], 1)
+    submitted = [float(r[0]) for r in rows if r[0] is not None]
+    delivered = [float(r[1]) for r in rows if r[1] is not None and r[2] == "delivered"]
+    return {
+        "intent_to_submitted_s": summary(submitted),
+        "intent_to_delivered_s": summary(delivered),
+        "attempt_states": dict(Counter(r[2] for r in rows)),
+        "ledger_rows_per_intent": round(sum(counts.values()) / intents, 2),
+        "ledger_rows_by_table": {k: round(v / intents, 2) for k, v in counts.items()},
+    }
+
+
+async def throughput(opts: BenchOptions, log: Callable[[str], None]) -> dict[str, Any]:
+    bench = await start_bench(sms_rate=opts.sms_rate, log=log)
+    baseline_worker: ChildProcess | None = None
+    try:
+        bench.numbers = distinct_numbers(opts.intents + opts.warmup)
+        run_id = uuid.uuid4().hex[:8]
+        task_queue = f"bench-baseline-{run_id}"
+        cfg = bench.stack.cfg
+        # The baseline worker is a process of its own, like Herald's: the same shape, so
+        # the ratio compares the work done, not who shares a CPU with the driver.
+        baseline_worker = ChildProcess(
+            "baseline-worker",
+            [
+                sys.executable,
+                "-m",
+                "starter.bench_baseline",
+                cfg.temporal_target,
+                cfg.temporal_namespace,
+                task_queue,
+            ],
+            log_path=cfg.data_path / "baseline-worker.log",
+            cwd=REPO_ROOT,
+        )
+        baseline_worker.start()
+        log(f"warm-up: {opts.warmup} Herald intents and {opts.warmup} baseline workflows ...")
+        _, warm_ids = await run_herald(bench, f"w{run_id}", 0, opts.warmup, opts.concurrency)
+        warm = await history_counts(bench.client.temporal, warm_ids)
+        activities = max(1, round(warm.get("activities", 3)))
+        await run_baseline(bench, task_queue, opts.warmup, activities, opts.concurrency)
+
+        # Alternate rounds so both sides see the same machine (this one is shared).
+        rounds = max(1, min(opts.rounds, opts.intents))
+        sizes = [
+            opts.intents // rounds + (1 if r < opts.intents % rounds else 0) for r in range(rounds)
+        ]
+        base_s = herald_s = 0.0
+        base_ids: list[str] = []
+        herald_ids: list[str] = []
+        offset = opts.warmup
+        with RssSampler(bench.worker_pid()) as rss:
+            for r, size in enumerate(sizes, 1):
+                log(
+                    f"round {r}/{rounds}: baseline {size} workflows x {activities} no-op "
+                    f"activities, then {size} Herald intents ..."
+                )
+                seconds, ids = await run_baseline(
+                    bench, task_queue, size, activities, opts.concurrency
+                )
+                base_s += seconds
+                base_ids += ids
+                seconds, ids = await run_herald(bench, run_id, offset, size, opts.concurrency)
+                herald_s += seconds
+                herald_ids += ids
+                offset += size
+        sample = herald_ids[:: max(1, len(herald_ids) // opts.sample)][: opts.sample]
+        herald_hist = await history_counts(bench.client.temporal, sample)
+        base_hist = await history_counts(
+            bench.client.temporal,
+            base_ids[:: max(1, len(base_ids) // opts.sample)][: opts.sample],
+        )
+        figures = await asyncio.to_thread(ledger_figures, bench, f"bench:{run_id}:")
+        herald_ips = opts.intents / herald_s
+        base_ips = opts.intents / base_s
+        return {
+            "mode": "throughput",
+            "intents": opts.intents,
+            "concurrency": opts.concurrency,
+            "rounds": rounds,
+            "herald": {
+                "seconds": round(herald_s, 2),
+                "intents_per_s": round(herald_ips, 2),
+                **figures,
+                "history_per_intent": herald_hist,
+                "worker_rss": rss.report(),
+            },
+            "baseline": {
+                "activities_per_workflow": activities,
+                "seconds": round(base_s, 2),
+                "workflows_per_s": round(base_ips, 2),
+                "history_per_workflow": base_hist,
+            },
+            "ratio_herald_to_baseline": round(herald_ips / base_ips, 3),
+            "simulator": {
+                "creates": bench.counter.count("create"),
+                "lookups": bench.counter.count("lookup"),
+            },
+        }
+    finally:
+        if baseline_worker is not None:
+            await asyncio.to_thread(baseline_worker.stop)
+        await bench.close()
+
+
+# --- poll-budget mode ------------------------------------------------------------------
+
+
+def bench_policy(poll_every: float) -> str:
+    """The demo policy with polls every `poll_every` seconds and a long horizon."""
+    import policies
+
+    document = policies.load_packaged("demo")
+    document = re.sub(
+        r'^version = ".*"$',
+        f'version = "bench-poll-{int(poll_every)}s.{uuid.uuid4().hex[:6]}"',
+        document,
+        flags=re.M,
+    )
+    fallback = (
+        "[fallback]\n"
+        "email_after_seconds = false\n"
+        "email_on_permanent_failure = false\n"
+        "sms_poll_horizon_seconds = 7200\n"
+        f"poll_initial_seconds = {poll_every}\n"
+        f"poll_max_seconds = {poll_every}\n"
+        "expiry_seconds = 14400\n"
+    )
+    document, n = re.subn(
+        r"^\[fallback\]\n(?:[^\[\n][^\n]*\n|\n)*", fallback + "\n", document, flags=re.M
+    )
+    if n != 1:
+        raise RuntimeError("the demo policy has no [fallback] table to adapt")
+    return document
+
+
+def count_submitted(bench: Bench, key_prefix: str) -> int:
+    with bench.client.sessions() as session:
+        return session.execute(
+            text(
+                "SELECT count(*) FROM attempt a JOIN intent i ON i.id = a.intent_id "
+                "WHERE i.business_key LIKE :like AND a.remote_id IS NOT NULL"
+            ),
+            {"like": f"{key_prefix}%"},
+        ).scalar_one()
+
+
+async def poll_budget(opts: BenchOptions, log: Callable[[str], None]) -> dict[str, Any]:
+    numbers = distinct_numbers(opts.open)
+    faults = dict(FAULT_NUMBERS)
+    faults.update({n: Fault.parse("never_resolves") for n in numbers})
+    bench = await start_bench(sms_rate=opts.open_rate, fault_numbers=faults, log=log)
+    try:
+        bench.numbers = numbers
+        document = bench_policy(opts.poll_every)
+
+        def activate() -> str:
+            with bench.client.sessions.begin() as session:
+                return seed_policy(session, document, name="bench-poll", activate=True)
+
+        policy_version = await asyncio.to_thread(activate)
+        run_id = uuid.uuid4().hex[:8]
+        prefix = f"bench:{run_id}:"
+        log(f"opening {opts.open} messages that never resolve (SMS budget {opts.open_rate}/s) ...")
+        opened = time.monotonic()
+        recipients = [f"b-{run_id}-{i}" for i in range(opts.open)]
+        await asyncio.to_thread(seed_consents, bench, recipients)
+
+        async def one(i: int) -> None:
+            key = f"{prefix}i-{i}"
+            await bench.client.notify(
+                NotificationRequest(
+                    business_key=key,
+                    recipient_ref=recipients[i],
+                    template_key="demo",
+                    phone=numbers[i],
+                    variables={"n": i, "intent_id": key},
+                )
+            )
+
+        await bounded(opts.concurrency, [lambda i=i: one(i) for i in range(opts.open)])
+        deadline = time.monotonic() + opts.timeout
+        while (submitted := await asyncio.to_thread(count_submitted, bench, prefix)) < opts.open:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"only {submitted} of {opts.open} opened in time")
+            await asyncio.sleep(1)
+        open_s = time.monotonic() - opened
+        log(
+            f"all {opts.open} submitted in {open_s:.0f} s; worker restarted with budget "
+            f"{opts.budget}/s ..."
+        )
+        await bench.restart_worker(opts.budget)
+        restarted = time.monotonic()
+        while bench.counter.count("lookup", restarted) == 0:
+            if time.monotonic() > restarted + 60:
+                raise RuntimeError("no lookup reached the carrier after the worker restart")
+            await asyncio.sleep(0.2)
+        await asyncio.sleep(opts.settle)
+        start = time.monotonic()
+        log(f"measuring lookups for {opts.window:.0f} s ...")
+        await asyncio.sleep(opts.window)
+        end = start + opts.window
+        lookups = bench.counter.count("lookup", start, end)
+        per_second = [
+            bench.counter.count("lookup", start + s, start + s + 1) for s in range(int(opts.window))
+        ]
+        rate = lookups / opts.window
+        return {
+            "mode": "poll-budget",
+            "open_messages": opts.open,
+            "policy_version": policy_version,
+            "poll_every_s": opts.poll_every,
+            "demand_lookups_per_s": round(opts.open / opts.poll_every, 1),
+            "budget_per_s": opts.budget,
+            "window_s": opts.window,
+            "lookups_in_window": lookups,
+            "lookups_per_s": round(rate, 2),
+            "ratio_to_budget": round(rate / opts.budget, 3),
+            "max_in_one_second": max(per_second) if per_second else 0,
+            "creates_in_window": bench.counter.count("create", start, end),
+            "open_phase_s": round(open_s, 1),
+        }
+    finally:
+        await bench.close()
+
+
+# --- entry point -----------------------------------------------------------------------
+
+
+def write_result(result: dict[str, Any], opts: BenchOptions) -> Path:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    result = {
+        "at": datetime.now(UTC).isoformat(),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+        },
+        "options": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(opts).items()},
+        **result,
+    }
+    opts.out.mkdir(parents=True, exist_ok=True)
+    path = opts.out / f"{stamp}-{result['mode']}.json"
+    path.write_text(json.dumps(result, indent=2))
+    return path
+
+
+def render(result: dict[str, Any]) -> str:
+    if result["mode"] == "poll-budget":
+        return (
+            f"poll budget: {result['open_messages']} open messages, demand "
+            f"~{result['demand_lookups_per_s']} lookups/s, budget {result['budget_per_s']}/s\n"
+            f"  measured {result['lookups_per_s']} lookups/s over {result['window_s']:.0f} s "
+            f"({result['ratio_to_budget']:.1%} of the budget; max {result['max_in_one_second']} "
+            f"in one second; {result['creates_in_window']} creates in the window)"
+        )
+    h, b = result["herald"], result["baseline"]
+    hist, bhist = h["history_per_intent"], b["history_per_workflow"]
+    return "\n".join(
+        [
+            f"herald:   {result['intents']} intents in {h['seconds']} s = "
+            f"{h['intents_per_s']} intents/s",
+            f"baseline: {result['intents']} workflows x {b['activities_per_workflow']} no-op "
+            f"activities in {b['seconds']} s = {b['workflows_per_s']} workflows/s",
+            f"ratio herald/baseline: {result['ratio_herald_to_baseline']}",
+            f"intent -> submitted: p50 {h['intent_to_submitted_s']['p50']} s  "
+            f"p95 {h['intent_to_submitted_s']['p95']} s  p99 {h['intent_to_submitted_s']['p99']} s",
+            f"intent -> delivered: p50 {h['intent_to_delivered_s']['p50']} s  "
+            f"p95 {h['intent_to_delivered_s']['p95']} s  p99 {h['intent_to_delivered_s']['p99']} s",
+            f"history events per intent: {hist.get('events')} (baseline {bhist.get('events')}); "
+            f"actions per intent: {hist.get('actions')} (baseline {bhist.get('actions')}; "
+            f"+{hist.get('search_attribute_upserts', 0)} search-attribute upserts)",
+            f"ledger rows per intent: {h['ledger_rows_per_intent']} {h['ledger_rows_by_table']}",
+            f"worker RSS: peak {h['worker_rss']['peak_mib']} MiB, "
+            f"end {h['worker_rss']['end_mib']} MiB",
+        ]
+    )
+
+
+async def run_bench(opts: BenchOptions, *, as_json: bool = False) -> int:
+    def log(message: str) -> None:
+        print(f"herald bench: {message}", file=sys.stderr, flush=True)
+
+    mode = poll_budget if opts.poll_budget else throughput
+    result = await asyncio.wait_for(mode(opts, log), timeout=opts.timeout + 300)
+    path = write_result(result, opts)
+    if as_json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(render(result))
+        print(f"written to {path}")
+    return 0

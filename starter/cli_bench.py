@@ -1,0 +1,54 @@
+"""`herald bench`: the benchmark script (starter/bench.py) as a subcommand."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import settings as settings_module
+
+
+async def cmd_bench(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
+    from starter.bench import BenchOptions, run_bench
+
+    opts = BenchOptions(
+        intents=args.intents,
+        concurrency=args.concurrency,
+        sample=args.sample,
+        warmup=args.warmup,
+        rounds=args.rounds,
+        poll_budget=args.poll_budget,
+        open=args.open,
+        budget=args.budget,
+        poll_every=args.poll_every,
+        window=args.window,
+        out=Path(args.out) if args.out else BenchOptions.out,
+    )
+    return await run_bench(opts, as_json=args.json)
+
+
+def register(add: Any) -> dict[str, Any]:
+    bench = add(
+        "bench",
+        "measure Herald end to end on a throwaway embedded stack, against a bare-Temporal "
+        "baseline (or, with --poll-budget, polling against the SMS queue's rate budget)",
+    )
+    bench.add_argument("--intents", type=int, default=200, help="intents end to end (200)")
+    bench.add_argument("--concurrency", type=int, default=16, help="starts in flight (16)")
+    bench.add_argument("--sample", type=int, default=20, help="histories to inspect (20)")
+    bench.add_argument("--warmup", type=int, default=10, help="warm-up intents (10)")
+    bench.add_argument("--rounds", type=int, default=4, help="alternating rounds (4)")
+    bench.add_argument(
+        "--poll-budget",
+        action="store_true",
+        help="measure status lookups/s against the SMS queue's budget instead",
+    )
+    bench.add_argument("--open", type=int, default=5000, help="unresolved messages (5000)")
+    bench.add_argument("--budget", type=float, default=20.0, help="SMS activities/s (20)")
+    bench.add_argument(
+        "--poll-every", type=float, default=10.0, help="poll interval per message, s (10)"
+    )
+    bench.add_argument("--window", type=float, default=30.0, help="measurement window, s (30)")
+    bench.add_argument("--out", help="results folder (bench/results)")
+    return {"bench": cmd_bench}

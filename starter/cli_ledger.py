@@ -1,0 +1,501 @@
+"""`herald` commands that read and maintain the ledger: purge, legal-hold, reconcile, list,
+policy and template.
+
+They talk to Postgres only (no Temporal), so they work while the workers are down. When
+`herald dev` runs on the same data folder its database is used; otherwise the settings'
+`HERALD_DATABASE_URL` (or the embedded default).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import settings as settings_module
+
+if TYPE_CHECKING:
+    from starter.cli import Command
+
+from starter.cli import CliError
+
+LIST_PAGE = 500
+LIST_SCAN_CAP = 5_000
+"""`list` reads at most this many intents (newest first) to filter by derived state."""
+
+
+# --- plumbing ---------------------------------------------------------------------------
+
+
+@contextmanager
+def _session(cfg: settings_module.Settings, *, write: bool) -> Iterator[Any]:
+    """A session on the ledger, committed at the end when `write` (rolled back otherwise)."""
+    from sqlalchemy import create_engine
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import OperationalError
+    from sqlalchemy.orm import Session
+
+    # `starter.stack` pulls in Temporal and the API (about a second of imports): only
+    # ask it when a `herald dev` may be running on this data folder at all.
+    if cfg.database_url is None and (cfg.data_path / "dev.lock").exists():
+        from starter.stack import read_running
+
+        running = read_running(cfg)
+        if running is not None:
+            cfg.database_url = running.postgres
+    url = cfg.resolved_database_url()
+    engine = create_engine(url)
+    try:
+        with Session(engine, expire_on_commit=False) as session:
+            try:
+                yield session
+                if write:
+                    session.commit()
+                else:
+                    session.rollback()
+            except OperationalError as err:
+                where = make_url(url).render_as_string(hide_password=True)
+                first = str(err.orig or err).strip().splitlines()[0]
+                raise CliError(
+                    f"cannot use the ledger database {where}: {first} "
+                    "(is `herald dev` running, or HERALD_DATABASE_URL set?)"
+                ) from err
+    finally:
+        engine.dispose()
+
+
+def _emit(value: Any, as_json: bool, render: Callable[[Any], str]) -> None:
+    if as_json:
+        print(json.dumps(value, indent=2, default=str))
+    else:
+        print(render(value))
+
+
+def _when(text: str | None, name: str) -> datetime | None:
+    if text is None:
+        return None
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError as err:
+        raise CliError(f"{name}: {text!r} is not an ISO 8601 time") from err
+    if value.tzinfo is None:
+        raise CliError(f"{name}: {text!r} needs a timezone, e.g. 2025-01-31T12:00:00+00:00")
+    return value
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.astimezone(UTC).isoformat() if value else None
+
+
+def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
+    if not rows:
+        return "(none)"
+    cells = [[str(r.get(c) if r.get(c) is not None else "-") for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip()]
+    lines += [
+        "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in cells
+    ]
+    return "\n".join(lines)
+
+
+# --- purge and legal hold -----------------------------------------------------------------
+
+
+async def cmd_purge(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
+    from ledger import retention
+
+    now = _when(args.now, "--now") or datetime.now(UTC)
+    if args.batch < 1:
+        raise CliError("--batch must be at least 1")
+    total = retention.PurgeReport(now=now)
+    more = True
+    while more:
+        # One short transaction per batch, so a large backlog never holds locks for long.
+        with _session(cfg, write=True) as session:
+            batch = retention.purge(session, now=now, limit=args.batch)
+        total.intents_purged += batch.intents_purged
+        total.attempts_purged += batch.attempts_purged
+        total.intent_ids += batch.intent_ids
+        total.held, total.waiting_for_send = batch.held, batch.waiting_for_send
+        # A batch that purged nothing cannot be followed by one that does: stop.
+        more = batch.more and bool(batch.intents_purged or batch.attempts_purged)
+    report = total.as_dict()
+    del report["more"]
+    _emit(
+        report,
+        args.json,
+        lambda r: (
+            f"purged PII of {r['intents_purged']} intent(s) and {r['attempts_purged']} "
+            f"attempt(s) due by {r['now']}; {r['held']} on legal hold, "
+            f"{r['waiting_for_send']} waiting for their send time"
+        ),
+    )
+    return 0
+
+
+async def cmd_legal_hold(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
+    from ledger import repository as repo
+    from ledger import retention
+
+    with _session(cfg, write=True) as session:
+        try:
+            result = retention.set_legal_hold(
+                session,
+                args.intent,
+                args.on,
+                operator=args.operator,
+                reason=args.reason,
+                at=datetime.now(UTC),
+            )
+        except repo.NotFound as err:
+            raise CliError(str(err)) from err
+        out = result.as_dict()
+
+    def render(r: dict[str, Any]) -> str:
+        text = f"legal hold {'on' if r['legal_hold'] else 'off'} for {r['business_key']}" + (
+            "" if r["changed"] else " (unchanged)"
+        )
+        if r["legal_hold"] and r["pii_purged"]:
+            text += "; note: its PII was already purged and cannot be restored"
+        return text
+
+    _emit(out, args.json, render)
+    return 0
+
+
+# --- reconcile ----------------------------------------------------------------------------
+
+
+async def cmd_reconcile(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
+    from ledger import reconcile
+
+    now = _when(args.now, "--now") or datetime.now(UTC)
+    with _session(cfg, write=args.record) as session:
+        rows = reconcile.find(
+            session,
+            now=now,
+            unknown_older_than=timedelta(minutes=args.unknown_after_minutes),
+            submitted_check_after=timedelta(minutes=args.check_after_minutes),
+            grace=timedelta(minutes=args.grace_minutes),
+        )
+        recorded = reconcile.record_review_items(session, rows, now) if args.record else None
+    out = {
+        "now": now.isoformat(),
+        "rows": [row.as_dict() for row in rows],
+        "recorded_new": recorded,
+    }
+
+    def render(o: dict[str, Any]) -> str:
+        table = _table(o["rows"], ["kind", "age", "subject", "business_key"])
+        if o["recorded_new"] is not None:
+            table += f"\n{o['recorded_new']} new review item(s) recorded"
+        return table
+
+    _emit(out, args.json, render)
+    return 0
+
+
+# --- list ---------------------------------------------------------------------------------
+
+
+async def cmd_list(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
+    from sqlalchemy import select
+
+    from domain.intents import IntentState
+    from ledger.models import Intent
+    from ledger.timeline import derived_state
+
+    if args.state is not None and args.state not in {s.value for s in IntentState}:
+        raise CliError(
+            f"--state: unknown state {args.state!r}; one of "
+            + ", ".join(s.value for s in IntentState)
+        )
+    if args.limit < 1:
+        raise CliError("--limit must be at least 1")
+    since = _when(args.since, "--since")
+    now = datetime.now(UTC)
+    found: list[dict[str, Any]] = []
+    scanned = 0
+    with _session(cfg, write=False) as session:
+        query = select(Intent).order_by(Intent.created_at.desc(), Intent.id)
+        if args.region:
+            query = query.where(Intent.region == args.region)
+        if args.event_type:
+            query = query.where(Intent.event_type == args.event_type)
+        if since is not None:
+            query = query.where(Intent.created_at >= since)
+        # The state is derived (never stored), so it is filtered here, page by page, over a
+        # bounded number of the newest intents.
+        while len(found) < args.limit and scanned < LIST_SCAN_CAP:
+            page = list(session.execute(query.offset(scanned).limit(LIST_PAGE)).scalars())
+            if not page:
+                break
+            scanned += len(page)
+            for intent in page:
+                if args.channel and args.channel not in intent.channel_plan.get("channels", []):
+                    continue
+                state = derived_state(session, intent.id, now=now)
+                if args.state and state != args.state:
+                    continue
+                found.append(
+                    {
+                        "id": intent.id,
+                        "business_key": intent.business_key,
+                        "state": state,
+                        "event_type": intent.event_type,
+                        "region": intent.region,
+                        "channels": ",".join(intent.channel_plan.get("channels", [])),
+                        "created_at": _iso(intent.created_at),
+                    }
+                )
+                if len(found) >= args.limit:
+                    break
+    out = {
+        "intents": found,
+        "scanned": scanned,
+        "scan_capped": scanned >= LIST_SCAN_CAP and len(found) < args.limit,
+    }
+
+    def render(o: dict[str, Any]) -> str:
+        text = _table(
+            o["intents"],
+            ["created_at", "state", "business_key", "channels", "region", "event_type"],
+        )
+        if o["scan_capped"]:
+            text += f"\n(stopped after the newest {LIST_SCAN_CAP} intents; narrow with --since)"
+        return text
+
+    _emit(out, args.json, render)
+    return 0
+
+
+# --- policy -------------------------------------------------------------------------------
+
+
+async def cmd_policy(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
+    from sqlalchemy import select
+
+    from ledger.models import PolicyVersion
+    from ledger.templates import activate_policy
+
+    def summary(row: PolicyVersion) -> dict[str, Any]:
+        return {
+            "version": row.version,
+            "name": row.name,
+            "owner": row.owner,
+            "effective_from": _iso(row.effective_from),
+            "active": row.active,
+            "sha256": row.sha256,
+        }
+
+    if args.policy_command == "list":
+        with _session(cfg, write=False) as session:
+            rows = session.execute(
+                select(PolicyVersion).order_by(PolicyVersion.effective_from, PolicyVersion.version)
+            ).scalars()
+            out: Any = [summary(r) for r in rows]
+        _emit(
+            out,
+            args.json,
+            lambda o: _table(o, ["version", "name", "owner", "effective_from", "active"]),
+        )
+        return 0
+    if args.policy_command == "show":
+        with _session(cfg, write=False) as session:
+            row = session.get(PolicyVersion, args.version)
+            if row is None:
+                raise CliError(f"no policy version {args.version!r} (see `herald policy list`)")
+            out = {**summary(row), "document": row.document}
+        _emit(out, args.json, lambda o: o["document"].rstrip())
+        return 0
+    with _session(cfg, write=True) as session:
+        try:
+            activate_policy(session, args.version)
+        except LookupError as err:
+            raise CliError(f"{err.args[0]} (see `herald policy list`)") from err
+        row = session.get(PolicyVersion, args.version)
+        assert row is not None
+        session.refresh(row)
+        out = summary(row)
+    _emit(out, args.json, lambda o: f"policy {o['version']} ({o['name']}) is now active")
+    return 0
+
+
+# --- template -----------------------------------------------------------------------------
+
+
+async def cmd_template(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
+    from sqlalchemy import select
+
+    from ledger.models import TemplateVersionRow
+    from ledger.templates import activate_template
+
+    def summary(row: TemplateVersionRow) -> dict[str, Any]:
+        return {
+            "key": row.key,
+            "channel": row.channel,
+            "locale": row.locale,
+            "version": row.version,
+            "active": row.active,
+            "sha256": row.sha256,
+            "created_at": _iso(row.created_at),
+        }
+
+    columns = ["key", "channel", "locale", "version", "active", "created_at"]
+    order = (
+        TemplateVersionRow.key,
+        TemplateVersionRow.channel,
+        TemplateVersionRow.locale,
+        TemplateVersionRow.version,
+    )
+    if args.template_command == "list":
+        with _session(cfg, write=False) as session:
+            query = select(TemplateVersionRow).order_by(*order)
+            if args.key:
+                query = query.where(TemplateVersionRow.key == args.key)
+            out = [summary(r) for r in session.execute(query).scalars()]
+        _emit(out, args.json, lambda o: _table(o, columns))
+        return 0
+    with _session(cfg, write=True) as session:
+        scope = [TemplateVersionRow.key == args.key]
+        if args.channel:
+            scope.append(TemplateVersionRow.channel == args.channel)
+        if args.locale:
+            scope.append(TemplateVersionRow.locale == args.locale)
+        rows = list(session.execute(select(TemplateVersionRow).where(*scope)).scalars())
+        if not rows:
+            raise CliError(
+                f"no template {args.key!r}"
+                + (f" for channel {args.channel!r}" if args.channel else "")
+                + (f" in locale {args.locale!r}" if args.locale else "")
+                + " (see `herald template list`)"
+            )
+        # Activation deactivates every version in scope: refuse when some channel/locale in
+        # scope has no such version, or it would be left with no active version at all.
+        identities = {(r.channel, r.locale) for r in rows}
+        having = {(r.channel, r.locale) for r in rows if r.version == args.version}
+        missing = sorted(identities - having)
+        if not having:
+            known = sorted({r.version for r in rows})
+            raise CliError(
+                f"template {args.key!r} has no version {args.version} "
+                f"(known versions: {', '.join(map(str, known))})"
+            )
+        if missing:
+            raise CliError(
+                f"template {args.key!r} version {args.version} does not exist for "
+                + ", ".join(f"{c}/{loc}" for c, loc in missing)
+                + "; pass --channel and --locale to activate it where it exists"
+            )
+        try:
+            activate_template(
+                session, args.key, args.version, channel=args.channel, locale=args.locale
+            )
+        except LookupError as err:
+            raise CliError(str(err)) from err
+        session.flush()
+        out = [
+            summary(r)
+            for r in session.execute(
+                select(TemplateVersionRow)
+                .where(*scope, TemplateVersionRow.active.is_(True))
+                .order_by(*order)
+                .execution_options(populate_existing=True)
+            ).scalars()
+        ]
+    _emit(
+        out,
+        args.json,
+        lambda o: "active now:\n" + _table(o, columns),
+    )
+    return 0
+
+
+# --- registration -------------------------------------------------------------------------
+
+
+def register(add: Callable[..., argparse.ArgumentParser]) -> dict[str, Command]:
+    purge = add("purge", "remove readable PII whose retention has passed (legal holds exempt)")
+    purge.add_argument(
+        "--now", help="compare purge-after times against this ISO 8601 time (default: now)"
+    )
+    purge.add_argument(
+        "--batch", type=int, default=1000, help="intents per transaction (default 1000)"
+    )
+
+    hold = add("legal-hold", "put an intent on legal hold (exempt from purge) or lift it")
+    hold.add_argument("intent", help="intent id or business key")
+    switch = hold.add_mutually_exclusive_group(required=True)
+    switch.add_argument("--on", dest="on", action="store_true", help="place the hold")
+    switch.add_argument("--off", dest="on", action="store_false", help="lift the hold")
+    hold.add_argument("--operator", required=True, help="who asks (recorded)")
+    hold.add_argument("--reason", required=True, help="why (recorded)")
+
+    rec = add("reconcile", "list what needs review, with ages; --record files review items")
+    rec.add_argument(
+        "--record", action="store_true", help="record each row as a review item (once)"
+    )
+    rec.add_argument("--now", help="evaluate ages at this ISO 8601 time (default: now)")
+    rec.add_argument(
+        "--grace-minutes",
+        type=float,
+        default=5.0,
+        help="grace before an intent or a prepared attempt is overdue (default 5)",
+    )
+    rec.add_argument(
+        "--check-after-minutes",
+        type=float,
+        default=15.0,
+        help="silence after which a submitted attempt is overdue (default 15)",
+    )
+    rec.add_argument(
+        "--unknown-after-minutes",
+        type=float,
+        default=60.0,
+        help="age after which an unknown outcome is listed (default 60)",
+    )
+
+    lst = add("list", "list intents, newest first, with their derived state")
+    lst.add_argument("--state", help="derived intent state, e.g. delivered, unknown, denied")
+    lst.add_argument("--channel", choices=["sms", "email"], help="channel in the intent's plan")
+    lst.add_argument("--region", help="region code, e.g. EU")
+    lst.add_argument("--event-type", help="the business key's event type")
+    lst.add_argument("--since", help="created at or after this ISO 8601 time")
+    lst.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+
+    pol = add("policy", "list, show or activate policy versions", json_flag=False)
+    pol_sub = pol.add_subparsers(dest="policy_command", required=True)
+    pol_list = pol_sub.add_parser("list", help="every version with name, owner and dates")
+    pol_show = pol_sub.add_parser("show", help="print one version's document")
+    pol_show.add_argument("version")
+    pol_act = pol_sub.add_parser("activate", help="make a version the active one")
+    pol_act.add_argument("version")
+    for sp in (pol_list, pol_show, pol_act):
+        sp.add_argument("--json", action="store_true", help="print JSON")
+
+    tpl = add("template", "list template versions or activate one (rollback)", json_flag=False)
+    tpl_sub = tpl.add_subparsers(dest="template_command", required=True)
+    tpl_list = tpl_sub.add_parser("list", help="every version, with the active ones marked")
+    tpl_list.add_argument("--key", help="only this template key")
+    tpl_act = tpl_sub.add_parser(
+        "activate", help="make a version active; activating an older one is a rollback"
+    )
+    tpl_act.add_argument("key")
+    tpl_act.add_argument("--version", type=int, required=True)
+    tpl_act.add_argument("--channel", choices=["sms", "email"])
+    tpl_act.add_argument("--locale")
+    for sp in (tpl_list, tpl_act):
+        sp.add_argument("--json", action="store_true", help="print JSON")
+
+    return {
+        "purge": cmd_purge,
+        "legal-hold": cmd_legal_hold,
+        "reconcile": cmd_reconcile,
+        "list": cmd_list,
+        "policy": cmd_policy,
+        "template": cmd_template,
+    }

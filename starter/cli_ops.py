@@ -1,0 +1,39 @@
+"""`herald api`: the HTTP ingress and operator API as a process of its own."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+import settings as settings_module
+
+
+async def cmd_api(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
+    from starter.cli import CliError
+    from starter.stack import read_running
+
+    # Beside a running `herald dev`, reuse its Temporal and Postgres (like `herald show`).
+    running = read_running(cfg)
+    if running is not None:
+        cfg.temporal_address = cfg.temporal_address or running.temporal
+        cfg.database_url = cfg.database_url or running.postgres
+    from api.server import serve
+
+    try:
+        await serve(cfg, host=args.host, port=args.port)
+    except RuntimeError as err:  # missing production secrets, Temporal unreachable
+        raise CliError(str(err)) from err
+    return 0
+
+
+def register(add: Callable[..., argparse.ArgumentParser]) -> dict[str, Any]:
+    api = add(
+        "api",
+        "serve the HTTP ingress and operator API (receipts, STOP, unsubscribe, /v1/intents, "
+        "/metrics) with uvicorn",
+        json_flag=False,
+    )
+    api.add_argument("--host", help="bind address (default: HERALD_API_HOST, 127.0.0.1)")
+    api.add_argument("--port", type=int, help="port (default: HERALD_API_PORT, 58080)")
+    return {"api": cmd_api}

@@ -1,0 +1,243 @@
+"""What every scenario shares: the context it runs in (client, addresses, data folder, SMTP
+sink), the failure type, and small helpers that only use public interfaces: the Herald
+client, the ledger timeline, the simulator's `/_sim` endpoints and the SMTP sink's files."""
+
+from __future__ import annotations
+
+import asyncio
+import email
+import email.policy
+import hashlib
+import json
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from email.message import EmailMessage
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from ledger import timeline
+from ledger.models import Consent
+from starter.client import HeraldClient
+from starter.stack import Addresses
+from transports.smtp_sink import SmtpSink
+from workflows.notification import NotificationWorkflow
+
+
+class ScenarioFailed(AssertionError):
+    """The outcome differs from the story (or something the story needs is missing)."""
+
+
+def expect(condition: object, message: str) -> None:
+    if not condition:
+        raise ScenarioFailed(message)
+
+
+def suffix() -> str:
+    """A per-run suffix so every run records new intents (business keys are unique forever)."""
+    return secrets.token_hex(4)
+
+
+def random_uk_mobile() -> str:
+    """A valid UK mobile number outside the simulator's fault table (it delivers normally)."""
+    from transports.simulator import FAULT_NUMBERS
+
+    while True:
+        number = f"+447400{secrets.randbelow(800_000) + 100_000:06d}"
+        if number not in FAULT_NUMBERS:
+            return number
+
+
+@dataclass
+class DemoContext:
+    client: HeraldClient
+    addresses: Addresses
+    data_path: Path
+    """The stack's data folder: artifacts live under `artifacts/`, the sink's mail under `mail/`."""
+    sink: SmtpSink | None = None
+    """The SMTP sink when the stack runs in this process; otherwise its maildir is read."""
+    as_json: bool = False
+    retention_days: int = 30
+    out: Callable[[str], None] = print
+    notes: list[str] = field(default_factory=list)
+    """Steps a scenario skipped, and why (printed, and returned to the caller)."""
+
+    # --- ledger ----------------------------------------------------------------------
+
+    def consent(
+        self,
+        recipient: str,
+        channel: str,
+        purpose: str = "service",
+        *,
+        revoked: bool = False,
+    ) -> None:
+        """Consent evidence as the app records it (`herald consent [--revoke]`)."""
+        now = datetime.now(UTC)
+        with self.client.sessions.begin() as session:
+            session.add(
+                Consent(
+                    recipient_ref=recipient,
+                    channel=channel,
+                    purpose=purpose,
+                    source="demo",
+                    granted_at=now - timedelta(days=30) if revoked else now,
+                    revoked_at=now - timedelta(seconds=1) if revoked else None,
+                )
+            )
+
+    async def timeline(self, key: str) -> dict[str, Any]:
+        return await asyncio.to_thread(self.client.timeline, key)
+
+    async def wait_for(
+        self,
+        key: str,
+        what: str,
+        predicate: Callable[[dict[str, Any]], bool],
+        *,
+        timeout: float = 60.0,
+        every: float = 0.25,
+    ) -> dict[str, Any]:
+        """Read the intent's timeline until `predicate` holds; fail with the last state seen."""
+        deadline = time.monotonic() + timeout
+        while True:
+            doc = await self.timeline(key)
+            if predicate(doc):
+                return doc
+            if time.monotonic() > deadline:
+                attempts = ", ".join(f"{a['token']}={a['state']}" for a in doc["attempts"])
+                raise ScenarioFailed(
+                    f"{key}: waited {timeout:.0f} s for {what}; the ledger says "
+                    f"{doc['intent']['state']} (attempts: {attempts or 'none'})"
+                )
+            await asyncio.sleep(every)
+
+    # --- Temporal --------------------------------------------------------------------
+
+    def handle(self, workflow_id: str):  # type: ignore[no-untyped-def]
+        return self.client.temporal.get_workflow_handle_for(NotificationWorkflow.run, workflow_id)
+
+    async def result(self, workflow_id: str, timeout: float = 90.0) -> Any:
+        try:
+            return await asyncio.wait_for(self.handle(workflow_id).result(), timeout=timeout)
+        except TimeoutError as err:
+            raise ScenarioFailed(
+                f"workflow {workflow_id} did not finish within {timeout:.0f} s"
+            ) from err
+
+    async def phase(self, workflow_id: str) -> str:
+        projection = await self.handle(workflow_id).query(NotificationWorkflow.projection)
+        return projection.phase
+
+    async def wait_phase(
+        self, workflow_id: str, phases: tuple[str, ...], *, timeout: float = 30.0
+    ) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            phase = await self.phase(workflow_id)
+            if phase.split(":")[0] in phases:
+                return phase
+            if time.monotonic() > deadline:
+                raise ScenarioFailed(
+                    f"workflow {workflow_id} is in phase {phase!r}, expected one of {phases}"
+                )
+            await asyncio.sleep(0.2)
+
+    # --- carrier simulator -----------------------------------------------------------
+
+    async def _sim(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        url = f"{self.addresses.simulator.rstrip('/')}{path}"
+        try:
+            async with httpx.AsyncClient(timeout=10) as http:
+                response = await http.request(method, url, json=body)
+        except httpx.HTTPError as err:
+            raise ScenarioFailed(
+                f"the carrier simulator at {self.addresses.simulator} did not answer {path} "
+                f"({type(err).__name__}); these scenarios need the simulator, not a real provider"
+            ) from err
+        if response.status_code == 404:
+            raise ScenarioFailed(
+                f"{url} is not the carrier simulator (404); these scenarios script its faults"
+            )
+        response.raise_for_status()
+        return response.json()
+
+    async def sim_stats(self) -> dict[str, Any]:
+        return await self._sim("GET", "/_sim/stats")
+
+    async def sim_inbound(self, from_: str, body: str) -> dict[str, Any]:
+        """A recipient texts Herald (e.g. STOP): the simulator posts the signed webhook."""
+        return await self._sim("POST", "/_sim/inbound", {"from": from_, "body": body})
+
+    async def submissions(self, token: str) -> tuple[int, int]:
+        """(messages created, create requests received) for one attempt token."""
+        stats = await self.sim_stats()
+        return stats["by_token"].get(token, 0), stats["requests_by_token"].get(token, 0)
+
+    # --- SMTP sink -------------------------------------------------------------------
+
+    def received_mail(self) -> list[EmailMessage]:
+        """Every message the SMTP sink accepted (in-process list, else its maildir files)."""
+        if self.sink is not None:
+            return [m.message for m in self.sink.messages]
+        maildir = self.data_path / "mail"
+        found: list[EmailMessage] = []
+        for path in sorted(maildir.glob("*.eml")) if maildir.exists() else []:
+            parsed = email.message_from_bytes(path.read_bytes(), policy=email.policy.default)
+            assert isinstance(parsed, EmailMessage)
+            found.append(parsed)
+        return found
+
+    async def mail_with_id(self, message_id: str, *, timeout: float = 10.0) -> EmailMessage | None:
+        deadline = time.monotonic() + timeout
+        while True:
+            for message in await asyncio.to_thread(self.received_mail):
+                if message.get("Message-ID", "").strip() == message_id:
+                    return message
+            if time.monotonic() > deadline:
+                return None
+            await asyncio.sleep(0.2)
+
+    # --- output ----------------------------------------------------------------------
+
+    def show(self, doc: dict[str, Any], title: str | None = None) -> None:
+        if self.as_json:
+            self.out(json.dumps(doc, indent=2, default=str))
+            return
+        if title:
+            self.out(f"-- {title}")
+        self.out(timeline.render(doc))
+        url = self.addresses.workflow_url(doc["intent"]["workflow_id"])
+        if url:
+            self.out(f"  Temporal Web UI: {url}")
+
+    def say(self, text: str) -> None:
+        if not self.as_json:
+            self.out(f"   {text}")
+
+    def skip(self, text: str) -> None:
+        self.notes.append(text)
+        self.out(f"   SKIPPED: {text}")
+
+
+def attempts_on(doc: dict[str, Any], channel: str) -> list[dict[str, Any]]:
+    return [a for a in doc["attempts"] if a["channel"] == channel]
+
+
+def decisions_on(doc: dict[str, Any], channel: str) -> list[dict[str, Any]]:
+    return [d for d in doc["decisions"] if d["channel"] == channel]
+
+
+def parse_at(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value) if value else None
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+Scenario = Callable[[DemoContext], Awaitable[None]]

@@ -1,0 +1,30 @@
+"""`sms`: one SMS intent on the happy path: authorize, prepare, submit, signed receipt."""
+
+from __future__ import annotations
+
+from domain.requests import NotificationRequest
+from starter.scenarios.base import DemoContext, expect, suffix
+
+DEMO_PHONE = "+447400000100"
+"""A UK mobile number the carrier simulator delivers normally (docs/simulator.md)."""
+
+
+async def run(ctx: DemoContext) -> None:
+    run_id = suffix()
+    key = f"demo:d-{run_id}"
+    recipient = f"demo-member-{run_id}"
+    ctx.consent(recipient, "sms")
+    ref = await ctx.client.notify(
+        NotificationRequest(
+            business_key=key,
+            recipient_ref=recipient,
+            template_key="demo",
+            phone=DEMO_PHONE,
+            variables={"n": 1, "intent_id": key},
+        )
+    )
+    result = await ctx.result(ref.workflow_id)
+    doc = await ctx.timeline(key)
+    ctx.show(doc)
+    expect(result.outcome == "delivered", f"expected delivered, the workflow said {result.outcome}")
+    expect(doc["intent"]["state"] == "delivered", "the ledger does not say delivered")

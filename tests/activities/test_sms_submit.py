@@ -1,0 +1,234 @@
+"""The SMS submit activity against the real carrier simulator and the real ledger:
+one attempt token -> at most one provider submission, whatever fails in between."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from temporalio.exceptions import ApplicationError
+
+from activities.contracts import AuthorizeInput, PollInput, SubmitInput
+from activities.ledger import LedgerActivities
+from activities.sms import SmsActivities
+from domain.requests import NotificationRequest
+from ledger import intake
+from ledger import repository as repo
+from ledger.models import Attempt, Consent
+from transports.simulator import SimDelays, SimulatorServer
+from transports.twilio import TwilioSms
+
+pytestmark = pytest.mark.ledger
+
+SID, TOKEN = "AC" + "0" * 32, "sim-token"
+FAST = SimDelays(
+    sent=0.02, delivered=0.05, delayed_receipt=0.3, slow_response=0.2, hang=30.0, retry_after=1
+)
+
+
+@pytest.fixture(scope="module")
+async def simulator() -> AsyncIterator[SimulatorServer]:
+    server = SimulatorServer(account_sid=SID, auth_token=TOKEN, delays=FAST)
+    await server.start()
+    yield server
+    await server.stop()
+
+
+@pytest.fixture
+async def acts(simulator, committed, cipher):  # type: ignore[no-untyped-def]
+    http = httpx.AsyncClient()
+    transport = TwilioSms(
+        base_url=simulator.url, account_sid=SID, auth_token=TOKEN, read_timeout=0.4, client=http
+    )
+    sms = SmsActivities(
+        transport, committed, cipher, callback_base_url="http://127.0.0.1:9"
+    )  # nobody listens: no receipts
+    ledger = LedgerActivities(committed, cipher)
+    yield ledger, sms
+    await http.aclose()
+
+
+async def prepared(ledger: LedgerActivities, committed, cipher, phone: str) -> str:  # type: ignore[no-untyped-def]
+    key = f"class-opening:c-9081:m-{uuid.uuid4().hex[:8]}"
+    with committed.begin() as session:
+        recorded = repo.record_intent(
+            session,
+            intake.validate(
+                session,
+                NotificationRequest(
+                    business_key=key,
+                    recipient_ref=key,
+                    phone=phone,
+                    template_key="demo",
+                    variables={"n": 1, "intent_id": key},
+                ),
+                cipher,
+                now=datetime.now(UTC),
+                retention_days=30,
+            ),
+        )
+        session.add(
+            Consent(
+                recipient_ref=key,
+                channel="sms",
+                purpose="service",
+                source="test",
+                granted_at=datetime.now(UTC),
+            )
+        )
+    result = await ledger.authorize(AuthorizeInput(recorded.intent_id, "sms", 1))
+    assert result.outcome == "allow", result
+    assert result.attempt_token is not None
+    return result.attempt_token
+
+
+async def submissions(simulator: SimulatorServer, token: str) -> int:
+    async with httpx.AsyncClient() as http:
+        stats = (await http.get(f"{simulator.url}/_sim/stats")).json()
+    return int(stats["by_token"].get(token, 0))
+
+
+def phone(n: int) -> str:
+    return f"+4474005{n:05d}"
+
+
+async def test_a_retry_after_the_provider_accepted_but_before_the_ledger_recorded_sends_once(
+    acts, simulator, committed, cipher, monkeypatch
+):
+    ledger, sms = acts
+    token = await prepared(ledger, committed, cipher, phone(11001))
+    original = sms._record
+    calls = {"n": 0}
+
+    async def crash_once(tok, facts):  # type: ignore[no-untyped-def]
+        # The process dies after the provider answered, before the ledger heard of it.
+        if facts.source == "send" and calls["n"] == 0:
+            calls["n"] += 1
+            raise RuntimeError("worker killed")
+        return await original(tok, facts)
+
+    monkeypatch.setattr(sms, "_record", crash_once)
+    with pytest.raises(RuntimeError):
+        await sms.submit_sms(SubmitInput(token))
+    monkeypatch.setattr(sms, "_record", original)
+    outcome = None
+    for _ in range(50):  # the activity's retries, as the RetryPolicy would run them
+        try:
+            outcome = await sms.submit_sms(SubmitInput(token))
+            break
+        except ApplicationError as err:
+            assert err.type == "ReconcilePending"
+    assert outcome is not None and outcome.remote_id and outcome.reconciled
+    assert await submissions(simulator, token) == 1
+    again = await sms.submit_sms(SubmitInput(token))
+    assert again.remote_id == outcome.remote_id
+    assert await submissions(simulator, token) == 1
+
+
+async def test_an_ambiguous_timeout_is_recorded_unknown_then_reconciled_without_a_resend(
+    acts, simulator, committed, cipher
+):
+    ledger, sms = acts
+    token = await prepared(ledger, committed, cipher, "+447400000001")  # accept, then hang
+    with pytest.raises(ApplicationError) as first:
+        await sms.submit_sms(SubmitInput(token))
+    assert first.value.type == "AmbiguousSubmission"
+    with committed() as session:
+        assert repo.attempt_by_token(session, token).state == "unknown"
+    outcome = None
+    for _ in range(100):
+        try:
+            outcome = await sms.submit_sms(SubmitInput(token))
+            break
+        except ApplicationError as err:
+            assert err.type == "ReconcilePending"
+    assert outcome is not None and outcome.reconciled and outcome.remote_id
+    assert await submissions(simulator, token) == 1
+    polled = await sms.poll_sms(PollInput(token))
+    assert polled.state in ("submitted", "sent", "delivered")
+
+
+async def test_a_permanent_rejection_fails_the_attempt_with_the_code_and_suppresses_on_stop(
+    acts, committed, cipher
+):
+    ledger, sms = acts
+    token = await prepared(ledger, committed, cipher, "+447400021610")  # replied STOP
+    with pytest.raises(ApplicationError) as caught:
+        await sms.submit_sms(SubmitInput(token))
+    assert caught.value.type == "PermanentProviderError" and caught.value.non_retryable
+    assert caught.value.details[0] == "21610"
+    with committed() as session:
+        attempt = repo.attempt_by_token(session, token)
+        assert attempt.state == "failed" and attempt.error_code == "21610"
+        assert repo.suppressions_for(session, attempt.destination_hmac, "sms")
+
+
+async def test_a_429_is_retried_with_the_providers_retry_after_and_sends_once(
+    acts, simulator, committed, cipher
+):
+    ledger, sms = acts
+    token = await prepared(ledger, committed, cipher, "+447400000002")  # 429 twice
+    delays = []
+    for _ in range(5):
+        try:
+            outcome = await sms.submit_sms(SubmitInput(token))
+            break
+        except ApplicationError as err:
+            assert err.type == "TransientProviderError"
+            delays.append(err.next_retry_delay)
+    assert outcome.remote_id
+    assert len(delays) == 2 and all(d is not None and d.total_seconds() >= 1 for d in delays)
+    assert await submissions(simulator, token) == 1
+
+
+FAULTS = st.sampled_from(
+    ["none", "accept_then_timeout", "rate_limit", "unavailable", "slow_response"]
+)
+
+
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(fault=FAULTS, crash_after_send=st.booleans(), extra_retries=st.integers(0, 3))
+async def test_one_attempt_token_is_never_submitted_twice(
+    acts, simulator, committed, cipher, fault, crash_after_send, extra_retries
+):
+    """Whatever happens (faults, a crash after the provider answered, retries after success),
+    the simulator counts at most one created message for the token."""
+    ledger, sms = acts
+    number = phone(20000 + uuid.uuid4().int % 9000)
+    async with httpx.AsyncClient() as http:
+        await http.post(f"{simulator.url}/_sim/script", json={"to": number, "fault": fault})
+    token = await prepared(ledger, committed, cipher, number)
+    original = sms._record
+    crashed = {"done": not crash_after_send}
+
+    async def maybe_crash(tok, facts):  # type: ignore[no-untyped-def]
+        if facts.source == "send" and facts.remote_id and not crashed["done"]:
+            crashed["done"] = True
+            raise RuntimeError("worker killed after the provider accepted")
+        return await original(tok, facts)
+
+    sms._record = maybe_crash  # type: ignore[method-assign]
+    try:
+        settled = 0
+        for _ in range(120):
+            try:
+                await sms.submit_sms(SubmitInput(token))
+                settled += 1
+                if settled > extra_retries:
+                    break
+            except (ApplicationError, RuntimeError):
+                continue
+    finally:
+        sms._record = original  # type: ignore[method-assign]
+    assert await submissions(simulator, token) <= 1
+    with committed() as session:
+        attempt = repo.attempt_by_token(session, token)
+        assert attempt.state != "prepared" or attempt.send_started_at is None
+    _ = Attempt

@@ -1,0 +1,222 @@
+"""The ingress as an ASGI app over the real test Postgres, with a recording Temporal stub.
+
+Rows are committed (the ingress runs its own transactions), so every test uses unique
+business keys, message ids and phone numbers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlencode
+
+import httpx
+import pytest
+import pytest_asyncio
+from fastapi import FastAPI
+from sqlalchemy import func, select
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session, sessionmaker
+from temporalio.service import RPCError, RPCStatusCode
+from twilio.request_validator import RequestValidator
+
+from api.app import Ingress, create_app
+from domain import keys
+from domain.states import AttemptState
+from ledger import repository as repo
+from ledger.crypto import FieldCipher
+from ledger.models import Attempt, Observation
+from ledger.repository import ObservationFacts
+from starter.client import HeraldClient
+from tests.conftest import unique
+from tests.ledger.conftest import fields
+
+AUTH_TOKEN = "test-auth-token"
+OPERATOR_TOKEN = "test-operator-token"
+UNSUBSCRIBE_SECRET = "test-unsubscribe-secret"
+PUBLIC_BASE = "https://herald.example.test"
+"""What the provider calls (and signs); the app itself is reached at INTERNAL_BASE."""
+INTERNAL_BASE = "http://10.0.0.5:8080"
+BEARER = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
+
+
+@dataclass
+class StubHandle:
+    temporal: StubTemporal
+    workflow_id: str
+
+    async def signal(self, name: str, arg: Any) -> None:
+        self.temporal.signals.append((self.workflow_id, name, arg))
+        if self.temporal.fail_signals:
+            raise RPCError("temporal is down", RPCStatusCode.UNAVAILABLE, b"")
+
+    async def describe(self) -> Any:
+        # No worker runs here: every workflow reads as not running.
+        raise RPCError("workflow not found", RPCStatusCode.NOT_FOUND, b"")
+
+
+@dataclass
+class StubTemporal:
+    """Records signals and starts; `start_gate` holds starts (a request kept in flight)."""
+
+    signals: list[tuple[str, str, Any]] = field(default_factory=list)
+    starts: list[str] = field(default_factory=list)
+    fail_signals: bool = False
+    start_gate: asyncio.Event | None = None
+    start_entered: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def get_workflow_handle(self, workflow_id: str, **_: Any) -> StubHandle:
+        return StubHandle(self, workflow_id)
+
+    async def start_workflow(self, _run: Any, _arg: Any, *, id: str, **_: Any) -> None:
+        self.start_entered.set()
+        if self.start_gate is not None:
+            await self.start_gate.wait()
+        self.starts.append(id)
+
+
+def build_app(
+    sessions: sessionmaker[Session], cipher: FieldCipher, temporal: Any
+) -> tuple[FastAPI, Ingress]:
+    client = HeraldClient(temporal, sessions, cipher)
+    ingress = Ingress(
+        client,
+        auth_token=AUTH_TOKEN,
+        public_base_url=PUBLIC_BASE,
+        operator_token=OPERATOR_TOKEN,
+        unsubscribe_secret=UNSUBSCRIBE_SECRET,
+    )
+    return create_app(ingress), ingress
+
+
+@pytest.fixture
+def temporal() -> StubTemporal:
+    return StubTemporal()
+
+
+@pytest.fixture
+def app(committed: sessionmaker[Session], cipher: FieldCipher, temporal: StubTemporal) -> FastAPI:
+    return build_app(committed, cipher, temporal)[0]
+
+
+@pytest_asyncio.fixture
+async def http(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url=INTERNAL_BASE
+    ) as client:
+        yield client
+
+
+def sign(url: str, params: dict[str, str], token: str = AUTH_TOKEN) -> str:
+    """The signature Twilio would send, computed by the twilio package itself."""
+    return RequestValidator(token).compute_signature(url, params)
+
+
+async def post_signed(
+    http: httpx.AsyncClient,
+    path: str,
+    params: dict[str, str],
+    *,
+    signed_url: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> httpx.Response:
+    """POST a form the way the provider does: signed over the public URL."""
+    url = signed_url or f"{PUBLIC_BASE}{path}"
+    all_headers = {"X-Twilio-Signature": sign(url, params), **(headers or {})}
+    return await http.post(
+        path,
+        content=urlencode(params),
+        headers={"Content-Type": "application/x-www-form-urlencoded", **all_headers},
+    )
+
+
+def random_mobile() -> str:
+    """A valid UK mobile number outside the simulator's fault range."""
+    return f"+4474002{secrets.randbelow(100_000):05d}"
+
+
+@dataclass(frozen=True)
+class SentAttempt:
+    intent_id: str
+    workflow_id: str
+    token: str
+    remote_id: str
+    attempt_id: int
+
+
+def submitted_attempt(
+    sessions: sessionmaker[Session], cipher: FieldCipher, *, phone: str | None = None
+) -> SentAttempt:
+    """An intent with one SMS attempt the provider accepted (state `submitted`)."""
+    key = unique("order-created:o")
+    remote_id = "SM" + secrets.token_hex(16)
+    with sessions.begin() as session:
+        overrides = {"phone": phone} if phone else {}
+        recorded = repo.record_intent(session, fields(session, cipher, key, **overrides))
+        decision = repo.record_decision(
+            session,
+            intent_id=recorded.intent_id,
+            channel="sms",
+            policy_version=repo.active_policy(session).version,
+            outcome="allow",
+            rule="allow",
+            reason="test",
+            inputs={},
+            next_eligible_at=None,
+            decided_at=datetime.now(UTC),
+        )
+        token = keys.attempt_token(key, "sms", 1)
+        attempt = repo.prepare_attempt(
+            session,
+            intent_id=recorded.intent_id,
+            channel="sms",
+            number=1,
+            token=token,
+            decision_id=decision.id,
+            destination_ct="x",
+            destination_hmac=cipher.lookup_hmac(phone or "+447400000100"),
+            body_ct="x",
+            content_sha256="0" * 64,
+            template_key="demo",
+            template_version=1,
+        )
+        repo.record_observation(
+            session,
+            ObservationFacts(
+                source="send",
+                raw_status="queued",
+                normalized=AttemptState.SUBMITTED,
+                observed_at=datetime.now(UTC),
+                dedupe_key=f"send:{token}",
+                remote_id=remote_id,
+            ),
+            token=token,
+        )
+        return SentAttempt(recorded.intent_id, recorded.workflow_id, token, remote_id, attempt.id)
+
+
+def observations_of(sessions: sessionmaker[Session], *, remote_id: str) -> list[Observation]:
+    with sessions() as session:
+        return list(
+            session.execute(
+                select(Observation)
+                .where(Observation.remote_id == remote_id)
+                .order_by(Observation.id)
+            ).scalars()
+        )
+
+
+def attempt_state(sessions: sessionmaker[Session], attempt_id: int) -> str:
+    with sessions() as session:
+        row = session.get(Attempt, attempt_id)
+        assert row is not None
+        return row.state
+
+
+def observation_count(engine: Engine) -> int:
+    with engine.connect() as conn:
+        return conn.execute(select(func.count()).select_from(Observation)).scalar_one()

@@ -1,0 +1,235 @@
+"""The operator and app API: bearer token, create with Idempotency-Key, list, read, cancel."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import func, select
+
+from ledger import timeline
+from ledger.models import IdempotencyRecord, Intent
+from tests.api.conftest import BEARER, random_mobile, submitted_attempt
+from tests.conftest import unique
+
+pytestmark = pytest.mark.ledger
+
+
+def body(**overrides):  # type: ignore[no-untyped-def]
+    doc = {
+        "business_key": unique("order-created:o"),
+        "recipient_ref": "m-1842",
+        "template_key": "order-created",
+        "template_version": 1,
+        "phone": random_mobile(),
+        "variables": {"order_id": "o-77"},
+    }
+    doc.update(overrides)
+    return doc
+
+
+def intents_with_key(sessions, key: str) -> int:  # type: ignore[no-untyped-def]
+    with sessions() as session:
+        return session.scalar(
+            select(func.count()).select_from(Intent).where(Intent.business_key == key)
+        )
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/v1/intents"),
+        ("POST", "/v1/intents"),
+        ("GET", "/v1/intents/x"),
+        ("POST", "/v1/intents/x/cancel"),
+        ("POST", "/v1/intents/x/approve-resend"),
+    ],
+)
+@pytest.mark.parametrize("authorization", [None, "Bearer wrong", "Basic abc"])
+async def test_operator_routes_need_the_bearer_token(http, method, path, authorization):
+    headers = {"Authorization": authorization} if authorization else {}
+    answer = await http.request(method, path, headers=headers, json={})
+    assert answer.status_code == 401
+    assert answer.headers["www-authenticate"] == "Bearer"
+
+
+async def test_create_records_the_intent_and_starts_its_workflow(http, committed, temporal):
+    doc = body()
+    answer = await http.post("/v1/intents", json=doc, headers=BEARER)
+    assert answer.status_code == 201, answer.text
+    created = answer.json()
+    assert created["business_key"] == doc["business_key"] and created["existed"] is False
+    assert answer.headers["location"] == f"/v1/intents/{created['intent_id']}"
+    assert temporal.starts == [created["workflow_id"]]
+    again = await http.post("/v1/intents", json=doc, headers=BEARER)
+    assert again.status_code == 200 and again.json()["intent_id"] == created["intent_id"]
+    assert again.json()["existed"] is True
+    assert intents_with_key(committed, doc["business_key"]) == 1
+
+
+async def test_the_same_business_key_with_another_payload_is_409(http):
+    doc = body()
+    assert (await http.post("/v1/intents", json=doc, headers=BEARER)).status_code == 201
+    other = await http.post(
+        "/v1/intents", json={**doc, "variables": {"order_id": "o-78"}}, headers=BEARER
+    )
+    assert other.status_code == 409 and "different payload" in other.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"phone": "+1 555"}, "phone"),
+        ({"business_key": "no subject"}, "business_key"),
+        ({"template_key": "no-such-template"}, "template_key"),
+        ({"variables": {}}, "variables"),
+        ({"category": "spam"}, "category"),
+        ({"locale": "x" * 40}, "locale"),
+        ({"surprise": 1}, "surprise"),
+    ],
+)
+async def test_an_invalid_request_is_422_naming_the_field(http, committed, overrides, field):
+    doc = body(**overrides)
+    answer = await http.post("/v1/intents", json=doc, headers=BEARER)
+    assert answer.status_code == 422, answer.text
+    assert field in [loc for issue in answer.json()["detail"] for loc in issue["loc"]]
+    assert intents_with_key(committed, doc["business_key"]) == 0
+
+
+async def test_an_idempotency_key_replays_the_first_response(http, temporal):
+    key = secrets.token_hex(8)
+    doc = body()
+    first = await http.post("/v1/intents", json=doc, headers={**BEARER, "Idempotency-Key": key})
+    assert first.status_code == 201
+    replay = await http.post("/v1/intents", json=doc, headers={**BEARER, "Idempotency-Key": key})
+    assert replay.status_code == 201 and replay.json() == first.json()
+    assert replay.headers["idempotent-replayed"] == "true"
+    assert len(temporal.starts) == 1  # the replay did no work
+
+
+async def test_an_idempotency_key_with_another_body_is_422(http):
+    key = secrets.token_hex(8)
+    headers = {**BEARER, "Idempotency-Key": key}
+    assert (await http.post("/v1/intents", json=body(), headers=headers)).status_code == 201
+    other = await http.post("/v1/intents", json=body(), headers=headers)
+    assert other.status_code == 422
+    assert other.json()["detail"][0]["loc"] == ["header", "Idempotency-Key"]
+
+
+async def test_a_concurrent_duplicate_is_409_while_the_first_is_in_flight(
+    http, committed, temporal
+):
+    temporal.start_gate = asyncio.Event()
+    key = secrets.token_hex(8)
+    headers = {**BEARER, "Idempotency-Key": key}
+    doc = body()
+    first = asyncio.create_task(http.post("/v1/intents", json=doc, headers=headers))
+    await asyncio.wait_for(temporal.start_entered.wait(), 10)
+    with committed() as session:
+        record = session.get(IdempotencyRecord, key)
+        assert record is not None and record.status_code is None  # committed before the work
+    duplicate = await http.post("/v1/intents", json=doc, headers=headers)
+    assert duplicate.status_code == 409 and duplicate.headers["retry-after"] == "1"
+    temporal.start_gate.set()
+    assert (await first).status_code == 201
+    replay = await http.post("/v1/intents", json=doc, headers=headers)
+    assert replay.status_code == 201 and replay.json() == (await first).json()
+    assert temporal.starts == [replay.json()["workflow_id"]]
+
+
+async def test_a_request_refused_by_validation_releases_its_key(http, committed):
+    key = secrets.token_hex(8)
+    headers = {**BEARER, "Idempotency-Key": key}
+    bad = await http.post("/v1/intents", json=body(phone="+1 555"), headers=headers)
+    assert bad.status_code == 422
+    with committed() as session:
+        assert session.get(IdempotencyRecord, key) is None
+    assert (await http.post("/v1/intents", json=body(), headers=headers)).status_code == 201
+
+
+async def test_an_abandoned_in_flight_key_is_taken_over_after_its_lease(http, committed):
+    key = secrets.token_hex(8)
+    doc = body()
+    from api.idempotency import fingerprint
+    from api.schemas import IntentCreate
+
+    with committed.begin() as session:
+        session.add(
+            IdempotencyRecord(
+                key=key,
+                request_sha256=fingerprint(
+                    "POST", "/v1/intents", IntentCreate(**doc).model_dump(mode="json")
+                ),
+                created_at=datetime.now(UTC) - timedelta(minutes=5),
+            )
+        )
+    answer = await http.post("/v1/intents", json=doc, headers={**BEARER, "Idempotency-Key": key})
+    assert answer.status_code == 201
+
+
+@pytest.mark.parametrize("key", ["", "x" * 201, "caf\u00e9".encode(), "a\tb"])
+async def test_a_malformed_idempotency_key_is_400(http, key):
+    answer = await http.post("/v1/intents", json=body(), headers={**BEARER, "Idempotency-Key": key})
+    assert answer.status_code == 400
+
+
+async def test_list_filters_by_derived_state_and_plan(http, committed, cipher):
+    sent = submitted_attempt(committed, cipher)
+    created = (await http.post("/v1/intents", json=body(), headers=BEARER)).json()
+    since = (datetime.now(UTC) - timedelta(minutes=1)).isoformat()
+
+    sending = await http.get(
+        "/v1/intents", params={"state": "sending", "since": since, "limit": 500}, headers=BEARER
+    )
+    assert sending.status_code == 200
+    ids = {i["id"] for i in sending.json()["items"]}
+    assert sent.intent_id in ids and created["intent_id"] not in ids
+
+    pending = await http.get(
+        "/v1/intents",
+        params={"state": "pending", "channel": "sms", "event_type": "order-created"},
+        headers=BEARER,
+    )
+    assert created["intent_id"] in {i["id"] for i in pending.json()["items"]}
+    assert all(i["state"] == "pending" for i in pending.json()["items"])
+
+    none = await http.get(
+        "/v1/intents", params={"channel": "email", "since": since}, headers=BEARER
+    )
+    assert {sent.intent_id, created["intent_id"]}.isdisjoint(i["id"] for i in none.json()["items"])
+
+    # The batched derivation agrees with the ledger's own, intent by intent.
+    everything = (await http.get("/v1/intents", params={"limit": 100}, headers=BEARER)).json()
+    with committed() as session:
+        for item in everything["items"]:
+            assert item["state"] == timeline.derived_state(session, item["id"])
+
+
+async def test_read_returns_the_timeline_and_unknown_is_404(http, committed, cipher):
+    sent = submitted_attempt(committed, cipher)
+    answer = await http.get(f"/v1/intents/{sent.intent_id}", headers=BEARER)
+    assert answer.status_code == 200
+    doc = answer.json()
+    assert doc["intent"]["state"] == "sending" and doc["attempts"][0]["token"] == sent.token
+    missing = await http.get("/v1/intents/order-created:o-none", headers=BEARER)
+    assert missing.status_code == 404
+
+
+async def test_cancel_of_a_finished_intent_is_recorded_and_resend_refused(http, committed, cipher):
+    sent = submitted_attempt(committed, cipher)
+    operator = {"operator": "ops@example.org", "reason": "customer called"}
+    cancel = await http.post(f"/v1/intents/{sent.intent_id}/cancel", json=operator, headers=BEARER)
+    assert cancel.status_code == 200 and cancel.json()["accepted"] is True
+    resend = await http.post(
+        f"/v1/intents/{sent.intent_id}/approve-resend",
+        json={**operator, "channel": "sms"},
+        headers=BEARER,
+    )
+    assert resend.status_code == 409 and resend.json()["accepted"] is False
+    actions = (await http.get(f"/v1/intents/{sent.intent_id}", headers=BEARER)).json()
+    assert [(a["action"], a["outcome"]) for a in actions["operator_actions"]] == [
+        ("cancel", "accepted"),
+        ("approve-resend", "refused"),
+    ]

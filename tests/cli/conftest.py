@@ -1,0 +1,74 @@
+"""The `herald` CLI through its real entry point, against a fresh database of its own."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine
+from sqlalchemy.orm import Session, sessionmaker
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Ledger:
+    url: str
+    sessions: sessionmaker[Session]
+    data_dir: Path
+
+
+@dataclass
+class Run:
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> Any:
+        assert self.returncode == 0, self.stderr
+        return json.loads(self.stdout)
+
+
+@pytest.fixture(scope="module")
+def cli_ledger(pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ledger]:
+    from ledger import migrate
+    from ledger.templates import seed_packaged
+    from tests.conftest import fresh_database
+
+    url = fresh_database(pg_url, "herald_cli")
+    migrate.upgrade(url)
+    engine = create_engine(url)
+    sessions = sessionmaker(engine, expire_on_commit=False)
+    with sessions.begin() as session:
+        seed_packaged(session, "default")
+    yield Ledger(url, sessions, tmp_path_factory.mktemp("herald-cli"))
+    engine.dispose()
+
+
+def run_herald(*args: str, database_url: str, data_dir: Path) -> Run:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HERALD_")}
+    env.update(HERALD_DATABASE_URL=database_url, HERALD_DATA_DIR=str(data_dir))
+    done = subprocess.run(
+        [sys.executable, "-m", "starter.cli", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return Run(done.returncode, done.stdout, done.stderr)
+
+
+@pytest.fixture
+def herald(cli_ledger: Ledger) -> Callable[..., Run]:
+    def run(*args: str) -> Run:
+        return run_herald(*args, database_url=cli_ledger.url, data_dir=cli_ledger.data_dir)
+
+    return run

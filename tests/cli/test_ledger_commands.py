@@ -1,0 +1,233 @@
+"""`herald purge | legal-hold | reconcile | list | policy | template`, run as an operator
+would: through `python -m starter.cli`, reading `--json` back, errors on stderr."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import select
+
+from ledger import repository as repo
+from ledger.models import Intent, OperatorAction
+from tests.cli.conftest import run_herald
+from tests.conftest import unique
+from tests.ledger.conftest import fields
+
+pytestmark = pytest.mark.ledger
+
+LATER = (datetime.now(UTC) + timedelta(days=31)).isoformat()
+
+
+def _record(cli_ledger, cipher, *, n: int = 1, **overrides) -> list[str]:  # type: ignore[no-untyped-def]
+    keys = [unique("class-opening:c-9081") for _ in range(n)]
+    with cli_ledger.sessions.begin() as session:
+        for key in keys:
+            repo.record_intent(session, fields(session, cipher, key, **overrides))
+    return keys
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["purge"],
+        ["legal-hold"],
+        ["reconcile"],
+        ["list"],
+        ["policy"],
+        ["policy", "list"],
+        ["policy", "show"],
+        ["policy", "activate"],
+        ["template"],
+        ["template", "list"],
+        ["template", "activate"],
+    ],
+)
+def test_every_ledger_command_explains_itself_with_help(herald, command):
+    done = herald(*command, "--help")
+    assert done.returncode == 0 and done.stdout.startswith("usage: herald")
+
+
+def test_purge_removes_pii_past_its_window_and_a_legal_hold_exempts_an_intent(
+    herald, cli_ledger, cipher
+):
+    held, free = _record(cli_ledger, cipher, n=2)
+
+    hold = herald(
+        "legal-hold",
+        held,
+        "--on",
+        "--operator",
+        "dpo@example.org",
+        "--reason",
+        "case 41",
+        "--json",
+    ).json()
+    assert hold["legal_hold"] is True and hold["changed"] is True
+
+    report = herald("purge", "--now", LATER, "--json").json()
+    with cli_ledger.sessions() as session:
+        by_key = {
+            i.business_key: i
+            for i in session.execute(
+                select(Intent).where(Intent.business_key.in_([held, free]))
+            ).scalars()
+        }
+        action = session.execute(
+            select(OperatorAction).where(OperatorAction.intent_id == by_key[held].id)
+        ).scalar_one()
+    assert by_key[free].id in report["intent_ids"]
+    assert by_key[held].id not in report["intent_ids"] and report["held"] >= 1
+    assert by_key[free].sms_destination_ct is None and by_key[free].pii_purged_at is not None
+    assert by_key[held].sms_destination_ct is not None
+    assert (action.action, action.operator, action.reason) == (
+        "legal-hold",
+        "dpo@example.org",
+        "case 41",
+    )
+
+    lifted = herald(
+        "legal-hold", held, "--off", "--operator", "dpo@example.org", "--reason", "closed"
+    )
+    assert lifted.returncode == 0 and "legal hold off" in lifted.stdout
+    assert by_key[held].id in herald("purge", "--now", LATER, "--json").json()["intent_ids"]
+    text = herald("purge")
+    assert text.returncode == 0 and text.stdout.startswith("purged PII of 0 intent(s)")
+
+
+def test_purge_and_legal_hold_refuse_bad_arguments_on_stderr(herald):
+    done = herald("purge", "--now", "yesterday")
+    assert done.returncode == 2 and "--now: 'yesterday' is not an ISO 8601 time" in done.stderr
+    naive = herald("purge", "--now", "2030-01-01T00:00:00")
+    assert naive.returncode == 2 and "needs a timezone" in naive.stderr
+    missing = herald("legal-hold", "no-such:key", "--on", "--operator", "o", "--reason", "r")
+    assert missing.returncode == 2
+    assert "no intent with id or business key 'no-such:key'" in missing.stderr
+    assert "Traceback" not in missing.stderr
+    neither = herald("legal-hold", "k:1", "--operator", "o", "--reason", "r")
+    assert neither.returncode == 2 and "--on" in neither.stderr
+
+
+def test_reconcile_lists_with_ages_and_records_each_review_item_once(herald, cli_ledger, cipher):
+    (key,) = _record(cli_ledger, cipher)
+    later = (datetime.now(UTC) + timedelta(hours=2)).isoformat()
+    listed = herald("reconcile", "--now", later, "--json").json()
+    mine = [r for r in listed["rows"] if r["business_key"] == key]
+    assert [r["kind"] for r in mine] == ["intent_without_attempt"]
+    assert 7000 < mine[0]["age_seconds"] < 7300 and listed["recorded_new"] is None
+
+    first = herald("reconcile", "--now", later, "--record", "--json").json()
+    second = herald("reconcile", "--now", later, "--record", "--json").json()
+    assert first["recorded_new"] >= 1 and second["recorded_new"] == 0
+    text = herald("reconcile", "--now", later)
+    assert text.returncode == 0 and "intent_without_attempt" in text.stdout and key in text.stdout
+
+
+def test_list_filters_by_derived_state_channel_and_limit(herald, cli_ledger, cipher):
+    keys = _record(cli_ledger, cipher, n=2)
+    pending = herald("list", "--state", "pending", "--event-type", "class-opening", "--json")
+    found = {i["business_key"]: i for i in pending.json()["intents"]}
+    assert set(keys) <= set(found)
+    assert all(i["state"] == "pending" for i in found.values())
+    assert {found[k]["channels"] for k in keys} == {"sms"}
+
+    assert herald("list", "--state", "delivered", "--json").json()["intents"] == []
+    by_email = herald("list", "--channel", "email", "--json").json()["intents"]
+    assert not set(keys) & {i["business_key"] for i in by_email}
+    assert len(herald("list", "--limit", "1", "--json").json()["intents"]) == 1
+    since = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    assert herald("list", "--since", since, "--json").json()["intents"] == []
+    assert keys[0] in herald("list").stdout
+
+    bad = herald("list", "--state", "happy")
+    assert bad.returncode == 2 and "unknown state 'happy'" in bad.stderr
+
+
+def test_policy_list_show_and_activate(herald):
+    versions = {p["version"]: p for p in herald("policy", "list", "--json").json()}
+    assert set(versions) == {"2026-12-01.1", "demo-2026-12-01.1"}
+    assert [v for v, p in versions.items() if p["active"]] == ["2026-12-01.1"]
+    assert versions["2026-12-01.1"]["owner"] == "messaging-compliance@herald.example"
+    assert versions["2026-12-01.1"]["effective_from"].startswith("2026-12-01T00:00:00")
+
+    shown = herald("policy", "show", "demo-2026-12-01.1", "--json").json()
+    assert 'version = "demo-2026-12-01.1"' in shown["document"]
+    assert 'version = "2026-12-01.1"' in herald("policy", "show", "2026-12-01.1").stdout
+
+    try:
+        activated = herald("policy", "activate", "demo-2026-12-01.1", "--json").json()
+        assert activated["active"] is True
+        active = [p["version"] for p in herald("policy", "list", "--json").json() if p["active"]]
+        assert active == ["demo-2026-12-01.1"]
+    finally:
+        assert herald("policy", "activate", "2026-12-01.1").returncode == 0
+
+    missing = herald("policy", "show", "1999.1")
+    assert missing.returncode == 2 and "no policy version '1999.1'" in missing.stderr
+    assert herald("policy", "activate", "1999.1").returncode == 2
+
+
+def test_template_activate_rolls_back_to_an_older_version_keeping_history(herald):
+    def versions() -> list[dict]:  # type: ignore[type-arg]
+        return herald("template", "list", "--key", "order-created", "--json").json()
+
+    before = versions()
+    assert {(t["channel"], t["version"]) for t in before} == {
+        ("sms", 1),
+        ("sms", 2),
+        ("email", 1),
+        ("email", 2),
+    }
+    assert {(t["channel"], t["version"]) for t in before if t["active"]} == {
+        ("sms", 2),
+        ("email", 2),
+    }
+    try:
+        rolled = herald("template", "activate", "order-created", "--version", "1", "--json")
+        assert {(t["channel"], t["version"]) for t in rolled.json()} == {("sms", 1), ("email", 1)}
+        after = versions()
+        assert len(after) == len(before)  # history is untouched
+        assert {(t["channel"], t["version"]) for t in after if t["active"]} == {
+            ("sms", 1),
+            ("email", 1),
+        }
+        only_sms = herald(
+            "template",
+            "activate",
+            "order-created",
+            "--version",
+            "2",
+            "--channel",
+            "sms",
+            "--json",
+        ).json()
+        assert [(t["channel"], t["version"]) for t in only_sms] == [("sms", 2)]
+    finally:
+        assert herald("template", "activate", "order-created", "--version", "2").returncode == 0
+    assert {(t["channel"], t["version"]) for t in versions() if t["active"]} == {
+        ("sms", 2),
+        ("email", 2),
+    }
+    listing = herald("template", "list")
+    assert listing.returncode == 0 and "order-created" in listing.stdout
+
+
+def test_template_activate_refuses_unknown_templates_and_versions_on_stderr(herald):
+    nope = herald("template", "activate", "nope", "--version", "9")
+    assert nope.returncode == 2 and nope.stdout == ""
+    assert "herald template: no template 'nope'" in nope.stderr
+    assert "Traceback" not in nope.stderr
+    no_version = herald("template", "activate", "order-created", "--version", "9")
+    assert no_version.returncode == 2
+    assert "has no version 9 (known versions: 1, 2)" in no_version.stderr
+    not_a_number = herald("template", "activate", "order-created", "--version", "two")
+    assert not_a_number.returncode == 2 and "invalid int value" in not_a_number.stderr
+
+
+def test_an_unreachable_database_is_a_clear_error_not_a_traceback(tmp_path):
+    from starter.devstack import free_port
+
+    url = f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/herald"
+    done = run_herald("list", "--json", database_url=url, data_dir=tmp_path)
+    assert done.returncode == 2
+    assert "cannot use the ledger database" in done.stderr and "Traceback" not in done.stderr

@@ -1,0 +1,47 @@
+"""The seed stories as end-to-end tests: each `herald demo` scenario on the session stack
+(Temporal dev server, embedded Postgres, the worker in its own process, the ingress, the
+carrier simulator and the SMTP sink; policy `demo`). A scenario raises ScenarioFailed,
+with the reason, when the outcome differs from its story."""
+
+from __future__ import annotations
+
+import pytest
+
+from starter.scenarios import SCENARIOS, DemoContext
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def demo(stack):  # type: ignore[no-untyped-def]
+    return DemoContext(
+        stack.client,
+        stack.addresses,
+        stack.cfg.data_path,
+        sink=stack.sink,
+        retention_days=stack.cfg.pii_retention_days,
+    )
+
+
+async def test_the_happy_sms_path_ends_delivered(demo):
+    await SCENARIOS["sms"](demo)
+
+
+async def test_a_lost_answer_ends_delivered_once_and_a_later_cancel_recalls_nothing(demo):
+    await SCENARIOS["class-opening"](demo)
+
+
+async def test_an_order_alert_goes_by_both_channels_and_survives_rollback_and_retention(demo):
+    await SCENARIOS["order-created"](demo)
+
+
+async def test_a_scheduled_alert_cancel_sends_nothing_before_send_at_and_stops_polls_after(demo):
+    await SCENARIOS["scheduled-alert"](demo)
+
+
+async def test_itinerary_change_falls_back_honours_opt_outs_and_skips_the_wait_on_bad_numbers(demo):
+    await SCENARIOS["itinerary-change"](demo)
+
+
+async def test_a_session_report_is_emailed_as_a_verified_attachment_and_never_enters_sms(demo):
+    await SCENARIOS["session-report"](demo)

@@ -1,0 +1,141 @@
+"""A stack of its own for the fault tier: these tests kill and restart its parts."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import pytest_asyncio
+
+import settings
+from domain.requests import NotificationRequest
+from ledger.models import Consent
+from starter.devstack import free_port
+from starter.devstack.processes import ChildProcess
+from starter.stack import DevStack
+from tests.conftest import TEST_KEYRING
+from workflows.notification import NotificationWorkflow
+
+VARIABLES = {"n": 1, "intent_id": "x"}
+
+
+@pytest_asyncio.fixture(scope="module")
+async def fault_stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[DevStack]:
+    data: Path = tmp_path_factory.mktemp("faults")
+    cfg = settings.Settings(
+        data_dir=data,
+        postgres_port=free_port(),
+        temporal_port=free_port(),
+        api_port=free_port(),
+        simulator_port=free_port(),
+        smtp_port=free_port(),
+        data_key=TEST_KEYRING,
+        policy_name="demo",
+    )
+    dev = DevStack(cfg, temporal_ui=False)
+    await dev.start()
+    yield dev
+    await dev.stop()
+    if dev.postgres is not None:
+        await asyncio.to_thread(dev.postgres.destroy)
+
+
+class Faults:
+    """What the fault tests do to the stack, through its public parts."""
+
+    def __init__(self, stack: DevStack) -> None:
+        self.stack = stack
+        assert stack.client is not None and stack.simulator is not None
+        self.client = stack.client
+        self.sim_url = stack.simulator.url
+
+    async def script(self, to: str, fault: str, count: int | None = None) -> None:
+        body: dict[str, Any] = {"to": to, "fault": fault}
+        if count is not None:
+            body["count"] = count
+        async with httpx.AsyncClient() as http:
+            (await http.post(f"{self.sim_url}/_sim/script", json=body)).raise_for_status()
+
+    async def stats(self) -> dict[str, Any]:
+        async with httpx.AsyncClient() as http:
+            return (await http.get(f"{self.sim_url}/_sim/stats")).json()
+
+    async def submissions(self, token: str) -> int:
+        return int((await self.stats())["by_token"].get(token, 0))
+
+    async def requests(self, token: str) -> int:
+        return int((await self.stats())["requests_by_token"].get(token, 0))
+
+    async def notify(self, phone: str, key: str | None = None):  # type: ignore[no-untyped-def]
+        key = key or f"demo:f-{uuid.uuid4().hex[:10]}"
+        recipient = key.replace(":", "-")
+
+        def consent() -> None:
+            with self.client.sessions.begin() as session:
+                session.add(
+                    Consent(
+                        recipient_ref=recipient,
+                        channel="sms",
+                        purpose="service",
+                        source="fault-test",
+                        granted_at=datetime.now(UTC),
+                    )
+                )
+
+        await asyncio.to_thread(consent)
+        ref = await self.client.notify(
+            NotificationRequest(
+                business_key=key,
+                recipient_ref=recipient,
+                template_key="demo",
+                phone=phone,
+                channels=("sms",),
+                variables={"n": 1, "intent_id": key},
+            )
+        )
+        return ref
+
+    def handle(self, workflow_id: str):  # type: ignore[no-untyped-def]
+        return self.client.temporal.get_workflow_handle_for(NotificationWorkflow.run, workflow_id)
+
+    def timeline(self, key: str) -> dict[str, Any]:
+        return self.client.timeline(key)
+
+    def token(self, key: str) -> str:
+        return f"{key}:sms:1"
+
+    async def until(self, predicate, *, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
+        """Wait for an async condition with a deadline (no sleeps that hope)."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while not await predicate():
+            if asyncio.get_running_loop().time() > deadline:
+                raise AssertionError("condition not reached before the deadline")
+            await asyncio.sleep(0.1)
+
+    def restart_worker(self) -> None:
+        """kill -9 the worker process, then start a fresh one with the same settings."""
+        old = self.stack.worker
+        assert old is not None
+        old.kill()
+        new = ChildProcess(
+            "worker",
+            [sys.executable, "-m", "worker"],
+            log_path=self.stack.cfg.data_path / "worker.log",
+            env={**os.environ, **self.stack.env()},
+            cwd=Path(__file__).resolve().parents[2],
+        )
+        new.start()
+        self.stack.worker = new
+
+
+@pytest.fixture
+def faults(fault_stack: DevStack) -> Faults:
+    return Faults(fault_stack)

@@ -15,6 +15,16 @@ from datetime import datetime
 class NotificationInput:
     intent_id: str
     """The ledger's id; everything else is loaded by an activity."""
+    carried: CarriedState | None = None
+    """Set only when the workflow continued as new (ids and states, no PII)."""
+
+
+@dataclass
+class CarriedState:
+    results: list[ChannelResult] = field(default_factory=list)
+    attempt_states: dict[str, str] = field(default_factory=dict)
+    error_codes: dict[str, str] = field(default_factory=dict)
+    resend_until: datetime | None = None
 
 
 @dataclass
@@ -43,6 +53,8 @@ class IntentFacts:
     resend_window_seconds: float = 3600.0
     submit_window_seconds: float = 600.0
     """The transport retry window: how long submit keeps retrying transient errors."""
+    continue_as_new_after_events: int = 0
+    """0: continue as new only when the server suggests it; > 0 also past this length."""
 
 
 @dataclass

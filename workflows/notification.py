@@ -19,6 +19,7 @@ with workflow.unsafe.imports_passed_through():
         AuthorizeResult,
         CancelRequest,
         CancelResult,
+        CarriedState,
         ChannelResult,
         IntentFacts,
         LoadIntentInput,
@@ -96,6 +97,7 @@ class NotificationWorkflow:
         self._in_flight: set[str] = set()
         self._resend: ResendRequest | None = None
         self._error_codes: dict[str, str] = {}
+        self._continued = False
 
     # --- messages ------------------------------------------------------------------
 
@@ -167,6 +169,13 @@ class NotificationWorkflow:
         ]
         if missing:
             workflow.upsert_search_attributes(missing)
+
+        if input.carried is not None:
+            # Continued as new while waiting for an operator: pick the window up again.
+            self._continued = True
+            self._restore(input.carried)
+            await self._resend_window(input.carried.resend_until)
+            return await self._finish("")
 
         if facts.send_at is not None and facts.send_at > workflow.now():
             self._set_phase("scheduled")
@@ -387,16 +396,24 @@ class NotificationWorkflow:
         # channel is authorized on its own (an opt-out there denies it with the reason).
         return True
 
-    async def _resend_window(self) -> None:
-        """After a retryable failure, stay open for an operator's approve-resend."""
+    async def _resend_window(self, until: datetime | None = None) -> None:
+        """After a retryable failure, stay open for an operator's approve-resend.
+
+        This is where an intent can live long (resend after resend), so it is where the
+        workflow continues as new when the server suggests it, carrying its state.
+        """
         facts = self._require_facts()
-        until = workflow.now() + timedelta(seconds=facts.resend_window_seconds)
-        if facts.expires_at is not None:
-            until = min(until, facts.expires_at)
+        if until is None:
+            until = workflow.now() + timedelta(seconds=facts.resend_window_seconds)
+            if facts.expires_at is not None:
+                until = min(until, facts.expires_at)
         while not self._cancelled and any(
             self._resend_refusal(ResendRequest(channel=c)) is None for c in self._results
         ):
             self._set_phase("awaiting-operator")
+            if self._history_is_long():
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                workflow.continue_as_new(NotificationInput(facts.intent_id, self._carry(until)))
             await self._wait(until, extra=lambda: self._resend is not None)
             request, self._resend = self._resend, None
             if request is None:
@@ -555,6 +572,28 @@ class NotificationWorkflow:
             expired=any(r.state == "expired" for r in results),
             scheduled=False,
         ).value
+
+    def _history_is_long(self) -> bool:
+        info = workflow.info()
+        limit = self._require_facts().continue_as_new_after_events
+        # The length limit (a test and tuning hook) applies to the first run only, so a
+        # fresh run that starts above it does not continue as new again at once.
+        return info.is_continue_as_new_suggested() or (
+            limit > 0 and not self._continued and info.get_current_history_length() > limit
+        )
+
+    def _carry(self, resend_until: datetime) -> CarriedState:
+        return CarriedState(
+            results=list(self._results.values()),
+            attempt_states=dict(self._attempt_states),
+            error_codes=dict(self._error_codes),
+            resend_until=resend_until,
+        )
+
+    def _restore(self, carried: CarriedState) -> None:
+        self._results = {r.channel: r for r in carried.results}
+        self._attempt_states = dict(carried.attempt_states)
+        self._error_codes = dict(carried.error_codes)
 
     def _require_facts(self) -> IntentFacts:
         assert self._facts is not None

@@ -327,3 +327,25 @@ async def test_a_cancel_while_observing_records_unknown_not_recalled(harness, qu
     verdicts = [(c[1].state, c[1].source) for c in world.calls if c[0] == "record_verdict"]
     assert verdicts == [("unknown", "cancel")]
     assert result.outcome == "unknown"
+
+
+async def test_a_long_operator_wait_continues_as_new_and_keeps_its_state(harness, queue):
+    world = World(
+        facts(channels=["sms"], continue_as_new_after_events=5),
+        poll=lambda token, n: "undelivered" if token.endswith(":1") else "delivered",
+    )
+    async with harness.worker(world, queue):
+        handle = await harness.start(world, queue)
+        first_run = (await handle.describe()).run_id
+        await harness.env.sleep(60)
+        latest = harness.env.client.get_workflow_handle(handle.id)
+        await phase_is(latest, "awaiting-operator")
+        assert (await latest.describe()).run_id != first_run
+        accepted = await latest.execute_update(
+            NotificationWorkflow.approve_resend_update, ResendRequest("sms", "ops", "fixed")
+        )
+        result = await handle.result()
+        await keep_history(latest, "continued_as_new")
+    assert accepted.accepted and accepted.attempt_number == 2
+    assert result.outcome == "delivered"
+    assert [c[1].attempt_number for c in world.calls if c[0] == "authorize"] == [1, 2]

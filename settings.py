@@ -59,6 +59,10 @@ class Settings(BaseSettings):
     smtp_username: str | None = None
     smtp_password: SecretStr | None = None
     email_sender: str = "Herald <notifications@herald.localhost>"
+    dkim_domain: str | None = None
+    """DKIM signing domain; with a selector and a key file, every email is signed."""
+    dkim_selector: str | None = None
+    dkim_private_key_file: Path | None = None
 
     unsubscribe_secret: SecretStr | None = None
     """Signs one-click unsubscribe links; separate from the data keys so rotating those

@@ -163,9 +163,37 @@ async def test_the_sink_writes_each_message_to_its_maildir(tmp_path: Path) -> No
     assert message_id_for(TOKEN).encode() in received.raw
 
 
-def test_dkim_signing_is_an_explicit_not_implemented_hook() -> None:
-    with pytest.raises(NotImplementedError, match="dkimpy"):
-        SmtpEmail(host="x", port=25, dkim=DkimConfig("herald.example", "s1", b"key"))
+async def test_a_dkim_signed_message_verifies_over_the_unsubscribe_headers(
+    clean_sink: SmtpSink,
+) -> None:
+    import base64
+
+    import dkim
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                            serialization.NoEncryption())
+    public = key.public_key().public_bytes(serialization.Encoding.DER,
+                                           serialization.PublicFormat.SubjectPublicKeyInfo)
+    record = b"v=DKIM1; k=rsa; p=" + base64.b64encode(public)
+    config = DkimConfig("herald.example", "s1", pem)
+    await smtp_for(clean_sink, dkim=config).send(
+        spec(unsubscribe_url="https://herald.example/v1/unsubscribe/t.mac"))
+    (received,) = await clean_sink.wait_for(1)
+    raw = received.raw.replace(b"\r\n", b"\n").replace(b"\n", b"\r\n")
+    signature = received.message["DKIM-Signature"]
+    assert "list-unsubscribe" in signature.lower() and "list-unsubscribe-post" in signature.lower()
+
+    def dns(name: bytes, timeout: int = 5) -> bytes:
+        assert name == b"s1._domainkey.herald.example."
+        return record
+
+    assert dkim.verify(raw, dnsfunc=dns)
+    # A changed header breaks the signature: the check is real.
+    assert not dkim.verify(raw.replace(b"List-Unsubscribe: <https", b"List-Unsubscribe: <http"),
+                           dnsfunc=dns)
 
 
 def test_the_store_is_content_addressed_read_only_and_idempotent(tmp_path: Path) -> None:

@@ -35,9 +35,9 @@ class Settings(BaseSettings):
     temporal_port: int = 57233
     temporal_ui_port: int = 58233
     task_queue: str = "herald"
-    sms_task_queue: str = "herald-sms"
-    """Send and poll activities run here, rate limited by the server for the whole fleet."""
     sms_max_per_second: float = 10.0
+    """SMS send and poll run on `<task_queue>-sms`, rate limited by the server for the
+    whole fleet at this many activities per second."""
     sms_max_concurrent: int = 20
 
     api_host: str = "127.0.0.1"

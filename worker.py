@@ -1,36 +1,68 @@
 """The one place that builds the Temporal client, the database engine, the transports and
 the activity instances, and runs the workers.
 
-Two task queues: `<queue>` for workflows, ledger and email activities, and `<queue>-sms`
-for SMS send and poll, whose rate the Temporal server enforces for the whole fleet
-(`max_task_queue_activities_per_second`), so any number of workers share one budget.
+Two task queues: `<queue>` for workflows (notifications and maintenance), ledger, email
+and maintenance activities, and `<queue>-sms` for SMS send and poll, whose rate the
+Temporal server enforces for the whole fleet (`max_task_queue_activities_per_second`), so
+any number of workers share one budget.
+
+Beside the workers, each process runs the outbox relay (`starter.relay`), makes sure the
+maintenance schedules exist (`starter.schedules`), logs one JSON object per line
+(`starter.structured_logs`) and touches `<data_dir>/worker.alive` for healthchecks
+(`python worker.py --healthcheck`). SIGTERM shuts it down gracefully.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
+import sys
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import NoReturn
 
 import httpx
-from sqlalchemy import create_engine
-from sqlalchemy.orm import sessionmaker
+from sqlalchemy import Engine, create_engine
+from sqlalchemy.orm import Session, sessionmaker
 from temporalio.client import Client
+from temporalio.runtime import Runtime
+from temporalio.service import RPCError
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 import settings as settings_module
 from activities.email import EmailActivities
 from activities.ledger import LedgerActivities
+from activities.maintenance import MaintenanceActivities
 from activities.sms import SmsActivities
 from ledger.crypto import FieldCipher
+from starter.client import HeraldClient
+from starter.relay import run_relay
+from starter.schedules import ensure_schedules
+from starter.structured_logs import configure_logging, core_log_forwarding
 from transports.artifacts import ArtifactStore
-from transports.email import SmtpEmail
+from transports.email import DkimConfig, SmtpEmail
 from transports.twilio import TwilioSms
+from workflows.maintenance import MaintenanceWorkflow
 from workflows.notification import NotificationWorkflow
 
 log = logging.getLogger("herald.worker")
+
+SHUTDOWN_GRACE = timedelta(seconds=10)
+"""On SIGTERM, in-flight activities get this long to finish before they are cancelled and
+handed back to the server (retried elsewhere). Keep it below the orchestrator's own stop
+timeout (docker's default is 10 s: the compose file sets `stop_grace_period: 30s`)."""
+RELAY_IN_WORKER = True
+"""Every worker process also runs the outbox relay (several relays are safe)."""
+SCHEDULES_AT_START = True
+"""Every worker creates or updates the maintenance schedules at start-up (idempotent)."""
+ALIVE_EVERY_SECONDS = 5.0
+ALIVE_MAX_AGE_SECONDS = 30.0
 
 
 def sandbox_runner() -> SandboxedWorkflowRunner:
@@ -43,8 +75,10 @@ def sandbox_runner() -> SandboxedWorkflowRunner:
     )
 
 
-async def connect(cfg: settings_module.Settings) -> Client:
-    return await Client.connect(cfg.temporal_target, namespace=cfg.temporal_namespace)
+async def connect(cfg: settings_module.Settings, *, runtime: Runtime | None = None) -> Client:
+    return await Client.connect(
+        cfg.temporal_target, namespace=cfg.temporal_namespace, runtime=runtime
+    )
 
 
 @dataclass
@@ -52,14 +86,21 @@ class Workers:
     main: Worker
     sms: Worker
     http: httpx.AsyncClient
+    sessions: sessionmaker[Session]
+    """The ledger sessions the activities use; the relay shares them."""
+    cipher: FieldCipher
+    engine: Engine
 
-    async def run(self) -> None:
-        await asyncio.gather(self.main.run(), self.sms.run())
+    @property
+    def all(self) -> list[Worker]:
+        return [self.main, self.sms]
 
-    async def shutdown(self) -> None:
-        # Graceful: stop polling, let in-flight tasks finish (or hand them back on timeout).
-        await asyncio.gather(self.main.shutdown(), self.sms.shutdown())
-        await self.http.aclose()
+
+def dkim_config(cfg: settings_module.Settings) -> DkimConfig | None:
+    """DKIM signing when a domain, a selector and a key file are all configured."""
+    if not (cfg.dkim_domain and cfg.dkim_selector and cfg.dkim_private_key_file):
+        return None
+    return DkimConfig(cfg.dkim_domain, cfg.dkim_selector, cfg.dkim_private_key_file.read_bytes())
 
 
 def build_workers(
@@ -82,6 +123,7 @@ def build_workers(
         starttls=cfg.smtp_starttls,
         username=cfg.smtp_username,
         password=cfg.smtp_password.get_secret_value() if cfg.smtp_password else None,
+        dkim=dkim_config(cfg),
     )
     ledger_acts = LedgerActivities(sessions, cipher, retention_days=cfg.pii_retention_days)
     sms_acts = SmsActivities(sms, sessions, cipher, callback_base_url=cfg.callback_base_url)
@@ -93,19 +135,22 @@ def build_workers(
         public_base_url=cfg.callback_base_url,
         unsubscribe_secret=cfg.resolved_unsubscribe_secret(),
     )
+    maintenance = MaintenanceActivities(sessions)
     main = Worker(
         client,
         task_queue=queue,
-        workflows=[NotificationWorkflow],
+        workflows=[NotificationWorkflow, MaintenanceWorkflow],
         activities=[
             ledger_acts.load_intent,
             ledger_acts.authorize,
             ledger_acts.record_verdict,
             ledger_acts.record_operator_action,
             email_acts.send_email,
+            maintenance.reconcile,
+            maintenance.purge,
         ],
         workflow_runner=sandbox_runner(),
-        graceful_shutdown_timeout=_grace(),
+        graceful_shutdown_timeout=SHUTDOWN_GRACE,
     )
     sms_worker = Worker(
         client,
@@ -113,33 +158,129 @@ def build_workers(
         activities=[sms_acts.submit_sms, sms_acts.poll_sms],
         max_task_queue_activities_per_second=cfg.sms_max_per_second,
         max_concurrent_activities=cfg.sms_max_concurrent,
-        graceful_shutdown_timeout=_grace(),
+        graceful_shutdown_timeout=SHUTDOWN_GRACE,
     )
-    return Workers(main, sms_worker, http)
+    return Workers(main, sms_worker, http, sessions, cipher, engine)
 
 
-def _grace():  # type: ignore[no-untyped-def]
-    from datetime import timedelta
-
-    return timedelta(seconds=10)
+Background = Callable[[asyncio.Event], Awaitable[None]]
+"""A task that runs beside the workers until the stop event is set (the relay)."""
 
 
-async def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    cfg = settings_module.load()
-    client = await connect(cfg)
-    workers = build_workers(client, cfg)
-    stop = asyncio.Event()
+async def run_until_signalled(
+    workers: Sequence[Worker],
+    *,
+    background: Sequence[Background] = (),
+    stop: asyncio.Event | None = None,
+) -> None:
+    """Run the workers until SIGTERM/SIGINT (or `stop`), then shut down gracefully.
+
+    Shutdown order: the background tasks stop first (no new workflow starts from this
+    process), then each worker stops polling and gives in-flight tasks `SHUTDOWN_GRACE` to
+    finish; activities still running then are cancelled and reported back to the server,
+    which retries them on another worker. If a worker fails, the others are shut down
+    too and the error is raised, so a supervisor restarts the process.
+    """
+    stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    runner = asyncio.create_task(workers.run())
-    log.info("worker started on task queues %s and %s-sms", cfg.task_queue, cfg.task_queue)
-    await stop.wait()
-    log.info("worker shutting down")
-    await workers.shutdown()
-    await runner
+    runners = [asyncio.create_task(w.run()) for w in workers]
+    side = [asyncio.create_task(task(stop)) for task in background]
+    stopping = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait([stopping, *runners], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        stop.set()
+        stopping.cancel()
+        log.info("worker shutting down")
+        await asyncio.gather(*side, return_exceptions=True)
+        await asyncio.gather(
+            *(w.shutdown() for w in workers if w.is_running), return_exceptions=True
+        )
+        results = await asyncio.gather(*runners, return_exceptions=True)
+        log.info("worker stopped")
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+
+
+async def keep_alive(path: Path, stop: asyncio.Event) -> None:
+    """Touch `path` every few seconds while running: the container healthcheck reads it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    while not stop.is_set():
+        path.touch()
+        try:
+            await asyncio.wait_for(stop.wait(), timeout=ALIVE_EVERY_SECONDS)
+        except TimeoutError:
+            pass
+    path.unlink(missing_ok=True)
+
+
+def healthy(path: Path, *, max_age: float = ALIVE_MAX_AGE_SECONDS) -> bool:
+    try:
+        return time.time() - path.stat().st_mtime < max_age
+    except FileNotFoundError:
+        return False
+
+
+async def main(*, relay: bool = RELAY_IN_WORKER, schedules: bool = SCHEDULES_AT_START) -> None:
+    configure_logging()
+    cfg = settings_module.load()
+    client = await connect(cfg, runtime=core_log_forwarding())
+    workers = build_workers(client, cfg)
+    background: list[Background] = [lambda stop: keep_alive(alive_file(cfg), stop)]
+    if relay:
+        herald = HeraldClient(
+            client,
+            workers.sessions,
+            workers.cipher,
+            task_queue=cfg.task_queue,
+            retention_days=cfg.pii_retention_days,
+        )
+        background.append(lambda stop: run_relay(herald, stop))
+    if schedules:
+        try:
+            await ensure_schedules(client, cfg.task_queue)
+        except RPCError as err:
+            # A server without schedules (or no permission) must not stop the workers;
+            # `herald reconcile` / `herald purge` still work by hand.
+            log.warning("could not create the maintenance schedules: %s", err.status.name)
+    log.info(
+        "worker started on task queues %s and %s-sms (relay %s)",
+        cfg.task_queue,
+        cfg.task_queue,
+        "on" if relay else "off",
+    )
+    try:
+        await run_until_signalled(workers.all, background=background)
+    finally:
+        await workers.http.aclose()
+        workers.engine.dispose()
+    exit_now(0)
+
+
+def exit_now(code: int) -> NoReturn:
+    """End the process without interpreter finalization, once everything is shut down.
+
+    The Temporal SDK's Rust threads can abort finalization ("Fatal Python error:
+    PyGILState_Release ... finalizing", temporalio/sdk-python issue 300, seen here on
+    every few clean stops), which turns a graceful SIGTERM into exit code -6 (SIGABRT)
+    that supervisors report as a crash. Logs and stdio are flushed first.
+    """
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def alive_file(cfg: settings_module.Settings) -> Path:
+    return cfg.data_path / "worker.alive"
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--healthcheck"]:
+        sys.exit(0 if healthy(alive_file(settings_module.Settings())) else 1)
     asyncio.run(main())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -30,6 +31,14 @@ from transports.email import (
 
 # Categories that are subscription-like and so carry RFC 8058 one-click unsubscribe headers.
 SUBSCRIPTION_LIKE = {"promotional", "operational"}
+
+
+_ADDRESS = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
+
+
+def _without_addresses(text: str) -> str:
+    """SMTP replies often quote the recipient; errors reach Temporal history and logs."""
+    return _ADDRESS.sub("<address>", text)
 
 
 def now_utc() -> datetime:
@@ -134,12 +143,18 @@ class EmailActivities:
         try:
             sent = await self._transport.send(spec)
         except EmailPermanentError as err:
-            await self._fail(token, "rejected", err.reason, code=str(err.code or ""))
+            await self._fail(
+                token, "rejected", _without_addresses(err.reason), code=str(err.code or "")
+            )
         except EmailTransientError as err:
-            raise ApplicationError(err.reason, type="TransientProviderError") from err
+            raise ApplicationError(
+                _without_addresses(err.reason), type="TransientProviderError"
+            ) from err
         except EmailAmbiguousError as err:
             # SMTP has no lookup; a resend reuses the same Message-ID, which receivers dedupe.
-            raise ApplicationError(err.reason, type="AmbiguousSubmission") from err
+            raise ApplicationError(
+                _without_addresses(err.reason), type="AmbiguousSubmission"
+            ) from err
 
         def record(session: Session) -> str | None:
             session.query(Attempt).filter(Attempt.token == token).update(

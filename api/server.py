@@ -53,6 +53,9 @@ async def serve(
     cfg: settings_module.Settings, *, host: str | None = None, port: int | None = None
 ) -> None:
     """Connect to Temporal and the ledger, then serve until SIGINT or SIGTERM."""
+    from starter.structured_logs import configure_logging
+
+    configure_logging()  # one JSON object per line, uvicorn's access log included
     client = await HeraldClient.connect(cfg)
     app = build(cfg, client)
     config = uvicorn.Config(
@@ -60,6 +63,7 @@ async def serve(
         host=host or cfg.api_host,
         port=port if port is not None else cfg.api_port,
         log_level="info",
+        log_config=None,  # keep the JSON handler configured above
         # The ingress sits behind a proxy in production: trust its X-Forwarded-* only
         # for the client address; signatures use HERALD_PUBLIC_BASE_URL, never headers.
         proxy_headers=True,

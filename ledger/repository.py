@@ -155,8 +155,9 @@ def active_policy(session: Session) -> PolicyVersion:
 def consents_for(session: Session, recipient_ref: str, channel: str) -> list[Consent]:
     return list(
         session.execute(
+            # A consent for "*" covers every channel (the policy engine matches it too).
             select(Consent).where(
-                Consent.recipient_ref == recipient_ref, Consent.channel == channel
+                Consent.recipient_ref == recipient_ref, Consent.channel.in_((channel, "*"))
             )
         ).scalars()
     )

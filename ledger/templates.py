@@ -148,9 +148,13 @@ def activate_policy(session: Session, version: str) -> None:
     )
 
 
-def seed_packaged(session: Session, policy_name: str) -> None:
-    """Load the packaged policies and templates; activate `policy_name` if none is active
-    or if the active one is another packaged name (switching dev <-> demo timings)."""
+def seed_packaged(session: Session, policy_name: str, *, switch: bool = False) -> None:
+    """Load the packaged policies and templates; activate `policy_name` if none is active.
+
+    With `switch`, also replace an active policy of another packaged name (how the
+    embedded stack moves between `default` and `demo` timings). `herald migrate` never
+    switches: an operator's `herald policy activate` choice stands.
+    """
     import policies
     import templates as packaged_templates
 
@@ -159,5 +163,5 @@ def seed_packaged(session: Session, policy_name: str) -> None:
         select(PolicyVersion).where(PolicyVersion.active.is_(True))
     ).scalar_one_or_none()
     for name in policies.packaged_names():
-        wanted = name == policy_name and (active is None or active.name != policy_name)
+        wanted = name == policy_name and (active is None or (switch and active.name != policy_name))
         seed_policy(session, policies.load_packaged(name), name=name, activate=wanted)

@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import importlib
 import json
+import os
 import signal
 import sys
 from collections.abc import Callable, Coroutine
@@ -31,15 +32,40 @@ def _print(value: Any, as_json: bool, render: Callable[[Any], str] | None = None
         print(render(value) if render else value)
 
 
-async def _client(cfg: settings_module.Settings):  # type: ignore[no-untyped-def]
-    from starter.client import HeraldClient
+def _adopt_running(cfg: settings_module.Settings) -> None:
+    """Use the addresses of a running `herald dev` for whatever settings leave unset."""
     from starter.stack import read_running
 
     running = read_running(cfg)
     if running is not None:
         cfg.temporal_address = cfg.temporal_address or running.temporal
         cfg.database_url = cfg.database_url or running.postgres
-    return await HeraldClient.connect(cfg)
+
+
+def _sessions(cfg: settings_module.Settings):  # type: ignore[no-untyped-def]
+    """Ledger-only commands need no Temporal connection."""
+    from sqlalchemy import create_engine
+    from sqlalchemy.orm import sessionmaker
+
+    _adopt_running(cfg)
+    return sessionmaker(
+        create_engine(cfg.resolved_database_url(), pool_pre_ping=True), expire_on_commit=False
+    )
+
+
+async def _client(cfg: settings_module.Settings):  # type: ignore[no-untyped-def]
+    from starter.client import HeraldClient
+
+    _adopt_running(cfg)
+    try:
+        return await HeraldClient.connect(cfg)
+    except RuntimeError as err:
+        if "connect" not in str(err).lower():
+            raise
+        raise CliError(
+            f"cannot reach Temporal at {cfg.temporal_target} (is `herald dev` "
+            "running, or HERALD_TEMPORAL_ADDRESS set?)"
+        ) from err
 
 
 # --- commands ---------------------------------------------------------------------------
@@ -82,14 +108,22 @@ async def cmd_demo(args: argparse.Namespace, cfg: settings_module.Settings) -> i
 
 
 async def cmd_show(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
+    from sqlalchemy.exc import OperationalError
+
     from ledger import repository as repo
     from ledger import timeline
 
-    client = await _client(cfg)
+    sessions = _sessions(cfg)
     try:
-        doc = await asyncio.to_thread(client.timeline, args.intent)
+        with sessions() as session:
+            doc = timeline.timeline(session, args.intent)
     except repo.NotFound as err:
         raise CliError(str(err)) from err
+    except OperationalError as err:
+        raise CliError(
+            "cannot reach the ledger database (is `herald dev` running, or "
+            "HERALD_DATABASE_URL set?)"
+        ) from err
     _print(doc, args.json, timeline.render)
     return 0
 
@@ -146,9 +180,8 @@ async def cmd_approve_resend(args: argparse.Namespace, cfg: settings_module.Sett
 async def cmd_consent(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
     from ledger.models import Consent
 
-    client = await _client(cfg)
     now = datetime.now(UTC)
-    with client.sessions.begin() as session:
+    with _sessions(cfg).begin() as session:
         row = Consent(
             recipient_ref=args.recipient,
             channel=args.channel,
@@ -209,7 +242,12 @@ COMMANDS: dict[str, Command] = {
 # Modules that add their own subcommands. Each has `register(add) -> dict[str, Command]`,
 # where `add(name, help, json_flag=True)` returns an argparse subparser (so `--json` is
 # uniform). Imported when the parser is built.
-COMMAND_MODULES = ["starter.cli_ledger", "starter.cli_ops", "starter.cli_bench"]
+COMMAND_MODULES = [
+    "starter.cli_ledger",
+    "starter.cli_ops",
+    "starter.cli_bench",
+    "starter.cli_maint",
+]
 
 
 def parser() -> argparse.ArgumentParser:
@@ -277,6 +315,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         cfg = settings_module.load()
+    except (RuntimeError, ValueError) as err:
+        # A missing production secret or a malformed HERALD_* value: say which, no traceback.
+        print(f"herald {args.command}: settings: {err}", file=sys.stderr)
+        return 2
+    try:
         return asyncio.run(COMMANDS[args.command](args, cfg))
     except CliError as err:
         print(f"herald {args.command}: {err}", file=sys.stderr)
@@ -285,9 +328,18 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-if __name__ == "__main__":
-    # Run the module's importable copy, so plugin modules that import `starter.cli`
-    # raise the same CliError class that main() catches.
-    from starter.cli import main as _main
+def entry() -> None:
+    """The console script: run, flush, and leave without interpreter teardown, which can
+    abort a process that used the Temporal client (temporalio/sdk-python#300)."""
+    from starter.cli import main as importable_main
 
-    sys.exit(_main())
+    code = importable_main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    # The module's importable copy, so plugin modules that import `starter.cli` raise the
+    # same CliError class that main() catches.
+    entry()

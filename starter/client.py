@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import create_engine
@@ -135,6 +135,21 @@ class HeraldClient:
 
     async def start(self, intent_id: str, workflow_id: str) -> None:
         """Start (or find) the intent's workflow and mark its outbox row started."""
+        await self.start_workflow(intent_id, workflow_id)
+
+        def mark() -> None:
+            with self.sessions.begin() as session:
+                repo.mark_outbox_started(session, intent_id, datetime.now(UTC))
+
+        await asyncio.to_thread(mark)
+
+    async def start_workflow(
+        self, intent_id: str, workflow_id: str, *, rpc_timeout: timedelta | None = None
+    ) -> None:
+        """Start the intent's workflow, or find the run that already has its id.
+
+        The outbox row is left to the caller: the relay marks it in the transaction that
+        holds the row's lock."""
         attributes = await asyncio.to_thread(self._search_attributes, intent_id)
         try:
             await self.temporal.start_workflow(
@@ -147,15 +162,10 @@ class HeraldClient:
                 # ledger's one-intent-per-key and Temporal's one-run-per-id agree.
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                rpc_timeout=rpc_timeout,
             )
         except WorkflowAlreadyStartedError:
-            pass
-
-        def mark() -> None:
-            with self.sessions.begin() as session:
-                repo.mark_outbox_started(session, intent_id, datetime.now(UTC))
-
-        await asyncio.to_thread(mark)
+            pass  # a closed run of this id exists: it is never run twice
 
     def lookup_hmac(self, normalized_destination: str) -> str:
         return self._cipher.lookup_hmac(normalized_destination)

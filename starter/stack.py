@@ -177,7 +177,7 @@ class DevStack:
         engine = create_engine(cfg.resolved_database_url(), pool_pre_ping=True)
         sessions = sessionmaker(engine, expire_on_commit=False)
         with sessions.begin() as session:
-            seed_packaged(session, cfg.policy_name)
+            seed_packaged(session, cfg.policy_name, switch=True)
         if cfg.temporal_address is None:
             self.temporal = TemporalDevServer(
                 cfg.data_path,

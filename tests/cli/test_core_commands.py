@@ -172,3 +172,16 @@ def test_migrate_is_idempotent(stack):
 def test_every_command_has_help(stack, command):
     done = herald(stack, command, "--help", timeout=60)
     assert done.returncode == 0 and "usage: herald" in done.stdout
+
+
+def test_migrate_leaves_the_active_policy_alone(stack):
+    from sqlalchemy import select
+
+    from ledger.models import PolicyVersion
+
+    with stack.client.sessions() as session:
+        before = session.scalars(select(PolicyVersion.version).where(PolicyVersion.active)).all()
+    as_json(herald(stack, "migrate", "--json"))  # its HERALD_POLICY_NAME is `default`
+    with stack.client.sessions() as session:
+        after = session.scalars(select(PolicyVersion.version).where(PolicyVersion.active)).all()
+    assert before == after and len(after) == 1

@@ -1,0 +1,105 @@
+"""Maintenance activities run by the reconcile and purge schedules: each one reads or
+writes the ledger and returns counts (never ids of people, never destinations).
+
+The dataclasses at the top cross the workflow boundary; `workflows/maintenance.py`
+imports them through the sandbox's passthrough block.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from sqlalchemy.orm import Session, sessionmaker
+from temporalio import activity
+
+from ledger import reconcile, retention
+
+RECONCILE = "reconcile"
+PURGE = "purge"
+JOBS = (RECONCILE, PURGE)
+
+
+@dataclass
+class MaintenanceInput:
+    job: str
+    """`reconcile` or `purge`."""
+
+
+@dataclass
+class MaintenanceResult:
+    job: str
+    rows_by_kind: dict[str, int] = field(default_factory=dict)
+    """reconcile: rows found, by kind."""
+    review_items_recorded: int = 0
+    """reconcile: review items newly filed (each kind and subject is filed once)."""
+    intents_purged: int = 0
+    """purge: intents whose readable PII was removed."""
+    attempts_purged: int = 0
+    """purge: attempts whose readable PII was removed."""
+    held: int = 0
+    """purge: intents due but kept readable by a legal hold."""
+    batches: int = 0
+    """purge: transactions used."""
+
+
+PURGE_BATCH = 1000
+"""Intents per purge transaction, so a large backlog never holds locks for long."""
+
+
+class MaintenanceActivities:
+    def __init__(self, sessions: sessionmaker[Session]) -> None:
+        self._sessions = sessions
+
+    @activity.defn(name="maintenance_reconcile")
+    async def reconcile(self, input: MaintenanceInput) -> MaintenanceResult:
+        """Find what needs review and file each row as a review item (once)."""
+
+        def work() -> MaintenanceResult:
+            now = datetime.now(UTC)
+            with self._sessions.begin() as session:
+                rows = reconcile.find(session, now=now)
+                recorded = reconcile.record_review_items(session, rows, now)
+            by_kind: dict[str, int] = {}
+            for row in rows:
+                by_kind[row.kind] = by_kind.get(row.kind, 0) + 1
+            return MaintenanceResult(
+                RECONCILE, rows_by_kind=by_kind, review_items_recorded=recorded
+            )
+
+        result = await asyncio.to_thread(work)
+        activity.logger.info(
+            "reconcile found %d row(s), filed %d new review item(s)",
+            sum(result.rows_by_kind.values()),
+            result.review_items_recorded,
+        )
+        return result
+
+    @activity.defn(name="maintenance_purge")
+    async def purge(self, input: MaintenanceInput) -> MaintenanceResult:
+        """Remove readable PII whose retention has passed, in short transactions."""
+
+        def work() -> MaintenanceResult:
+            now = datetime.now(UTC)
+            result = MaintenanceResult(PURGE)
+            more = True
+            while more:
+                with self._sessions.begin() as session:
+                    batch = retention.purge(session, now=now, limit=PURGE_BATCH)
+                result.batches += 1
+                result.intents_purged += batch.intents_purged
+                result.attempts_purged += batch.attempts_purged
+                result.held = batch.held
+                # A batch that purged nothing cannot be followed by one that does.
+                more = batch.more and bool(batch.intents_purged or batch.attempts_purged)
+            return result
+
+        result = await asyncio.to_thread(work)
+        activity.logger.info(
+            "purge removed PII of %d intent(s) and %d attempt(s); %d on legal hold",
+            result.intents_purged,
+            result.attempts_purged,
+            result.held,
+        )
+        return result

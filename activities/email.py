@@ -7,7 +7,6 @@ import hashlib
 import hmac
 import re
 from datetime import UTC, datetime
-from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
@@ -19,6 +18,7 @@ from ledger import repository as repo
 from ledger.crypto import FieldCipher
 from ledger.models import Artifact, Attempt, Intent
 from ledger.repository import ObservationFacts
+from ledger.transactions import in_transaction
 from transports.artifacts import ArtifactError, ArtifactRef, ArtifactStore
 from transports.email import (
     EmailAmbiguousError,
@@ -78,11 +78,7 @@ class EmailActivities:
         self._unsubscribe_secret = unsubscribe_secret
 
     async def _tx(self, work):  # type: ignore[no-untyped-def]
-        def run() -> Any:
-            with self._sessions.begin() as session:
-                return work(session)
-
-        return await asyncio.to_thread(run)
+        return await in_transaction(self._sessions, work)
 
     @activity.defn(name="send_email")
     async def send_email(self, input: SubmitInput) -> SubmitOutcome:

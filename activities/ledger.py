@@ -3,7 +3,6 @@ operator actions. Each is one database transaction; the rules come from `domain`
 
 from __future__ import annotations
 
-import asyncio
 import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -27,6 +26,7 @@ from ledger.crypto import FieldCipher
 from ledger.models import Intent, PolicyDecision, PolicyVersion
 from ledger.repository import ObservationFacts
 from ledger.templates import active_templates
+from ledger.transactions import in_transaction
 
 
 def now_utc() -> datetime:
@@ -55,11 +55,7 @@ class LedgerActivities:
         self._retention = timedelta(days=retention_days)
 
     async def _in_transaction(self, work):  # type: ignore[no-untyped-def]
-        def run() -> Any:
-            with self._sessions.begin() as session:
-                return work(session)
-
-        return await asyncio.to_thread(run)
+        return await in_transaction(self._sessions, work)
 
     @activity.defn(name="load_intent")
     async def load_intent(self, input: LoadIntentInput) -> IntentFacts:

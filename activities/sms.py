@@ -6,10 +6,8 @@ loops: retries belong to the workflow's RetryPolicy, so they show up in Temporal
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
 from urllib.parse import quote
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -23,6 +21,7 @@ from ledger import repository as repo
 from ledger.crypto import FieldCipher
 from ledger.models import Attempt, Suppression
 from ledger.repository import ObservationFacts
+from ledger.transactions import in_transaction
 from transports.sms import (
     SmsAmbiguousError,
     SmsMessage,
@@ -67,11 +66,7 @@ class SmsActivities:
         self._callback_base = callback_base_url.rstrip("/")
 
     async def _tx(self, work):  # type: ignore[no-untyped-def]
-        def run() -> Any:
-            with self._sessions.begin() as session:
-                return work(session)
-
-        return await asyncio.to_thread(run)
+        return await in_transaction(self._sessions, work)
 
     def status_callback(self, token: str) -> str:
         # The token in the callback URL lets the ingress settle an attempt whose send

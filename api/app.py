@@ -12,7 +12,6 @@ import asyncio
 import hashlib
 import logging
 import re
-from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any
 from urllib.parse import parse_qsl
@@ -37,6 +36,7 @@ from domain.states import normalize_provider_status
 from ledger import repository as repo
 from ledger.models import Suppression
 from ledger.repository import ObservationFacts
+from ledger.transactions import in_transaction
 from starter.client import HeraldClient
 
 log = logging.getLogger("herald.api")
@@ -84,12 +84,8 @@ class Ingress:
         self.unsubscribe_secret = unsubscribe_secret
         self.registry, self.counters = build_registry(client.sessions)
 
-    async def tx(self, work: Callable[[Session], Any]) -> Any:
-        def run() -> Any:
-            with self.client.sessions.begin() as session:
-                return work(session)
-
-        return await asyncio.to_thread(run)
+    async def tx(self, work):  # type: ignore[no-untyped-def]
+        return await in_transaction(self.client.sessions, work)
 
     def public_url(self, request: Request) -> str:
         # Signatures cover the URL the provider called; behind a proxy that is the public one.

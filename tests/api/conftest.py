@@ -25,7 +25,6 @@ from temporalio.service import RPCError, RPCStatusCode
 from twilio.request_validator import RequestValidator
 
 from api.app import Ingress, create_app
-from domain import keys
 from domain.states import AttemptState
 from ledger import repository as repo
 from ledger.crypto import FieldCipher
@@ -33,7 +32,7 @@ from ledger.models import Attempt, Observation
 from ledger.repository import ObservationFacts
 from starter.client import HeraldClient
 from tests.conftest import unique
-from tests.ledger.conftest import fields
+from tests.ledger.conftest import fields, make_attempt
 
 AUTH_TOKEN = "test-auth-token"
 OPERATOR_TOKEN = "test-operator-token"
@@ -157,33 +156,9 @@ def submitted_attempt(
     with sessions.begin() as session:
         overrides = {"phone": phone} if phone else {}
         recorded = repo.record_intent(session, fields(session, cipher, key, **overrides))
-        decision = repo.record_decision(
-            session,
-            intent_id=recorded.intent_id,
-            channel="sms",
-            policy_version=repo.active_policy(session).version,
-            outcome="allow",
-            rule="allow",
-            reason="test",
-            inputs={},
-            next_eligible_at=None,
-            decided_at=datetime.now(UTC),
-        )
-        token = keys.attempt_token(key, "sms", 1)
-        attempt = repo.prepare_attempt(
-            session,
-            intent_id=recorded.intent_id,
-            channel="sms",
-            number=1,
-            token=token,
-            decision_id=decision.id,
-            destination_ct="x",
-            destination_hmac=cipher.lookup_hmac(phone or "+447400000100"),
-            body_ct="x",
-            content_sha256="0" * 64,
-            template_key="demo",
-            template_version=1,
-        )
+        attempt = make_attempt(session, cipher, recorded.intent_id, key,
+                               destination=phone or "+447400000100")
+        token = attempt.token
         repo.record_observation(
             session,
             ObservationFacts(

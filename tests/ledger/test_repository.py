@@ -11,47 +11,20 @@ from datetime import UTC, datetime
 import pytest
 from sqlalchemy import func, select
 
-from domain import keys
 from domain.states import AttemptState
 from ledger import repository as repo
 from ledger.intake import InvalidRequest
 from ledger.models import Attempt, Intent, Observation, Outbox
 from ledger.repository import ObservationFacts
 from tests.conftest import unique
-from tests.ledger.conftest import fields
+from tests.ledger.conftest import fields, make_attempt
 
 pytestmark = pytest.mark.ledger
 
 
 def _attempt(session, cipher, key: str, state: str = "prepared") -> Attempt:  # type: ignore[no-untyped-def]
     recorded = repo.record_intent(session, fields(session, cipher, key))
-    decision = repo.record_decision(
-        session,
-        intent_id=recorded.intent_id,
-        channel="sms",
-        policy_version=repo.active_policy(session).version,
-        outcome="allow",
-        rule="allow",
-        reason="test",
-        inputs={},
-        next_eligible_at=None,
-        decided_at=datetime.now(UTC),
-    )
-    token = keys.attempt_token(key, "sms", 1)
-    attempt = repo.prepare_attempt(
-        session,
-        intent_id=recorded.intent_id,
-        channel="sms",
-        number=1,
-        token=token,
-        decision_id=decision.id,
-        destination_ct="x",
-        destination_hmac="h" * 64,
-        body_ct="x",
-        content_sha256="0" * 64,
-        template_key="demo",
-        template_version=1,
-    )
+    attempt = make_attempt(session, cipher, recorded.intent_id, key)
     if state != "prepared":
         session.query(Attempt).filter(Attempt.id == attempt.id).update({Attempt.state: state})
         session.refresh(attempt)

@@ -1,0 +1,22 @@
+"""One database transaction, run off the event loop: how async code (activities, the
+ingress) uses the synchronous SQLAlchemy session."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TypeVar
+
+from sqlalchemy.orm import Session, sessionmaker
+
+T = TypeVar("T")
+
+
+async def in_transaction(sessions: sessionmaker[Session], work: Callable[[Session], T]) -> T:
+    """Run `work(session)` in a thread inside one transaction (committed on return)."""
+
+    def run() -> T:
+        with sessions.begin() as session:
+            return work(session)
+
+    return await asyncio.to_thread(run)

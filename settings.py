@@ -40,6 +40,9 @@ class Settings(BaseSettings):
     whole fleet at this many activities per second."""
     sms_max_concurrent: int = 20
 
+    worker_metrics_address: str | None = None
+    """`host:port` where each worker serves the Temporal SDK's Prometheus metrics."""
+
     api_host: str = "127.0.0.1"
     api_port: int = 58080
     public_base_url: str | None = None

@@ -229,7 +229,7 @@ def healthy(path: Path, *, max_age: float = ALIVE_MAX_AGE_SECONDS) -> bool:
 async def main(*, relay: bool = RELAY_IN_WORKER, schedules: bool = SCHEDULES_AT_START) -> None:
     configure_logging()
     cfg = settings_module.load()
-    client = await connect(cfg, runtime=core_log_forwarding())
+    client = await connect(cfg, runtime=core_log_forwarding(cfg.worker_metrics_address))
     workers = build_workers(client, cfg)
     background: list[Background] = [lambda stop: keep_alive(alive_file(cfg), stop)]
     if relay:

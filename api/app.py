@@ -32,7 +32,7 @@ from api.metrics import build_registry
 from api.schemas import Health, Problem, Unsubscribed
 from domain import keywords
 from domain.destinations import InvalidDestination, normalize_phone
-from domain.states import normalize_provider_status
+from domain.states import AttemptState, is_terminal, normalize_provider_status
 from ledger import repository as repo
 from ledger.models import Suppression
 from ledger.repository import ObservationFacts
@@ -278,7 +278,15 @@ def provider_router(ingress: Ingress) -> APIRouter:
         ingress.counters.receipts.labels(result.verdict).inc()
         if result.verdict == "duplicate":
             ingress.counters.duplicates.labels("webhook_redelivery").inc()
-        if result.changed and result.workflow_id and result.token and result.state:
+        # Only a settling receipt wakes the workflow (it waits for a terminal state); an
+        # intermediate `sent` is in the ledger and would cost a signal and a task for nothing.
+        if (
+            result.changed
+            and result.workflow_id
+            and result.token
+            and result.state
+            and is_terminal(AttemptState(result.state))
+        ):
             try:
                 handle = ingress.client.temporal.get_workflow_handle(result.workflow_id)
                 await asyncio.wait_for(

@@ -27,6 +27,7 @@ from ledger import migrate
 from ledger.crypto import FieldCipher
 from ledger.templates import seed_packaged
 from starter.client import HeraldClient
+from starter.devstack.ports import free_port
 from starter.devstack.postgres import EmbeddedPostgres
 from starter.devstack.processes import ChildProcess
 from starter.devstack.temporal import TemporalDevServer
@@ -50,6 +51,7 @@ class Addresses:
     namespace: str = "default"
     operator_token_file: str = ""
     pids: dict[str, int] = field(default_factory=dict)
+    worker_metrics: str = ""
 
     def table(self) -> str:
         rows = [
@@ -59,6 +61,10 @@ class Addresses:
             ("Carrier simulator", self.simulator),
             ("SMTP sink", self.smtp),
             ("Postgres URL", self.postgres),
+            (
+                "Worker metrics",
+                f"http://{self.worker_metrics}/metrics" if self.worker_metrics else "(off)",
+            ),
             ("Operator token", self.operator_token_file),
         ]
         width = max(len(name) for name, _ in rows)
@@ -139,6 +145,7 @@ class DevStack:
             "HERALD_API_PORT": str(cfg.api_port),
             "HERALD_DATA_KEY": cfg.resolved_data_keys(),
             "HERALD_POLICY_NAME": cfg.policy_name,
+            "HERALD_WORKER_METRICS_ADDRESS": cfg.worker_metrics_address or "",
             "HERALD_SMS_MAX_PER_SECOND": str(cfg.sms_max_per_second),
             "HERALD_SMS_MAX_CONCURRENT": str(cfg.sms_max_concurrent),
             "HERALD_SMS_ACCOUNT_SID": cfg.sms_account_sid,
@@ -223,6 +230,8 @@ class DevStack:
         )
         await self.api.start()
         if self._worker_process:
+            if not cfg.worker_metrics_address:
+                cfg.worker_metrics_address = f"127.0.0.1:{free_port()}"
             self.worker = ChildProcess(
                 "worker",
                 [sys.executable, "-m", "worker"],
@@ -240,6 +249,7 @@ class DevStack:
             postgres=_redact(cfg.resolved_database_url()),
             namespace=cfg.temporal_namespace,
             operator_token_file=str(cfg.data_path / "operator.token"),
+            worker_metrics=cfg.worker_metrics_address or "",
             pids={
                 k: v
                 for k, v in {

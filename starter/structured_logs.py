@@ -140,11 +140,14 @@ def configure_logging(level: int = logging.INFO, stream: IO[str] | None = None) 
     logging.captureWarnings(True)
 
 
-def core_log_forwarding() -> Any:
-    """A Temporal Runtime whose Rust core logs into Python logging (hence JSON)."""
+def core_log_forwarding(metrics_address: str | None = None) -> Any:
+    """A Temporal Runtime whose Rust core logs into Python logging (hence JSON) and, given
+    an address, serves the SDK's own Prometheus metrics there (task latencies, polls,
+    activity and workflow counts; labels are task queues and types, never PII)."""
     from temporalio.runtime import (
         LogForwardingConfig,
         LoggingConfig,
+        PrometheusConfig,
         Runtime,
         TelemetryConfig,
         TelemetryFilter,
@@ -155,6 +158,7 @@ def core_log_forwarding() -> Any:
             logging=LoggingConfig(
                 filter=TelemetryFilter(core_level="WARN", other_level="ERROR"),
                 forwarding=LogForwardingConfig(logger=logging.getLogger("temporalio.core")),
-            )
+            ),
+            metrics=PrometheusConfig(bind_address=metrics_address) if metrics_address else None,
         )
     )

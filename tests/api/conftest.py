@@ -156,8 +156,14 @@ def submitted_attempt(
     with sessions.begin() as session:
         overrides = {"phone": phone} if phone else {}
         recorded = repo.record_intent(session, fields(session, cipher, key, **overrides))
-        attempt = make_attempt(session, cipher, recorded.intent_id, key,
-                               destination=phone or "+447400000100")
+        attempt = make_attempt(
+            session,
+            cipher,
+            recorded.intent_id,
+            key,
+            destination=phone or "+447400000100",
+            rule="allow",
+        )
         token = attempt.token
         repo.record_observation(
             session,

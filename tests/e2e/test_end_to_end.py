@@ -180,3 +180,13 @@ def test_herald_dev_serves_the_web_ui_and_leaves_no_process_after_sigterm(tmp_pa
     from starter.devstack import EmbeddedPostgres
 
     EmbeddedPostgres(tmp_path / "h", port=free_port()).destroy()
+
+
+async def test_the_worker_serves_the_temporal_sdk_metrics(stack):
+    # Its task metrics exist once the worker has polled and completed something.
+    ref, handle = await notify(stack, PHONE)
+    await asyncio.wait_for(handle.result(), 60)
+    async with httpx.AsyncClient() as http:
+        text = (await http.get(f"http://{stack.addresses.worker_metrics}/metrics")).text
+    assert "temporal_" in text and "workflow_task" in text
+    assert PHONE[1:] not in text

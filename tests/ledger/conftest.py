@@ -44,6 +44,7 @@ def make_attempt(  # type: ignore[no-untyped-def]
     body: str = "Your seat opened",
     subject: str | None = None,
     outcome: str = "allow",
+    rule: str = "test",
     purge_after: datetime | None = None,
 ):
     """A policy decision plus a prepared attempt, encrypted the way the ledger activity does."""
@@ -58,7 +59,7 @@ def make_attempt(  # type: ignore[no-untyped-def]
         channel=channel,
         policy_version=repo.active_policy(session).version,
         outcome=outcome,
-        rule="test",
+        rule=rule,
         reason="test",
         inputs={"channel": channel},
         next_eligible_at=None,

@@ -173,14 +173,17 @@ async def test_a_dkim_signed_message_verifies_over_the_unsubscribe_headers(
     from cryptography.hazmat.primitives.asymmetric import rsa
 
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                            serialization.NoEncryption())
-    public = key.public_key().public_bytes(serialization.Encoding.DER,
-                                           serialization.PublicFormat.SubjectPublicKeyInfo)
+    pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    public = key.public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
     record = b"v=DKIM1; k=rsa; p=" + base64.b64encode(public)
     config = DkimConfig("herald.example", "s1", pem)
     await smtp_for(clean_sink, dkim=config).send(
-        spec(unsubscribe_url="https://herald.example/v1/unsubscribe/t.mac"))
+        spec(unsubscribe_url="https://herald.example/v1/unsubscribe/t.mac")
+    )
     (received,) = await clean_sink.wait_for(1)
     raw = received.raw.replace(b"\r\n", b"\n").replace(b"\n", b"\r\n")
     signature = received.message["DKIM-Signature"]
@@ -192,8 +195,9 @@ async def test_a_dkim_signed_message_verifies_over_the_unsubscribe_headers(
 
     assert dkim.verify(raw, dnsfunc=dns)
     # A changed header breaks the signature: the check is real.
-    assert not dkim.verify(raw.replace(b"List-Unsubscribe: <https", b"List-Unsubscribe: <http"),
-                           dnsfunc=dns)
+    assert not dkim.verify(
+        raw.replace(b"List-Unsubscribe: <https", b"List-Unsubscribe: <http"), dnsfunc=dns
+    )
 
 
 def test_the_store_is_content_addressed_read_only_and_idempotent(tmp_path: Path) -> None:

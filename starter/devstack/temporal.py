@@ -127,6 +127,14 @@ class TemporalDevServer:
             argv += ["--db-filename", str(self.db_path)]
         for name, kind in self.search_attributes.items():
             argv += ["--search-attribute", f"{name}={kind}"]
+        # One partition per task queue: the SMS queue's activities-per-second budget is then
+        # enforced by one rate limiter instead of being split across four partitions.
+        argv += [
+            "--dynamic-config-value",
+            "matching.numTaskqueueReadPartitions=1",
+            "--dynamic-config-value",
+            "matching.numTaskqueueWritePartitions=1",
+        ]
         return argv
 
     # -- lifecycle ----------------------------------------------------------------------

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-from collections import defaultdict
 from collections.abc import Callable, Coroutine
 from dataclasses import asdict
 from datetime import UTC, datetime
@@ -18,8 +17,6 @@ from fastapi import APIRouter, Depends, Header, HTTPException, Path, Query, Requ
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
-from sqlalchemy import cast, select
-from sqlalchemy.dialects.postgresql import JSONB, distinct_on
 from sqlalchemy.orm import Session
 
 from api import idempotency
@@ -36,19 +33,17 @@ from api.schemas import (
     Timeline,
     ValidationProblem,
 )
-from domain.intents import IntentState, derive_intent_state
-from domain.policy import Outcome
-from domain.states import AttemptState
+from domain.intents import IntentState
+from ledger import listing
 from ledger import repository as repo
 from ledger.intake import InvalidRequest
-from ledger.models import Attempt, Intent, PolicyDecision
 
 if TYPE_CHECKING:
     from api.app import Ingress
 
 log = logging.getLogger("herald.api")
 
-LIST_SCAN_LIMIT = 5000
+LIST_SCAN_LIMIT = listing.SCAN_LIMIT
 """A state filter is applied after derivation; at most this many intents are read per call."""
 START_TIMEOUT_SECONDS = 10.0
 
@@ -74,38 +69,6 @@ def _lookupable(id_or_key: str) -> bool:
     return "\x00" not in id_or_key
 
 
-def derive_states(session: Session, intents: list[Intent], now: datetime) -> dict[str, str]:
-    """`ledger.timeline.derived_state` for many intents in two queries instead of 3 x N."""
-    ids = [i.id for i in intents]
-    if not ids:
-        return {}
-    attempt_states: dict[str, list[AttemptState]] = defaultdict(list)
-    for intent_id, state in session.execute(
-        select(Attempt.intent_id, Attempt.state).where(Attempt.intent_id.in_(ids))
-    ):
-        attempt_states[intent_id].append(AttemptState(state))
-    last: dict[str, str] = dict(
-        session.execute(
-            select(PolicyDecision.intent_id, PolicyDecision.outcome)
-            .where(PolicyDecision.intent_id.in_(ids))
-            .order_by(PolicyDecision.intent_id, PolicyDecision.id.desc())
-            .ext(distinct_on(PolicyDecision.intent_id))
-        ).all()
-    )
-    out = {}
-    for intent in intents:
-        attempts = attempt_states.get(intent.id, [])
-        decision = last.get(intent.id)
-        out[intent.id] = derive_intent_state(
-            attempt_states=attempts,
-            last_decision=Outcome(decision) if decision else None,
-            cancelled=intent.cancelled_at is not None,
-            expired=intent.expires_at is not None and intent.expires_at <= now and not attempts,
-            scheduled=intent.send_at is not None and intent.send_at > now,
-        ).value
-    return out
-
-
 def list_intents(
     session: Session,
     *,
@@ -117,55 +80,36 @@ def list_intents(
     limit: int = 50,
     scan_limit: int = LIST_SCAN_LIMIT,
 ) -> IntentPage:
-    """Newest first. SQL filters first; the derived state is filtered after, in batches."""
-    query = select(Intent).order_by(Intent.created_at.desc(), Intent.id.desc())
-    if channel:
-        query = query.where(cast(Intent.channel_plan, JSONB).contains({"channels": [channel]}))
-    if region:
-        query = query.where(Intent.region == region)
-    if event_type:
-        query = query.where(Intent.event_type == event_type)
-    if since:
-        query = query.where(Intent.created_at >= since)
-    now = datetime.now(UTC)
-    batch = limit if state is None else max(limit, 200)
-    items: list[IntentSummary] = []
-    scanned = 0
-    while len(items) < limit and scanned < scan_limit:
-        rows = list(
-            session.execute(query.offset(scanned).limit(min(batch, scan_limit - scanned)))
-            .scalars()
-            .all()
-        )
-        if not rows:
-            break
-        scanned += len(rows)
-        states = derive_states(session, rows, now)
-        for intent in rows:
-            if state is not None and states[intent.id] != state:
-                continue
-            items.append(
-                IntentSummary(
-                    id=intent.id,
-                    business_key=intent.business_key,
-                    state=IntentState(states[intent.id]),
-                    event_type=intent.event_type,
-                    category=intent.category,
-                    region=intent.region,
-                    channels=list(intent.channel_plan.get("channels", [])),
-                    template_key=intent.template_key,
-                    template_version=intent.template_version,
-                    created_at=intent.created_at,
-                    send_at=intent.send_at,
-                    cancelled_at=intent.cancelled_at,
-                )
-            )
-            if len(items) == limit:
-                break
-        if len(rows) < batch:
-            break
+    page = listing.list_intents(
+        session,
+        state=state,
+        channel=channel,
+        region=region,
+        event_type=event_type,
+        since=since,
+        limit=limit,
+        scan_limit=scan_limit,
+    )
     return IntentPage(
-        items=items, scanned=scanned, truncated=len(items) < limit and scanned >= scan_limit
+        items=[
+            IntentSummary(
+                id=intent.id,
+                business_key=intent.business_key,
+                state=IntentState(derived),
+                event_type=intent.event_type,
+                category=intent.category,
+                region=intent.region,
+                channels=list(intent.channel_plan.get("channels", [])),
+                template_key=intent.template_key,
+                template_version=intent.template_version,
+                created_at=intent.created_at,
+                send_at=intent.send_at,
+                cancelled_at=intent.cancelled_at,
+            )
+            for intent, derived in page.items
+        ],
+        scanned=page.scanned,
+        truncated=page.truncated,
     )
 
 

@@ -8,10 +8,8 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from domain.intents import derive_intent_state
-from domain.policy import Outcome
-from domain.states import AttemptState
 from ledger import repository as repo
+from ledger.listing import derive_states
 from ledger.models import Observation, OperatorAction, PolicyDecision
 
 
@@ -22,21 +20,7 @@ def _iso(value: datetime | None) -> str | None:
 def derived_state(session: Session, intent_id: str, *, now: datetime | None = None) -> str:
     intent = session.get(repo.Intent, intent_id)
     assert intent is not None
-    attempts = repo.attempts_of(session, intent_id)
-    last = session.execute(
-        select(PolicyDecision.outcome)
-        .where(PolicyDecision.intent_id == intent_id)
-        .order_by(PolicyDecision.id.desc())
-        .limit(1)
-    ).scalar_one_or_none()
-    now = now or datetime.now(UTC)
-    return derive_intent_state(
-        attempt_states=[AttemptState(a.state) for a in attempts],
-        last_decision=Outcome(last) if last else None,
-        cancelled=intent.cancelled_at is not None,
-        expired=intent.expires_at is not None and intent.expires_at <= now and not attempts,
-        scheduled=intent.send_at is not None and intent.send_at > now,
-    ).value
+    return derive_states(session, [intent], now or datetime.now(UTC))[intent_id]
 
 
 def timeline(session: Session, id_or_key: str) -> dict[str, Any]:

@@ -22,7 +22,6 @@ if TYPE_CHECKING:
 
 from starter.cli import CliError
 
-LIST_PAGE = 500
 LIST_SCAN_CAP = 5_000
 """`list` reads at most this many intents (newest first) to filter by derived state."""
 
@@ -203,11 +202,8 @@ async def cmd_reconcile(args: argparse.Namespace, cfg: settings_module.Settings)
 
 
 async def cmd_list(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
-    from sqlalchemy import select
-
     from domain.intents import IntentState
-    from ledger.models import Intent
-    from ledger.timeline import derived_state
+    from ledger import listing
 
     if args.state is not None and args.state not in {s.value for s in IntentState}:
         raise CliError(
@@ -217,47 +213,34 @@ async def cmd_list(args: argparse.Namespace, cfg: settings_module.Settings) -> i
     if args.limit < 1:
         raise CliError("--limit must be at least 1")
     since = _when(args.since, "--since")
-    now = datetime.now(UTC)
-    found: list[dict[str, Any]] = []
-    scanned = 0
     with _session(cfg, write=False) as session:
-        query = select(Intent).order_by(Intent.created_at.desc(), Intent.id)
-        if args.region:
-            query = query.where(Intent.region == args.region)
-        if args.event_type:
-            query = query.where(Intent.event_type == args.event_type)
-        if since is not None:
-            query = query.where(Intent.created_at >= since)
-        # The state is derived (never stored), so it is filtered here, page by page, over a
-        # bounded number of the newest intents.
-        while len(found) < args.limit and scanned < LIST_SCAN_CAP:
-            page = list(session.execute(query.offset(scanned).limit(LIST_PAGE)).scalars())
-            if not page:
-                break
-            scanned += len(page)
-            for intent in page:
-                if args.channel and args.channel not in intent.channel_plan.get("channels", []):
-                    continue
-                state = derived_state(session, intent.id, now=now)
-                if args.state and state != args.state:
-                    continue
-                found.append(
-                    {
-                        "id": intent.id,
-                        "business_key": intent.business_key,
-                        "state": state,
-                        "event_type": intent.event_type,
-                        "region": intent.region,
-                        "channels": ",".join(intent.channel_plan.get("channels", [])),
-                        "created_at": _iso(intent.created_at),
-                    }
-                )
-                if len(found) >= args.limit:
-                    break
+        page = listing.list_intents(
+            session,
+            state=args.state,
+            channel=args.channel,
+            region=args.region,
+            event_type=args.event_type,
+            since=since,
+            limit=args.limit,
+            scan_limit=LIST_SCAN_CAP,
+        )
+        found = [
+            {
+                "id": intent.id,
+                "business_key": intent.business_key,
+                "state": state,
+                "event_type": intent.event_type,
+                "region": intent.region,
+                "channels": ",".join(intent.channel_plan.get("channels", [])),
+                "created_at": _iso(intent.created_at),
+            }
+            for intent, state in page.items
+        ]
+    scanned = page.scanned
     out = {
         "intents": found,
         "scanned": scanned,
-        "scan_capped": scanned >= LIST_SCAN_CAP and len(found) < args.limit,
+        "scan_capped": page.truncated,
     }
 
     def render(o: dict[str, Any]) -> str:

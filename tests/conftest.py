@@ -9,6 +9,7 @@ import os
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -89,6 +90,25 @@ def fresh_database(url: str, name: str) -> str:
     return base.set(database=name).render_as_string(hide_password=False)
 
 
+def stack_settings(data: Path, **overrides: Any) -> Any:
+    """Settings for an embedded stack on free loopback ports, with the demo policy."""
+    import settings
+    from starter.devstack import free_port
+
+    values: dict[str, Any] = dict(
+        data_dir=data,
+        postgres_port=free_port(),
+        temporal_port=free_port(),
+        api_port=free_port(),
+        simulator_port=free_port(),
+        smtp_port=free_port(),
+        data_key=TEST_KEYRING,
+        policy_name="demo",
+    )
+    values.update(overrides)
+    return settings.Settings(**values)
+
+
 def unique(prefix: str) -> str:
     return f"{prefix}-{secrets.token_hex(4)}"
 
@@ -122,20 +142,10 @@ async def time_env():  # type: ignore[no-untyped-def]
 @pytest_asyncio.fixture(scope="session")
 async def stack(tmp_path_factory: pytest.TempPathFactory, pg_url: str):  # type: ignore[no-untyped-def]
     """The embedded stack on free ports, the worker as a separate process."""
-    import settings
-    from starter.devstack import free_port
     from starter.stack import DevStack
 
-    data: Path = tmp_path_factory.mktemp("herald")
-    cfg = settings.Settings(
-        data_dir=data,
-        database_url=fresh_database(pg_url, "herald_e2e"),
-        temporal_port=free_port(),
-        api_port=free_port(),
-        simulator_port=free_port(),
-        smtp_port=free_port(),
-        data_key=TEST_KEYRING,
-        policy_name="demo",
+    cfg = stack_settings(
+        tmp_path_factory.mktemp("herald"), database_url=fresh_database(pg_url, "herald_e2e")
     )
     dev = DevStack(cfg, temporal_ui=False)
     await dev.start()

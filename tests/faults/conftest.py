@@ -15,13 +15,11 @@ import httpx
 import pytest
 import pytest_asyncio
 
-import settings
 from domain.requests import NotificationRequest
 from ledger.models import Consent
-from starter.devstack import free_port
 from starter.devstack.processes import ChildProcess
 from starter.stack import DevStack
-from tests.conftest import TEST_KEYRING
+from tests.conftest import stack_settings
 from workflows.notification import NotificationWorkflow
 
 VARIABLES = {"n": 1, "intent_id": "x"}
@@ -29,18 +27,8 @@ VARIABLES = {"n": 1, "intent_id": "x"}
 
 @pytest_asyncio.fixture(scope="module")
 async def fault_stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[DevStack]:
-    data: Path = tmp_path_factory.mktemp("faults")
-    cfg = settings.Settings(
-        data_dir=data,
-        postgres_port=free_port(),
-        temporal_port=free_port(),
-        api_port=free_port(),
-        simulator_port=free_port(),
-        smtp_port=free_port(),
-        data_key=TEST_KEYRING,
-        policy_name="demo",
-    )
-    dev = DevStack(cfg, temporal_ui=False)
+    # Its own Postgres too: a fault test restarts it.
+    dev = DevStack(stack_settings(tmp_path_factory.mktemp("faults")), temporal_ui=False)
     await dev.start()
     yield dev
     await dev.stop()
@@ -119,6 +107,14 @@ class Faults:
             if asyncio.get_running_loop().time() > deadline:
                 raise AssertionError("condition not reached before the deadline")
             await asyncio.sleep(0.1)
+
+    async def until_submitted(self, token: str) -> None:
+        """The provider has created the message for this token."""
+
+        async def submitted() -> bool:
+            return await self.submissions(token) == 1
+
+        await self.until(submitted)
 
     def restart_worker(self) -> None:
         """kill -9 the worker process, then start a fresh one with the same settings."""

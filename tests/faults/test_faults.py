@@ -47,11 +47,7 @@ def _far_future():  # type: ignore[no-untyped-def]
 async def test_kill_9_of_the_worker_mid_submit_still_sends_exactly_once(faults):
     ref = await faults.notify(TIMEOUT)
     token = faults.token(ref.business_key)
-
-    async def submitted() -> bool:
-        return await faults.submissions(token) == 1
-
-    await faults.until(submitted)
+    await faults.until_submitted(token)
     # The provider has it; the worker dies before it could record the answer.
     await asyncio.to_thread(faults.restart_worker)
     result = await asyncio.wait_for(faults.handle(ref.workflow_id).result(), 120)
@@ -64,11 +60,7 @@ async def test_a_temporal_restart_mid_workflow_loses_nothing(faults):
     await faults.script(NORMAL.format(1), "delayed_receipt")
     ref = await faults.notify(NORMAL.format(1))
     token = faults.token(ref.business_key)
-
-    async def submitted() -> bool:
-        return await faults.submissions(token) == 1
-
-    await faults.until(submitted)
+    await faults.until_submitted(token)
     assert faults.stack.temporal is not None
     await asyncio.to_thread(faults.stack.temporal.restart)
     result = await asyncio.wait_for(faults.handle(ref.workflow_id).result(), 120)
@@ -81,11 +73,7 @@ async def test_a_postgres_restart_mid_run_loses_nothing(faults):
     await faults.script(NORMAL.format(2), "delayed_receipt")
     ref = await faults.notify(NORMAL.format(2))
     token = faults.token(ref.business_key)
-
-    async def submitted() -> bool:
-        return await faults.submissions(token) == 1
-
-    await faults.until(submitted)
+    await faults.until_submitted(token)
     assert faults.stack.postgres is not None
     await asyncio.to_thread(faults.stack.postgres.restart)
     result = await asyncio.wait_for(faults.handle(ref.workflow_id).result(), 120)

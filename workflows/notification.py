@@ -148,7 +148,9 @@ class NotificationWorkflow:
 
     @workflow.run
     async def run(self, input: NotificationInput) -> NotificationResult:
-        facts = await workflow.execute_activity(
+        # A local activity: one short read, recorded as a marker in the same workflow task
+        # instead of a scheduled/started/completed round trip through the server.
+        facts = await workflow.execute_local_activity(
             LOAD_INTENT,
             LoadIntentInput(input.intent_id),
             result_type=IntentFacts,

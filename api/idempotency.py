@@ -28,6 +28,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session, sessionmaker
 
 from ledger.models import IdempotencyRecord
+from ledger.transactions import rows_changed
 
 RETENTION = timedelta(hours=24)
 IN_FLIGHT_LEASE = timedelta(seconds=60)
@@ -108,15 +109,17 @@ class IdempotencyStore:
                 return Claim("mismatch")
             if row.status_code is not None:
                 return Claim("replay", row.status_code, row.response)
-            taken = session.execute(
-                update(IdempotencyRecord)
-                .where(
-                    IdempotencyRecord.key == key,
-                    IdempotencyRecord.status_code.is_(None),
-                    IdempotencyRecord.created_at < func.now() - self.lease,
+            taken = rows_changed(
+                session.execute(
+                    update(IdempotencyRecord)
+                    .where(
+                        IdempotencyRecord.key == key,
+                        IdempotencyRecord.status_code.is_(None),
+                        IdempotencyRecord.created_at < func.now() - self.lease,
+                    )
+                    .values(created_at=func.now())
                 )
-                .values(created_at=func.now())
-            ).rowcount
+            )
             return Claim("new") if taken == 1 else Claim("in_flight")
 
     def complete(self, key: str, status_code: int, response: dict[str, Any]) -> None:

@@ -32,6 +32,7 @@ from ledger.models import (
     PolicyVersion,
     Suppression,
 )
+from ledger.transactions import rows_changed
 
 
 class IntentConflict(ValueError):
@@ -179,17 +180,16 @@ def recent_contacts(
     session: Session, destination_hmac: str, channel: str, since: datetime, exclude_intent: str
 ) -> list[datetime]:
     """Submission times of other intents' attempts to this destination (the cooldown input)."""
-    return list(
-        session.execute(
-            select(Attempt.submitted_at).where(
-                Attempt.destination_hmac == destination_hmac,
-                Attempt.channel == channel,
-                Attempt.submitted_at.is_not(None),
-                Attempt.submitted_at >= since,
-                Attempt.intent_id != exclude_intent,
-            )
-        ).scalars()
-    )
+    times = session.execute(
+        select(Attempt.submitted_at).where(
+            Attempt.destination_hmac == destination_hmac,
+            Attempt.channel == channel,
+            Attempt.submitted_at.is_not(None),
+            Attempt.submitted_at >= since,
+            Attempt.intent_id != exclude_intent,
+        )
+    ).scalars()
+    return [t for t in times if t is not None]
 
 
 def record_decision(
@@ -384,11 +384,13 @@ def _apply_observation(
             attempt.submitted_at is None and transition.state != AttemptState.UNKNOWN
         ):
             values["submitted_at"] = attempt.submitted_at or observed_at
-        swapped = session.execute(
-            update(Attempt)
-            .where(Attempt.id == attempt.id, Attempt.state == current.value)
-            .values(**values)
-        ).rowcount
+        swapped = rows_changed(
+            session.execute(
+                update(Attempt)
+                .where(Attempt.id == attempt.id, Attempt.state == current.value)
+                .values(**values)
+            )
+        )
         if swapped == 1:
             break
         # Someone else moved the state between our read and our write: decide again.

@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session
 
 from ledger import repository as repo
 from ledger.models import Attempt, Intent
+from ledger.transactions import rows_changed
 
 LEGAL_HOLD_ACTION = "legal-hold"
 
@@ -140,20 +141,22 @@ def purge(session: Session, *, now: datetime, limit: int | None = None) -> Purge
             .where(Intent.id == Attempt.intent_id, Intent.legal_hold.is_(True))
             .exists()
         )
-        report.attempts_purged = session.execute(
-            update(Attempt)
-            .where(
-                Attempt.intent_id.in_(candidates),
-                _attempt_has_pii(),
-                or_(
-                    Attempt.intent_id.in_(purged_intents),
-                    and_(Attempt.purge_after.is_not(None), Attempt.purge_after <= now),
-                ),
-                ~held_intent,
+        report.attempts_purged = rows_changed(
+            session.execute(
+                update(Attempt)
+                .where(
+                    Attempt.intent_id.in_(candidates),
+                    _attempt_has_pii(),
+                    or_(
+                        Attempt.intent_id.in_(purged_intents),
+                        and_(Attempt.purge_after.is_not(None), Attempt.purge_after <= now),
+                    ),
+                    ~held_intent,
+                )
+                .values(destination_ct=None, body_ct=None, subject_ct=None)
+                .execution_options(synchronize_session=False)
             )
-            .values(destination_ct=None, body_ct=None, subject_ct=None)
-            .execution_options(synchronize_session=False)
-        ).rowcount
+        )
     report.held = (
         session.scalar(
             select(func.count())
@@ -220,12 +223,14 @@ def set_legal_hold(
     """
     intent = repo.get_intent(session, id_or_key)
     changed = (
-        session.execute(
-            update(Intent)
-            .where(Intent.id == intent.id, Intent.legal_hold.is_not(on))
-            .values(legal_hold=on)
-            .execution_options(synchronize_session=False)
-        ).rowcount
+        rows_changed(
+            session.execute(
+                update(Intent)
+                .where(Intent.id == intent.id, Intent.legal_hold.is_not(on))
+                .values(legal_hold=on)
+                .execution_options(synchronize_session=False)
+            )
+        )
         == 1
     )
     session.refresh(intent)

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 from domain import policy as domain_policy
 from domain.templates import TemplateVersion
 from ledger.models import PolicyVersion, TemplateVersionRow
+from ledger.transactions import rows_changed
 
 
 def active_templates(session: Session, *, pinned: int | None = None) -> list[TemplateVersion]:
@@ -105,11 +106,13 @@ def activate_template(
             TemplateVersionRow.locale == locale_,
         )
         session.execute(update(TemplateVersionRow).where(*same).values(active=False))
-        changed += session.execute(
-            update(TemplateVersionRow)
-            .where(*same, TemplateVersionRow.version == version)
-            .values(active=True)
-        ).rowcount
+        changed += rows_changed(
+            session.execute(
+                update(TemplateVersionRow)
+                .where(*same, TemplateVersionRow.version == version)
+                .values(active=True)
+            )
+        )
     return changed
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar, cast
 
+from sqlalchemy.engine import CursorResult
 from sqlalchemy.orm import Session, sessionmaker
 
 T = TypeVar("T")
@@ -20,3 +21,8 @@ async def in_transaction(sessions: sessionmaker[Session], work: Callable[[Sessio
             return work(session)
 
     return await asyncio.to_thread(run)
+
+
+def rows_changed(result: object) -> int:
+    """The row count of an UPDATE (the check behind every compare-and-set)."""
+    return cast(CursorResult[Any], result).rowcount

@@ -10,7 +10,7 @@ import asyncio
 from datetime import datetime, timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy, SearchAttributeKey, SearchAttributePair
+from temporalio.common import RetryPolicy, SearchAttributeKey, SearchAttributeUpdate
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
@@ -161,7 +161,7 @@ class NotificationWorkflow:
         self._cancelled = self._cancelled or facts.cancelled
         # The starter sets state/channel/region/event type at start; only fill what is missing.
         missing = [
-            SearchAttributePair(key, value)
+            key.value_set(value)
             for key, value in (
                 (REGION, facts.region),
                 (EVENT_TYPE, facts.event_type),
@@ -556,11 +556,11 @@ class NotificationWorkflow:
         self._phase = phase
         coarse = state or COARSE_STATE.get(phase.split(":")[0], phase.split(":")[0])
         info = workflow.info().typed_search_attributes
-        pairs = []
+        pairs: list[SearchAttributeUpdate[str]] = []
         if info.get(STATE) != coarse:
-            pairs.append(SearchAttributePair(STATE, coarse))
+            pairs.append(STATE.value_set(coarse))
         if channel is not None and info.get(CHANNEL) != channel:
-            pairs.append(SearchAttributePair(CHANNEL, channel))
+            pairs.append(CHANNEL.value_set(channel))
         if pairs:
             workflow.upsert_search_attributes(pairs)
 

@@ -52,41 +52,23 @@ async def test_send_show_and_cancel_through_the_cli(stack):
     key, recipient = f"demo:cli-{suffix}", f"cli-{suffix}"
     consent = as_json(herald(stack, "consent", recipient, "--channel", "sms", "--json"))
     assert consent["recipient_ref"] == recipient
-    sent = as_json(
-        herald(
-            stack,
-            "send",
-            "--key",
-            key,
-            "--recipient",
-            recipient,
-            "--template",
-            "demo",
-            "--phone",
-            PHONE,
-            "--vars",
-            json.dumps({"n": 7, "intent_id": key}),
-            "--json",
-        )
+    send = (
+        "send",
+        "--key",
+        key,
+        "--recipient",
+        recipient,
+        "--template",
+        "demo",
+        "--phone",
+        PHONE,
+        "--vars",
+        json.dumps({"n": 7, "intent_id": key}),
+        "--json",
     )
+    sent = as_json(herald(stack, *send))
     assert sent["business_key"] == key and sent["existed"] is False
-    again = as_json(
-        herald(
-            stack,
-            "send",
-            "--key",
-            key,
-            "--recipient",
-            recipient,
-            "--template",
-            "demo",
-            "--phone",
-            PHONE,
-            "--vars",
-            json.dumps({"n": 7, "intent_id": key}),
-            "--json",
-        )
-    )
+    again = as_json(herald(stack, *send))  # the same request again
     assert again["existed"] is True and again["intent_id"] == sent["intent_id"]
 
     # The workflow runs on the stack's worker process.

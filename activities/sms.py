@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from urllib.parse import quote
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -73,27 +74,44 @@ class SmsActivities:
         # response was lost (the receipt then carries a remote id we never saw).
         return f"{self._callback_base}/v1/receipts/sms?token={quote(token, safe='')}"
 
-    async def _load(self, token: str) -> _AttemptView:
-        def work(session: Session) -> _AttemptView:
-            a = repo.attempt_by_token(session, token)
-            if a.destination_ct is None or a.body_ct is None:
-                raise ApplicationError(
-                    "the attempt's destination or body was purged",
-                    type="NotFound",
-                    non_retryable=True,
-                )
-            return _AttemptView(
-                a.token,
-                a.state,
-                a.remote_id,
-                a.send_started_at,
-                self._cipher.decrypt(a.destination_ct, context=token),
-                self._cipher.decrypt(a.body_ct, context=token),
-                a.sender,
-                a.content_sha256,
-            )
+    def _claim_send(self, session: Session, token: str) -> tuple[_AttemptView, bool]:
+        """Read the attempt under a row lock and, if nothing has been sent for it, mark its
+        send started in the same transaction: (view, True) means this caller may send.
 
-        return await self._tx(work)
+        A retry whose attempt already has a remote id, is past `prepared`, or whose send
+        had started (the request may have left) gets (view, False) and never sends.
+        """
+        a = session.execute(
+            select(Attempt).where(Attempt.token == token).with_for_update()
+        ).scalar_one_or_none()
+        if a is None:
+            raise ApplicationError(
+                f"no attempt with token {token!r}", type="NotFound", non_retryable=True
+            )
+        if a.destination_ct is None or a.body_ct is None:
+            raise ApplicationError(
+                "the attempt's destination or body was purged",
+                type="NotFound",
+                non_retryable=True,
+            )
+        view = _AttemptView(
+            a.token,
+            a.state,
+            a.remote_id,
+            a.send_started_at,
+            self._cipher.decrypt(a.destination_ct, context=token),
+            self._cipher.decrypt(a.body_ct, context=token),
+            a.sender,
+            a.content_sha256,
+        )
+        sendable = (
+            view.remote_id is None
+            and view.state in (AttemptState.PREPARED.value, AttemptState.UNKNOWN.value)
+            and view.send_started_at is None
+        )
+        if sendable:
+            a.send_started_at = now_utc()
+        return view, sendable
 
     async def _record(self, token: str, facts: ObservationFacts) -> repo.ObservationResult:
         return await self._tx(lambda s: repo.record_observation(s, facts, token=token))
@@ -101,24 +119,15 @@ class SmsActivities:
     @activity.defn(name="submit_sms")
     async def submit_sms(self, input: SubmitInput) -> SubmitOutcome:
         token = input.attempt_token
-        view = await self._load(token)
-        if view.remote_id is not None or view.state not in (
-            AttemptState.PREPARED.value,
-            AttemptState.UNKNOWN.value,
-        ):
-            # A retried activity whose attempt is already submitted never sends again.
-            return SubmitOutcome(view.state, view.remote_id)
-        if view.send_started_at is not None:
+        view, sendable = await self._tx(lambda s: self._claim_send(s, token))
+        if not sendable:
+            if view.remote_id is not None or view.state not in (
+                AttemptState.PREPARED.value,
+                AttemptState.UNKNOWN.value,
+            ):
+                # A retried activity whose attempt is already submitted never sends again.
+                return SubmitOutcome(view.state, view.remote_id)
             return await self._reconcile(view)
-
-        started = now_utc()
-        await self._tx(
-            lambda s: (
-                s.query(Attempt)
-                .filter(Attempt.token == token)
-                .update({Attempt.send_started_at: started})
-            )
-        )
         message = SmsMessage(
             token=token,
             to=view.to,

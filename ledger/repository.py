@@ -295,15 +295,15 @@ def record_observation(
     The attempt is found by `token`, else by `facts.remote_id`; if neither finds one the
     observation is kept as orphan evidence for reconciliation, never dropped.
     """
-    attempt = None
+    found = None
+    with_workflow = select(Attempt, Intent.workflow_id).join(Intent, Intent.id == Attempt.intent_id)
     if token is not None:
-        attempt = session.execute(
-            select(Attempt).where(Attempt.token == token)
-        ).scalar_one_or_none()
-    if attempt is None and facts.remote_id:
-        attempt = session.execute(
-            select(Attempt).where(Attempt.remote_id == facts.remote_id)
-        ).scalar_one_or_none()
+        found = session.execute(with_workflow.where(Attempt.token == token)).one_or_none()
+    if found is None and facts.remote_id:
+        found = session.execute(
+            with_workflow.where(Attempt.remote_id == facts.remote_id)
+        ).one_or_none()
+    attempt, workflow_id = found if found is not None else (None, None)
     inserted = session.execute(
         pg_insert(Observation)
         .values(
@@ -325,9 +325,7 @@ def record_observation(
         return ObservationResult(
             "orphan" if inserted else "duplicate", None, None, None, None, inserted
         )
-    intent = session.get(Intent, attempt.intent_id)
-    assert intent is not None
-    base = dict(token=attempt.token, intent_id=intent.id, workflow_id=intent.workflow_id)
+    base = dict(token=attempt.token, intent_id=attempt.intent_id, workflow_id=workflow_id)
     if inserted is None:
         return ObservationResult(
             "duplicate", attempt.state, observation_id=None, remote_id=attempt.remote_id, **base
@@ -341,7 +339,14 @@ def record_observation(
             .values(remote_id=facts.remote_id)
         )
     transition = _apply_observation(
-        session, attempt, inserted, facts.normalized, facts.observed_at, facts.provider_code
+        session,
+        attempt,
+        inserted,
+        facts.normalized,
+        facts.observed_at,
+        facts.provider_code,
+        # Read in this transaction a moment ago, and only the remote id changed since.
+        loaded=True,
     )
     if learned_remote_id:
         _adopt_orphans(session, attempt, facts.remote_id or "")
@@ -362,15 +367,24 @@ def _apply_observation(
     normalized: AttemptState | None,
     observed_at: datetime,
     provider_code: str | None,
+    *,
+    loaded: bool = False,
 ) -> states.Transition | None:
-    """Apply one stored observation to its attempt by compare-and-set and mark the verdict."""
+    """Apply one stored observation to its attempt by compare-and-set and mark the verdict.
+
+    `loaded`: the attempt's state was read in this transaction and nothing has written it
+    since, so the first decision needs no fresh read (the compare-and-set still guards it).
+    """
     if normalized is None:
         session.execute(
             update(Observation).where(Observation.id == observation_id).values(verdict="ignored")
         )
         return None
+    fresh = loaded
     while True:
-        session.refresh(attempt)
+        if not fresh:
+            session.refresh(attempt)
+        fresh = False
         current = AttemptState(attempt.state)
         transition = states.apply(current, normalized)
         if not transition.changed:

@@ -197,11 +197,9 @@ async def start_bench(
         sms_base_url=simulator.url,
         policy_name="demo",
         data_key=None,
+        # The worker gets its settings from DevStack.env(), which carries this budget.
+        sms_max_per_second=sms_rate,
     )
-    # DevStack passes its settings to the worker as HERALD_* variables but not the SMS
-    # budget; the worker inherits this process's environment, so set it there.
-    previous = os.environ.get("HERALD_SMS_MAX_PER_SECOND")
-    os.environ["HERALD_SMS_MAX_PER_SECOND"] = str(sms_rate)
     stack = DevStack(cfg, temporal_ui=False)
     try:
         log(f"starting the embedded stack in {data_dir} ...")
@@ -209,11 +207,6 @@ async def start_bench(
     except BaseException:
         await simulator.stop()
         raise
-    finally:
-        if previous is None:
-            os.environ.pop("HERALD_SMS_MAX_PER_SECOND", None)
-        else:
-            os.environ["HERALD_SMS_MAX_PER_SECOND"] = previous
     return Bench(stack, simulator, counter, data_dir, postgres_port)
 
 
@@ -302,6 +295,49 @@ class RssSampler:
             "peak_mib": _round(max(self.samples) / mib, 1) if self.samples else None,
             "end_mib": _round(self.samples[-1] / mib, 1) if self.samples else None,
         }
+
+
+class CpuMeter:
+    """CPU seconds (user + system) used by each part of the stack, per measured phase.
+
+    Each part is a process and its children (Postgres backends, the Temporal server's
+    helpers); the bench driver's own process also serves the ingress and the simulator.
+    """
+
+    def __init__(self, parts: dict[str, tuple[int, bool]]) -> None:
+        self.parts = parts
+        """name -> (pid, with its children)"""
+        self.totals: dict[str, Counter[str]] = {}
+
+    @staticmethod
+    def _tree_seconds(pid: int, children: bool) -> float:
+        try:
+            root = psutil.Process(pid)
+            procs = [root, *(root.children(recursive=True) if children else [])]
+        except psutil.Error:
+            return 0.0
+        seconds = 0.0
+        for proc in procs:
+            try:
+                t = proc.cpu_times()
+            except psutil.Error:
+                continue
+            seconds += t.user + t.system
+        return seconds
+
+    def snapshot(self) -> dict[str, float]:
+        return {name: self._tree_seconds(pid, kids) for name, (pid, kids) in self.parts.items()}
+
+    def add(self, phase: str, before: dict[str, float], after: dict[str, float]) -> None:
+        bucket = self.totals.setdefault(phase, Counter())
+        for name in self.parts:
+            bucket[name] += max(0.0, after.get(name, 0.0) - before.get(name, 0.0))
+
+    def per_unit(self, phase: str, units: int) -> dict[str, float]:
+        """Milliseconds of CPU per intent (or per baseline workflow), by part."""
+        bucket = self.totals.get(phase, Counter())
+        ms = {name: round(1000 * bucket[name] / max(units, 1), 1) for name in self.parts}
+        return {**ms, "total": round(sum(ms.values()), 1)}
 
 
 async def history_counts(client: Any, workflow_ids: list[str]) -> dict[str, Any]:
@@ -484,18 +520,34 @@ async def throughput(opts: BenchOptions, log: Callable[[str], None]) -> dict[str
         base_ids: list[str] = []
         herald_ids: list[str] = []
         offset = opts.warmup
+        stack = bench.stack
+        assert stack.temporal is not None and stack.postgres is not None
+        assert baseline_worker.pid is not None and stack.temporal.pid is not None
+        cpu = CpuMeter(
+            {
+                "driver+ingress+simulator": (os.getpid(), False),
+                "worker": (bench.worker_pid(), True),
+                "baseline_worker": (baseline_worker.pid, True),
+                "temporal": (stack.temporal.pid, True),
+                "postgres": (stack.postgres.pid, True),
+            }
+        )
         with RssSampler(bench.worker_pid()) as rss:
             for r, size in enumerate(sizes, 1):
                 log(
                     f"round {r}/{rounds}: baseline {size} workflows x {activities} no-op "
                     f"activities, then {size} Herald intents ..."
                 )
+                before = cpu.snapshot()
                 seconds, ids = await run_baseline(
                     bench, task_queue, size, activities, opts.concurrency
                 )
+                cpu.add("baseline", before, cpu.snapshot())
                 base_s += seconds
                 base_ids += ids
+                before = cpu.snapshot()
                 seconds, ids = await run_herald(bench, run_id, offset, size, opts.concurrency)
+                cpu.add("herald", before, cpu.snapshot())
                 herald_s += seconds
                 herald_ids += ids
                 offset += size
@@ -519,12 +571,14 @@ async def throughput(opts: BenchOptions, log: Callable[[str], None]) -> dict[str
                 **figures,
                 "history_per_intent": herald_hist,
                 "worker_rss": rss.report(),
+                "cpu_ms_per_intent": cpu.per_unit("herald", opts.intents),
             },
             "baseline": {
                 "activities_per_workflow": activities,
                 "seconds": round(base_s, 2),
                 "workflows_per_s": round(base_ips, 2),
                 "history_per_workflow": base_hist,
+                "cpu_ms_per_workflow": cpu.per_unit("baseline", opts.intents),
             },
             "ratio_herald_to_baseline": round(herald_ips / base_ips, 3),
             "simulator": {
@@ -708,8 +762,14 @@ def render(result: dict[str, Any]) -> str:
             f"ledger rows per intent: {h['ledger_rows_per_intent']} {h['ledger_rows_by_table']}",
             f"worker RSS: peak {h['worker_rss']['peak_mib']} MiB, "
             f"end {h['worker_rss']['end_mib']} MiB",
+            "CPU ms per intent: " + _parts(h["cpu_ms_per_intent"]),
+            "CPU ms per baseline workflow: " + _parts(b["cpu_ms_per_workflow"]),
         ]
     )
+
+
+def _parts(ms: dict[str, float]) -> str:
+    return ", ".join(f"{name} {value}" for name, value in ms.items() if value or name == "total")
 
 
 async def run_bench(opts: BenchOptions, *, as_json: bool = False) -> int:

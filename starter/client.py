@@ -117,13 +117,14 @@ class HeraldClient:
         business key returns the existing intent and starts nothing new.
         """
 
-        def work() -> IntentRef:
+        def work() -> tuple[IntentRef, TypedSearchAttributes]:
             with self.sessions.begin() as session:
-                return self.record(session, request)
+                ref = self.record(session, request)
+                return ref, self._attributes_of(session, ref.intent_id)
 
-        ref = await asyncio.to_thread(work)
+        ref, attributes = await asyncio.to_thread(work)
         try:
-            await self.start(ref.intent_id, ref.workflow_id)
+            await self.start(ref.intent_id, ref.workflow_id, attributes=attributes)
         except RPCError as err:
             # Recorded and committed: the outbox relay will start it; do not report a failure.
             log.warning(
@@ -133,9 +134,15 @@ class HeraldClient:
             )
         return ref
 
-    async def start(self, intent_id: str, workflow_id: str) -> None:
+    async def start(
+        self,
+        intent_id: str,
+        workflow_id: str,
+        *,
+        attributes: TypedSearchAttributes | None = None,
+    ) -> None:
         """Start (or find) the intent's workflow and mark its outbox row started."""
-        await self.start_workflow(intent_id, workflow_id)
+        await self.start_workflow(intent_id, workflow_id, attributes=attributes)
 
         def mark() -> None:
             with self.sessions.begin() as session:
@@ -144,13 +151,21 @@ class HeraldClient:
         await asyncio.to_thread(mark)
 
     async def start_workflow(
-        self, intent_id: str, workflow_id: str, *, rpc_timeout: timedelta | None = None
+        self,
+        intent_id: str,
+        workflow_id: str,
+        *,
+        rpc_timeout: timedelta | None = None,
+        attributes: TypedSearchAttributes | None = None,
     ) -> None:
         """Start the intent's workflow, or find the run that already has its id.
 
-        The outbox row is left to the caller: the relay marks it in the transaction that
-        holds the row's lock."""
-        attributes = await asyncio.to_thread(self._search_attributes, intent_id)
+        `attributes` are the start's search attributes when the caller read them already
+        (in the transaction that recorded the intent); otherwise they are read here. The
+        outbox row is left to the caller: the relay marks it in the transaction that holds
+        the row's lock."""
+        if attributes is None:
+            attributes = await asyncio.to_thread(self._search_attributes, intent_id)
         try:
             await self.temporal.start_workflow(
                 NotificationWorkflow.run,
@@ -171,21 +186,23 @@ class HeraldClient:
         return self._cipher.lookup_hmac(normalized_destination)
 
     def _search_attributes(self, intent_id: str) -> TypedSearchAttributes:
-        """Set at start so the Web UI can filter at once (ids and codes only, never PII)."""
         with self.sessions() as session:
-            intent = session.get(Intent, intent_id)
-            assert intent is not None
-            state = (
-                "scheduled" if intent.send_at and intent.send_at > datetime.now(UTC) else "sending"
-            )
-            return TypedSearchAttributes(
-                [
-                    SearchAttributePair(STATE, state),
-                    SearchAttributePair(CHANNEL, intent.channel_plan["channels"][0]),
-                    SearchAttributePair(REGION, intent.region),
-                    SearchAttributePair(EVENT_TYPE, intent.event_type),
-                ]
-            )
+            return self._attributes_of(session, intent_id)
+
+    @staticmethod
+    def _attributes_of(session: Session, intent_id: str) -> TypedSearchAttributes:
+        """Set at start so the Web UI can filter at once (ids and codes only, never PII)."""
+        intent = session.get(Intent, intent_id)
+        assert intent is not None
+        state = "scheduled" if intent.send_at and intent.send_at > datetime.now(UTC) else "sending"
+        return TypedSearchAttributes(
+            [
+                SearchAttributePair(STATE, state),
+                SearchAttributePair(CHANNEL, intent.channel_plan["channels"][0]),
+                SearchAttributePair(REGION, intent.region),
+                SearchAttributePair(EVENT_TYPE, intent.event_type),
+            ]
+        )
 
     # --- operators -------------------------------------------------------------------
 

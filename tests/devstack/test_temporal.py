@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sqlite3
 import uuid
 from pathlib import Path
 
@@ -60,6 +62,10 @@ async def test_sqlite_state_survives_restart(tmp_path: Path) -> None:
         desc = await client.get_workflow_handle(wf_id).describe()
         assert desc.status == WorkflowExecutionStatus.RUNNING
         assert (tmp_path / "temporal.sqlite").exists()
+        # A write-ahead log, not the rollback journal that made every write create, fsync
+        # and delete a journal file (the mode is stored in the database file itself).
+        with contextlib.closing(sqlite3.connect(tmp_path / "temporal.sqlite")) as db:
+            assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     finally:
         await asyncio.to_thread(server.stop)
     assert processes_in_group(server.pgid) == []

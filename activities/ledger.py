@@ -227,7 +227,7 @@ class LedgerActivities:
             )
         try:
             chosen = templates.select_template(
-                active_templates(session, pinned=intent.template_version),
+                active_templates(session, pinned=intent.template_version, key=intent.template_key),
                 intent.template_key,
                 channel,
                 intent.locale,

@@ -7,11 +7,12 @@ instead of sending "Your seat in  is ready".
 
 from __future__ import annotations
 
+import functools
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from jinja2 import StrictUndefined, TemplateSyntaxError, UndefinedError
+from jinja2 import StrictUndefined, Template, TemplateSyntaxError, UndefinedError
 from jinja2.sandbox import SandboxedEnvironment, SecurityError
 
 from domain.keys import content_sha256
@@ -151,11 +152,19 @@ def sms_encoding_and_segments(text: str) -> tuple[str, int]:
 # --------------------------------------------------------------------------- rendering
 
 
+@functools.lru_cache(maxsize=512)
+def _compiled(source: str) -> Template:
+    """Compile a template body once: a body is immutable text, every version keeps its own.
+
+    Jinja's own cache only covers loader-based templates, not `from_string`."""
+    return _ENV.from_string(source)
+
+
 def _render_source(source: str, variables: Mapping[str, object], where: str) -> str:
     # StrictUndefined fails on use, not on mention: `{{ x | default("") }}` and a
     # variable in a branch not taken stay legal, anything printed must be present.
     try:
-        template = _ENV.from_string(source)
+        template = _compiled(source)
     except TemplateSyntaxError as exc:
         raise TemplateError(f"{where}: syntax error on line {exc.lineno}: {exc.message}") from None
     try:

@@ -83,7 +83,7 @@ def validate(
         ZoneInfo(tz)
     except (ZoneInfoNotFoundError, ValueError) as err:
         raise InvalidRequest("timezone", f"unknown IANA zone {tz!r}") from err
-    available = active_templates(session, pinned=request.template_version)
+    available = active_templates(session, pinned=request.template_version, key=request.template_key)
     for channel in plan:
         try:
             chosen = templates.select_template(

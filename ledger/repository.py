@@ -230,9 +230,11 @@ def prepare_attempt(session: Session, **values: Any) -> Attempt:
         pg_insert(Attempt)
         .values(state=AttemptState.PREPARED.value, **values)
         .on_conflict_do_nothing(index_elements=["token"])
-        .returning(Attempt.id)
+        .returning(Attempt)
     )
-    session.execute(stmt)
+    inserted = session.execute(stmt).scalar_one_or_none()
+    if inserted is not None:
+        return inserted
     return session.execute(select(Attempt).where(Attempt.token == values["token"])).scalar_one()
 
 

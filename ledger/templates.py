@@ -14,11 +14,16 @@ from ledger.models import PolicyVersion, TemplateVersionRow
 from ledger.transactions import rows_changed
 
 
-def active_templates(session: Session, *, pinned: int | None = None) -> list[TemplateVersion]:
-    """Active versions, or every version when a pinned one is asked for."""
+def active_templates(
+    session: Session, *, pinned: int | None = None, key: str | None = None
+) -> list[TemplateVersion]:
+    """Active versions, or every version when a pinned one is asked for; only `key`'s
+    versions when a key is given."""
     query = select(TemplateVersionRow)
     if pinned is None:
         query = query.where(TemplateVersionRow.active.is_(True))
+    if key is not None:
+        query = query.where(TemplateVersionRow.key == key)
     return [_to_domain(row) for row in session.execute(query).scalars()]
 
 

@@ -95,6 +95,11 @@ class HeraldClient:
 
     def record(self, session: Session, request: NotificationRequest) -> IntentRef:
         """Add the intent and its outbox row to the caller's transaction (no commit here)."""
+        return self._record(session, request)[0]
+
+    def _record(
+        self, session: Session, request: NotificationRequest
+    ) -> tuple[IntentRef, repo.IntentFields]:
         fields = intake.validate(
             session,
             request,
@@ -103,12 +108,13 @@ class HeraldClient:
             retention_days=self._retention_days,
         )
         recorded = repo.record_intent(session, fields)
-        return IntentRef(
+        ref = IntentRef(
             recorded.intent_id,
             recorded.workflow_id,
             recorded.business_key,
             existed=not recorded.created,
         )
+        return ref, fields
 
     async def notify(self, request: NotificationRequest) -> IntentRef:
         """Record the intent in its own transaction, then start its workflow at once.
@@ -119,8 +125,9 @@ class HeraldClient:
 
         def work() -> tuple[IntentRef, TypedSearchAttributes]:
             with self.sessions.begin() as session:
-                ref = self.record(session, request)
-                return ref, self._attributes_of(session, ref.intent_id)
+                # An existing intent with this key has the same payload (or record raised).
+                ref, fields = self._record(session, request)
+                return ref, self._attributes_of(fields)
 
         ref, attributes = await asyncio.to_thread(work)
         try:
@@ -187,13 +194,13 @@ class HeraldClient:
 
     def _search_attributes(self, intent_id: str) -> TypedSearchAttributes:
         with self.sessions() as session:
-            return self._attributes_of(session, intent_id)
+            intent = session.get(Intent, intent_id)
+            assert intent is not None
+            return self._attributes_of(intent)
 
     @staticmethod
-    def _attributes_of(session: Session, intent_id: str) -> TypedSearchAttributes:
+    def _attributes_of(intent: Intent | repo.IntentFields) -> TypedSearchAttributes:
         """Set at start so the Web UI can filter at once (ids and codes only, never PII)."""
-        intent = session.get(Intent, intent_id)
-        assert intent is not None
         state = "scheduled" if intent.send_at and intent.send_at > datetime.now(UTC) else "sending"
         return TypedSearchAttributes(
             [

@@ -42,6 +42,8 @@ class MaintenanceResult:
     """purge: intents due but kept readable by a legal hold."""
     batches: int = 0
     """purge: transactions used."""
+    idempotency_keys_expired: int = 0
+    """purge: Idempotency-Key records past their retention, deleted."""
 
 
 PURGE_BATCH = 1000
@@ -81,25 +83,25 @@ class MaintenanceActivities:
         """Remove readable PII whose retention has passed, in short transactions."""
 
         def work() -> MaintenanceResult:
-            now = datetime.now(UTC)
-            result = MaintenanceResult(PURGE)
-            more = True
-            while more:
-                with self._sessions.begin() as session:
-                    batch = retention.purge(session, now=now, limit=PURGE_BATCH)
-                result.batches += 1
-                result.intents_purged += batch.intents_purged
-                result.attempts_purged += batch.attempts_purged
-                result.held = batch.held
-                # A batch that purged nothing cannot be followed by one that does.
-                more = batch.more and bool(batch.intents_purged or batch.attempts_purged)
-            return result
+            report = retention.purge_in_batches(
+                self._sessions.begin, now=datetime.now(UTC), batch=PURGE_BATCH
+            )
+            return MaintenanceResult(
+                PURGE,
+                intents_purged=report.intents_purged,
+                attempts_purged=report.attempts_purged,
+                held=report.held,
+                batches=report.batches,
+                idempotency_keys_expired=report.idempotency_keys_expired,
+            )
 
         result = await asyncio.to_thread(work)
         activity.logger.info(
-            "purge removed PII of %d intent(s) and %d attempt(s); %d on legal hold",
+            "purge removed PII of %d intent(s) and %d attempt(s); %d on legal hold; "
+            "%d expired idempotency key(s) deleted",
             result.intents_purged,
             result.attempts_purged,
             result.held,
+            result.idempotency_keys_expired,
         )
         return result

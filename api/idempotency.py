@@ -9,7 +9,8 @@ Header Field" describes it, kept in the ledger's `idempotency_record` table.
 - A request that never started its work (validation failed) releases the key, so the
   client can correct the body and retry with the same key (what Stripe does).
 - Keys are kept for :data:`RETENTION` (24 h). A record found past it is replaced on
-  lookup; there is no purge job yet (rows of keys never reused stay until one is added).
+  lookup; the retention purge (`herald purge`, the daily purge schedule) deletes the rest
+  (`ledger.retention.expire_idempotency_keys`).
 - An in-flight record older than :data:`IN_FLIGHT_LEASE` belongs to a process that died
   mid-request; a retry with the same request takes it over. That is safe because the work
   itself (recording an intent by business key) is idempotent.
@@ -28,9 +29,10 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session, sessionmaker
 
 from ledger.models import IdempotencyRecord
+from ledger.retention import IDEMPOTENCY_RETENTION
 from ledger.transactions import rows_changed
 
-RETENTION = timedelta(hours=24)
+RETENTION = IDEMPOTENCY_RETENTION
 IN_FLIGHT_LEASE = timedelta(seconds=60)
 MAX_KEY_LENGTH = 200
 

@@ -17,18 +17,24 @@ hold set concurrently either lands before the purge (and exempts the intent) or 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, exists, false, func, or_, select, update
+from sqlalchemy import and_, delete, exists, false, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from ledger import repository as repo
-from ledger.models import Attempt, Intent
+from ledger.models import Attempt, IdempotencyRecord, Intent
 from ledger.transactions import rows_changed
 
 LEGAL_HOLD_ACTION = "legal-hold"
+
+IDEMPOTENCY_RETENTION = timedelta(hours=24)
+"""How long an `Idempotency-Key` of POST /v1/intents is remembered (api/idempotency.py).
+Its record holds a hash of the request (which carried a destination), so it goes too."""
 
 
 @dataclass
@@ -49,6 +55,10 @@ class PurgeReport:
     intent_ids: list[str] = field(default_factory=list)
     more: bool = False
     """A `limit` was given and reached: run again (in a new transaction) for the rest."""
+    batches: int = 0
+    """Transactions used by `purge_in_batches`."""
+    idempotency_keys_expired: int = 0
+    """`Idempotency-Key` records past IDEMPOTENCY_RETENTION, deleted by `purge_in_batches`."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -59,6 +69,8 @@ class PurgeReport:
             "waiting_for_send": self.waiting_for_send,
             "intent_ids": list(self.intent_ids),
             "more": self.more,
+            "batches": self.batches,
+            "idempotency_keys_expired": self.idempotency_keys_expired,
         }
 
 
@@ -180,6 +192,47 @@ def purge(session: Session, *, now: datetime, limit: int | None = None) -> Purge
     # Objects already loaded in this session must not show ciphertexts we just removed.
     session.expire_all()
     return report
+
+
+def expire_idempotency_keys(
+    session: Session, *, now: datetime, older_than: timedelta = IDEMPOTENCY_RETENTION
+) -> int:
+    """Delete `Idempotency-Key` records created before `now - older_than`; their number.
+
+    A key past its retention is already treated as unknown by the API (a new request with
+    it starts afresh), so deleting it changes no answer."""
+    if now.tzinfo is None:
+        raise ValueError("now must carry a timezone")
+    return rows_changed(
+        session.execute(
+            delete(IdempotencyRecord).where(IdempotencyRecord.created_at < now - older_than)
+        )
+    )
+
+
+def purge_in_batches(
+    transaction: Callable[[], AbstractContextManager[Session]], *, now: datetime, batch: int
+) -> PurgeReport:
+    """The whole retention run: `purge` in transactions of at most `batch` intents each (a
+    large backlog never holds locks for long), then the expired idempotency keys.
+
+    `transaction()` opens a session in a new transaction, committed when it closes.
+    """
+    total = PurgeReport(now=now)
+    more = True
+    while more:
+        with transaction() as session:
+            part = purge(session, now=now, limit=batch)
+        total.batches += 1
+        total.intents_purged += part.intents_purged
+        total.attempts_purged += part.attempts_purged
+        total.intent_ids += part.intent_ids
+        total.held, total.waiting_for_send = part.held, part.waiting_for_send
+        # A batch that purged nothing cannot be followed by one that does: stop.
+        more = part.more and bool(part.intents_purged or part.attempts_purged)
+    with transaction() as session:
+        total.idempotency_keys_expired = expire_idempotency_keys(session, now=now)
+    return total
 
 
 @dataclass(frozen=True)

@@ -110,18 +110,7 @@ async def cmd_purge(args: argparse.Namespace, cfg: settings_module.Settings) -> 
     now = _when(args.now, "--now") or datetime.now(UTC)
     if args.batch < 1:
         raise CliError("--batch must be at least 1")
-    total = retention.PurgeReport(now=now)
-    more = True
-    while more:
-        # One short transaction per batch, so a large backlog never holds locks for long.
-        with _session(cfg, write=True) as session:
-            batch = retention.purge(session, now=now, limit=args.batch)
-        total.intents_purged += batch.intents_purged
-        total.attempts_purged += batch.attempts_purged
-        total.intent_ids += batch.intent_ids
-        total.held, total.waiting_for_send = batch.held, batch.waiting_for_send
-        # A batch that purged nothing cannot be followed by one that does: stop.
-        more = batch.more and bool(batch.intents_purged or batch.attempts_purged)
+    total = retention.purge_in_batches(lambda: _session(cfg, write=True), now=now, batch=args.batch)
     report = total.as_dict()
     del report["more"]
     _emit(
@@ -130,7 +119,8 @@ async def cmd_purge(args: argparse.Namespace, cfg: settings_module.Settings) -> 
         lambda r: (
             f"purged PII of {r['intents_purged']} intent(s) and {r['attempts_purged']} "
             f"attempt(s) due by {r['now']}; {r['held']} on legal hold, "
-            f"{r['waiting_for_send']} waiting for their send time"
+            f"{r['waiting_for_send']} waiting for their send time; "
+            f"{r['idempotency_keys_expired']} expired idempotency key(s) deleted"
         ),
     )
     return 0

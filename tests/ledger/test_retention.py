@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from domain.states import AttemptState
 from ledger import migrate, retention, timeline
 from ledger import repository as repo
-from ledger.models import Attempt, Base, Intent, OperatorAction
+from ledger.models import Attempt, Base, IdempotencyRecord, Intent, OperatorAction
 from ledger.repository import ObservationFacts
 from ledger.templates import seed_packaged
 from tests.conftest import fresh_database, unique
@@ -214,6 +214,42 @@ def test_a_limited_purge_goes_in_batches_until_nothing_is_left(ledger_db, cipher
     assert batches == [(2, True), (1, False)]
     with sessions() as session:
         assert all(_readable_ciphertexts(session, i) == [] for i in ids)
+
+
+def test_the_whole_purge_run_batches_and_expires_only_old_idempotency_keys(ledger_db, cipher):
+    _, sessions = ledger_db
+    now = _after_retention()
+    with sessions.begin() as session:
+        ids = [_delivered_intent(session, cipher, unique("class-opening:c")) for _ in range(3)]
+        session.add_all(
+            [
+                IdempotencyRecord(
+                    key="old",
+                    request_sha256="0" * 64,
+                    status_code=201,
+                    response={"intent_id": ids[0]},
+                    created_at=now - retention.IDEMPOTENCY_RETENTION - timedelta(seconds=1),
+                ),
+                IdempotencyRecord(
+                    key="fresh",
+                    request_sha256="1" * 64,
+                    status_code=201,
+                    response={"intent_id": ids[1]},
+                    created_at=now - retention.IDEMPOTENCY_RETENTION + timedelta(minutes=5),
+                ),
+            ]
+        )
+
+    report = retention.purge_in_batches(sessions.begin, now=now, batch=2)
+
+    assert (report.intents_purged, report.batches) == (3, 2)
+    assert report.idempotency_keys_expired == 1
+    with sessions() as session:
+        assert all(_readable_ciphertexts(session, i) == [] for i in ids)
+        assert session.scalars(select(IdempotencyRecord.key)).all() == ["fresh"]
+    # A second run finds nothing more to do.
+    again = retention.purge_in_batches(sessions.begin, now=now, batch=2)
+    assert (again.intents_purged, again.idempotency_keys_expired) == (0, 0)
 
 
 def test_an_attempt_past_its_own_purge_after_is_purged_before_its_intent(ledger_db, cipher):

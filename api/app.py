@@ -20,7 +20,7 @@ import phonenumbers
 from fastapi import APIRouter, FastAPI, HTTPException, Query, Request, Response
 from fastapi.responses import HTMLResponse, JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from sqlalchemy import select, update
+from sqlalchemy import select, text, update
 from sqlalchemy.orm import Session
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from twilio.request_validator import RequestValidator
@@ -29,7 +29,7 @@ from activities.contracts import ReceiptSignal
 from activities.email import verify_unsubscribe_token
 from api.intents import RETENTION_NOTE, intents_router
 from api.metrics import build_registry
-from api.schemas import Health, Problem, Unsubscribed
+from api.schemas import Health, Problem, Readiness, Unsubscribed
 from domain import keywords
 from domain.destinations import InvalidDestination, normalize_phone
 from domain.states import AttemptState, is_terminal, normalize_provider_status
@@ -42,6 +42,7 @@ from starter.client import HeraldClient
 log = logging.getLogger("herald.api")
 
 MAX_BODY_BYTES = 64 * 1024
+READY_TIMEOUT_SECONDS = 2.0
 SIGNAL_TIMEOUT_SECONDS = 5.0
 _MESSAGE_SID = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
 _ERROR_CODE = re.compile(r"^[A-Za-z0-9_-]{1,20}$")
@@ -57,12 +58,24 @@ Herald's HTTP ingress.
   the signed token in the link.
 - **The operator and app API** (`/v1/intents...`) needs `Authorization: Bearer <token>`
   (`HERALD_OPERATOR_TOKEN`; `herald dev` writes one to the data folder).
-- `/healthz`, `/metrics` (Prometheus text format) and this document need nothing.
+- `/healthz` (liveness), `/readyz` (ledger and Temporal reachable), `/metrics`
+  (Prometheus text format) and this document need nothing.
 
 Bodies larger than {MAX_BODY_BYTES} bytes are refused with 413.
 
 {RETENTION_NOTE}
 """
+
+
+async def _check(probe: Any) -> str:
+    """ "ok", or the class of what went wrong (no message: it may carry a URL or a secret)."""
+    try:
+        result = await asyncio.wait_for(probe, timeout=READY_TIMEOUT_SECONDS)
+    except TimeoutError:
+        return f"no answer within {READY_TIMEOUT_SECONDS:g} s"
+    except Exception as err:  # noqa: BLE001 - any failure means "not ready"
+        return f"unavailable ({type(err).__name__})"
+    return "ok" if result is not False else "unavailable (reported unhealthy)"
 
 
 class Ingress:
@@ -404,7 +417,27 @@ def create_app(ingress: Ingress) -> FastAPI:
 
     @app.get("/healthz", response_model=Health, tags=["health"])
     async def healthz() -> dict[str, str]:
+        """Liveness: the process answers. It touches neither the ledger nor Temporal."""
         return {"status": "ok"}
+
+    @app.get(
+        "/readyz",
+        response_model=Readiness,
+        tags=["health"],
+        responses={503: {"model": Readiness, "description": "A dependency is unreachable."}},
+    )
+    async def readyz() -> JSONResponse:
+        """Readiness: the ledger answers a query and the Temporal frontend reports healthy,
+        each within READY_TIMEOUT_SECONDS. 503 names the one that did not."""
+        checks = {
+            "ledger": await _check(ingress.tx(lambda s: s.execute(text("SELECT 1")))),
+            "temporal": await _check(ingress.client.temporal.service_client.check_health()),
+        }
+        ready = all(v == "ok" for v in checks.values())
+        return JSONResponse(
+            {"status": "ready" if ready else "not ready", "checks": checks},
+            status_code=200 if ready else 503,
+        )
 
     @app.get(
         "/metrics",

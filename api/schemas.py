@@ -52,6 +52,12 @@ class Health(BaseModel):
     status: Literal["ok"]
 
 
+class Readiness(BaseModel):
+    status: Literal["ready", "not ready"]
+    checks: dict[str, str]
+    """`ledger` and `temporal`: "ok", or what failed (an error class, never a secret)."""
+
+
 # --- intents -----------------------------------------------------------------------------
 
 

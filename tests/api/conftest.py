@@ -59,9 +59,22 @@ class StubHandle:
 
 
 @dataclass
+class StubServiceClient:
+    """`check_health` as the real service client has it; `down` makes it raise."""
+
+    down: bool = False
+
+    async def check_health(self) -> bool:
+        if self.down:
+            raise RPCError("connection refused", RPCStatusCode.UNAVAILABLE, b"")
+        return True
+
+
+@dataclass
 class StubTemporal:
     """Records signals and starts; `start_gate` holds starts (a request kept in flight)."""
 
+    service_client: StubServiceClient = field(default_factory=StubServiceClient)
     signals: list[tuple[str, str, Any]] = field(default_factory=list)
     starts: list[str] = field(default_factory=list)
     fail_signals: bool = False

@@ -6,12 +6,12 @@ import asyncio
 import hashlib
 import hmac
 import re
-from datetime import UTC, datetime
 
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities import now_utc
 from activities.contracts import SubmitInput, SubmitOutcome
 from domain.states import AttemptState
 from ledger import repository as repo
@@ -39,10 +39,6 @@ _ADDRESS = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
 def _without_addresses(text: str) -> str:
     """SMTP replies often quote the recipient; errors reach Temporal history and logs."""
     return _ADDRESS.sub("<address>", text)
-
-
-def now_utc() -> datetime:
-    return datetime.now(UTC)
 
 
 def unsubscribe_token(secret: str, token: str) -> str:

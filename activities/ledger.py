@@ -4,13 +4,14 @@ operator actions. Each is one database transaction; the rules come from `domain`
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities import now_utc
 from activities.contracts import (
     AuthorizeInput,
     AuthorizeResult,
@@ -27,10 +28,6 @@ from ledger.models import Intent, PolicyDecision, PolicyVersion
 from ledger.repository import ObservationFacts
 from ledger.templates import active_templates
 from ledger.transactions import in_transaction
-
-
-def now_utc() -> datetime:
-    return datetime.now(UTC)
 
 
 class PolicyCache:

@@ -7,7 +7,7 @@ loops: retries belong to the workflow's RetryPolicy, so they show up in Temporal
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from urllib.parse import quote
 
 from sqlalchemy import select
@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities import now_utc
 from activities.contracts import PollInput, PollOutcome, SubmitInput, SubmitOutcome
 from domain import provider_errors
 from domain.states import AttemptState, normalize_provider_status
@@ -34,10 +35,6 @@ from transports.sms import (
 # A timed-out create may take a moment to show in the provider's list; before this grace
 # has passed, "not found" is not evidence that nothing was sent.
 RECONCILE_GRACE = timedelta(seconds=5)
-
-
-def now_utc() -> datetime:
-    return datetime.now(UTC)
 
 
 @dataclass(frozen=True)

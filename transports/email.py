@@ -121,8 +121,11 @@ def sign_dkim(raw: bytes, config: DkimConfig) -> bytes:
     """Prepend a DKIM-Signature header (dkimpy does the canonicalization and signing)."""
     import dkim
 
-    present = [h for h in config.headers
-               if f"\n{h.lower()}:".encode() in b"\n" + raw.lower().split(b"\r\n\r\n", 1)[0]]
+    present = [
+        h
+        for h in config.headers
+        if f"\n{h.lower()}:".encode() in b"\n" + raw.lower().split(b"\r\n\r\n", 1)[0]
+    ]
     signature = dkim.sign(
         raw,
         selector=config.selector.encode(),

@@ -47,7 +47,10 @@ def register(add: Any) -> dict[str, Any]:
     bench.add_argument("--open", type=int, default=5000, help="unresolved messages (5000)")
     bench.add_argument("--budget", type=float, default=20.0, help="SMS activities/s (20)")
     bench.add_argument(
-        "--poll-every", type=float, default=10.0, help="poll interval per message, s (10)"
+        "--poll-every",
+        type=float,
+        default=None,
+        help="poll interval per message, s (default: open / (1.25 x budget), at least 10)",
     )
     bench.add_argument("--window", type=float, default=30.0, help="measurement window, s (30)")
     bench.add_argument("--out", help="results folder (bench/results)")

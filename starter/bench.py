@@ -1,7 +1,7 @@
 """`herald bench`: measure Herald end to end on the embedded stack, against a baseline.
 
 Two modes, each on its own throwaway stack (temp data folder, free ports, headless, the
-worker in its own process, the carrier simulator with fast receipts):
+worker in its own process, the carrier simulator with fast receipts in another):
 
 - **throughput** (default): N intents end to end (record, authorize, submit, signed
   receipt, delivered). Reports intents/s, p50/p95/p99 from intent to submitted and to
@@ -31,7 +31,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -44,21 +44,13 @@ import settings as settings_module
 from domain.requests import NotificationRequest
 from ledger.models import Consent
 from ledger.templates import seed_policy
+from starter.bench_carrier import Carrier
 from starter.devstack import ChildProcess, EmbeddedPostgres, free_port
 from starter.stack import DevStack
-from transports.simulator import (
-    FAULT_NUMBERS,
-    Fault,
-    LoopbackServer,
-    SimDelays,
-    create_simulator_app,
-)
+from transports.simulator import FAULT_NUMBERS
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO_ROOT / "bench" / "results"
-
-FAST_RECEIPTS = SimDelays(sent=0.05, delivered=0.05)
-"""The carrier answers quickly, so the bench measures Herald and Temporal, not waiting."""
 
 
 DEMAND_OVER_BUDGET = 1.25
@@ -100,36 +92,10 @@ class BenchOptions:
         return max(10.0, round(self.open / (DEMAND_OVER_BUDGET * self.budget)))
 
 
-# --- the simulator, counted -----------------------------------------------------------
-
-
-class CountingApp:
-    """ASGI wrapper around the carrier simulator: when each create / lookup arrived."""
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-        self.state = app.state
-        self.events: list[tuple[float, str]] = []
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and "/Messages" in scope["path"]:
-            path, method = scope["path"], scope["method"]
-            if path.endswith("/Messages.json"):
-                kind = "create" if method == "POST" else "list"
-            else:
-                kind = "lookup" if method == "GET" else "update"
-            self.events.append((time.monotonic(), kind))
-        await self.app(scope, receive, send)
-
-    def count(self, kind: str, start: float = 0.0, end: float = float("inf")) -> int:
-        return sum(1 for at, k in self.events if k == kind and start <= at < end)
-
-
 @dataclass
 class Bench:
     stack: DevStack
-    simulator: LoopbackServer
-    counter: CountingApp
+    carrier: Carrier
     data_dir: Path
     postgres_port: int
     numbers: list[str] = field(default_factory=list)
@@ -161,7 +127,7 @@ class Bench:
         try:
             await self.stack.stop()
         finally:
-            await self.simulator.stop()
+            await self.carrier.stop()
             await asyncio.to_thread(
                 EmbeddedPostgres(self.data_dir, port=self.postgres_port).destroy
             )
@@ -182,21 +148,17 @@ def distinct_numbers(count: int) -> list[str]:
 
 
 async def start_bench(
-    *, sms_rate: float, fault_numbers: dict[str, Fault] | None = None, log: Callable[[str], None]
+    *, sms_rate: float, never_resolves: Sequence[str] = (), log: Callable[[str], None]
 ) -> Bench:
     data_dir = Path(tempfile.mkdtemp(prefix="herald-bench-"))
     api_port, postgres_port = free_port(), free_port()
-    base = settings_module.Settings()
-    app = create_simulator_app(
-        account_sid=base.sms_account_sid,
-        auth_token=base.sms_auth_token.get_secret_value(),
-        delays=FAST_RECEIPTS,
+    carrier = Carrier(
+        port=free_port(),
         inbound_url=f"http://127.0.0.1:{api_port}/v1/inbound/sms",
-        fault_numbers=fault_numbers,
+        never_resolves=never_resolves,
+        folder=data_dir,
     )
-    counter = CountingApp(app)
-    simulator = LoopbackServer(counter, host="127.0.0.1", port=0)
-    await simulator.start()
+    await carrier.start()
     cfg = settings_module.Settings(
         env="dev",
         data_dir=data_dir,
@@ -207,7 +169,7 @@ async def start_bench(
         temporal_ui_port=free_port(),
         api_port=api_port,
         smtp_port=free_port(),
-        sms_base_url=simulator.url,
+        sms_base_url=carrier.url,
         policy_name="demo",
         data_key=None,
         # The worker gets its settings from DevStack.env(), which carries this budget.
@@ -218,9 +180,9 @@ async def start_bench(
         log(f"starting the embedded stack in {data_dir} ...")
         await stack.start()
     except BaseException:
-        await simulator.stop()
+        await carrier.stop()
         raise
-    return Bench(stack, simulator, counter, data_dir, postgres_port)
+    return Bench(stack, carrier, data_dir, postgres_port)
 
 
 # --- helpers ------------------------------------------------------------------------
@@ -314,7 +276,8 @@ class CpuMeter:
     """CPU seconds (user + system) used by each part of the stack, per measured phase.
 
     Each part is a process and its children (Postgres backends, the Temporal server's
-    helpers); the bench driver's own process also serves the ingress and the simulator.
+    helpers); the bench driver's own process also serves the ingress. The carrier
+    simulator runs in a process of its own (starter/bench_carrier.py).
     """
 
     def __init__(self, parts: dict[str, tuple[int, bool]]) -> None:
@@ -538,7 +501,8 @@ async def throughput(opts: BenchOptions, log: Callable[[str], None]) -> dict[str
         assert baseline_worker.pid is not None and stack.temporal.pid is not None
         cpu = CpuMeter(
             {
-                "driver+ingress+simulator": (os.getpid(), False),
+                "driver+ingress": (os.getpid(), False),
+                "carrier_simulator": (bench.carrier.pid, True),
                 "worker": (bench.worker_pid(), True),
                 "baseline_worker": (baseline_worker.pid, True),
                 "temporal": (stack.temporal.pid, True),
@@ -595,8 +559,8 @@ async def throughput(opts: BenchOptions, log: Callable[[str], None]) -> dict[str
             },
             "ratio_herald_to_baseline": round(herald_ips / base_ips, 3),
             "simulator": {
-                "creates": bench.counter.count("create"),
-                "lookups": bench.counter.count("lookup"),
+                "creates": await bench.carrier.count("create"),
+                "lookups": await bench.carrier.count("lookup"),
             },
         }
     finally:
@@ -649,9 +613,7 @@ def count_submitted(bench: Bench, key_prefix: str) -> int:
 
 async def poll_budget(opts: BenchOptions, log: Callable[[str], None]) -> dict[str, Any]:
     numbers = distinct_numbers(opts.open)
-    faults = dict(FAULT_NUMBERS)
-    faults.update({n: Fault.parse("never_resolves") for n in numbers})
-    bench = await start_bench(sms_rate=opts.open_rate, fault_numbers=faults, log=log)
+    bench = await start_bench(sms_rate=opts.open_rate, never_resolves=numbers, log=log)
     try:
         bench.numbers = numbers
         poll_every = opts.poll_interval()
@@ -700,7 +662,7 @@ async def poll_budget(opts: BenchOptions, log: Callable[[str], None]) -> dict[st
         )
         await bench.restart_worker(opts.budget)
         restarted = time.monotonic()
-        while bench.counter.count("lookup", restarted) == 0:
+        while await bench.carrier.count("lookup", restarted) == 0:
             if time.monotonic() > restarted + 60:
                 raise RuntimeError("no lookup reached the carrier after the worker restart")
             await asyncio.sleep(0.2)
@@ -709,9 +671,11 @@ async def poll_budget(opts: BenchOptions, log: Callable[[str], None]) -> dict[st
         log(f"measuring lookups for {opts.window:.0f} s ...")
         await asyncio.sleep(opts.window)
         end = start + opts.window
-        lookups = bench.counter.count("lookup", start, end)
+        arrivals = await bench.carrier.arrivals("lookup")
+        lookups = sum(1 for at in arrivals if start <= at < end)
         per_second = [
-            bench.counter.count("lookup", start + s, start + s + 1) for s in range(int(opts.window))
+            sum(1 for at in arrivals if start + s <= at < start + s + 1)
+            for s in range(int(opts.window))
         ]
         rate = lookups / opts.window
         return {
@@ -731,7 +695,7 @@ async def poll_budget(opts: BenchOptions, log: Callable[[str], None]) -> dict[st
                 default=0,
             ),
             "lookups_each_second": per_second,
-            "creates_in_window": bench.counter.count("create", start, end),
+            "creates_in_window": await bench.carrier.count("create", start, end),
             "open_phase_s": round(open_s, 1),
         }
     finally:

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities import now_utc
+from activities import heartbeating, now_utc
 from activities.contracts import PollInput, PollOutcome, SubmitInput, SubmitOutcome
 from domain import provider_errors
 from domain.states import AttemptState, normalize_provider_status
@@ -114,6 +114,7 @@ class SmsActivities:
         return await self._tx(lambda s: repo.record_observation(s, facts, token=token))
 
     @activity.defn(name="submit_sms")
+    @heartbeating
     async def submit_sms(self, input: SubmitInput) -> SubmitOutcome:
         token = input.attempt_token
         view, sendable = await self._tx(lambda s: self._claim_send(s, token))

@@ -68,6 +68,10 @@ SEND_EMAIL = "send_email"
 RECORD_VERDICT = "record_verdict"
 RECORD_OPERATOR_ACTION = "record_operator_action"
 
+SEND_HEARTBEAT_TIMEOUT = timedelta(seconds=10)
+"""The sending activities heartbeat (activities.heartbeating): a worker that dies
+mid-send is noticed after 10 s, not after the 30 s start-to-close."""
+
 LEDGER_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30)
 )
@@ -297,6 +301,7 @@ class NotificationWorkflow:
                 result_type=SubmitOutcome,
                 task_queue=_sms_queue() if channel == "sms" else None,
                 start_to_close_timeout=timedelta(seconds=30),
+                heartbeat_timeout=SEND_HEARTBEAT_TIMEOUT,
                 schedule_to_close_timeout=timedelta(seconds=facts.submit_window_seconds),
                 retry_policy=RetryPolicy(
                     initial_interval=timedelta(seconds=1),

@@ -21,7 +21,7 @@ from activities.contracts import (
 )
 from domain import keys
 from tests.workflows.conftest import World, allow, defer, deny, facts, keep_history, permanent
-from workflows.notification import NotificationWorkflow
+from workflows.notification import SEND_HEARTBEAT_TIMEOUT, NotificationWorkflow
 
 pytestmark = pytest.mark.workflow
 
@@ -65,6 +65,26 @@ async def test_a_receipt_before_the_first_poll_completes_delivered_without_polli
     assert "poll_sms" not in world.names() and "send_email" not in world.names()
     # The budget for the happy path: at most 30 history events (two signals here).
     assert len(history.events) <= 30 + 4, len(history.events)
+
+
+async def test_sending_activities_have_a_heartbeat_timeout_and_the_others_do_not(harness, queue):
+    # A worker that dies mid-send is noticed after the heartbeat timeout (10 s), not
+    # after the 30 s start-to-close; the activities themselves heartbeat (activities/).
+    world = World(facts(), poll=lambda token, n: "undelivered")
+    async with harness.worker(world, queue):
+        handle = await harness.start(world, queue)
+        await handle.result()
+        history = await handle.fetch_history()
+    scheduled = {
+        e.activity_task_scheduled_event_attributes.activity_type.name: (
+            e.activity_task_scheduled_event_attributes.heartbeat_timeout.ToSeconds()
+        )
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    }
+    assert scheduled["submit_sms"] == SEND_HEARTBEAT_TIMEOUT.total_seconds() == 10
+    assert scheduled["send_email"] == 10
+    assert scheduled["authorize"] == scheduled["poll_sms"] == 0
 
 
 async def test_delivered_by_poll_when_no_receipt_comes(harness, queue):

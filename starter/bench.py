@@ -600,6 +600,16 @@ def bench_policy(poll_every: float) -> str:
     return document
 
 
+def ahead_of_budget(per_second: list[int], budget: float) -> float:
+    """The most lookups made beyond `budget x elapsed seconds`, at any whole second of
+    the window: 0 means the running total never went above the budget line."""
+    total, ahead = 0, 0.0
+    for elapsed, count in enumerate(per_second, 1):
+        total += count
+        ahead = max(ahead, total - budget * elapsed)
+    return round(ahead, 1)
+
+
 def count_submitted(bench: Bench, key_prefix: str) -> int:
     with bench.client.sessions() as session:
         return session.execute(
@@ -694,6 +704,7 @@ async def poll_budget(opts: BenchOptions, log: Callable[[str], None]) -> dict[st
                 (sum(per_second[i : i + 5]) / 5 for i in range(len(per_second) - 4)),
                 default=0,
             ),
+            "max_ahead_of_budget": ahead_of_budget(per_second, opts.budget),
             "lookups_each_second": per_second,
             "creates_in_window": await bench.carrier.count("create", start, end),
             "open_phase_s": round(open_s, 1),
@@ -731,7 +742,9 @@ def render(result: dict[str, Any]) -> str:
             f"  measured {result['lookups_per_s']} lookups/s over {result['window_s']:.0f} s "
             f"({result['ratio_to_budget']:.1%} of the budget; max {result['max_in_one_second']} "
             f"in one second, {result['max_per_s_over_5s']:.1f}/s over the busiest 5 s; "
-            f"{result['creates_in_window']} creates in the window)"
+            f"{result['creates_in_window']} creates in the window)\n"
+            f"  the running total was never more than {result['max_ahead_of_budget']:g} "
+            f"lookups above budget x elapsed seconds"
         )
     h, b = result["herald"], result["baseline"]
     hist, bhist = h["history_per_intent"], b["history_per_workflow"]

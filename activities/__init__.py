@@ -35,8 +35,10 @@ def heartbeating(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
 
         async def beat() -> None:
             while True:
-                activity.heartbeat()
+                # Sleep first: a send that is over within the interval sends no heartbeat
+                # at all (the server's heartbeat timeout runs from the start anyway).
                 await asyncio.sleep(HEARTBEAT_EVERY_SECONDS)
+                activity.heartbeat()
 
         beats = asyncio.create_task(beat())
         try:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
 
+from activities import now_utc
 from ledger import reconcile, retention
 
 RECONCILE = "reconcile"
@@ -59,7 +59,7 @@ class MaintenanceActivities:
         """Find what needs review and file each row as a review item (once)."""
 
         def work() -> MaintenanceResult:
-            now = datetime.now(UTC)
+            now = now_utc()
             with self._sessions.begin() as session:
                 rows = reconcile.find(session, now=now)
                 recorded = reconcile.record_review_items(session, rows, now)
@@ -84,7 +84,7 @@ class MaintenanceActivities:
 
         def work() -> MaintenanceResult:
             report = retention.purge_in_batches(
-                self._sessions.begin, now=datetime.now(UTC), batch=PURGE_BATCH
+                self._sessions.begin, now=now_utc(), batch=PURGE_BATCH
             )
             return MaintenanceResult(
                 PURGE,

@@ -10,9 +10,9 @@ from typing import ParamSpec, TypeVar
 from temporalio import activity
 
 HEARTBEAT_EVERY_SECONDS = 2.0
-"""How often a sending activity says it is alive. The workflow gives those activities a
-heartbeat timeout (workflows.notification.SEND_HEARTBEAT_TIMEOUT), so a worker that dies
-mid-send is noticed after that timeout instead of after the whole start-to-close."""
+"""How often the SMS submit says it is alive. The workflow gives it a heartbeat timeout
+(workflows.notification.SEND_HEARTBEAT_TIMEOUT), so a worker that dies mid-submit is
+noticed after that timeout instead of after the whole start-to-close."""
 
 P = ParamSpec("P")
 R = TypeVar("R")

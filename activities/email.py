@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities import heartbeating, now_utc
+from activities import now_utc
 from activities.contracts import SubmitInput, SubmitOutcome
 from domain.states import AttemptState
 from ledger import repository as repo
@@ -77,7 +77,6 @@ class EmailActivities:
         return await in_transaction(self._sessions, work)
 
     @activity.defn(name="send_email")
-    @heartbeating
     async def send_email(self, input: SubmitInput) -> SubmitOutcome:
         token = input.attempt_token
 

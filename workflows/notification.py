@@ -69,8 +69,12 @@ RECORD_VERDICT = "record_verdict"
 RECORD_OPERATOR_ACTION = "record_operator_action"
 
 SEND_HEARTBEAT_TIMEOUT = timedelta(seconds=10)
-"""The sending activities heartbeat (activities.heartbeating): a worker that dies
-mid-send is noticed after 10 s, not after the 30 s start-to-close."""
+"""The SMS submit heartbeats (activities.heartbeating): a worker that dies mid-submit is
+noticed after 10 s, not after the 30 s start-to-close. Safe because a retried submit finds
+the claim the dead one left and reconciles with the carrier before sending. The email
+send has no such claim (a retry sends again, with the same Message-ID), so it keeps the
+30 s start-to-close alone: a server restart that loses a few heartbeats must not start a
+second send while the first is still talking to SMTP."""
 
 LEDGER_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30)
@@ -301,7 +305,7 @@ class NotificationWorkflow:
                 result_type=SubmitOutcome,
                 task_queue=_sms_queue() if channel == "sms" else None,
                 start_to_close_timeout=timedelta(seconds=30),
-                heartbeat_timeout=SEND_HEARTBEAT_TIMEOUT,
+                heartbeat_timeout=SEND_HEARTBEAT_TIMEOUT if channel == "sms" else None,
                 schedule_to_close_timeout=timedelta(seconds=facts.submit_window_seconds),
                 retry_policy=RetryPolicy(
                     initial_interval=timedelta(seconds=1),

@@ -195,18 +195,25 @@ def purge(session: Session, *, now: datetime, limit: int | None = None) -> Purge
 
 
 def expire_idempotency_keys(
-    session: Session, *, now: datetime, older_than: timedelta = IDEMPOTENCY_RETENTION
+    session: Session, *, batch: int, older_than: timedelta = IDEMPOTENCY_RETENTION
 ) -> int:
-    """Delete `Idempotency-Key` records created before `now - older_than`; their number.
+    """Delete up to `batch` `Idempotency-Key` records created more than `older_than` ago;
+    their number.
 
-    A key past its retention is already treated as unknown by the API (a new request with
-    it starts afresh), so deleting it changes no answer."""
-    if now.tzinfo is None:
-        raise ValueError("now must carry a timezone")
+    By the database's clock, as the API judges a key's age (`created_at` is set by the
+    server); a purge run with `--now` ahead of time does not reach keys still in use. A
+    key past its retention is already treated as unknown by the API (a new request with it
+    starts afresh), so deleting it changes no answer; an in-flight record that old belongs
+    to a process that died a day ago (the takeover lease is a minute). Rows the API is
+    working on right now are skipped, not waited for."""
+    old = (
+        select(IdempotencyRecord.key)
+        .where(IdempotencyRecord.created_at < func.now() - older_than)
+        .limit(batch)
+        .with_for_update(skip_locked=True)
+    )
     return rows_changed(
-        session.execute(
-            delete(IdempotencyRecord).where(IdempotencyRecord.created_at < now - older_than)
-        )
+        session.execute(delete(IdempotencyRecord).where(IdempotencyRecord.key.in_(old)))
     )
 
 
@@ -214,7 +221,8 @@ def purge_in_batches(
     transaction: Callable[[], AbstractContextManager[Session]], *, now: datetime, batch: int
 ) -> PurgeReport:
     """The whole retention run: `purge` in transactions of at most `batch` intents each (a
-    large backlog never holds locks for long), then the expired idempotency keys.
+    large backlog never holds locks for long), then the expired idempotency keys, also
+    `batch` at a time.
 
     `transaction()` opens a session in a new transaction, committed when it closes.
     """
@@ -230,8 +238,12 @@ def purge_in_batches(
         total.held, total.waiting_for_send = part.held, part.waiting_for_send
         # A batch that purged nothing cannot be followed by one that does: stop.
         more = part.more and bool(part.intents_purged or part.attempts_purged)
-    with transaction() as session:
-        total.idempotency_keys_expired = expire_idempotency_keys(session, now=now)
+    expired = batch
+    while expired == batch:
+        with transaction() as session:
+            expired = expire_idempotency_keys(session, batch=batch)
+        total.batches += 1
+        total.idempotency_keys_expired += expired
     return total
 
 

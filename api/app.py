@@ -12,6 +12,7 @@ import asyncio
 import hashlib
 import logging
 import re
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any
 from urllib.parse import parse_qsl
@@ -96,9 +97,21 @@ class Ingress:
         self.operator_token = operator_token
         self.unsubscribe_secret = unsubscribe_secret
         self.registry, self.counters = build_registry(client.sessions)
+        self._probes: dict[str, asyncio.Future[Any]] = {}
 
     async def tx(self, work):  # type: ignore[no-untyped-def]
         return await in_transaction(self.client.sessions, work)
+
+    def probe(self, name: str, start: Callable[[], Awaitable[Any]]) -> Awaitable[Any]:
+        """The readiness probe `name`, shared: while one is still running (a database that
+        hangs keeps a thread until its own timeouts), later requests wait on the same one
+        instead of starting another, so probes never fill the thread pool."""
+        running = self._probes.get(name)
+        if running is None or running.done():
+            running = self._probes[name] = asyncio.ensure_future(start())
+            # Its outcome may reach no request (all timed out): retrieve it, no warning.
+            running.add_done_callback(lambda f: f.cancelled() or f.exception())
+        return asyncio.shield(running)
 
     def public_url(self, request: Request) -> str:
         # Signatures cover the URL the provider called; behind a proxy that is the public one.
@@ -430,8 +443,12 @@ def create_app(ingress: Ingress) -> FastAPI:
         """Readiness: the ledger answers a query and the Temporal frontend reports healthy,
         each within READY_TIMEOUT_SECONDS. 503 names the one that did not."""
         checks = {
-            "ledger": await _check(ingress.tx(lambda s: s.execute(text("SELECT 1")))),
-            "temporal": await _check(ingress.client.temporal.service_client.check_health()),
+            "ledger": await _check(
+                ingress.probe("ledger", lambda: ingress.tx(lambda s: s.execute(text("SELECT 1"))))
+            ),
+            "temporal": await _check(
+                ingress.probe("temporal", ingress.client.temporal.service_client.check_health)
+            ),
         }
         ready = all(v == "ok" for v in checks.values())
         return JSONResponse(

@@ -63,8 +63,14 @@ class StubServiceClient:
     """`check_health` as the real service client has it; `down` makes it raise."""
 
     down: bool = False
+    hang: asyncio.Event | None = None
+    """While set to an unset event, health checks wait for it (a frontend that hangs)."""
+    calls: int = 0
 
     async def check_health(self) -> bool:
+        self.calls += 1
+        if self.hang is not None:
+            await self.hang.wait()
         if self.down:
             raise RPCError("connection refused", RPCStatusCode.UNAVAILABLE, b"")
         return True

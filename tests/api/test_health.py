@@ -3,6 +3,8 @@ names the one that does not."""
 
 from __future__ import annotations
 
+import asyncio
+
 import httpx
 import pytest
 from sqlalchemy import create_engine
@@ -48,3 +50,23 @@ async def test_not_ready_names_the_ledger_when_postgres_is_unreachable(cipher, t
         "temporal": "ok",
     }
     assert password not in response.text
+
+
+async def test_a_hanging_dependency_is_probed_once_however_often_readyz_is_asked(
+    http, temporal, monkeypatch
+):
+    import api.app
+
+    monkeypatch.setattr(api.app, "READY_TIMEOUT_SECONDS", 0.05)
+    temporal.service_client.hang = asyncio.Event()
+    answers = [await http.get("/readyz") for _ in range(3)]
+    assert [a.status_code for a in answers] == [503, 503, 503]
+    assert answers[-1].json()["checks"]["temporal"] == "no answer within 0.05 s"
+    # Three requests, one probe in flight: a hung dependency holds one task (or thread).
+    assert temporal.service_client.calls == 1
+    temporal.service_client.hang.set()
+    temporal.service_client.hang = None
+    # The hung probe finishes; the next request is answered by a fresh one.
+    ready = await http.get("/readyz")
+    assert ready.status_code == 200
+    assert temporal.service_client.calls in (1, 2)

@@ -347,8 +347,9 @@ def record_observation(
         facts.normalized,
         facts.observed_at,
         facts.provider_code,
-        # Read in this transaction a moment ago, and only the remote id changed since.
-        loaded=True,
+        # Read in this transaction a moment ago. When the remote id was just written, that
+        # UPDATE may have waited for a concurrent writer of this row: read it again.
+        loaded=not learned_remote_id,
     )
     if learned_remote_id:
         _adopt_orphans(session, attempt, facts.remote_id or "")

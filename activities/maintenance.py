@@ -41,7 +41,7 @@ class MaintenanceResult:
     held: int = 0
     """purge: intents due but kept readable by a legal hold."""
     batches: int = 0
-    """purge: transactions used."""
+    """purge: transactions used (PII batches, then idempotency-key batches)."""
     idempotency_keys_expired: int = 0
     """purge: Idempotency-Key records past their retention, deleted."""
 

@@ -9,8 +9,8 @@ Header Field" describes it, kept in the ledger's `idempotency_record` table.
 - A request that never started its work (validation failed) releases the key, so the
   client can correct the body and retry with the same key (what Stripe does).
 - Keys are kept for :data:`RETENTION` (24 h). A record found past it is replaced on
-  lookup; the retention purge (`herald purge`, the daily purge schedule) deletes the rest
-  (`ledger.retention.expire_idempotency_keys`).
+  lookup; the retention purge (`herald purge`, the hourly `herald-purge` schedule)
+  deletes the rest by the database's clock (`ledger.retention.expire_idempotency_keys`).
 - An in-flight record older than :data:`IN_FLIGHT_LEASE` belongs to a process that died
   mid-request; a retry with the same request takes it over. That is safe because the work
   itself (recording an intent by business key) is idempotent.

@@ -158,7 +158,11 @@ async def start_bench(
         never_resolves=never_resolves,
         folder=data_dir,
     )
-    await carrier.start()
+    try:
+        await carrier.start()
+    except BaseException:
+        shutil.rmtree(data_dir, ignore_errors=True)
+        raise
     cfg = settings_module.Settings(
         env="dev",
         data_dir=data_dir,
@@ -175,14 +179,14 @@ async def start_bench(
         # The worker gets its settings from DevStack.env(), which carries this budget.
         sms_max_per_second=sms_rate,
     )
-    stack = DevStack(cfg, temporal_ui=False)
+    bench = Bench(DevStack(cfg, temporal_ui=False), carrier, data_dir, postgres_port)
     try:
         log(f"starting the embedded stack in {data_dir} ...")
-        await stack.start()
+        await bench.stack.start()
     except BaseException:
-        await carrier.stop()
+        await bench.close()  # whatever did start, and the folder
         raise
-    return Bench(stack, carrier, data_dir, postgres_port)
+    return bench
 
 
 # --- helpers ------------------------------------------------------------------------

@@ -108,6 +108,7 @@ class Carrier:
                 return
             except httpx.TransportError:
                 if not self.process.is_alive() or time.monotonic() > deadline:
+                    await self.stop()
                     raise RuntimeError(
                         f"the bench carrier did not start (see {self.process.log_path})"
                     ) from None

@@ -19,6 +19,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl
 
 import httpx
 
@@ -63,9 +64,7 @@ class CountingApp:
         await self.app(scope, receive, send)
 
     async def _answer(self, scope: Any, send: Any) -> None:
-        query = dict(
-            part.split("=", 1) for part in scope["query_string"].decode().split("&") if "=" in part
-        )
+        query = dict(parse_qsl(scope["query_string"].decode()))
         body = json.dumps(self.arrivals.get(query.get("kind", ""), [])).encode()
         headers = [(b"content-type", b"application/json")]
         await send({"type": "http.response.start", "status": 200, "headers": headers})

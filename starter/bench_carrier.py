@@ -99,19 +99,24 @@ class Carrier:
         self.http = httpx.AsyncClient(base_url=self.url, timeout=10)
 
     async def start(self, timeout: float = 30.0) -> None:
+        """Start the process and wait until it answers; on any failure (a Ctrl-C too) it
+        is stopped again before the error goes on."""
         self.process.start()
         deadline = time.monotonic() + timeout
-        while True:
-            try:
-                await self.arrivals("create")
-                return
-            except httpx.TransportError:
-                if not self.process.is_alive() or time.monotonic() > deadline:
-                    await self.stop()
-                    raise RuntimeError(
-                        f"the bench carrier did not start (see {self.process.log_path})"
-                    ) from None
-                await asyncio.sleep(0.1)
+        try:
+            while True:
+                try:
+                    await self.arrivals("create")
+                    return
+                except httpx.TransportError:
+                    if not self.process.is_alive() or time.monotonic() > deadline:
+                        raise RuntimeError(
+                            f"the bench carrier did not start (see {self.process.log_path})"
+                        ) from None
+                    await asyncio.sleep(0.1)
+        except BaseException:
+            await self.stop()
+            raise
 
     @property
     def pid(self) -> int:

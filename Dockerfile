@@ -14,6 +14,11 @@ COPY domain ./domain
 COPY workflows ./workflows
 COPY activities ./activities
 COPY starter ./starter
+COPY cli ./cli
+COPY runtime ./runtime
+COPY devstack ./devstack
+COPY scenarios ./scenarios
+COPY bench ./bench
 COPY ledger ./ledger
 COPY transports ./transports
 COPY api ./api

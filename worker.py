@@ -7,8 +7,8 @@ Temporal server enforces for the whole fleet (`max_task_queue_activities_per_sec
 any number of workers share one budget.
 
 Beside the workers, each process runs the outbox relay (`starter.relay`), makes sure the
-maintenance schedules exist (`starter.schedules`), logs one JSON object per line
-(`starter.structured_logs`) and touches `<data_dir>/worker.alive` for healthchecks
+maintenance schedules exist (`runtime.schedules`), logs one JSON object per line
+(`runtime.logs`) and touches `<data_dir>/worker.alive` for healthchecks
 (`python worker.py --healthcheck`). SIGTERM shuts it down gracefully.
 """
 
@@ -41,10 +41,10 @@ from activities.ledger import LedgerActivities
 from activities.maintenance import MaintenanceActivities
 from activities.sms import SmsActivities
 from ledger.crypto import FieldCipher
+from runtime.logs import configure_logging, core_log_forwarding
+from runtime.schedules import ensure_schedules
 from starter.client import HeraldClient
 from starter.relay import run_relay
-from starter.schedules import ensure_schedules
-from starter.structured_logs import configure_logging, core_log_forwarding
 from transports.artifacts import ArtifactStore
 from transports.email import DkimConfig, SmtpEmail
 from transports.twilio import TwilioSms

@@ -1,6 +1,6 @@
 """The API on its own (`herald api`): uvicorn over the app, built from settings.
 
-`herald dev` serves the same app inside its own process (`starter.stack`); this is the
+`herald dev` serves the same app inside its own process (`devstack.stack`); this is the
 production shape: one or more API processes beside the workers, behind a proxy.
 """
 
@@ -53,7 +53,7 @@ async def serve(
     cfg: settings_module.Settings, *, host: str | None = None, port: int | None = None
 ) -> None:
     """Connect to Temporal and the ledger, then serve until SIGINT or SIGTERM."""
-    from starter.structured_logs import configure_logging
+    from runtime.logs import configure_logging
 
     configure_logging()  # one JSON object per line, uvicorn's access log included
     client = await HeraldClient.connect(cfg)

@@ -38,7 +38,7 @@ def pg_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if external:
         url = external
     else:
-        from starter.devstack import EmbeddedPostgres, free_port
+        from devstack import EmbeddedPostgres, free_port
 
         server = EmbeddedPostgres(tmp_path_factory.mktemp("pg"), port=free_port(), fast=True)
         url = server.start()
@@ -93,7 +93,7 @@ def fresh_database(url: str, name: str) -> str:
 def stack_settings(data: Path, **overrides: Any) -> Any:
     """Settings for an embedded stack on free loopback ports, with the demo policy."""
     import settings
-    from starter.devstack import free_port
+    from devstack import free_port
 
     values: dict[str, Any] = dict(
         data_dir=data,
@@ -120,7 +120,7 @@ async def time_env():  # type: ignore[no-untyped-def]
     from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
     from temporalio.testing import WorkflowEnvironment
 
-    from starter.devstack.binaries import find_binary
+    from devstack.binaries import find_binary
     from workflows.notification import SEARCH_ATTRIBUTES
 
     env = await WorkflowEnvironment.start_time_skipping(
@@ -142,7 +142,7 @@ async def time_env():  # type: ignore[no-untyped-def]
 @pytest_asyncio.fixture(scope="session")
 async def stack(tmp_path_factory: pytest.TempPathFactory, pg_url: str):  # type: ignore[no-untyped-def]
     """The embedded stack on free ports, the worker as a separate process."""
-    from starter.stack import DevStack
+    from devstack.stack import DevStack
 
     cfg = stack_settings(
         tmp_path_factory.mktemp("herald"), database_url=fresh_database(pg_url, "herald_e2e")

@@ -1,7 +1,7 @@
 """MaintenanceWorkflow: one run of a periodic ledger job (reconcile or purge).
 
 Started by the Temporal Schedules that the worker creates at start-up
-(`starter/schedules.py`), so every run is visible in the Web UI with its result, and
+(`runtime/schedules.py`), so every run is visible in the Web UI with its result, and
 runnable by hand (`herald schedules trigger reconcile`). The work itself is one activity.
 """
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from starter.devstack import free_port
+from devstack import free_port
 from tests.conftest import TEST_KEYRING
 
 HERALD = str(Path(sys.executable).with_name("herald"))

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import create_engine
 from sqlalchemy.orm import sessionmaker
 
-from starter.devstack import free_port
+from devstack import free_port
 from tests.api.conftest import INTERNAL_BASE, build_app
 
 pytestmark = pytest.mark.ledger

@@ -56,7 +56,7 @@ def run_herald(*args: str, database_url: str, data_dir: Path) -> Run:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HERALD_")}
     env.update(HERALD_DATABASE_URL=database_url, HERALD_DATA_DIR=str(data_dir))
     done = subprocess.run(
-        [sys.executable, "-m", "starter.cli", *args],
+        [sys.executable, "-m", "cli", *args],
         cwd=ROOT,
         env=env,
         capture_output=True,

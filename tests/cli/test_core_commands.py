@@ -33,7 +33,7 @@ def herald(stack: Any, *args: str, timeout: float = 120) -> subprocess.Completed
         HERALD_TASK_QUEUE=cfg.task_queue,
     )
     return subprocess.run(
-        [sys.executable, "-m", "starter.cli", *args],
+        [sys.executable, "-m", "cli", *args],
         cwd=ROOT,
         env=env,
         capture_output=True,

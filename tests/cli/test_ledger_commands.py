@@ -1,5 +1,5 @@
 """`herald purge | legal-hold | reconcile | list | policy | template`, run as an operator
-would: through `python -m starter.cli`, reading `--json` back, errors on stderr."""
+would: through `python -m cli`, reading `--json` back, errors on stderr."""
 
 from __future__ import annotations
 
@@ -225,7 +225,7 @@ def test_template_activate_refuses_unknown_templates_and_versions_on_stderr(hera
 
 
 def test_an_unreachable_database_is_a_clear_error_not_a_traceback(tmp_path):
-    from starter.devstack import free_port
+    from devstack import free_port
 
     url = f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/herald"
     done = run_herald("list", "--json", database_url=url, data_dir=tmp_path)

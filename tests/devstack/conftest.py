@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from starter.devstack import EmbeddedPostgres, free_port
+from devstack import EmbeddedPostgres, free_port
 
 
 def is_root() -> bool:

@@ -4,8 +4,8 @@ import importlib.util
 
 import pytest
 
-from starter.devstack import binaries
-from starter.devstack.binaries import MissingBinary, find_binary, postgres_bin_dir
+from devstack import binaries
+from devstack.binaries import MissingBinary, find_binary, postgres_bin_dir
 
 
 def test_finds_wheel_binaries() -> None:

@@ -12,8 +12,8 @@ import psutil
 import psycopg
 import pytest
 
-from starter.devstack import PostgresStartError, no_orphans, postgres_bin_dir
-from starter.devstack.postgres import PG_SYSTEM_USER, ensure_reachable_install
+from devstack import PostgresStartError, no_orphans, postgres_bin_dir
+from devstack.postgres import PG_SYSTEM_USER, ensure_reachable_install
 
 from .conftest import is_root, mode_of
 
@@ -163,7 +163,7 @@ def test_port_in_use_fails_clearly(tmp_path: Path, make_pg) -> None:
 
 
 def test_loopback_only() -> None:
-    from starter.devstack import EmbeddedPostgres
+    from devstack import EmbeddedPostgres
 
     with pytest.raises(ValueError):
         EmbeddedPostgres(Path("/nonexistent"), port=5432, host="0.0.0.0")
@@ -215,7 +215,7 @@ def test_runs_from_staged_copy_when_wheel_unreachable(
     tmp_path: Path, make_pg, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A venv under a 700 folder (e.g. /root): binaries are copied, never chmod-ed."""
-    from starter.devstack import postgres as pg_module
+    from devstack import postgres as pg_module
 
     secret = tmp_path / "venv-home"
     secret.mkdir(mode=0o700)

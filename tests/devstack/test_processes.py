@@ -4,7 +4,7 @@ import sys
 import time
 from pathlib import Path
 
-from starter.devstack import ChildProcess, free_port, no_orphans, port_in_use, processes_in_group
+from devstack import ChildProcess, free_port, no_orphans, port_in_use, processes_in_group
 
 SPAWNER = """
 import subprocess, sys, time

@@ -11,7 +11,7 @@ from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from starter.devstack import TemporalDevServer, free_port, no_orphans, processes_in_group
+from devstack import TemporalDevServer, free_port, no_orphans, processes_in_group
 
 pytestmark = pytest.mark.e2e
 

@@ -17,9 +17,9 @@ import httpx
 import psutil
 import pytest
 
+from devstack import free_port
 from domain.requests import NotificationRequest
 from ledger.models import Consent
-from starter.devstack import free_port
 from workflows.notification import NotificationWorkflow
 
 pytestmark = pytest.mark.e2e
@@ -138,7 +138,7 @@ def test_herald_dev_serves_the_web_ui_and_leaves_no_process_after_sigterm(tmp_pa
     env.pop("HERALD_DATABASE_URL", None)
     env.pop("HERALD_TEMPORAL_ADDRESS", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "starter.cli", "dev"],
+        [sys.executable, "-m", "cli", "dev"],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -157,7 +157,7 @@ def test_herald_dev_serves_the_web_ui_and_leaves_no_process_after_sigterm(tmp_pa
         assert httpx.get(addresses["temporal_ui"], timeout=10).status_code == 200
         assert httpx.get(f"{addresses['api']}/healthz", timeout=5).status_code == 200
         second = subprocess.run(
-            [sys.executable, "-m", "starter.cli", "dev"],
+            [sys.executable, "-m", "cli", "dev"],
             env=env,
             capture_output=True,
             text=True,
@@ -177,7 +177,7 @@ def test_herald_dev_serves_the_web_ui_and_leaves_no_process_after_sigterm(tmp_pa
     assert alive == []
     assert not state.exists()
     # The cluster may live under /var/tmp when the test folder is private: remove it.
-    from starter.devstack import EmbeddedPostgres
+    from devstack import EmbeddedPostgres
 
     EmbeddedPostgres(tmp_path / "h", port=free_port()).destroy()
 

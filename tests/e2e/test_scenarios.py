@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from starter.scenarios import SCENARIOS, DemoContext
+from scenarios import SCENARIOS, DemoContext
 
 pytestmark = pytest.mark.e2e
 

@@ -15,10 +15,10 @@ import httpx
 import pytest
 import pytest_asyncio
 
+from devstack.processes import ChildProcess
+from devstack.stack import DevStack
 from domain.requests import NotificationRequest
 from ledger.models import Consent
-from starter.devstack.processes import ChildProcess
-from starter.stack import DevStack
 from tests.conftest import stack_settings
 from workflows.notification import NotificationWorkflow
 

@@ -336,7 +336,7 @@ def test_a_legal_hold_on_an_unknown_intent_is_not_found(ledger_db):
 
 
 def _pg_dump(url: str) -> str:
-    from starter.devstack.binaries import postgres_bin_dir
+    from devstack.binaries import postgres_bin_dir
 
     conninfo = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
     done = subprocess.run(

@@ -55,7 +55,7 @@ def build(client: Client, queue: str, grace: float) -> Worker:
 
 async def main(address: str, queue: str, grace: float) -> None:
     import worker
-    from starter.structured_logs import configure_logging
+    from runtime.logs import configure_logging
 
     configure_logging()
     client = await Client.connect(address)

@@ -199,7 +199,7 @@ async def test_herald_relay_once_starts_a_recorded_intent_through_the_real_entry
         ref = client.record(session, req)
     done = await asyncio.to_thread(
         subprocess.run,
-        [sys.executable, "-m", "starter.cli", "relay", "--once", "--grace", "0", "--json"],
+        [sys.executable, "-m", "cli", "relay", "--once", "--grace", "0", "--json"],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -213,7 +213,7 @@ async def test_herald_relay_once_starts_a_recorded_intent_through_the_real_entry
 
     bad = await asyncio.to_thread(
         subprocess.run,
-        [sys.executable, "-m", "starter.cli", "relay", "--once", "--grace", "-1"],
+        [sys.executable, "-m", "cli", "relay", "--once", "--grace", "-1"],
         capture_output=True,
         text=True,
         cwd=ROOT,

@@ -17,8 +17,8 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
 from activities.maintenance import PURGE, RECONCILE, MaintenanceActivities, MaintenanceInput
-from starter.cli import main as cli_main
-from starter.schedules import INTERVALS, ensure_schedules, job_schedules
+from cli.main import main as cli_main
+from runtime.schedules import INTERVALS, ensure_schedules, job_schedules
 from workflows.maintenance import MaintenanceWorkflow
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,7 +70,7 @@ async def describe_when_created(temporal, schedule_id: str):  # type: ignore[no-
 
 def herald(stack, *argv: str) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
     return subprocess.run(
-        [sys.executable, "-m", "starter.cli", *argv],
+        [sys.executable, "-m", "cli", *argv],
         capture_output=True,
         text=True,
         cwd=ROOT,

@@ -20,10 +20,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from devstack import free_port
+from devstack.processes import ChildProcess
 from ledger.models import Consent
-from starter.devstack import free_port
-from starter.devstack.processes import ChildProcess
-from starter.structured_logs import JsonFormatter, configure_logging
+from runtime.logs import JsonFormatter, configure_logging
 
 ROOT = Path(__file__).resolve().parents[2]
 PHONE = "+447400000100"
@@ -139,7 +139,7 @@ async def test_a_scenario_leaves_json_logs_with_ids_and_no_pii_in_worker_and_api
     api_log = tmp_path / "api.log"
     api = ChildProcess(
         "api",
-        [sys.executable, "-m", "starter.cli", "api", "--port", str(api_port)],
+        [sys.executable, "-m", "cli", "api", "--port", str(api_port)],
         log_path=api_log,
         env={**os.environ, **stack.env(), "HERALD_API_PORT": str(api_port)},
         cwd=ROOT,

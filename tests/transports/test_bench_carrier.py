@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 
 import settings as settings_module
-from starter.bench_carrier import Carrier, kind_of
-from starter.devstack import free_port
+from bench.carrier import Carrier, kind_of
+from devstack import free_port
 from transports.sms import SmsMessage
 from transports.twilio import TwilioSms
 

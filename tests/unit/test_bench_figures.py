@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from starter.bench import BenchOptions, ahead_of_budget, percentile
+from bench.harness import BenchOptions, ahead_of_budget, percentile
 
 
 def test_a_stall_and_its_catch_up_stay_on_the_budget_line() -> None:

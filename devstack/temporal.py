@@ -11,9 +11,9 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from starter.devstack.binaries import find_binary
-from starter.devstack.ports import port_in_use
-from starter.devstack.processes import ChildProcess
+from devstack.binaries import find_binary
+from devstack.ports import port_in_use
+from devstack.processes import ChildProcess
 
 __all__ = ["SEARCH_ATTRIBUTE_TYPES", "TemporalDevServer", "TemporalStartError"]
 

@@ -1,4 +1,4 @@
-"""`herald bench`: the benchmark script (starter/bench.py) as a subcommand."""
+"""`herald bench`: the benchmark script (bench/harness.py) as a subcommand."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import settings as settings_module
 
 
 async def cmd_bench(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
-    from starter.bench import BenchOptions, run_bench
+    from bench.harness import BenchOptions, run_bench
 
     opts = BenchOptions(
         intents=args.intents,

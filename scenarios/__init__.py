@@ -8,7 +8,7 @@ the outcome differs from its story. docs/scenarios.md says what each one proves.
 
 from __future__ import annotations
 
-from starter.scenarios import (
+from scenarios import (
     class_opening,
     itinerary_change,
     order_created,
@@ -16,7 +16,7 @@ from starter.scenarios import (
     session_report,
     sms,
 )
-from starter.scenarios.base import DemoContext, Scenario, ScenarioFailed, expect
+from scenarios.base import DemoContext, Scenario, ScenarioFailed, expect
 
 SCENARIOS: dict[str, Scenario] = {
     "sms": sms.run,

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 import settings as settings_module
 
 if TYPE_CHECKING:
-    from starter.cli import Command
+    from cli.main import Command
 
-from starter.cli import CliError
+from cli.main import CliError
 
 LIST_SCAN_CAP = 5_000
 """`list` reads at most this many intents (newest first) to filter by derived state."""
@@ -37,10 +37,10 @@ def _session(cfg: settings_module.Settings, *, write: bool) -> Iterator[Any]:
     from sqlalchemy.exc import OperationalError
     from sqlalchemy.orm import Session
 
-    # `starter.stack` pulls in Temporal and the API (about a second of imports): only
+    # `devstack.stack` pulls in Temporal and the API (about a second of imports): only
     # ask it when a `herald dev` may be running on this data folder at all.
     if cfg.database_url is None and (cfg.data_path / "dev.lock").exists():
-        from starter.stack import read_running
+        from devstack.stack import read_running
 
         running = read_running(cfg)
         if running is not None:

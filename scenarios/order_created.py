@@ -23,7 +23,7 @@ from domain.requests import NotificationRequest, PlanMode
 from ledger import timeline
 from ledger.models import TemplateVersionRow
 from ledger.templates import activate_template
-from starter.scenarios.base import DemoContext, ScenarioFailed, attempts_on, expect, suffix
+from scenarios.base import DemoContext, ScenarioFailed, attempts_on, expect, suffix
 
 SELLER_PHONE = "+33612345678"
 """A valid French mobile number (phonenumbers: FR, MOBILE); the simulator delivers it."""

@@ -22,7 +22,7 @@ from email.message import EmailMessage
 from domain.requests import NotificationRequest
 from ledger.intake import InvalidRequest
 from ledger.models import Artifact
-from starter.scenarios.base import DemoContext, ScenarioFailed, expect, sha256_hex, suffix
+from scenarios.base import DemoContext, ScenarioFailed, expect, sha256_hex, suffix
 from transports.artifacts import ArtifactRef, ArtifactStore
 from transports.email import message_id_for
 

@@ -10,8 +10,8 @@ import settings as settings_module
 
 
 async def cmd_api(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
-    from starter.cli import CliError
-    from starter.stack import read_running
+    from cli.main import CliError
+    from devstack.stack import read_running
 
     # Beside a running `herald dev`, reuse its Temporal and Postgres (like `herald show`).
     running = read_running(cfg)

@@ -23,14 +23,14 @@ from sqlalchemy.orm import sessionmaker
 
 import settings as settings_module
 from api.app import Ingress, create_app
+from devstack.ports import free_port
+from devstack.postgres import EmbeddedPostgres
+from devstack.processes import ChildProcess
+from devstack.temporal import TemporalDevServer
 from ledger import migrate
 from ledger.crypto import FieldCipher
 from ledger.templates import seed_packaged
 from starter.client import HeraldClient
-from starter.devstack.ports import free_port
-from starter.devstack.postgres import EmbeddedPostgres
-from starter.devstack.processes import ChildProcess
-from starter.devstack.temporal import TemporalDevServer
 from transports.simulator import LoopbackServer, SimulatorServer
 from transports.smtp_sink import SmtpSink
 from workflows.notification import SEARCH_ATTRIBUTES

@@ -6,7 +6,7 @@ Temporal Schedules that run reconciliation and the retention purge.
     herald schedules trigger reconcile    run one job now (`--wait` prints its result)
     herald schedules ensure               create/update the schedules without a worker
 
-`herald reconcile` and `herald purge` (starter/cli_ledger.py) do the same work directly
+`herald reconcile` and `herald purge` (cli/ledger.py) do the same work directly
 against the ledger, without Temporal.
 """
 
@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import settings as settings_module
-from starter.cli import CliError
+from cli.main import CliError
 
 if TYPE_CHECKING:
-    from starter.cli import Command
+    from cli.main import Command
 
 WAIT_SECONDS = 60.0
 """How long `schedules trigger --wait` waits for the run to start and finish."""
@@ -47,7 +47,7 @@ def _done(code: int) -> int:
     """
     main = sys.modules.get("__main__")
     spec = getattr(main, "__spec__", None)
-    if (spec is not None and spec.name == "starter.cli") or Path(sys.argv[0]).name == "herald":
+    if (spec is not None and spec.name == "cli.__main__") or Path(sys.argv[0]).name == "herald":
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
@@ -57,7 +57,7 @@ def _done(code: int) -> int:
 async def _connected(cfg: settings_module.Settings):  # type: ignore[no-untyped-def]
     from temporalio.service import RPCError
 
-    from starter.cli import _client
+    from cli.main import _client
 
     try:
         return await _client(cfg)
@@ -82,7 +82,7 @@ async def cmd_relay(args: argparse.Namespace, cfg: settings_module.Settings) -> 
         return _done(0)
     import signal
 
-    from starter.structured_logs import configure_logging
+    from runtime.logs import configure_logging
 
     configure_logging()
     stop = asyncio.Event()
@@ -114,7 +114,7 @@ def _describe_dict(schedule_id: str, desc: Any) -> dict[str, Any]:
 async def _schedules_list(client: Any, cfg: settings_module.Settings) -> list[dict[str, Any]]:
     from temporalio.service import RPCError, RPCStatusCode
 
-    from starter.schedules import job_schedules
+    from runtime.schedules import job_schedules
 
     out: list[dict[str, Any]] = []
     for job in job_schedules(cfg.task_queue):
@@ -132,7 +132,7 @@ async def _schedules_list(client: Any, cfg: settings_module.Settings) -> list[di
 async def _trigger(client: Any, cfg: settings_module.Settings, job: str, wait: bool) -> dict:
     from temporalio.service import RPCError, RPCStatusCode
 
-    from starter.schedules import schedule_id
+    from runtime.schedules import schedule_id
 
     sid = schedule_id(cfg.task_queue, job)
     handle = client.temporal.get_schedule_handle(sid)
@@ -202,7 +202,7 @@ async def cmd_schedules(args: argparse.Namespace, cfg: settings_module.Settings)
             ),
         )
         return _done(0)
-    from starter.schedules import ensure_schedules
+    from runtime.schedules import ensure_schedules
 
     ids = await ensure_schedules(client.temporal, cfg.task_queue)
     _emit({"schedules": ids}, args.json, lambda o: "ensured " + ", ".join(o["schedules"]))

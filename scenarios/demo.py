@@ -10,9 +10,9 @@ import sys
 import time
 
 import settings as settings_module
+from devstack.stack import DevStack, read_running
+from scenarios import SCENARIOS, DemoContext, ScenarioFailed
 from starter.client import HeraldClient
-from starter.scenarios import SCENARIOS, DemoContext, ScenarioFailed
-from starter.stack import DevStack, read_running
 
 __all__ = ["SCENARIOS", "DemoContext", "ScenarioFailed", "run_demo"]
 

@@ -34,7 +34,7 @@ def _print(value: Any, as_json: bool, render: Callable[[Any], str] | None = None
 
 def _adopt_running(cfg: settings_module.Settings) -> None:
     """Use the addresses of a running `herald dev` for whatever settings leave unset."""
-    from starter.stack import read_running
+    from devstack.stack import read_running
 
     running = read_running(cfg)
     if running is not None:
@@ -72,7 +72,7 @@ async def _client(cfg: settings_module.Settings):  # type: ignore[no-untyped-def
 
 
 async def cmd_dev(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
-    from starter.stack import AlreadyRunning, DevStack
+    from devstack.stack import AlreadyRunning, DevStack
 
     stack = DevStack(cfg, temporal_ui=not args.headless)
     try:
@@ -102,7 +102,7 @@ async def cmd_dev(args: argparse.Namespace, cfg: settings_module.Settings) -> in
 
 
 async def cmd_demo(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
-    from starter.demo import run_demo
+    from scenarios.demo import run_demo
 
     return await run_demo(cfg, args.scenario, as_json=args.json)
 
@@ -243,10 +243,10 @@ COMMANDS: dict[str, Command] = {
 # where `add(name, help, json_flag=True)` returns an argparse subparser (so `--json` is
 # uniform). Imported when the parser is built.
 COMMAND_MODULES = [
-    "starter.cli_ledger",
-    "starter.cli_ops",
-    "starter.cli_bench",
-    "starter.cli_maint",
+    "cli.ledger",
+    "cli.ops",
+    "cli.bench",
+    "cli.maint",
 ]
 
 
@@ -331,15 +331,7 @@ def main(argv: list[str] | None = None) -> int:
 def entry() -> None:
     """The console script: run, flush, and leave without interpreter teardown, which can
     abort a process that used the Temporal client (temporalio/sdk-python#300)."""
-    from starter.cli import main as importable_main
-
-    code = importable_main()
+    code = main()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
-
-
-if __name__ == "__main__":
-    # The module's importable copy, so plugin modules that import `starter.cli` raise the
-    # same CliError class that main() catches.
-    entry()

@@ -15,7 +15,7 @@ submission for the attempt token.
 from __future__ import annotations
 
 from domain.requests import NotificationRequest
-from starter.scenarios.base import DemoContext, expect, parse_at, suffix
+from scenarios.base import DemoContext, expect, parse_at, suffix
 
 ACCEPT_THEN_TIMEOUT = "+447400000001"
 """Simulator fault number: message created and delivered, the create response withheld."""

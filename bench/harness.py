@@ -8,7 +8,7 @@ worker in its own process, the carrier simulator with fast receipts in another):
   delivered (from the ledger), Temporal history events and actions per intent (from a
   sample of histories), ledger rows per intent and the worker's RSS; then, on the same
   Temporal server, a bare workflow with the same number of no-op activities
-  (starter/bench_baseline.py, in-process worker, own task queue), so the headline is a
+  (bench/baseline.py, in-process worker, own task queue), so the headline is a
   ratio Herald / baseline rather than an absolute number.
 - **poll budget** (`--poll-budget`): K messages that never resolve, polled far more
   often than the SMS task queue's budget allows (`max_task_queue_activities_per_second`,
@@ -41,12 +41,12 @@ import psutil
 from sqlalchemy import text
 
 import settings as settings_module
+from bench.carrier import Carrier
+from devstack import ChildProcess, EmbeddedPostgres, free_port
+from devstack.stack import DevStack
 from domain.requests import NotificationRequest
 from ledger.models import Consent
 from ledger.templates import seed_policy
-from starter.bench_carrier import Carrier
-from starter.devstack import ChildProcess, EmbeddedPostgres, free_port
-from starter.stack import DevStack
 from transports.simulator import FAULT_NUMBERS
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -281,7 +281,7 @@ class CpuMeter:
 
     Each part is a process and its children (Postgres backends, the Temporal server's
     helpers); the bench driver's own process also serves the ingress. The carrier
-    simulator runs in a process of its own (starter/bench_carrier.py).
+    simulator runs in a process of its own (bench/carrier.py).
     """
 
     def __init__(self, parts: dict[str, tuple[int, bool]]) -> None:
@@ -395,7 +395,7 @@ async def run_herald(
 async def run_baseline(
     bench: Bench, task_queue: str, count: int, activities: int, concurrency: int
 ) -> tuple[float, list[str]]:
-    from starter.bench_baseline import BaselineInput, BaselineWorkflow
+    from bench.baseline import BaselineInput, BaselineWorkflow
 
     client = bench.client.temporal
     prefix = f"baseline-{uuid.uuid4().hex[:8]}"
@@ -476,7 +476,7 @@ async def throughput(opts: BenchOptions, log: Callable[[str], None]) -> dict[str
             [
                 sys.executable,
                 "-m",
-                "starter.bench_baseline",
+                "bench.baseline",
                 cfg.temporal_target,
                 cfg.temporal_namespace,
                 task_queue,

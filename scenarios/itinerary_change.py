@@ -18,7 +18,7 @@ import asyncio
 from typing import Any
 
 from domain.requests import NotificationRequest
-from starter.scenarios.base import (
+from scenarios.base import (
     DemoContext,
     attempts_on,
     decisions_on,

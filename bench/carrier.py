@@ -1,6 +1,6 @@
 """The bench's carrier: the SMS simulator in a process of its own, counted.
 
-`herald bench` runs it as ``python -m starter.bench_carrier`` so that its CPU is metered
+`herald bench` runs it as ``python -m bench.carrier`` so that its CPU is metered
 apart from Herald's (in production the carrier is somebody else's machine) and it does
 not share an event loop with the bench driver and the ingress.
 
@@ -24,7 +24,7 @@ from urllib.parse import parse_qsl
 import httpx
 
 import settings as settings_module
-from starter.devstack import ChildProcess
+from devstack import ChildProcess
 from transports.simulator import (
     FAULT_NUMBERS,
     Fault,
@@ -85,7 +85,7 @@ class Carrier:
             [
                 sys.executable,
                 "-m",
-                "starter.bench_carrier",
+                "bench.carrier",
                 "--port",
                 str(port),
                 "--inbound-url",
@@ -158,7 +158,7 @@ async def serve(port: int, inbound_url: str, never_resolves: list[str]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m starter.bench_carrier")
+    parser = argparse.ArgumentParser(prog="python -m bench.carrier")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--inbound-url", required=True)
     parser.add_argument("--never-resolves", type=Path, help="JSON list of numbers")

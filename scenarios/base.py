@@ -20,10 +20,10 @@ from typing import Any
 
 import httpx
 
+from devstack.stack import Addresses
 from ledger import timeline
 from ledger.models import Consent
 from starter.client import HeraldClient
-from starter.stack import Addresses
 from transports.smtp_sink import SmtpSink
 from workflows.notification import NotificationWorkflow
 

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-import httpx
 from sqlalchemy import create_engine
 from sqlalchemy.orm import sessionmaker
 
@@ -304,11 +303,14 @@ async def _maybe_await(value: Any) -> Any:
 
 
 def _redact(url: str) -> str:
+    """The URL a second terminal can use: the role kept (libpq would otherwise take the
+    login user's name, which the embedded cluster does not know), the password dropped."""
+    from sqlalchemy.engine import make_url
+
     try:
-        return (
-            httpx.URL(url.replace("postgresql+psycopg", "postgresql"))
-            .copy_with(password=None)
-            .__str__()
-        )
+        parsed = make_url(url)
     except Exception:  # noqa: BLE001
         return url
+    return parsed._replace(drivername="postgresql", password=None).render_as_string(
+        hide_password=False
+    )

@@ -36,7 +36,7 @@ with workflow.unsafe.imports_passed_through():
         SubmitOutcome,
         VerdictInput,
     )
-    from domain import clocks, intents, provider_errors, states
+    from domain import clocks, fallback, intents, provider_errors, states
     from domain.policy import Outcome
     from domain.states import AttemptState
 
@@ -67,6 +67,11 @@ POLL_SMS = "poll_sms"
 SEND_EMAIL = "send_email"
 RECORD_VERDICT = "record_verdict"
 RECORD_OPERATOR_ACTION = "record_operator_action"
+
+EMAIL_SENT_REACHES = "email-sent-reaches"
+"""Patch id: an accepted email (`sent`) reaches the person (domain.fallback). Workflows that
+started before it fell back to the next channel after an accepted email; on replay they
+keep doing so."""
 
 SEND_HEARTBEAT_TIMEOUT = timedelta(seconds=10)
 """The SMS submit heartbeats (activities.heartbeating): a worker that dies mid-submit is
@@ -398,14 +403,19 @@ class NotificationWorkflow:
     def _should_fall_back(self, result: ChannelResult, *, more: bool) -> bool:
         if not more or self._cancelled or self._expired():
             return False
-        if result.state == AttemptState.DELIVERED.value:
-            return False
         facts = self._require_facts()
-        if result.state in (AttemptState.FAILED.value, AttemptState.UNDELIVERED.value):
-            return facts.email_on_permanent_failure
-        # Denied, deferred past expiry, not delivered within the window, unknown: the next
-        # channel is authorized on its own (an opt-out there denies it with the reason).
-        return True
+        fall_back = fallback.should_fall_back(
+            result.channel, result.state, on_permanent_failure=facts.email_on_permanent_failure
+        )
+        # The rule only changed for an accepted email; asking `patched` there alone keeps
+        # every other history free of the marker.
+        if (
+            not fall_back
+            and result.state == AttemptState.SENT.value
+            and not workflow.patched(EMAIL_SENT_REACHES)
+        ):
+            return True
+        return fall_back
 
     async def _resend_window(self, until: datetime | None = None) -> None:
         """After a retryable failure, stay open for an operator's approve-resend.

@@ -1,0 +1,130 @@
+"""Plans other than SMS-first: email first in mode `fallback`, and mode `all`.
+
+What "reached" means per channel is domain.fallback's; these tests walk it through the
+workflow on the time-skipping server."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from temporalio.client import WorkflowHandle
+from temporalio.exceptions import ApplicationError
+
+from activities.contracts import SubmitOutcome
+from tests.workflows.conftest import World, facts, keep_history
+from workflows.notification import EMAIL_SENT_REACHES
+
+pytestmark = pytest.mark.workflow
+
+EMAIL_FIRST = ["email", "sms"]
+
+
+def mailbox_unavailable() -> ApplicationError:
+    # What activities.email raises when the relay refuses the recipient with a 5xx.
+    return ApplicationError(
+        "mailbox unavailable", "550", type="PermanentProviderError", non_retryable=True
+    )
+
+
+async def patches(handle: WorkflowHandle[Any, Any]) -> list[str]:
+    """The ids of the `workflow.patched` markers in the history."""
+    history = await handle.fetch_history()
+    return [
+        json.loads(e.marker_recorded_event_attributes.details["patch-data"].payloads[0].data)["id"]
+        for e in history.events
+        if e.HasField("marker_recorded_event_attributes")
+        and e.marker_recorded_event_attributes.marker_name == "core_patch"
+    ]
+
+
+async def test_an_accepted_email_first_reaches_the_person_and_no_sms_is_attempted(harness, queue):
+    world = World(
+        facts(channels=EMAIL_FIRST),
+        submit=lambda channel, token: SubmitOutcome("sent", "<m@herald>"),
+    )
+    async with harness.worker(world, queue):
+        handle = await harness.start(world, queue)
+        result = await handle.result()
+        await keep_history(handle, "email_first_sent")
+        recorded = await patches(handle)
+    assert result.outcome == "sent"
+    assert [(r.channel, r.state) for r in result.channels] == [("email", "sent")]
+    assert [c[1].channel for c in world.calls if c[0] == "authorize"] == ["email"]
+    assert "submit_sms" not in world.names() and "poll_sms" not in world.names()
+    # New runs take the patched rule (histories from before it replay the old one).
+    assert recorded == [EMAIL_SENT_REACHES]
+
+
+async def test_an_email_rejected_by_the_relay_is_followed_by_the_sms(harness, queue):
+    def submit(channel: str, token: str) -> SubmitOutcome:
+        if channel == "email":
+            raise mailbox_unavailable()
+        return SubmitOutcome("submitted", "SM1")
+
+    world = World(
+        facts(channels=EMAIL_FIRST, resend_window_seconds=0),
+        submit=submit,
+        poll=lambda token, n: "delivered",
+    )
+    async with harness.worker(world, queue):
+        handle = await harness.start(world, queue)
+        result = await handle.result()
+        await keep_history(handle, "email_first_bounced_sms")
+        recorded = await patches(handle)
+    assert result.outcome == "delivered"
+    assert {r.channel: r.state for r in result.channels} == {"email": "failed", "sms": "delivered"}
+    assert result.channels[0].error_code == "550"
+    assert [c[1].channel for c in world.calls if c[0] == "authorize"] == ["email", "sms"]
+    assert world.names().count("submit_sms") == 1
+    # "At once": the SMS does not wait for a fallback timer after a permanent email failure.
+    sends = {c[0]: c[2] for c in world.calls if c[0] in ("send_email", "submit_sms")}
+    assert sends["submit_sms"] - sends["send_email"] < timedelta(seconds=30)
+    # The rule did not change for a failed email, so no patch marker is recorded.
+    assert recorded == []
+
+
+async def test_an_email_rejected_by_the_relay_ends_the_plan_when_the_policy_says_so(harness, queue):
+    def submit(channel: str, token: str) -> SubmitOutcome:
+        raise mailbox_unavailable()
+
+    world = World(
+        facts(channels=EMAIL_FIRST, email_on_permanent_failure=False, resend_window_seconds=0),
+        submit=submit,
+    )
+    async with harness.worker(world, queue):
+        handle = await harness.start(world, queue)
+        result = await handle.result()
+    assert result.outcome == "failed"
+    assert [(r.channel, r.state) for r in result.channels] == [("email", "failed")]
+    assert "submit_sms" not in world.names()
+    assert [c[1].channel for c in world.calls if c[0] == "authorize"] == ["email"]
+
+
+async def test_mode_all_sends_every_channel_at_once_whatever_each_one_says(harness, queue):
+    world = World(
+        facts(channels=["sms", "email"], mode="all"),
+        submit=lambda channel, token: SubmitOutcome(
+            "submitted" if channel == "sms" else "sent", "x"
+        ),
+        poll=lambda token, n: "delivered" if n >= 2 else "sent",
+    )
+    async with harness.worker(world, queue):
+        handle = await harness.start(world, queue)
+        result = await handle.result()
+        await keep_history(handle, "mode_all")
+        recorded = await patches(handle)
+    assert result.outcome == "delivered"
+    assert {r.channel: r.state for r in result.channels} == {"sms": "delivered", "email": "sent"}
+    assert sorted(c[1].channel for c in world.calls if c[0] == "authorize") == ["email", "sms"]
+    assert world.names().count("send_email") == 1 and world.names().count("submit_sms") == 1
+    # Neither channel waits for the other: the email goes before the SMS is even polled.
+    sends = {c[0]: c[2] for c in world.calls if c[0] in ("send_email", "submit_sms")}
+    first_poll = next(c[2] for c in world.calls if c[0] == "poll_sms")
+    assert sends["send_email"] <= first_poll
+    assert abs(sends["send_email"] - sends["submit_sms"]) < timedelta(seconds=30)
+    # No fallback decision is taken in mode `all`, so no fallback verdict and no patch marker.
+    assert "record_verdict" not in world.names()
+    assert recorded == []

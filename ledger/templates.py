@@ -19,23 +19,14 @@ def active_templates(
 ) -> list[TemplateVersion]:
     """Active versions, or every version when a pinned one is asked for; only `key`'s
     versions when a key is given."""
-    query = select(TemplateVersionRow)
+    # Read on every intent recorded: plain rows (Core), not ORM entities.
+    c = TemplateVersionRow.__table__.c
+    query = select(c.key, c.version, c.channel, c.locale, c.body, c.subject)
     if pinned is None:
-        query = query.where(TemplateVersionRow.active.is_(True))
+        query = query.where(c.active.is_(True))
     if key is not None:
-        query = query.where(TemplateVersionRow.key == key)
-    return [_to_domain(row) for row in session.execute(query).scalars()]
-
-
-def _to_domain(row: TemplateVersionRow) -> TemplateVersion:
-    return TemplateVersion(
-        key=row.key,
-        version=row.version,
-        channel=row.channel,
-        locale=row.locale,
-        body=row.body,
-        subject=row.subject,
-    )
+        query = query.where(c.key == key)
+    return [TemplateVersion(**row._asdict()) for row in session.execute(query)]
 
 
 def seed_templates(session: Session, versions: list[TemplateVersion]) -> int:

@@ -12,9 +12,9 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import select, update
+from sqlalchemy import Table, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
@@ -38,9 +38,12 @@ from ledger.transactions import rows_changed
 # tables: an ORM-enabled INSERT or UPDATE also runs the ORM's bulk machinery and session
 # synchronisation, which these statements never need (the caller re-reads a row when it
 # must). Measured: 0.17-0.29 ms CPU per Core UPDATE against 0.42-0.66 ms through the ORM.
-_ATTEMPT = Attempt.__table__.c
-_OBSERVATION = Observation.__table__.c
-_OUTBOX = Outbox.__table__.c
+_ATTEMPTS = cast(Table, Attempt.__table__)
+_OBSERVATIONS = cast(Table, Observation.__table__)
+_OUTBOXES = cast(Table, Outbox.__table__)
+_ATTEMPT = _ATTEMPTS.c
+_OBSERVATION = _OBSERVATIONS.c
+_OUTBOX = _OUTBOXES.c
 
 
 class IntentConflict(ValueError):
@@ -119,7 +122,7 @@ def record_intent(session: Session, fields: IntentFields) -> RecordedIntent:
     )
     new_id = session.execute(stmt).scalar_one_or_none()
     if new_id is not None:
-        session.execute(pg_insert(Outbox.__table__).values(intent_id=new_id))
+        session.execute(pg_insert(_OUTBOXES).values(intent_id=new_id))
         return RecordedIntent(
             new_id, workflow_id_for(fields.business_key), fields.business_key, True
         )
@@ -314,7 +317,7 @@ def record_observation(
         ).one_or_none()
     attempt, workflow_id = found if found is not None else (None, None)
     inserted = session.execute(
-        pg_insert(Observation.__table__)
+        pg_insert(_OBSERVATIONS)
         .values(
             attempt_id=attempt.id if attempt else None,
             remote_id=facts.remote_id,
@@ -343,7 +346,7 @@ def record_observation(
     if learned_remote_id:
         # First time we learn the provider's id (maybe from a receipt that beat the send response).
         session.execute(
-            update(Attempt.__table__)
+            update(_ATTEMPTS)
             .where(_ATTEMPT.id == attempt.id, _ATTEMPT.remote_id.is_(None))
             .values(remote_id=facts.remote_id)
         )
@@ -387,9 +390,7 @@ def _apply_observation(
     """
     if normalized is None:
         session.execute(
-            update(Observation.__table__)
-            .where(_OBSERVATION.id == observation_id)
-            .values(verdict="ignored")
+            update(_OBSERVATIONS).where(_OBSERVATION.id == observation_id).values(verdict="ignored")
         )
         return None
     fresh = loaded
@@ -412,7 +413,7 @@ def _apply_observation(
             values["submitted_at"] = attempt.submitted_at or observed_at
         swapped = rows_changed(
             session.execute(
-                update(Attempt.__table__)
+                update(_ATTEMPTS)
                 .where(_ATTEMPT.id == attempt.id, _ATTEMPT.state == current.value)
                 .values(**values)
             )
@@ -421,7 +422,7 @@ def _apply_observation(
             break
         # Someone else moved the state between our read and our write: decide again.
     session.execute(
-        update(Observation.__table__)
+        update(_OBSERVATIONS)
         .where(_OBSERVATION.id == observation_id)
         .values(
             verdict=transition.verdict.value,
@@ -446,9 +447,7 @@ def _adopt_orphans(session: Session, attempt: Attempt, remote_id: str) -> None:
     )
     for orphan in orphans:
         session.execute(
-            update(Observation.__table__)
-            .where(_OBSERVATION.id == orphan.id)
-            .values(attempt_id=attempt.id)
+            update(_OBSERVATIONS).where(_OBSERVATION.id == orphan.id).values(attempt_id=attempt.id)
         )
         normalized = AttemptState(orphan.normalized_status) if orphan.normalized_status else None
         _apply_observation(
@@ -500,7 +499,7 @@ def record_operator_action(
 
 def mark_outbox_started(session: Session, intent_id: str, at: datetime) -> None:
     session.execute(
-        update(Outbox.__table__)
+        update(_OUTBOXES)
         .where(_OUTBOX.intent_id == intent_id, _OUTBOX.started_at.is_(None))
         .values(started_at=at)
     )

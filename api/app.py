@@ -19,6 +19,7 @@ from urllib.parse import parse_qsl
 
 import phonenumbers
 from fastapi import APIRouter, FastAPI, HTTPException, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import select, text, update
@@ -28,7 +29,7 @@ from twilio.request_validator import RequestValidator
 
 from activities.contracts import ReceiptSignal
 from activities.email import verify_unsubscribe_token
-from api.intents import RETENTION_NOTE, intents_router
+from api.intents import INVALID, RETENTION_NOTE, intents_router, validation_problem
 from api.metrics import build_registry
 from api.schemas import Health, Problem, Readiness, Unsubscribed
 from domain import keywords
@@ -253,7 +254,7 @@ def provider_router(ingress: Ingress) -> APIRouter:
         "/v1/receipts/sms",
         status_code=204,
         response_class=Response,
-        responses=PROBLEMS,
+        responses={**PROBLEMS, **INVALID},
         summary="An SMS status callback (signed)",
     )
     async def sms_receipt(
@@ -372,7 +373,7 @@ def provider_router(ingress: Ingress) -> APIRouter:
 
 def unsubscribe_router(ingress: Ingress) -> APIRouter:
     router = APIRouter(tags=["unsubscribe"])
-    unknown = {404: {"model": Problem, "description": "Not a link Herald signed."}}
+    unknown = {404: {"model": Problem, "description": "Not a link Herald signed."}, **INVALID}
 
     def verified(value: str) -> str:
         # A link Herald signed is ASCII; anything else is not one (and hmac refuses it).
@@ -427,6 +428,8 @@ def create_app(ingress: Ingress) -> FastAPI:
     app = FastAPI(title="Herald", version="0.1.0", description=DESCRIPTION)
     app.state.ingress = ingress
     app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
+    # Every route's 422 names the problem without echoing what was sent.
+    app.add_exception_handler(RequestValidationError, validation_problem)
 
     @app.get("/healthz", response_model=Health, tags=["health"])
     async def healthz() -> dict[str, str]:

@@ -14,6 +14,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Path, Query, Request, Response
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
@@ -58,6 +60,14 @@ IdOrKey = Annotated[
     str, Path(description="Intent id or business key.", min_length=1, max_length=240)
 ]
 NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": Problem}}
+INVALID: dict[int | str, dict[str, Any]] = {
+    422: {
+        "model": ValidationProblem,
+        "description": "A field is invalid: `loc` names it, `msg` says why (no value echoed).",
+    }
+}
+"""Every route's 422 (see `validation_problem`), in place of FastAPI's default schema,
+which advertises `input` and `ctx`."""
 
 
 def _not_found(id_or_key: str) -> HTTPException:
@@ -152,7 +162,7 @@ def intents_router(ingress: Ingress) -> APIRouter:
         tags=["intents"],
         route_class=bearer_route(ingress.operator_token),
         dependencies=[Depends(HTTPBearer(auto_error=False, description="HERALD_OPERATOR_TOKEN"))],
-        responses={401: {"model": Problem, "description": "No valid bearer token."}},
+        responses={401: {"model": Problem, "description": "No valid bearer token."}, **INVALID},
     )
     store = idempotency.IdempotencyStore(ingress.client.sessions)
 
@@ -362,3 +372,19 @@ def _invalid(err: InvalidRequest) -> HTTPException:
     return HTTPException(
         422, [{"loc": ["body", err.field], "msg": err.problem, "type": "invalid_request"}]
     )
+
+
+VALIDATION_KEYS = ("loc", "msg", "type")
+"""What a 422 keeps of each validation error. FastAPI's default body also has `input` (the
+value sent, e.g. a phone number or an address under an unknown field) and `ctx`; a
+response travels through proxies, client logs and error trackers, so neither is echoed."""
+
+
+async def validation_problem(request: Request, exc: Exception) -> JSONResponse:
+    """The app's handler for `RequestValidationError`, on every route: each issue names
+    the field (`loc`), the problem (`msg`) and its kind (`type`), and nothing that was sent."""
+    assert isinstance(exc, RequestValidationError)
+    issues = [
+        {key: error[key] for key in VALIDATION_KEYS if key in error} for error in exc.errors()
+    ]
+    return JSONResponse({"detail": jsonable_encoder(issues)}, status_code=422)

@@ -37,13 +37,17 @@ class Problem(BaseModel):
 
 
 class ValidationIssue(BaseModel):
+    """One problem with a request. The value that was sent is never echoed back."""
+
     loc: list[str | int]
+    """Where: `["body", "phone"]`, `["query", "limit"]`, `["header", "Idempotency-Key"]`."""
     msg: str
     type: str
+    """Machine-readable kind, e.g. `string_type`, `extra_forbidden`, `invalid_request`."""
 
 
 class ValidationProblem(BaseModel):
-    """A 422: each issue names the field (`loc`) and the problem (`msg`)."""
+    """A 422: each issue names the field (`loc`) and the problem (`msg`), on every route."""
 
     detail: list[ValidationIssue]
 

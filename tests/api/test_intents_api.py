@@ -98,6 +98,41 @@ async def test_an_invalid_request_is_422_naming_the_field(http, committed, overr
     assert intents_with_key(committed, doc["business_key"]) == 0
 
 
+async def test_a_422_names_the_problem_but_never_echoes_what_was_sent(http, committed):
+    phone, address = 447400123456, "ann.lee+herald@example.com"
+    doc = body(phone=phone, contact=address)
+    answer = await http.post("/v1/intents", json=doc, headers=BEARER)
+    assert answer.status_code == 422, answer.text
+    assert str(phone) not in answer.text and address not in answer.text
+    issues = answer.json()["detail"]
+    assert all(set(issue) == {"loc", "msg", "type"} for issue in issues), issues
+    named = {(tuple(issue["loc"]), issue["type"]) for issue in issues}
+    assert named == {(("body", "phone"), "string_type"), (("body", "contact"), "extra_forbidden")}
+    assert all(issue["msg"] for issue in issues)
+    assert intents_with_key(committed, doc["business_key"]) == 0
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "json", "where"),
+    [
+        ("GET", "/v1/intents?since=ann.lee%40example.com", None, ["query", "since"]),
+        (
+            "POST",
+            "/v1/intents/x/cancel",
+            {"operator": ["ann.lee@example.com"]},
+            ["body", "operator"],
+        ),
+    ],
+)
+async def test_every_route_422_leaves_out_the_value_sent(http, method, path, json, where):
+    answer = await http.request(method, path, json=json, headers=BEARER)
+    assert answer.status_code == 422, answer.text
+    assert "ann.lee" not in answer.text
+    issues = answer.json()["detail"]
+    assert issues and all(set(issue) == {"loc", "msg", "type"} for issue in issues), issues
+    assert where in [issue["loc"] for issue in issues]
+
+
 async def test_an_idempotency_key_replays_the_first_response(http, temporal):
     key = secrets.token_hex(8)
     doc = body()

@@ -143,8 +143,10 @@ class CancelResult:
     closed: list[str] = field(default_factory=list)
     """What the cancel closed: the scheduled send, a deferral, polls, later channels."""
     in_flight: list[str] = field(default_factory=list)
-    """Attempt tokens already submitted: not recalled, only no longer followed."""
+    """Attempt tokens submitted and not yet settled: not recalled, only no longer followed."""
     message: str = ""
+    delivered: list[str] = field(default_factory=list)
+    """Attempt tokens already delivered when the cancel came (nothing to recall)."""
 
 
 @dataclass

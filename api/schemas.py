@@ -242,7 +242,9 @@ class CancelOutcome(BaseModel):
     closed: list[str]
     """What the cancel closed: the scheduled send, a deferral, polls, later channels."""
     in_flight: list[str]
-    """Attempt tokens already submitted: not recalled, only no longer followed."""
+    """Attempt tokens submitted and not yet settled: not recalled, only no longer followed."""
+    delivered: list[str] = []
+    """Attempt tokens already delivered when the cancel came (nothing to recall)."""
     message: str
 
 

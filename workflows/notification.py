@@ -463,25 +463,35 @@ class NotificationWorkflow:
         self._cancelled = True
         self._cancel_reason = f"cancelled by {request.operator}: {request.reason}".strip(": ")
         closed = [self._phase]
-        in_flight = sorted(
-            self._in_flight
-            | {
-                t
-                for t, s in self._attempt_states.items()
-                if s in (AttemptState.SUBMITTED.value, AttemptState.SENT.value)
-            }
+        # A receipt may settle an attempt while its submit activity is still running
+        # (accept-then-timeout): what the receipt said wins over "still submitting".
+        submitted = self._in_flight | {
+            t
+            for t, s in self._attempt_states.items()
+            if s in (AttemptState.SUBMITTED.value, AttemptState.SENT.value)
+        }
+        in_flight = sorted(t for t in submitted if not self._settled(t))
+        delivered = sorted(
+            t for t, s in self._attempt_states.items() if s == AttemptState.DELIVERED.value
         )
         message = "future work closed"
         if in_flight:
             message += "; already-submitted messages are not recalled, only no longer followed"
+        if delivered:
+            message += "; already-delivered messages stay delivered, nothing recalled"
         await self._record_action(
             "cancel",
             request.operator,
             request.reason,
             "accepted",
-            {"closed": ",".join(closed), "in_flight": ",".join(in_flight), "note": message},
+            {
+                "closed": ",".join(closed),
+                "in_flight": ",".join(in_flight),
+                "delivered": ",".join(delivered),
+                "note": message,
+            },
         )
-        return CancelResult(True, closed, in_flight, message)
+        return CancelResult(True, closed, in_flight, message, delivered=delivered)
 
     def _resend_refusal(self, request: ResendRequest) -> str | None:
         if self._cancelled:

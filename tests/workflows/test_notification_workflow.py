@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from temporalio import activity
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
 
 from activities.contracts import (
     AuthorizeInput,
@@ -43,6 +44,18 @@ async def phase_is(handle: WorkflowHandle[Any, Any], prefix: str, timeout: float
             return
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"phase stayed {projection.phase!r}, expected {prefix!r}")
+        await asyncio.sleep(0.02)
+
+
+async def states_are(handle: WorkflowHandle[Any, Any], expected: dict[str, str]) -> None:
+    """Wait (with a deadline) until the workflow has applied these attempt states."""
+    deadline = asyncio.get_running_loop().time() + 10.0
+    while True:
+        projection = await handle.query(NotificationWorkflow.projection)
+        if expected.items() <= projection.attempt_states.items():
+            return
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"attempt states {projection.attempt_states}, not {expected}")
         await asyncio.sleep(0.02)
 
 
@@ -240,6 +253,49 @@ async def test_a_cancel_racing_an_in_flight_submit_is_recorded_not_recalled(harn
     assert result.outcome != "delivered"
     action = next(c[1] for c in world.calls if c[0] == "record_operator_action")
     assert action.detail["in_flight"] == token
+
+
+async def test_a_cancel_after_the_delivered_receipt_names_it_delivered_not_in_flight(
+    harness, queue
+):
+    # Accept-then-timeout: the carrier accepted and delivered, but the submit's answer was
+    # lost, so the workflow still waits on the submit activity when receipt and cancel come.
+    entered, release = asyncio.Event(), asyncio.Event()
+    world = World(facts(channels=["sms", "email"], submit_window_seconds=30))
+    fakes = world.activities()
+
+    @activity.defn(name="submit_sms")
+    async def submit_sms(input: SubmitInput) -> SubmitOutcome:
+        world.calls.append(("submit_sms", input, activity.info().current_attempt_scheduled_time))
+        entered.set()
+        await release.wait()
+        raise ApplicationError("no answer from the carrier", type="AmbiguousSubmission")
+
+    world.activities = lambda: [a for a in fakes if a.__name__ != "submit_sms"] + [submit_sms]
+    async with harness.worker(world, queue):
+        handle = await harness.start(world, queue)
+        await asyncio.wait_for(entered.wait(), 10)
+        token = next(c[1].attempt_token for c in world.calls if c[0] == "submit_sms")
+        await handle.signal(NotificationWorkflow.receipt, ReceiptSignal(token, "delivered"))
+        await states_are(handle, {token: "delivered"})
+        assert (await handle.query(NotificationWorkflow.projection)).phase == "submitting:sms"
+        cancelled = await handle.execute_update(
+            NotificationWorkflow.cancel_update, CancelRequest("ops", "seat filled")
+        )
+        release.set()  # the late timeout: every submit try now fails until the window closes
+        result = await handle.result()
+        await keep_history(handle, "cancel_after_delivered_receipt")
+    assert cancelled.in_flight == [] and cancelled.delivered == [token]
+    assert "not recalled" not in cancelled.message and "delivered" in cancelled.message
+    action = next(c[1] for c in world.calls if c[0] == "record_operator_action")
+    assert action.detail["in_flight"] == "" and action.detail["delivered"] == token
+    assert action.detail["note"] == cancelled.message
+    # The late timeout moves nothing backward, and nothing more is sent or followed.
+    assert world.names().count("submit_sms") > 1
+    assert result.outcome == "delivered"
+    assert [(r.channel, r.state) for r in result.channels] == [("sms", "delivered")]
+    assert "poll_sms" not in world.names() and "send_email" not in world.names()
+    assert "record_verdict" not in world.names()
 
 
 async def test_approve_resend_is_refused_in_flight_then_accepted_after_a_retryable_failure(

@@ -83,6 +83,16 @@ class BenchOptions:
     """SMS queue budget while the K messages are being opened (before the measurement)."""
     window: float = 30.0
     settle: float = 5.0
+    rate: float | None = None
+    """Open loop (bench/openloop.py): arrivals per second, independent of completions."""
+    duration: float = 30.0
+    """Open loop: seconds of arrivals (round(rate x duration) intents)."""
+    rate_sweep: bool = False
+    """Closed loop for the peak, then open loop at 25, 50 and 75 % of it."""
+    drain: float = 60.0
+    """Open loop: seconds to wait for the last workflows after the last arrival."""
+    breakdown: int = 0
+    """Open loop: histories of this many intents read to show where the time goes."""
     out: Path = RESULTS_DIR
     timeout: float = 1800.0
 
@@ -739,6 +749,10 @@ def write_result(result: dict[str, Any], opts: BenchOptions) -> Path:
 
 
 def render(result: dict[str, Any]) -> str:
+    if result["mode"] in ("open-loop", "rate-sweep"):
+        from bench.openloop import render_rates
+
+        return render_rates(result)
     if result["mode"] == "poll-budget":
         return (
             f"poll budget: {result['open_messages']} open messages, demand "
@@ -783,7 +797,14 @@ async def run_bench(opts: BenchOptions, *, as_json: bool = False) -> int:
     def log(message: str) -> None:
         print(f"herald bench: {message}", file=sys.stderr, flush=True)
 
-    mode = poll_budget if opts.poll_budget else throughput
+    from bench.openloop import rate_mode
+
+    if opts.poll_budget:
+        mode = poll_budget
+    elif opts.rate is not None or opts.rate_sweep:
+        mode = rate_mode
+    else:
+        mode = throughput
     result = await asyncio.wait_for(mode(opts, log), timeout=opts.timeout + 300)
     path = write_result(result, opts)
     if as_json:

@@ -10,7 +10,20 @@ import settings as settings_module
 
 
 async def cmd_bench(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
+    import sys
+
     from bench.harness import BenchOptions, run_bench
+    from bench.openloop import arrival_offsets
+
+    if args.rate is not None and args.rate_sweep:
+        print("herald bench: --rate and --rate-sweep exclude each other", file=sys.stderr)
+        return 2
+    if args.rate is not None:
+        try:
+            arrival_offsets(args.rate, args.duration)
+        except ValueError as err:
+            print(f"herald bench: {err}", file=sys.stderr)
+            return 2
 
     opts = BenchOptions(
         intents=args.intents,
@@ -23,6 +36,11 @@ async def cmd_bench(args: argparse.Namespace, cfg: settings_module.Settings) -> 
         budget=args.budget,
         poll_every=args.poll_every,
         window=args.window,
+        rate=args.rate,
+        duration=args.duration,
+        rate_sweep=args.rate_sweep,
+        drain=args.drain,
+        breakdown=args.breakdown,
         out=Path(args.out) if args.out else BenchOptions.out,
     )
     return await run_bench(opts, as_json=args.json)
@@ -53,5 +71,33 @@ def register(add: Any) -> dict[str, Any]:
         help="poll interval per message, s (default: open / (1.25 x budget), at least 10)",
     )
     bench.add_argument("--window", type=float, default=30.0, help="measurement window, s (30)")
+    bench.add_argument(
+        "--rate",
+        type=float,
+        default=None,
+        help="open loop: arrivals per second, independent of completions",
+    )
+    bench.add_argument(
+        "--duration", type=float, default=30.0, help="open loop: seconds of arrivals (30)"
+    )
+    bench.add_argument(
+        "--rate-sweep",
+        action="store_true",
+        help="closed loop for the peak (--intents), then open loop at 25/50/75 %% of it",
+    )
+    bench.add_argument(
+        "--drain",
+        type=float,
+        default=60.0,
+        help="open loop: seconds to wait for the last intents after the arrivals (60)",
+    )
+    bench.add_argument(
+        "--breakdown",
+        type=int,
+        nargs="?",
+        const=20,
+        default=0,
+        help="open loop: median time per history step over N intents (20)",
+    )
     bench.add_argument("--out", help="results folder (bench/results)")
     return {"bench": cmd_bench}

@@ -42,6 +42,9 @@ class Settings(BaseSettings):
 
     worker_metrics_address: str | None = None
     """`host:port` where each worker serves the Temporal SDK's Prometheus metrics."""
+    worker_herald_metrics_address: str | None = None
+    """`host:port` where each worker serves Herald's own event-time metrics (ledger.metrics:
+    scheduled -> submitted, fallbacks, duplicates suppressed, ...)."""
 
     api_host: str = "127.0.0.1"
     api_port: int = 58080

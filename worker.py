@@ -240,6 +240,17 @@ async def keep_alive(path: Path, stop: asyncio.Event) -> None:
     path.unlink(missing_ok=True)
 
 
+def serve_herald_metrics(address: str) -> None:
+    """Serve this process's ledger.metrics registry (Herald's event-time series) at
+    `host:port`/metrics, on a daemon thread: the Temporal SDK's own series keep their port."""
+    from prometheus_client import start_http_server
+
+    from ledger.metrics import REGISTRY
+
+    host, _, port = address.rpartition(":")
+    start_http_server(int(port), addr=host or "127.0.0.1", registry=REGISTRY)
+
+
 def healthy(path: Path, *, max_age: float = ALIVE_MAX_AGE_SECONDS) -> bool:
     try:
         return time.time() - path.stat().st_mtime < max_age
@@ -253,6 +264,8 @@ async def main(*, relay: bool = RELAY_IN_WORKER, schedules: bool = SCHEDULES_AT_
     if not ensure_workflow_bytecode():
         log.warning("could not write the workflow modules' bytecode; each run compiles them")
     client = await connect(cfg, runtime=core_log_forwarding(cfg.worker_metrics_address))
+    if cfg.worker_herald_metrics_address:
+        serve_herald_metrics(cfg.worker_herald_metrics_address)
     workers = build_workers(client, cfg)
     background: list[Background] = [lambda stop: keep_alive(alive_file(cfg), stop)]
     if relay:

@@ -14,6 +14,7 @@ from temporalio.exceptions import ApplicationError
 from activities import now_utc
 from activities.contracts import SubmitInput, SubmitOutcome
 from domain.states import AttemptState
+from ledger import metrics
 from ledger import repository as repo
 from ledger.crypto import FieldCipher
 from ledger.models import Artifact, Attempt, Intent
@@ -92,6 +93,7 @@ class EmailActivities:
 
         attempt, intent, artifact = await self._tx(load)
         if attempt.state not in (AttemptState.PREPARED.value, AttemptState.UNKNOWN.value):
+            metrics.count_duplicate("send_already_submitted", "email")
             return SubmitOutcome(attempt.state, attempt.message_id)
         if attempt.destination_ct is None or attempt.body_ct is None:
             raise ApplicationError(

@@ -22,6 +22,7 @@ from activities.contracts import (
 )
 from domain import keys, policy, templates
 from domain.states import AttemptState
+from ledger import metrics
 from ledger import repository as repo
 from ledger.crypto import FieldCipher
 from ledger.models import Intent, PolicyDecision, PolicyVersion
@@ -208,6 +209,13 @@ class LedgerActivities:
                 sender=decision.sender,
                 segments=rendered.segments if input.channel == "sms" else None,
                 purge_after=now + self._retention,
+            )
+            metrics.note_prepared(
+                session,
+                metrics.attempt_labels(
+                    input.channel, intent.region, rendered.template_key, rendered.template_version
+                ),
+                role=metrics.attempt_role(intent.channel_plan, input.channel, input.attempt_number),
             )
             result.attempt_token = token
             return result

@@ -19,6 +19,7 @@ from activities import heartbeating, now_utc
 from activities.contracts import PollInput, PollOutcome, SubmitInput, SubmitOutcome
 from domain import provider_errors
 from domain.states import AttemptState, normalize_provider_status
+from ledger import metrics
 from ledger import repository as repo
 from ledger.crypto import FieldCipher
 from ledger.models import Attempt, Suppression
@@ -108,6 +109,11 @@ class SmsActivities:
         )
         if sendable:
             a.send_started_at = now_utc()
+        elif view.remote_id is not None or view.state not in (
+            AttemptState.PREPARED.value,
+            AttemptState.UNKNOWN.value,
+        ):
+            metrics.note_duplicate(session, "send_already_submitted", "sms")
         return view, sendable
 
     async def _record(self, token: str, facts: ObservationFacts) -> repo.ObservationResult:

@@ -1,4 +1,5 @@
-"""Herald's own Prometheus metrics, read from the ledger at scrape time.
+"""Herald's own Prometheus metrics, read from the ledger at scrape time, and this
+process's event-time series (ledger.metrics: the facts the receipts it records establish).
 
 The ledger is the truth that every process shares, so most series are aggregate queries
 run when Prometheus scrapes (:class:`LedgerCollector`): any number of API replicas report
@@ -38,6 +39,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from domain.intents import IntentState, derive_intent_state
 from domain.policy import Outcome
 from domain.states import AttemptState
+from ledger.metrics import REGISTRY as EVENT_REGISTRY
 
 log = logging.getLogger("herald.metrics")
 
@@ -369,8 +371,19 @@ class LedgerCollector(Collector):
         yield suppressions
 
 
+class EventMetrics(Collector):
+    """This process's event-time series (ledger.metrics): the receipts the API records."""
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        yield from EVENT_REGISTRY.collect()
+
+
 def build_registry(sessions: sessionmaker[Session]) -> tuple[CollectorRegistry, ApiCounters]:
     """A registry of Herald's own (not the process-global default one, so apps can coexist)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(LedgerCollector(sessions))
+    registry.register(EventMetrics())
     return registry, ApiCounters(registry)

@@ -51,6 +51,7 @@ class Addresses:
     operator_token_file: str = ""
     pids: dict[str, int] = field(default_factory=dict)
     worker_metrics: str = ""
+    worker_herald_metrics: str = ""
 
     def table(self) -> str:
         rows = [
@@ -63,6 +64,12 @@ class Addresses:
             (
                 "Worker metrics",
                 f"http://{self.worker_metrics}/metrics" if self.worker_metrics else "(off)",
+            ),
+            (
+                "Worker metrics (Herald)",
+                f"http://{self.worker_herald_metrics}/metrics"
+                if self.worker_herald_metrics
+                else "(off)",
             ),
             ("Operator token", self.operator_token_file),
         ]
@@ -145,6 +152,7 @@ class DevStack:
             "HERALD_DATA_KEY": cfg.resolved_data_keys(),
             "HERALD_POLICY_NAME": cfg.policy_name,
             "HERALD_WORKER_METRICS_ADDRESS": cfg.worker_metrics_address or "",
+            "HERALD_WORKER_HERALD_METRICS_ADDRESS": cfg.worker_herald_metrics_address or "",
             "HERALD_SMS_MAX_PER_SECOND": str(cfg.sms_max_per_second),
             "HERALD_SMS_MAX_CONCURRENT": str(cfg.sms_max_concurrent),
             "HERALD_SMS_ACCOUNT_SID": cfg.sms_account_sid,
@@ -231,6 +239,8 @@ class DevStack:
         if self._worker_process:
             if not cfg.worker_metrics_address:
                 cfg.worker_metrics_address = f"127.0.0.1:{free_port()}"
+            if not cfg.worker_herald_metrics_address:
+                cfg.worker_herald_metrics_address = f"127.0.0.1:{free_port()}"
             self.worker = ChildProcess(
                 "worker",
                 [sys.executable, "-m", "worker"],
@@ -249,6 +259,7 @@ class DevStack:
             namespace=cfg.temporal_namespace,
             operator_token_file=str(cfg.data_path / "operator.token"),
             worker_metrics=cfg.worker_metrics_address or "",
+            worker_herald_metrics=cfg.worker_herald_metrics_address or "",
             pids={
                 k: v
                 for k, v in {

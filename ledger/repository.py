@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 from domain import states
 from domain.keys import workflow_id as workflow_id_for
 from domain.states import AttemptState, Verdict
+from ledger import metrics
 from ledger.models import (
     Attempt,
     Consent,
@@ -133,6 +134,8 @@ def record_intent(session: Session, fields: IntentFields) -> RecordedIntent:
         raise IntentConflict(
             f"business key {fields.business_key!r} already recorded with a different payload"
         )
+    channels = (existing.channel_plan or {}).get("channels") or [None]
+    metrics.note_duplicate(session, "business_key_existing", channels[0])
     return RecordedIntent(existing.id, existing.workflow_id, existing.business_key, False)
 
 
@@ -308,14 +311,20 @@ def record_observation(
     observation is kept as orphan evidence for reconciliation, never dropped.
     """
     found = None
-    with_workflow = select(Attempt, Intent.workflow_id).join(Intent, Intent.id == Attempt.intent_id)
+    with_workflow = select(
+        Attempt, Intent.workflow_id, Intent.region, Intent.created_at, Intent.send_at
+    ).join(Intent, Intent.id == Attempt.intent_id)
     if token is not None:
         found = session.execute(with_workflow.where(Attempt.token == token)).one_or_none()
     if found is None and facts.remote_id:
         found = session.execute(
             with_workflow.where(Attempt.remote_id == facts.remote_id)
         ).one_or_none()
-    attempt, workflow_id = found if found is not None else (None, None)
+    attempt, workflow_id, times = (
+        (found[0], found[1], _IntentTimes(found[2], found[3], found[4]))
+        if found is not None
+        else (None, None, None)
+    )
     inserted = session.execute(
         pg_insert(_OBSERVATIONS)
         .values(
@@ -337,8 +346,10 @@ def record_observation(
         return ObservationResult(
             "orphan" if inserted else "duplicate", None, None, None, None, inserted
         )
+    assert times is not None  # found with its attempt
     base = dict(token=attempt.token, intent_id=attempt.intent_id, workflow_id=workflow_id)
     if inserted is None:
+        metrics.note_duplicate(session, "observation_redelivery", attempt.channel)
         return ObservationResult(
             "duplicate", attempt.state, observation_id=None, remote_id=attempt.remote_id, **base
         )
@@ -360,9 +371,10 @@ def record_observation(
         # Read in this transaction a moment ago. When the remote id was just written, that
         # UPDATE may have waited for a concurrent writer of this row: read it again.
         loaded=not learned_remote_id,
+        intent_times=times,
     )
     if learned_remote_id:
-        _adopt_orphans(session, attempt, facts.remote_id or "")
+        _adopt_orphans(session, attempt, facts.remote_id or "", times)
         session.refresh(attempt)
     return ObservationResult(
         transition.verdict.value if transition else "stale",
@@ -371,6 +383,22 @@ def record_observation(
         remote_id=facts.remote_id or attempt.remote_id,
         **base,
     )
+
+
+@dataclass(frozen=True)
+class _IntentTimes:
+    """What the metrics of an attempt's transition need from its intent."""
+
+    region: str
+    created_at: datetime
+    send_at: datetime | None
+
+    @property
+    def due_at(self) -> datetime:
+        """When the intent was meant to go: its send-at if later than its recording."""
+        if self.send_at is not None and self.send_at > self.created_at:
+            return self.send_at
+        return self.created_at
 
 
 def _apply_observation(
@@ -382,11 +410,14 @@ def _apply_observation(
     provider_code: str | None,
     *,
     loaded: bool = False,
+    intent_times: _IntentTimes,
 ) -> states.Transition | None:
     """Apply one stored observation to its attempt by compare-and-set and mark the verdict.
 
     `loaded`: the attempt's state was read in this transaction and nothing has written it
     since, so the first decision needs no fresh read (the compare-and-set still guards it).
+    A transition that applied, or a stale one, is noted for the metrics (ledger.metrics),
+    which count it when the transaction commits.
     """
     if normalized is None:
         session.execute(
@@ -411,6 +442,8 @@ def _apply_observation(
             attempt.submitted_at is None and transition.state != AttemptState.UNKNOWN
         ):
             values["submitted_at"] = attempt.submitted_at or observed_at
+        # As read for this compare-and-set, for the metrics of the transition.
+        submitted_before, last_status_before = attempt.submitted_at, attempt.last_status_at
         swapped = rows_changed(
             session.execute(
                 update(_ATTEMPTS)
@@ -419,8 +452,26 @@ def _apply_observation(
             )
         )
         if swapped == 1:
+            metrics.note_transition(
+                session,
+                metrics.attempt_labels(
+                    attempt.channel,
+                    intent_times.region,
+                    attempt.template_key,
+                    attempt.template_version,
+                ),
+                before=current,
+                after=transition.state,
+                observed_at=observed_at,
+                due_at=intent_times.due_at,
+                submitted_before=submitted_before,
+                last_status_before=last_status_before,
+                submitted_now=values.get("submitted_at"),
+            )
             break
         # Someone else moved the state between our read and our write: decide again.
+    if transition.verdict == Verdict.STALE:
+        metrics.note_duplicate(session, "stale_observation", attempt.channel)
     session.execute(
         update(_OBSERVATIONS)
         .where(_OBSERVATION.id == observation_id)
@@ -433,7 +484,9 @@ def _apply_observation(
     return transition
 
 
-def _adopt_orphans(session: Session, attempt: Attempt, remote_id: str) -> None:
+def _adopt_orphans(
+    session: Session, attempt: Attempt, remote_id: str, intent_times: _IntentTimes
+) -> None:
     """Receipts stored as orphans before we knew this remote id now belong to the attempt."""
     orphans = (
         session.execute(
@@ -451,7 +504,13 @@ def _adopt_orphans(session: Session, attempt: Attempt, remote_id: str) -> None:
         )
         normalized = AttemptState(orphan.normalized_status) if orphan.normalized_status else None
         _apply_observation(
-            session, attempt, orphan.id, normalized, orphan.observed_at, orphan.provider_code
+            session,
+            attempt,
+            orphan.id,
+            normalized,
+            orphan.observed_at,
+            orphan.provider_code,
+            intent_times=intent_times,
         )
 
 

@@ -489,7 +489,8 @@ def render_rates(result: dict[str, Any]) -> str:
     if peak:
         lines.append(
             f"closed loop: {peak['intents']} intents, {peak['concurrency']} in flight: "
-            f"peak {peak['intents_per_s']} intents/s"
+            f"peak {peak['intents_per_s']} intents/s; CPU ms per intent: "
+            + ", ".join(f"{k} {v}" for k, v in peak["cpu_ms_per_intent"].items())
         )
     header = (
         f"{'offered/s':>9} {'achieved/s':>10} {'n':>5} | "

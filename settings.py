@@ -100,9 +100,14 @@ class Settings(BaseSettings):
         return self.sms_base_url or f"http://127.0.0.1:{self.simulator_port}"
 
     def resolved_database_url(self) -> str:
-        if self.database_url:
-            return self.database_url
-        return f"postgresql+psycopg://postgres@127.0.0.1:{self.postgres_port}/herald"
+        """A SQLAlchemy URL on psycopg 3 (the driver Herald installs). A plain libpq URL,
+        `postgresql://...` as `herald dev` publishes it or `postgres://...`, gets the
+        driver named, since SQLAlchemy 2.0 would otherwise look for psycopg2."""
+        url = self.database_url or f"postgresql://postgres@127.0.0.1:{self.postgres_port}/herald"
+        scheme, sep, rest = url.partition("://")
+        if sep and scheme in ("postgresql", "postgres"):
+            return f"postgresql+psycopg://{rest}"
+        return url
 
     def resolved_data_keys(self) -> str:
         """The data key ring; in dev it is generated once into the data folder with 0600."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import importlib
 import json
 import os
@@ -108,22 +109,11 @@ async def cmd_demo(args: argparse.Namespace, cfg: settings_module.Settings) -> i
 
 
 async def cmd_show(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
-    from sqlalchemy.exc import OperationalError
-
-    from ledger import repository as repo
     from ledger import timeline
 
-    sessions = _sessions(cfg)
-    try:
-        with sessions() as session:
-            doc = timeline.timeline(session, args.intent)
-    except repo.NotFound as err:
-        raise CliError(str(err)) from err
-    except OperationalError as err:
-        raise CliError(
-            "cannot reach the ledger database (is `herald dev` running, or "
-            "HERALD_DATABASE_URL set?)"
-        ) from err
+    # An unknown key or an unreachable ledger is reported by `operational_error`.
+    with _sessions(cfg)() as session:
+        doc = timeline.timeline(session, args.intent)
     _print(doc, args.json, timeline.render)
     return 0
 
@@ -326,6 +316,79 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader left (`herald list | head`): nothing more to say, and nothing to flush.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except Exception as err:
+        message = operational_error(err, cfg)
+        if message is None:
+            raise  # a bug: the traceback is what a developer needs
+        print(f"herald {args.command}: {message}", file=sys.stderr)
+        return 2
+
+
+def operational_error(err: BaseException, cfg: settings_module.Settings) -> str | None:
+    """One line for a failure the user can fix (a service down, a wrong URL or address, an
+    unknown key, a busy port), whichever command hit it; None for anything else (a bug).
+
+    `cfg` is the command's settings after it adopted a running `herald dev`, so the URL
+    and address named are the ones actually tried."""
+    from sqlalchemy import exc as sa_exc
+    from temporalio.service import RPCError
+
+    from devstack.binaries import MissingBinary
+    from devstack.postgres import PostgresStartError
+    from devstack.temporal import TemporalStartError
+    from ledger.repository import NotFound
+
+    if isinstance(err, NotFound):
+        return str(err)
+    if isinstance(err, sa_exc.ArgumentError | sa_exc.NoSuchModuleError):
+        return f"the ledger database URL is not usable: {_first_line(err)}"
+    if isinstance(err, sa_exc.OperationalError | sa_exc.InterfaceError | sa_exc.ProgrammingError):
+        hint = (
+            "run `herald migrate`?"
+            if isinstance(err, sa_exc.ProgrammingError)
+            else "is `herald dev` running, or HERALD_DATABASE_URL set?"
+        )
+        return (
+            f"cannot use the ledger database {_database_where(cfg)}: "
+            f"{_first_line(err.orig or err)} ({hint})"
+        )
+    if isinstance(err, RuntimeError) and "client connect" in str(err).lower():
+        return (
+            f"cannot reach Temporal at {cfg.temporal_target} (is `herald dev` running, "
+            "or HERALD_TEMPORAL_ADDRESS set?)"
+        )
+    if isinstance(err, RPCError):
+        status = err.status.name if err.status else "error"
+        return f"Temporal at {cfg.temporal_target} answered {status}: {_first_line(err)}"
+    if isinstance(err, MissingBinary | PostgresStartError | TemporalStartError):
+        more = "" if len(str(err).strip().splitlines()) <= 1 else f" (logs in {cfg.data_path})"
+        return f"{_first_line(err)}{more}"
+    if isinstance(err, OSError):
+        if err.errno == errno.EADDRINUSE:
+            return (
+                "a port it needs is already in use (another `herald dev`? the HERALD_*_PORT "
+                "settings choose them)"
+            )
+        return _first_line(err)
+    return None
+
+
+def _first_line(err: BaseException) -> str:
+    lines = str(err).strip().splitlines()
+    return lines[0] if lines else type(err).__name__
+
+
+def _database_where(cfg: settings_module.Settings) -> str:
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(cfg.resolved_database_url()).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - the URL itself is what failed to parse
+        return "(unparsable URL)"
 
 
 def entry() -> None:

@@ -10,7 +10,7 @@ import settings as settings_module
 
 
 async def cmd_api(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
-    from cli.main import CliError
+    from cli.main import CliError, operational_error
     from devstack.stack import read_running
 
     # Beside a running `herald dev`, reuse its Temporal and Postgres (like `herald show`).
@@ -23,7 +23,7 @@ async def cmd_api(args: argparse.Namespace, cfg: settings_module.Settings) -> in
     try:
         await serve(cfg, host=args.host, port=args.port)
     except RuntimeError as err:  # missing production secrets, Temporal unreachable
-        raise CliError(str(err)) from err
+        raise CliError(operational_error(err, cfg) or str(err)) from err
     return 0
 
 

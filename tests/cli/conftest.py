@@ -66,6 +66,31 @@ def run_herald(*args: str, database_url: str, data_dir: Path) -> Run:
     return Run(done.returncode, done.stdout, done.stderr)
 
 
+HERALD = Path(sys.executable).with_name("herald")
+"""The console script a user runs (`.venv/bin/herald`), not `python -m cli`."""
+
+
+def run_installed_herald(
+    *args: str, settings: dict[str, str], cwd: Path, timeout: float = 60
+) -> Run:
+    """`herald ARGS` as a user's shell runs it: the installed executable, in `cwd`, with no
+    HERALD_* variable of this test process, only `settings`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HERALD_")}
+    env.update(settings)
+    done = subprocess.run(
+        [str(HERALD), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+    return Run(done.returncode, done.stdout, done.stderr)
+
+
+def assert_one_line_error(done: Run, command: str) -> str:
+    """Exit non-zero with exactly one line on stderr, `herald COMMAND: ...` (no traceback)."""
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode != 0, (done.stdout, done.stderr)
+    assert len(lines) == 1 and lines[0].startswith(f"herald {command}: "), done.stderr
+    return lines[0]
+
+
 @pytest.fixture
 def herald(cli_ledger: Ledger) -> Callable[..., Run]:
     def run(*args: str) -> Run:

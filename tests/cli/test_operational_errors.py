@@ -1,0 +1,80 @@
+"""An operational failure (nothing running, a wrong URL or address, an unknown key) is one
+line on stderr and a non-zero exit from the installed `herald`, whichever command hit it;
+never a Python traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from devstack import free_port
+from tests.cli.conftest import Ledger, assert_one_line_error, run_installed_herald
+
+KEY = "class-opening:c-9081:m-1842"
+SEND = ["--key", KEY, "--recipient", "m-1842", "--template", "class-opening"]
+SEND += ["--phone", "+447400000100"]
+OPERATOR = ["--operator", "front-desk", "--reason", "seat filled"]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["show", KEY],
+        ["list", "--json"],
+        ["send", *SEND],
+        ["cancel", KEY, *OPERATOR],
+        ["approve-resend", KEY, *OPERATOR],
+        ["consent", "m-1842", "--channel", "sms"],
+        ["reconcile", "--json"],
+        ["migrate"],
+        ["worker"],
+    ],
+    ids=lambda args: args[0],
+)
+def test_every_command_says_in_one_line_that_the_stack_is_down(
+    args: list[str], tmp_path: Path
+) -> None:
+    # A data folder no `herald dev` runs on; nothing listens where the defaults point.
+    down = {
+        "HERALD_DATA_DIR": str(tmp_path / "data"),
+        "HERALD_POSTGRES_PORT": str(free_port()),
+        "HERALD_TEMPORAL_PORT": str(free_port()),
+    }
+    done = run_installed_herald(*args, settings=down, cwd=tmp_path)
+    line = assert_one_line_error(done, args[0])
+    assert "herald dev" in line  # the hint at what to start
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["show", KEY], ["send", *SEND], ["demo", "class-opening"]],
+    ids=lambda args: args[0],
+)
+def test_a_wrong_database_url_or_temporal_address_is_one_line(
+    args: list[str], tmp_path: Path
+) -> None:
+    # A libpq-style URL (as `herald dev` publishes it) at a closed port; `demo` sets up
+    # its own stack on these and must fail at the migration, not with a traceback.
+    wrong = {
+        "HERALD_DATA_DIR": str(tmp_path / "data"),
+        "HERALD_DATABASE_URL": f"postgresql://postgres@127.0.0.1:{free_port()}/herald",
+        "HERALD_TEMPORAL_ADDRESS": f"127.0.0.1:{free_port()}",
+    }
+    done = run_installed_herald(*args, settings=wrong, cwd=tmp_path, timeout=90)
+    line = assert_one_line_error(done, args[0])
+    assert "cannot" in line and "127.0.0.1" in line
+
+
+def test_a_database_url_that_does_not_parse_is_one_line(tmp_path: Path) -> None:
+    bad = {"HERALD_DATA_DIR": str(tmp_path / "data"), "HERALD_DATABASE_URL": "not a url"}
+    done = run_installed_herald("list", settings=bad, cwd=tmp_path)
+    assert "database URL" in assert_one_line_error(done, "list")
+
+
+@pytest.mark.ledger
+def test_show_of_an_unknown_key_is_one_line(cli_ledger: Ledger, tmp_path: Path) -> None:
+    settings = {"HERALD_DATABASE_URL": cli_ledger.url, "HERALD_DATA_DIR": str(tmp_path)}
+    done = run_installed_herald("show", "no-such:key-1", settings=settings, cwd=tmp_path)
+    line = assert_one_line_error(done, "show")
+    assert "no intent with id or business key 'no-such:key-1'" in line

@@ -1,0 +1,258 @@
+"""The README's two terminals: `herald dev` started as a process of its own (its own data
+folder and ports), and the installed `herald` run in other processes that are told nothing
+but the data folder. They find the stack through its `dev.json`, as a user's second
+terminal does; then SIGTERM stops the stack and nothing of it is left running."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import IO, Any
+
+import httpx
+import psutil
+import pytest
+from sqlalchemy import create_engine, text
+
+from devstack import EmbeddedPostgres, free_port, no_orphans, port_in_use
+from settings import Settings
+from tests.cli.conftest import HERALD, Run, assert_one_line_error, run_installed_herald
+
+pytestmark = pytest.mark.e2e
+
+READY_WITHIN = 120.0
+"""Seconds for `herald dev` to be up (Postgres init, Temporal, worker) on a busy machine."""
+STOP_WITHIN = 30.0
+VARIABLES = {
+    "class_name": "Spin 18:00",
+    "starts_at": "18:30",
+    "hold_until": "18:15",
+    "booking_url": "https://x.test/c",
+}
+
+
+@dataclass
+class Stack:
+    process: subprocess.Popen[str]
+    home: Path
+    data: Path
+    log: IO[str]
+    addresses: dict[str, Any] = field(default_factory=dict)
+
+    def herald(self, *args: str, timeout: float = 90) -> Run:
+        """The second terminal: only the data folder is known."""
+        settings = {"HERALD_DATA_DIR": str(self.data)}
+        return run_installed_herald(*args, settings=settings, cwd=self.home, timeout=timeout)
+
+    def output(self) -> str:
+        self.log.flush()
+        return (self.home / "dev.out").read_text()
+
+
+def _wait_until_up(stack: Stack) -> dict[str, Any]:
+    """dev.json written (the last step of start-up) and the API answering /readyz."""
+    state = stack.data / "dev.json"
+    deadline = time.monotonic() + READY_WITHIN
+    while time.monotonic() < deadline:
+        if stack.process.poll() is not None:
+            pytest.fail(f"herald dev exited {stack.process.returncode}:\n{stack.output()}")
+        if state.exists():
+            addresses = json.loads(state.read_text())
+            try:
+                if httpx.get(f"{addresses['api']}/readyz", timeout=5).status_code == 200:
+                    return addresses
+            except httpx.HTTPError:
+                pass
+        time.sleep(0.25)
+    pytest.fail(f"herald dev was not up within {READY_WITHIN:.0f} s:\n{stack.output()}")
+
+
+def _stack_processes(addresses: dict[str, Any]) -> list[psutil.Process]:
+    """Every process of the stack: the recorded pids (the postmaster is not a child of the
+    supervisor: pg_ctl detaches it) and all their descendants."""
+    found: dict[int, psutil.Process] = {}
+    for pid in addresses["pids"].values():
+        try:
+            process = psutil.Process(pid)
+        except psutil.NoSuchProcess:
+            continue
+        for each in [process, *process.children(recursive=True)]:
+            found[each.pid] = each
+    return list(found.values())
+
+
+def _stop(stack: Stack) -> None:
+    if stack.process.poll() is None:
+        stack.process.send_signal(signal.SIGTERM)
+        try:
+            stack.process.wait(timeout=STOP_WITHIN)
+        except subprocess.TimeoutExpired:
+            os.killpg(stack.process.pid, signal.SIGKILL)
+            stack.process.wait()
+
+
+@pytest.fixture(scope="module")
+def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    home = tmp_path_factory.mktemp("terminal")
+    data = home / "data"
+    # The first terminal: its own ports (so no other stack on this machine is in the way)
+    # and the demo policy, which `herald demo` needs of a running stack.
+    settings = {
+        "HERALD_DATA_DIR": str(data),
+        "HERALD_POLICY_NAME": "demo",
+        **{
+            f"HERALD_{name}_PORT": str(free_port())
+            for name in ("POSTGRES", "TEMPORAL", "TEMPORAL_UI", "API", "SIMULATOR", "SMTP")
+        },
+    }
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HERALD_")} | settings
+    log = open(home / "dev.out", "w")  # a file, not a pipe nobody drains
+    process = subprocess.Popen(
+        [str(HERALD), "dev"],
+        cwd=home,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    stack = Stack(process, home, data, log)
+    try:
+        stack.addresses = _wait_until_up(stack)
+        yield stack
+    finally:
+        _stop(stack)
+        log.close()
+        # As root the cluster lives under /var/tmp/herald-pg: remove it with the folder.
+        EmbeddedPostgres(data, port=free_port()).destroy()
+
+
+def _intent_in_this_stacks_ledger(stack: Stack, intent_id: str) -> bool:
+    """Read the stack's own Postgres directly: the command reached this stack, not some
+    other one listening on the default ports."""
+    url = Settings(database_url=stack.addresses["postgres"]).resolved_database_url()
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            found = conn.execute(text("SELECT 1 FROM intent WHERE id = :id"), {"id": intent_id})
+            return found.first() is not None
+    finally:
+        engine.dispose()
+
+
+def _show(stack: Stack, key: str) -> dict[str, Any]:
+    done = stack.herald("show", key, "--json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def _wait_for_state(stack: Stack, key: str, state: str, within: float = 60) -> dict[str, Any]:
+    deadline = time.monotonic() + within
+    while True:
+        doc = _show(stack, key)
+        if doc["intent"]["state"] == state:
+            return doc
+        if time.monotonic() > deadline:
+            pytest.fail(f"{key} is {doc['intent']['state']} after {within:.0f} s, not {state}")
+        time.sleep(0.5)
+
+
+def test_send_show_list_cancel_and_a_refused_resend_from_another_terminal(dev: Stack) -> None:
+    suffix = uuid.uuid4().hex[:8]
+    recipient = f"m-{suffix}"
+    consent = dev.herald("consent", recipient, "--channel", "sms", "--json")
+    assert consent.json()["recipient_ref"] == recipient
+    send = ["--recipient", recipient, "--template", "class-opening", "--phone", "+447400000100"]
+    send += ["--vars", json.dumps(VARIABLES), "--json"]
+
+    # The role is in the published URL: libpq would take the login user's name otherwise.
+    assert dev.addresses["postgres"].startswith("postgresql://postgres@127.0.0.1:")
+    key = f"class-opening:c-9081:{recipient}"
+    sent = dev.herald("send", "--key", key, *send).json()
+    assert sent["business_key"] == key and sent["existed"] is False
+    assert _intent_in_this_stacks_ledger(dev, sent["intent_id"])
+    doc = _wait_for_state(dev, key, "delivered")
+    assert doc["intent"]["id"] == sent["intent_id"]
+    assert [a["state"] for a in doc["attempts"]] == ["delivered"]
+
+    # Sent long ago in the ledger's terms: a resend is refused, in one line, exit 3.
+    refused = dev.herald("approve-resend", key, "--operator", "desk", "--reason", "again")
+    assert refused.returncode == 3, refused.stderr
+    assert refused.stdout.strip().splitlines() == [
+        "refused: the intent's workflow has finished; record a new intent instead"
+    ]
+
+    later = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    scheduled = f"class-opening:c-9082:{recipient}"
+    dev.herald("send", "--key", scheduled, *send, "--send-at", later).json()
+    cancel = dev.herald("cancel", scheduled, "--operator", "desk", "--reason", "seat filled")
+    assert cancel.returncode == 0 and cancel.stdout.strip() == "future work closed", cancel
+    assert _show(dev, scheduled)["intent"]["state"] == "cancelled"
+
+    listed = {i["business_key"]: i["state"] for i in dev.herald("list", "--json").json()["intents"]}
+    assert listed[key] == "delivered" and listed[scheduled] == "cancelled"
+
+
+def test_reconcile_reads_the_running_stacks_ledger(dev: Stack) -> None:
+    report = dev.herald("reconcile", "--json").json()
+    assert isinstance(report["rows"], list) and report["now"]
+
+
+def test_demo_runs_its_story_on_the_running_stack(dev: Stack) -> None:
+    done = dev.herald("demo", "class-opening", timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"Using the herald dev stack running on {dev.data}" in done.stdout
+    assert "== class-opening: as the story says" in done.stdout
+
+
+@pytest.mark.parametrize("command", ["cancel", "approve-resend"])
+def test_an_operator_action_on_an_unknown_key_is_one_line(dev: Stack, command: str) -> None:
+    done = dev.herald(command, "no-such:key-1", "--operator", "desk", "--reason", "why")
+    line = assert_one_line_error(done, command)
+    assert "no intent with id or business key 'no-such:key-1'" in line
+
+
+def test_demo_with_a_role_the_cluster_lacks_is_one_line(dev: Stack, tmp_path: Path) -> None:
+    # What dev.json used to say (no role: libpq takes the login user's name).
+    port = _port(dev.addresses["postgres"])
+    settings = {
+        "HERALD_DATA_DIR": str(dev.data),
+        "HERALD_DATABASE_URL": f"postgresql://no_such_role@127.0.0.1:{port}/herald",
+    }
+    done = run_installed_herald("demo", "class-opening", settings=settings, cwd=tmp_path)
+    line = assert_one_line_error(done, "demo")
+    assert 'role "no_such_role" does not exist' in line
+
+
+def test_zz_sigterm_stops_the_stack_and_leaves_no_process(dev: Stack) -> None:
+    # Last in this module: the stack is gone afterwards.
+    processes = _stack_processes(dev.addresses)
+    names = {p.name() for p in processes}
+    assert {"postgres", "temporal"} <= names, names
+    ports = [_port(dev.addresses[name]) for name in ("temporal", "api", "simulator", "smtp")]
+    ports += [_port(dev.addresses["worker_metrics"]), _port(dev.addresses["postgres"])]
+    started = time.monotonic()
+    dev.process.send_signal(signal.SIGTERM)
+    assert dev.process.wait(timeout=STOP_WITHIN) == 0, dev.output()
+    assert time.monotonic() - started < STOP_WITHIN
+    assert no_orphans(p.pid for p in processes), [p for p in processes if p.is_running()]
+    assert [port for port in ports if port_in_use("127.0.0.1", port)] == []
+    assert not (dev.data / "dev.json").exists()
+    assert "stopping..." in dev.output()
+    # The second terminal now finds nothing (and is kept off any default-port stack).
+    down = {"HERALD_DATA_DIR": str(dev.data), "HERALD_POSTGRES_PORT": str(ports[-1])}
+    after = run_installed_herald("list", settings=down, cwd=dev.home)
+    assert "herald dev" in assert_one_line_error(after, "list")
+
+
+def _port(address: str) -> int:
+    """The port of `host:port`, `http://host:port` or `postgresql://role@host:port/db`."""
+    return int(address.split("//")[-1].split("/")[0].rsplit(":", 1)[1])

@@ -11,7 +11,7 @@ import secrets
 from functools import cached_property
 from pathlib import Path
 
-from pydantic import SecretStr
+from pydantic import SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 SIMULATOR_AUTH_TOKEN = "simulator-auth-token"
@@ -27,6 +27,17 @@ class Settings(BaseSettings):
 
     database_url: str | None = None
     """Ledger Postgres (SQLAlchemy URL). Unset: the embedded Postgres under `data_dir`."""
+
+    @field_validator("database_url")
+    @classmethod
+    def _postgres_only(cls, url: str | None) -> str | None:
+        scheme = (url or "postgresql://").partition("://")[0]
+        if scheme not in ("postgresql", "postgres", "postgresql+psycopg"):
+            raise ValueError(
+                f"must be a PostgreSQL URL (postgresql://user@host:port/db), not {scheme!r}"
+            )
+        return url
+
     postgres_port: int = 55432
 
     temporal_address: str | None = None

@@ -301,13 +301,26 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def settings_problem(err: Exception) -> str:
+    """One line for a settings error: each bad HERALD_* variable and what is wrong with it
+    (pydantic's own text spans lines and repeats the value, which may be a secret)."""
+    from pydantic import ValidationError
+
+    if not isinstance(err, ValidationError):
+        return _first_line(err)
+    return "; ".join(
+        f"HERALD_{'_'.join(str(part) for part in e['loc']).upper()}: {e['msg']}"
+        for e in err.errors(include_url=False, include_input=False)
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         cfg = settings_module.load()
     except (RuntimeError, ValueError) as err:
         # A missing production secret or a malformed HERALD_* value: say which, no traceback.
-        print(f"herald {args.command}: settings: {err}", file=sys.stderr)
+        print(f"herald {args.command}: settings: {settings_problem(err)}", file=sys.stderr)
         return 2
     try:
         return asyncio.run(COMMANDS[args.command](args, cfg))

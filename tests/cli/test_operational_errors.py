@@ -66,10 +66,20 @@ def test_a_wrong_database_url_or_temporal_address_is_one_line(
     assert "cannot" in line and "127.0.0.1" in line
 
 
-def test_a_database_url_that_does_not_parse_is_one_line(tmp_path: Path) -> None:
-    bad = {"HERALD_DATA_DIR": str(tmp_path / "data"), "HERALD_DATABASE_URL": "not a url"}
+@pytest.mark.parametrize("url", ["not a url", "mysql://herald@127.0.0.1/herald"])
+def test_a_database_url_that_is_not_postgres_is_one_line(tmp_path: Path, url: str) -> None:
+    bad = {"HERALD_DATA_DIR": str(tmp_path / "data"), "HERALD_DATABASE_URL": url}
     done = run_installed_herald("list", settings=bad, cwd=tmp_path)
-    assert "database URL" in assert_one_line_error(done, "list")
+    line = assert_one_line_error(done, "list")
+    assert "HERALD_DATABASE_URL" in line and "must be a PostgreSQL URL" in line
+
+
+def test_a_malformed_setting_is_named_in_one_line(tmp_path: Path) -> None:
+    bad = {"HERALD_DATA_DIR": str(tmp_path / "data"), "HERALD_SMS_MAX_PER_SECOND": "fast"}
+    done = run_installed_herald("list", settings=bad, cwd=tmp_path)
+    line = assert_one_line_error(done, "list")
+    assert "HERALD_SMS_MAX_PER_SECOND: Input should be a valid number" in line
+    assert "fast" not in line  # pydantic's text repeats the value, which may be a secret
 
 
 @pytest.mark.ledger

@@ -178,11 +178,13 @@ def consents_for(session: Session, recipient_ref: str, channel: str) -> list[Con
 
 
 def suppressions_for(session: Session, destination_hmac: str, channel: str) -> list[Suppression]:
+    """Active suppressions of the destination that apply to `channel`."""
     return list(
         session.execute(
             select(Suppression).where(
                 Suppression.destination_hmac == destination_hmac,
-                Suppression.channel == channel,
+                # An all-channels ("*") suppression applies here too, as the policy says.
+                Suppression.channel.in_((channel, "*")),
                 Suppression.lifted_at.is_(None),
             )
         ).scalars()

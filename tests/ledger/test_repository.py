@@ -14,7 +14,7 @@ from sqlalchemy import func, select
 from domain.states import AttemptState
 from ledger import repository as repo
 from ledger.intake import InvalidRequest
-from ledger.models import Attempt, Intent, Observation, Outbox
+from ledger.models import Attempt, Intent, Observation, Outbox, Suppression
 from ledger.repository import ObservationFacts
 from tests.conftest import unique
 from tests.ledger.conftest import fields, make_attempt
@@ -242,3 +242,28 @@ def test_an_orphan_receipt_is_applied_once_the_attempt_learns_its_remote_id(db, 
         )
     ).one()
     assert linked == (attempt.id, True)
+
+
+def test_an_all_channels_suppression_is_loaded_for_sms_and_email(db, cipher):
+    lookup = cipher.lookup_hmac("+447400000199")
+    everywhere = Suppression(
+        destination_hmac=lookup,
+        channel="*",
+        reason="complaint",
+        source="test",
+        at=datetime.now(UTC),
+    )
+    email_only = Suppression(
+        destination_hmac=lookup,
+        channel="email",
+        reason="bounce",
+        source="test",
+        at=datetime.now(UTC),
+    )
+    db.add_all([everywhere, email_only])
+    db.flush()
+    assert [s.id for s in repo.suppressions_for(db, lookup, "sms")] == [everywhere.id]
+    assert {s.id for s in repo.suppressions_for(db, lookup, "email")} == {
+        everywhere.id,
+        email_only.id,
+    }

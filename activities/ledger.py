@@ -136,6 +136,7 @@ class LedgerActivities:
                     revoked_at=c.revoked_at,
                     source=c.source,
                     id=str(c.id),
+                    revoked_source=c.revoked_source or "",
                 )
                 for c in repo.consents_for(session, intent.recipient_ref, input.channel)
             ]

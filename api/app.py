@@ -17,24 +17,24 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 from urllib.parse import parse_qsl
 
-import phonenumbers
 from fastapi import APIRouter, FastAPI, HTTPException, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from sqlalchemy import select, text, update
+from sqlalchemy import text, update
 from sqlalchemy.orm import Session
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from twilio.request_validator import RequestValidator
 
 from activities.contracts import ReceiptSignal
 from activities.email import verify_unsubscribe_token
+from api.evidence import evidence_router, phone_e164
 from api.intents import INVALID, RETENTION_NOTE, intents_router, validation_problem
 from api.metrics import build_registry
 from api.schemas import Health, Problem, Readiness, Unsubscribed
 from domain import keywords
-from domain.destinations import InvalidDestination, normalize_phone
 from domain.states import AttemptState, is_terminal, normalize_provider_status
+from ledger import evidence
 from ledger import repository as repo
 from ledger.models import Suppression
 from ledger.repository import ObservationFacts
@@ -58,7 +58,8 @@ Herald's HTTP ingress.
   called; set `HERALD_PUBLIC_BASE_URL` behind a proxy).
 - **One-click unsubscribe** (`/v1/unsubscribe/{{token}}`, RFC 8058) is authenticated by
   the signed token in the link.
-- **The operator and app API** (`/v1/intents...`) needs `Authorization: Bearer <token>`
+- **The operator and app API** (`/v1/intents...`, `/v1/consents...`,
+  `/v1/suppressions...`) needs `Authorization: Bearer <token>`
   (`HERALD_OPERATOR_TOKEN`; `herald dev` writes one to the data folder).
 - `/healthz` (liveness), `/readyz` (ledger and Temporal reachable), `/metrics`
   (Prometheus text format) and this document need nothing.
@@ -205,38 +206,22 @@ async def signed_form(request: Request, ingress: Ingress) -> dict[str, str]:
 def _sender_e164(sender: str) -> str:
     """The sender in E.164. An opt-out is honoured even from a number Herald would not text."""
     try:
-        return normalize_phone(sender).e164
-    except InvalidDestination:
-        try:
-            number = phonenumbers.parse(sender, None)
-        except phonenumbers.NumberParseException as err:
-            raise ValueError("From: not a phone number") from err
-        if not phonenumbers.is_possible_number(number):
-            raise ValueError("From: not a possible phone number") from None
-        return phonenumbers.format_number(number, phonenumbers.PhoneNumberFormat.E164)
+        return phone_e164(sender)
+    except ValueError as err:
+        raise ValueError(f"From: {err}") from err
 
 
 def _suppress(session: Session, lookup: str, channel: str, reason: str, source: str) -> bool:
     """Add a suppression unless an active one exists for the destination (redeliveries)."""
-    active = session.execute(
-        select(Suppression.id).where(
-            Suppression.destination_hmac == lookup,
-            Suppression.channel == channel,
-            Suppression.lifted_at.is_(None),
-        )
-    ).first()
-    if active is not None:
-        return False
-    session.add(
-        Suppression(
-            destination_hmac=lookup,
-            channel=channel,
-            reason=reason,
-            source=source[:60],
-            at=datetime.now(UTC),
-        )
+    _, created = evidence.suppress(
+        session,
+        destination_hmac=lookup,
+        channel=channel,
+        reason=reason,
+        source=source,
+        at=datetime.now(UTC),
     )
-    return True
+    return created
 
 
 PROBLEMS: dict[int | str, dict[str, Any]] = {
@@ -361,7 +346,7 @@ def provider_router(ingress: Ingress) -> APIRouter:
                         Suppression.reason == "opted_out",
                         Suppression.lifted_at.is_(None),
                     )
-                    .values(lifted_at=datetime.now(UTC))
+                    .values(lifted_at=datetime.now(UTC), lifted_source=f"keyword:{word}"[:60])
                 )
 
         await ingress.tx(work)
@@ -474,4 +459,5 @@ def create_app(ingress: Ingress) -> FastAPI:
     app.include_router(unsubscribe_router(ingress))
     # Bearer token checked by the router's route class, before the body is even parsed.
     app.include_router(intents_router(ingress))
+    app.include_router(evidence_router(ingress))
     return app

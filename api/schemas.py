@@ -256,3 +256,109 @@ class ResendOutcome(BaseModel):
 
 class Unsubscribed(BaseModel):
     status: Literal["unsubscribed"]
+
+
+# --- consent and suppressions ------------------------------------------------------------
+
+EvidenceChannel = Literal["sms", "email", "*"]
+"""`*` is every channel."""
+
+
+class ConsentBody(BaseModel):
+    """Names the recipient in the body (never the URL, which access logs keep)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    recipient_ref: Annotated[Text, Field(min_length=1, max_length=120)]
+    """The app's recipient id, as in `POST /v1/intents`."""
+    channel: EvidenceChannel
+    purpose: Annotated[Text, Field(min_length=1, max_length=40)] = "service"
+    source: Annotated[Text, Field(min_length=1, max_length=120)] = "api"
+    """Where the grant came from, or who revoked it (recorded)."""
+
+
+class ConsentQuery(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    recipient_ref: Annotated[Text, Field(min_length=1, max_length=120)]
+    channel: EvidenceChannel | None = None
+    """Only grants that apply to this channel (`*` grants included)."""
+    purpose: Annotated[Text, Field(min_length=1, max_length=40)] | None = None
+
+
+class ConsentView(BaseModel):
+    """One grant; the recipient is not echoed (the caller named it)."""
+
+    id: int
+    channel: str
+    purpose: str
+    source: str
+    granted_at: datetime
+    revoked_at: datetime | None
+    revoked_source: str | None
+    live: bool
+
+
+class ConsentRevoked(BaseModel):
+    revoked_at: datetime
+    ended: list[ConsentView]
+    """The grants this revoke ended; empty when none was live (nothing changed)."""
+
+
+class ConsentList(BaseModel):
+    items: list[ConsentView]
+    """Every grant on record, revoked ones included, oldest first."""
+
+
+class SuppressionBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    channel: EvidenceChannel
+    destination: Annotated[Text, Field(min_length=1, max_length=320)]
+    """A phone number (E.164 or with a `+` prefix) or an email address; stored only as
+    its HMAC, never echoed."""
+    reason: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,59}$")] = "operator"
+    """A machine word; the policy denies with rule `suppression.<reason>`."""
+    source: Annotated[Text, Field(min_length=1, max_length=60)] = "api"
+
+
+class SuppressionQuery(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    destination: Annotated[Text, Field(min_length=1, max_length=320)]
+    channel: EvidenceChannel | None = None
+    """Only suppressions that apply to this channel (`*` ones included)."""
+
+
+class SuppressionLift(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    source: Annotated[Text, Field(min_length=1, max_length=60)] = "api"
+
+
+class SuppressionView(BaseModel):
+    """One suppression; the destination is not echoed."""
+
+    id: int
+    channel: str
+    reason: str
+    source: str
+    at: datetime
+    lifted_at: datetime | None
+    lifted_source: str | None
+    active: bool
+
+
+class SuppressionRecorded(SuppressionView):
+    created: bool
+    """False when an active suppression on that channel already existed (it is returned)."""
+
+
+class SuppressionLifted(SuppressionView):
+    changed: bool
+    """False when it was already lifted."""
+
+
+class SuppressionList(BaseModel):
+    items: list[SuppressionView]
+    """Every suppression on record for the destination, lifted ones included, oldest first."""

@@ -168,29 +168,80 @@ async def cmd_approve_resend(args: argparse.Namespace, cfg: settings_module.Sett
 
 
 async def cmd_consent(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
-    from ledger.models import Consent
+    from sqlalchemy.exc import OperationalError
 
+    from ledger import evidence
+
+    for name, value, most in (
+        ("recipient", args.recipient, 120),
+        ("--purpose", args.purpose, 40),
+        ("--source", args.source, 120),
+    ):
+        if not value or len(value) > most or "\x00" in value:
+            raise CliError(f"{name}: required, at most {most} characters")
     now = datetime.now(UTC)
-    with _sessions(cfg).begin() as session:
-        row = Consent(
-            recipient_ref=args.recipient,
-            channel=args.channel,
-            purpose=args.purpose,
-            source=args.source,
-            granted_at=now,
-            revoked_at=now if args.revoke else None,
-        )
-        session.add(row)
-        session.flush()
-        out = {
-            "id": row.id,
-            "recipient_ref": row.recipient_ref,
-            "channel": row.channel,
-            "purpose": row.purpose,
-            "revoked": args.revoke,
-        }
-    _print(out, args.json, lambda o: f"consent {o['id']} recorded")
+    try:
+        out = _consent(evidence, _sessions(cfg), args, now)
+    except OperationalError as err:
+        raise CliError(
+            "cannot reach the ledger database (is `herald dev` running, or "
+            "HERALD_DATABASE_URL set?)"
+        ) from err
+
+    def render(o: dict[str, Any]) -> str:
+        if not o["revoked"]:
+            return f"consent {o['id']} recorded"
+        if not o["ended"]:
+            return (
+                f"no live {o['purpose']!r} consent on {o['channel']} for {o['recipient_ref']}; "
+                "nothing to revoke"
+            )
+        ids = ", ".join(f"{c['id']} ({c['channel']})" for c in o["ended"])
+        return f"revoked consent {ids} at {o['revoked_at']}"
+
+    _print(out, args.json, render)
     return 0
+
+
+def _consent(
+    evidence: Any, sessions: Any, args: argparse.Namespace, now: datetime
+) -> dict[str, Any]:
+    with sessions.begin() as session:
+        if args.revoke:
+            ended = evidence.revoke_consent(
+                session,
+                recipient_ref=args.recipient,
+                channel=args.channel,
+                purpose=args.purpose,
+                source=args.source,
+                at=now,
+            )
+            out: dict[str, Any] = {
+                "recipient_ref": args.recipient,
+                "channel": args.channel,
+                "purpose": args.purpose,
+                "revoked": True,
+                "revoked_at": now.isoformat(),
+                "ended": [{"id": c.id, "channel": c.channel} for c in ended],
+            }
+        else:
+            row = evidence.record_consent(
+                session,
+                recipient_ref=args.recipient,
+                channel=args.channel,
+                purpose=args.purpose,
+                source=args.source,
+                at=now,
+            )
+            out = {
+                "id": row.id,
+                "recipient_ref": row.recipient_ref,
+                "channel": row.channel,
+                "purpose": row.purpose,
+                "revoked": False,
+                "granted_at": now.isoformat(),
+            }
+    return out
 
 
 async def cmd_migrate(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
@@ -282,8 +333,13 @@ def parser() -> argparse.ArgumentParser:
     consent.add_argument("recipient")
     consent.add_argument("--channel", required=True, choices=["sms", "email", "*"])
     consent.add_argument("--purpose", default="service")
-    consent.add_argument("--source", default="cli")
-    consent.add_argument("--revoke", action="store_true")
+    consent.add_argument("--source", default="cli", help="where it came from (recorded)")
+    consent.add_argument(
+        "--revoke",
+        action="store_true",
+        help="end every live grant for this recipient, purpose and channel (a '*' grant "
+        "included); the rows stay as history",
+    )
     add("migrate", "apply ledger migrations and load packaged policies and templates")
     add(
         "worker",

@@ -499,6 +499,8 @@ class Consent:
     """Where it was collected (``"signup-form-v3"``, ``"keyword:START"``)."""
     id: str = ""
     """The ledger's id for this consent, recorded as decision evidence."""
+    revoked_source: str = ""
+    """Who or what revoked it (``"cli"``, ``"api"``, ``"keyword:STOP"``), when revoked."""
 
 
 @dataclass(frozen=True)
@@ -722,15 +724,32 @@ def evaluate(
         if not live:
             inputs["consents_used"] = used
             if relevant:
+                revoked = sorted(
+                    (c for c in relevant if c.revoked_at is not None),
+                    key=lambda c: (c.revoked_at, c.granted_at),
+                )
                 inputs["consent_revoked"] = [
-                    {"id": c.id, "purpose": c.purpose, "revoked_at": _iso(c.revoked_at)}
-                    for c in relevant
+                    {
+                        "id": c.id,
+                        "channel": c.channel,
+                        "purpose": c.purpose,
+                        "granted_at": _iso(c.granted_at),
+                        "revoked_at": _iso(c.revoked_at),
+                        "revoked_source": c.revoked_source,
+                    }
+                    for c in revoked
                     if c.revoked_at is not None
                 ]
+                # Cite the latest revoke: it is what ended the last grant.
+                latest = revoked[-1]
+                cited = f"consent {latest.id}" if latest.id else f"the {latest.channel} consent"
+                by = f" by {latest.revoked_source}" if latest.revoked_source else ""
+                when = _iso(latest.revoked_at) if latest.revoked_at else "?"
                 return decide(
                     Outcome.DENY,
                     "consent.revoked",
-                    f"Consent for {needed!r} on {request.channel} was revoked.",
+                    f"Consent for {needed!r} on {request.channel} was revoked at {when}{by} "
+                    f"({cited}, granted {_iso(latest.granted_at)}).",
                 )
             return decide(
                 Outcome.DENY,

@@ -190,6 +190,9 @@ class Consent(Base):
     source: Mapped[str] = mapped_column(String(120))
     granted_at: Mapped[datetime]
     revoked_at: Mapped[datetime | None]
+    """Set when a revoke ended this grant; the row stays as history."""
+    revoked_source: Mapped[str | None] = mapped_column(String(120))
+    """Who or what revoked it (`cli`, `api`, the app's own source word)."""
     evidence: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 
@@ -204,6 +207,8 @@ class Suppression(Base):
     source: Mapped[str] = mapped_column(String(60))
     at: Mapped[datetime]
     lifted_at: Mapped[datetime | None]
+    lifted_source: Mapped[str | None] = mapped_column(String(60))
+    """Who lifted it (`keyword:START`, `api`, `cli`); null while active."""
 
 
 class TemplateVersionRow(Base):

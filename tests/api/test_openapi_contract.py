@@ -53,7 +53,8 @@ def test_the_api_conforms_without_a_token_and_operator_routes_are_401(case):  # 
     response = case.call_and_validate(checks=CHECKS)
     # (The coverage phase also tries undeclared methods: those are 405 before any auth.)
     declared = case.method.upper() == case.operation.method.upper()
-    if case.operation.path.startswith("/v1/intents") and declared:
+    operator_paths = ("/v1/intents", "/v1/consents", "/v1/suppressions")
+    if case.operation.path.startswith(operator_paths) and declared:
         assert response.status_code == 401
 
 

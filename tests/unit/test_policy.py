@@ -247,6 +247,27 @@ def test_revoked_consent_is_denied(default_policy: Policy) -> None:
     assert (decision.outcome, decision.rule) == (Outcome.DENY, "consent.revoked")
 
 
+def test_a_revoked_consent_denial_cites_the_latest_revoke(default_policy: Policy) -> None:
+    now = datetime(2026, 12, 15, 17, 0, tzinfo=UTC)
+    older = Consent("sms", "service", LONG_AGO, revoked_at=now - timedelta(days=3), id="c-1")
+    latest = Consent(
+        "*",
+        "service",
+        LONG_AGO,
+        revoked_at=now - timedelta(hours=1),
+        id="c-2",
+        revoked_source="api",
+    )
+    request = PolicyRequest("sms", "operational", "US", "America/New_York")
+    decision = decide(default_policy, request, now, consents=[latest, older])
+    assert (decision.outcome, decision.rule) == (Outcome.DENY, "consent.revoked")
+    assert "consent c-2" in decision.reason and "by api" in decision.reason
+    assert (now - timedelta(hours=1)).isoformat() in decision.reason
+    cited = decision.inputs["consent_revoked"]
+    assert [c["id"] for c in cited] == ["c-1", "c-2"]  # type: ignore[union-attr,index]
+    assert cited[-1]["revoked_source"] == "api"  # type: ignore[index]
+
+
 def test_consent_on_another_channel_does_not_count(default_policy: Policy) -> None:
     now = datetime(2026, 12, 15, 17, 0, tzinfo=UTC)
     request = PolicyRequest("sms", "operational", "US", "America/New_York")

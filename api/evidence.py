@@ -1,0 +1,272 @@
+"""The consent and suppression API: record, revoke, lift, list (bearer token, like intents).
+
+Recipients and destinations travel in request bodies only, never in a URL (proxies and
+the access log keep URLs), and no answer, error or log line repeats them: a destination
+is stored as its HMAC, and a consent is listed for the `recipient_ref` the caller named.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Annotated, Any
+
+import phonenumbers
+from fastapi import APIRouter, Depends, HTTPException, Path
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPBearer
+from sqlalchemy.orm import Session
+
+from api.intents import INVALID, bearer_route
+from api.schemas import (
+    ConsentBody,
+    ConsentList,
+    ConsentQuery,
+    ConsentRevoked,
+    ConsentView,
+    Problem,
+    SuppressionBody,
+    SuppressionLift,
+    SuppressionLifted,
+    SuppressionList,
+    SuppressionQuery,
+    SuppressionRecorded,
+    SuppressionView,
+)
+from domain.destinations import InvalidDestination, normalize_email, normalize_phone
+from ledger import evidence
+from ledger import repository as repo
+from ledger.models import Consent, Suppression
+
+if TYPE_CHECKING:
+    from api.app import Ingress
+
+log = logging.getLogger("herald.api")
+
+SuppressionId = Annotated[int, Path(ge=1, le=2**63 - 1, description="The suppression's id.")]
+
+
+def phone_e164(raw: str) -> str:
+    """A phone number in E.164. Looser than an SMS destination: an opt-out is honoured even
+    for a number Herald would not text (a landline that texted STOP through a gateway)."""
+    try:
+        return normalize_phone(raw).e164
+    except InvalidDestination:
+        try:
+            number = phonenumbers.parse(raw, None)
+        except phonenumbers.NumberParseException as err:
+            raise ValueError("not a phone number (E.164, with its + prefix)") from err
+        if not phonenumbers.is_possible_number(number):
+            raise ValueError("not a possible phone number") from None
+        return phonenumbers.format_number(number, phonenumbers.PhoneNumberFormat.E164)
+
+
+def normalized_destination(raw: str, channel: str | None) -> str:
+    """What the ledger's HMAC is taken over: E.164 for a phone, the normalized address for
+    an email. For `*` (or no channel), an `@` says which it is."""
+    as_email = channel == "email" or (channel in ("*", None) and "@" in raw)
+    try:
+        return normalize_email(raw).address if as_email else phone_e164(raw)
+    except InvalidDestination as err:
+        # The domain's messages describe the problem without repeating the address.
+        raise ValueError(str(err)) from err
+
+
+def _invalid_destination(err: ValueError) -> HTTPException:
+    return HTTPException(
+        422, [{"loc": ["body", "destination"], "msg": str(err), "type": "invalid_destination"}]
+    )
+
+
+def consent_view(row: Consent) -> ConsentView:
+    return ConsentView(
+        id=row.id,
+        channel=row.channel,
+        purpose=row.purpose,
+        source=row.source,
+        granted_at=row.granted_at,
+        revoked_at=row.revoked_at,
+        revoked_source=row.revoked_source,
+        live=row.revoked_at is None,
+    )
+
+
+def suppression_fields(row: Suppression) -> dict[str, Any]:
+    return SuppressionView(
+        id=row.id,
+        channel=row.channel,
+        reason=row.reason,
+        source=row.source,
+        at=row.at,
+        lifted_at=row.lifted_at,
+        lifted_source=row.lifted_source,
+        active=row.lifted_at is None,
+    ).model_dump()
+
+
+def evidence_router(ingress: Ingress) -> APIRouter:
+    router = APIRouter(
+        prefix="/v1",
+        tags=["consent and suppressions"],
+        route_class=bearer_route(ingress.operator_token),
+        dependencies=[Depends(HTTPBearer(auto_error=False, description="HERALD_OPERATOR_TOKEN"))],
+        responses={401: {"model": Problem, "description": "No valid bearer token."}, **INVALID},
+    )
+
+    @router.post(
+        "/consents",
+        status_code=201,
+        response_model=ConsentView,
+        summary="Record a consent grant, live from now",
+    )
+    async def record_consent(body: ConsentBody) -> ConsentView:
+        now = datetime.now(UTC)
+
+        def work(session: Session) -> ConsentView:
+            row = evidence.record_consent(
+                session,
+                recipient_ref=body.recipient_ref,
+                channel=body.channel,
+                purpose=body.purpose,
+                source=body.source,
+                at=now,
+            )
+            return consent_view(row)
+
+        view: ConsentView = await ingress.tx(work)
+        log.info("consent %d recorded (%s, %s)", view.id, view.channel, view.purpose)
+        return view
+
+    @router.post(
+        "/consents/revoke",
+        response_model=ConsentRevoked,
+        summary="End every live grant for the recipient, channel and purpose",
+        description=(
+            "Every live grant for the recipient and purpose on `channel` is ended (a `*` "
+            "grant too: it covered this channel); on `*`, the grants of every channel. "
+            "The rows stay as history with `revoked_at` and `revoked_source`, and the next "
+            "authorization is denied with rule `consent.revoked`, citing the revoke. With "
+            "nothing live, `ended` is empty and nothing changes."
+        ),
+    )
+    async def revoke_consent(body: ConsentBody) -> ConsentRevoked:
+        now = datetime.now(UTC)
+
+        def work(session: Session) -> ConsentRevoked:
+            ended = evidence.revoke_consent(
+                session,
+                recipient_ref=body.recipient_ref,
+                channel=body.channel,
+                purpose=body.purpose,
+                source=body.source,
+                at=now,
+            )
+            return ConsentRevoked(revoked_at=now, ended=[consent_view(c) for c in ended])
+
+        result: ConsentRevoked = await ingress.tx(work)
+        log.info(
+            "consent revoked (%s, %s): %d grant(s) ended",
+            body.channel,
+            body.purpose,
+            len(result.ended),
+        )
+        return result
+
+    @router.post(
+        "/consents/search",
+        response_model=ConsentList,
+        summary="Every grant on record for a recipient (revoked ones included)",
+    )
+    async def list_consents(body: ConsentQuery) -> ConsentList:
+        def work(session: Session) -> ConsentList:
+            rows = evidence.consents_of(
+                session, body.recipient_ref, channel=body.channel, purpose=body.purpose
+            )
+            return ConsentList(items=[consent_view(r) for r in rows])
+
+        result: ConsentList = await ingress.tx(work)
+        return result
+
+    @router.post(
+        "/suppressions",
+        status_code=201,
+        response_model=SuppressionRecorded,
+        summary="Suppress a destination on a channel (or `*`: every channel)",
+        responses={
+            200: {
+                "model": SuppressionRecorded,
+                "description": "An active suppression on that channel already existed.",
+            }
+        },
+    )
+    async def record_suppression(body: SuppressionBody) -> JSONResponse:
+        try:
+            lookup = ingress.client.lookup_hmac(
+                normalized_destination(body.destination, body.channel)
+            )
+        except ValueError as err:
+            raise _invalid_destination(err) from err
+        now = datetime.now(UTC)
+
+        def work(session: Session) -> dict[str, Any]:
+            row, created = evidence.suppress(
+                session,
+                destination_hmac=lookup,
+                channel=body.channel,
+                reason=body.reason,
+                source=body.source,
+                at=now,
+            )
+            return {**suppression_fields(row), "created": created}
+
+        doc = await ingress.tx(work)
+        log.info("suppression %d on %s (created=%s)", doc["id"], doc["channel"], doc["created"])
+        recorded = SuppressionRecorded.model_validate(doc).model_dump(mode="json")
+        return JSONResponse(recorded, status_code=201 if doc["created"] else 200)
+
+    @router.post(
+        "/suppressions/search",
+        response_model=SuppressionList,
+        summary="Every suppression on record for a destination (lifted ones included)",
+    )
+    async def list_suppressions(body: SuppressionQuery) -> SuppressionList:
+        try:
+            lookup = ingress.client.lookup_hmac(
+                normalized_destination(body.destination, body.channel)
+            )
+        except ValueError as err:
+            raise _invalid_destination(err) from err
+
+        def work(session: Session) -> SuppressionList:
+            rows = evidence.suppressions_of(session, lookup, channel=body.channel)
+            return SuppressionList(
+                items=[SuppressionView.model_validate(suppression_fields(r)) for r in rows]
+            )
+
+        result: SuppressionList = await ingress.tx(work)
+        return result
+
+    @router.post(
+        "/suppressions/{suppression_id}/lift",
+        response_model=SuppressionLifted,
+        summary="Lift one suppression (kept as history)",
+        responses={404: {"model": Problem, "description": "No suppression with that id."}},
+    )
+    async def lift_suppression(
+        suppression_id: SuppressionId, body: SuppressionLift | None = None
+    ) -> SuppressionLifted:
+        source = body.source if body else "api"
+        now = datetime.now(UTC)
+
+        def work(session: Session) -> SuppressionLifted:
+            row, changed = evidence.lift_suppression(session, suppression_id, source=source, at=now)
+            return SuppressionLifted(**suppression_fields(row), changed=changed)
+
+        try:
+            result: SuppressionLifted = await ingress.tx(work)
+        except repo.NotFound as err:
+            raise HTTPException(404, f"no suppression {suppression_id}") from err
+        log.info("suppression %d lifted (changed=%s)", suppression_id, result.changed)
+        return result
+
+    return router

@@ -1,0 +1,161 @@
+"""Consent and suppression evidence: record, revoke, lift and list, for the CLI and the API.
+
+A revoke or a lift never deletes: it stamps the rows it ends (`revoked_at`, `lifted_at`
+and who did it), so the ledger keeps the history a later audit reads, and the policy's
+next evaluation sees the revoke as evidence (`consent.revoked`, citing it).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from ledger.models import Consent, Suppression
+from ledger.repository import NotFound
+
+CHANNELS = ("sms", "email", "*")
+"""`*` means every channel, for consents and suppressions alike."""
+
+
+def _channels_covering(channel: str) -> tuple[str, ...]:
+    """The rows a grant or revoke on `channel` concerns: a `*` row covers every channel,
+    and `*` itself concerns rows of every channel."""
+    if channel == "*":
+        return CHANNELS
+    return (channel, "*")
+
+
+def record_consent(
+    session: Session,
+    *,
+    recipient_ref: str,
+    channel: str,
+    purpose: str,
+    source: str,
+    at: datetime,
+    evidence: dict[str, Any] | None = None,
+) -> Consent:
+    """A new grant, live from `at`. Earlier grants stay as they are."""
+    row = Consent(
+        recipient_ref=recipient_ref,
+        channel=channel,
+        purpose=purpose,
+        source=source,
+        granted_at=at,
+        evidence=evidence,
+    )
+    session.add(row)
+    session.flush()
+    return row
+
+
+def revoke_consent(
+    session: Session,
+    *,
+    recipient_ref: str,
+    channel: str,
+    purpose: str,
+    source: str,
+    at: datetime,
+) -> list[Consent]:
+    """End every live grant for the recipient and purpose on `channel`; return the ended ones.
+
+    A grant on `*` is ended by a revoke on any one channel: a person who says "stop
+    texting me" must not be texted under an all-channels grant (a new grant for the other
+    channels is the app's to record). A revoke on `*` ends the grants of every channel.
+    Nothing live is nothing to end: the list is empty and no row is written.
+    """
+    ended = session.execute(
+        update(Consent)
+        .where(
+            Consent.recipient_ref == recipient_ref,
+            Consent.purpose == purpose,
+            Consent.channel.in_(_channels_covering(channel)),
+            Consent.revoked_at.is_(None),
+        )
+        .values(revoked_at=at, revoked_source=source)
+        .returning(Consent)
+        .execution_options(synchronize_session=False)
+    ).scalars()
+    return sorted(ended, key=lambda c: c.id)
+
+
+def consents_of(
+    session: Session,
+    recipient_ref: str,
+    *,
+    channel: str | None = None,
+    purpose: str | None = None,
+) -> list[Consent]:
+    """Every grant on record for the recipient (revoked ones included), oldest first."""
+    query = select(Consent).where(Consent.recipient_ref == recipient_ref)
+    if channel is not None:
+        query = query.where(Consent.channel.in_(_channels_covering(channel)))
+    if purpose is not None:
+        query = query.where(Consent.purpose == purpose)
+    return list(session.execute(query.order_by(Consent.granted_at, Consent.id)).scalars())
+
+
+def suppress(
+    session: Session,
+    *,
+    destination_hmac: str,
+    channel: str,
+    reason: str,
+    source: str,
+    at: datetime,
+) -> tuple[Suppression, bool]:
+    """Suppress the destination on `channel`, unless an active suppression on exactly that
+    channel exists (a redelivered STOP, a second click): (row, created)."""
+    active = session.execute(
+        select(Suppression)
+        .where(
+            Suppression.destination_hmac == destination_hmac,
+            Suppression.channel == channel,
+            Suppression.lifted_at.is_(None),
+        )
+        .order_by(Suppression.id)
+        .limit(1)
+    ).scalar_one_or_none()
+    if active is not None:
+        return active, False
+    row = Suppression(
+        destination_hmac=destination_hmac,
+        channel=channel,
+        reason=reason[:60],
+        source=source[:60],
+        at=at,
+    )
+    session.add(row)
+    session.flush()
+    return row, True
+
+
+def lift_suppression(
+    session: Session, suppression_id: int, *, source: str, at: datetime
+) -> tuple[Suppression, bool]:
+    """Lift one suppression by id (kept as history): (row, changed). Lifting one already
+    lifted changes nothing."""
+    changed = session.execute(
+        update(Suppression)
+        .where(Suppression.id == suppression_id, Suppression.lifted_at.is_(None))
+        .values(lifted_at=at, lifted_source=source[:60])
+        .returning(Suppression.id)
+    ).scalar_one_or_none()
+    row = session.get(Suppression, suppression_id, populate_existing=True)
+    if row is None:
+        raise NotFound(f"no suppression {suppression_id}")
+    return row, changed is not None
+
+
+def suppressions_of(
+    session: Session, destination_hmac: str, *, channel: str | None = None
+) -> list[Suppression]:
+    """Every suppression on record for the destination (lifted ones included), oldest first."""
+    query = select(Suppression).where(Suppression.destination_hmac == destination_hmac)
+    if channel is not None:
+        query = query.where(Suppression.channel.in_(_channels_covering(channel)))
+    return list(session.execute(query.order_by(Suppression.at, Suppression.id)).scalars())

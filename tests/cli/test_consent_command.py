@@ -1,0 +1,77 @@
+"""`herald consent [--revoke]` through the real entry point: a revoke ends the earlier grant,
+and the next authorization is denied citing it."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+import pytest
+from sqlalchemy import select
+
+from activities.contracts import AuthorizeInput
+from activities.ledger import LedgerActivities
+from domain.requests import NotificationRequest
+from ledger import intake
+from ledger import repository as repo
+from ledger.models import Consent
+
+pytestmark = pytest.mark.ledger
+
+
+def _intent(cli_ledger, cipher, recipient: str) -> str:  # type: ignore[no-untyped-def]
+    key = f"order-created:o-{uuid.uuid4().hex[:10]}"
+    with cli_ledger.sessions.begin() as session:
+        return repo.record_intent(
+            session,
+            intake.validate(
+                session,
+                NotificationRequest(
+                    business_key=key,
+                    recipient_ref=recipient,
+                    phone="+447400032001",
+                    template_key="demo",
+                    variables={"n": 1, "intent_id": key},
+                ),
+                cipher,
+                now=datetime.now(UTC),
+                retention_days=30,
+            ),
+        ).intent_id
+
+
+async def test_consent_revoke_through_the_cli_denies_the_next_authorization(
+    herald, cli_ledger, cipher
+):
+    recipient = f"m-{uuid.uuid4().hex[:8]}"
+    intent_id = _intent(cli_ledger, cipher, recipient)
+    ledger = LedgerActivities(cli_ledger.sessions, cipher)
+    granted = herald("consent", recipient, "--channel", "sms", "--json").json()
+    assert (await ledger.authorize(AuthorizeInput(intent_id, "sms", 1))).outcome == "allow"
+
+    revoked = herald("consent", recipient, "--channel", "sms", "--revoke", "--json").json()
+
+    decision = await ledger.authorize(AuthorizeInput(intent_id, "sms", 2))
+    assert (decision.outcome, decision.rule) == ("deny", "consent.revoked"), decision
+    assert revoked["ended"] == [{"id": granted["id"], "channel": "sms"}]
+    assert f"consent {granted['id']}" in decision.reason and "by cli" in decision.reason
+    with cli_ledger.sessions() as session:
+        rows = session.scalars(select(Consent).where(Consent.recipient_ref == recipient)).all()
+    # One row, kept as history and ended: the revoke did not add a grant-and-revoke row.
+    assert [(r.id, r.revoked_at is not None) for r in rows] == [(granted["id"], True)]
+
+
+def test_a_revoke_with_nothing_live_says_so_and_changes_nothing(herald, cli_ledger):
+    recipient = f"m-{uuid.uuid4().hex[:8]}"
+    done = herald("consent", recipient, "--channel", "email", "--revoke")
+    assert done.returncode == 0, done.stderr
+    assert "nothing to revoke" in done.stdout
+    with cli_ledger.sessions() as session:
+        assert not session.scalars(select(Consent).where(Consent.recipient_ref == recipient)).all()
+
+
+def test_a_too_long_recipient_is_one_line_on_stderr(herald):
+    done = herald("consent", "x" * 121, "--channel", "sms")
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0 and "recipient" in done.stderr
+    assert "Traceback" not in done.stderr

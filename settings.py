@@ -14,6 +14,8 @@ from pathlib import Path
 from pydantic import SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from domain.senders import DEV_EMAIL_SENDER, DEV_SMS_SENDER, SenderBook
+
 SIMULATOR_AUTH_TOKEN = "simulator-auth-token"
 
 
@@ -67,7 +69,12 @@ class Settings(BaseSettings):
     """Twilio-compatible API base. Unset: the carrier simulator."""
     sms_account_sid: str = "AC00000000000000000000000000000000"
     sms_auth_token: SecretStr = SecretStr(SIMULATOR_AUTH_TOKEN)
-    sms_sender: str = "+15005550006"
+    sms_sender: str = DEV_SMS_SENDER
+    """The SMS sender for every policy alias `sms_senders` does not name: an E.164 number,
+    an alphanumeric sender id or a Messaging Service SID (`MG` + 32 hex)."""
+    sms_senders: dict[str, str] = {}
+    """HERALD_SMS_SENDERS, a JSON object: policy sender alias -> real sender, e.g.
+    `{"herald-us-10dlc": "MG...", "Herald": "Herald", "herald-za": "+27..."}`."""
     simulator_port: int = 58081
 
     smtp_host: str = "127.0.0.1"
@@ -75,7 +82,11 @@ class Settings(BaseSettings):
     smtp_starttls: bool = False
     smtp_username: str | None = None
     smtp_password: SecretStr | None = None
-    email_sender: str = "Herald <notifications@herald.localhost>"
+    email_sender: str = DEV_EMAIL_SENDER
+    """The From for a policy email sender that is an alias (not an address) with no entry
+    in `email_senders`."""
+    email_senders: dict[str, str] = {}
+    """HERALD_EMAIL_SENDERS, a JSON object: policy email sender (alias or From) -> From."""
     dkim_domain: str | None = None
     """DKIM signing domain; with a selector and a key file, every email is signed."""
     dkim_selector: str | None = None
@@ -149,6 +160,31 @@ class Settings(BaseSettings):
         self.resolved_data_keys()
         self.resolved_operator_token()
         self.resolved_unsubscribe_secret()
+
+    def sender_book(self) -> SenderBook:
+        """The real sender of every policy alias, checked against the packaged policy
+        `policy_name`. Raises RuntimeError with one line naming the bad alias; the worker
+        and the API call it before they start."""
+        from domain.policy import load_policy
+        from domain.senders import SenderError
+        from policies import load_packaged
+
+        try:
+            book = SenderBook.build(
+                sms_default=self.sms_sender,
+                sms=self.sms_senders,
+                email_default=self.email_sender,
+                email=self.email_senders,
+            )
+            try:
+                packaged = load_policy(load_packaged(self.policy_name))
+            except FileNotFoundError:
+                packaged = None  # a policy loaded by other means; nothing packaged to check
+            if packaged is not None:
+                book.check(packaged)
+        except SenderError as err:
+            raise RuntimeError(f"sender settings: {err}") from None
+        return book
 
     def resolved_operator_token(self) -> str:
         if self.operator_token is not None:

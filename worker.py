@@ -131,6 +131,7 @@ def build_workers(
     engine = create_engine(cfg.resolved_database_url(), pool_size=10, pool_pre_ping=True)
     sessions = sessionmaker(engine, expire_on_commit=False)
     cipher = FieldCipher(cfg.resolved_data_keys())
+    senders = cfg.sender_book()
     http = httpx.AsyncClient()
     sms = TwilioSms(
         base_url=cfg.sms_api_url,
@@ -146,8 +147,12 @@ def build_workers(
         password=cfg.smtp_password.get_secret_value() if cfg.smtp_password else None,
         dkim=dkim_config(cfg),
     )
-    ledger_acts = LedgerActivities(sessions, cipher, retention_days=cfg.pii_retention_days)
-    sms_acts = SmsActivities(sms, sessions, cipher, callback_base_url=cfg.callback_base_url)
+    ledger_acts = LedgerActivities(
+        sessions, cipher, retention_days=cfg.pii_retention_days, senders=senders
+    )
+    sms_acts = SmsActivities(
+        sms, sessions, cipher, callback_base_url=cfg.callback_base_url, senders=senders
+    )
     email_acts = EmailActivities(
         email,
         sessions,
@@ -155,6 +160,7 @@ def build_workers(
         ArtifactStore(cfg.data_path / "artifacts"),
         public_base_url=cfg.callback_base_url,
         unsubscribe_secret=cfg.resolved_unsubscribe_secret(),
+        senders=senders,
     )
     maintenance = MaintenanceActivities(sessions)
     main = Worker(
@@ -261,6 +267,8 @@ def healthy(path: Path, *, max_age: float = ALIVE_MAX_AGE_SECONDS) -> bool:
 async def main(*, relay: bool = RELAY_IN_WORKER, schedules: bool = SCHEDULES_AT_START) -> None:
     configure_logging()
     cfg = settings_module.load()
+    # Before anything connects: a sender no provider would take is a start-up error.
+    cfg.sender_book()
     if not ensure_workflow_bytecode():
         log.warning("could not write the workflow modules' bytecode; each run compiles them")
     client = await connect(cfg, runtime=core_log_forwarding(cfg.worker_metrics_address))
@@ -319,4 +327,8 @@ def alive_file(cfg: settings_module.Settings) -> Path:
 if __name__ == "__main__":
     if sys.argv[1:] == ["--healthcheck"]:
         sys.exit(0 if healthy(alive_file(settings_module.Settings())) else 1)
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    except RuntimeError as err:  # missing production secrets, bad sender settings
+        print(f"herald worker: {err}", file=sys.stderr)
+        sys.exit(2)

@@ -13,6 +13,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities import now_utc
 from activities.contracts import SubmitInput, SubmitOutcome
+from domain.senders import SenderBook
 from domain.states import AttemptState
 from ledger import metrics
 from ledger import repository as repo
@@ -66,8 +67,10 @@ class EmailActivities:
         *,
         public_base_url: str,
         unsubscribe_secret: str,
+        senders: SenderBook | None = None,
     ) -> None:
         self._transport = transport
+        self._senders = senders or SenderBook.build()
         self._sessions = sessions
         self._cipher = cipher
         self._artifacts = artifacts
@@ -120,7 +123,8 @@ class EmailActivities:
         spec = EmailMessageSpec(
             token=token,
             to=self._cipher.decrypt(attempt.destination_ct, context=token),
-            sender=attempt.sender,
+            # Attempts prepared before the resolved sender was kept resolve it now.
+            sender=attempt.sender_address or self._senders.email_for(attempt.sender),
             subject=(
                 self._cipher.decrypt(attempt.subject_ct, context=token)
                 if attempt.subject_ct

@@ -21,6 +21,7 @@ from activities.contracts import (
     VerdictInput,
 )
 from domain import keys, policy, templates
+from domain.senders import SenderBook
 from domain.states import AttemptState
 from ledger import metrics
 from ledger import repository as repo
@@ -45,10 +46,16 @@ class PolicyCache:
 
 class LedgerActivities:
     def __init__(
-        self, sessions: sessionmaker[Session], cipher: FieldCipher, *, retention_days: int = 30
+        self,
+        sessions: sessionmaker[Session],
+        cipher: FieldCipher,
+        *,
+        retention_days: int = 30,
+        senders: SenderBook | None = None,
     ) -> None:
         self._sessions = sessions
         self._cipher = cipher
+        self._senders = senders or SenderBook.build()
         self._policies = PolicyCache()
         self._retention = timedelta(days=retention_days)
 
@@ -208,6 +215,7 @@ class LedgerActivities:
                 template_key=rendered.template_key,
                 template_version=rendered.template_version,
                 sender=decision.sender,
+                sender_address=self._senders.resolve(input.channel, decision.sender),
                 segments=rendered.segments if input.channel == "sms" else None,
                 purge_after=now + self._retention,
             )

@@ -18,6 +18,7 @@ from temporalio.exceptions import ApplicationError
 from activities import heartbeating, now_utc
 from activities.contracts import PollInput, PollOutcome, SubmitInput, SubmitOutcome
 from domain import provider_errors
+from domain.senders import SenderBook
 from domain.states import AttemptState, normalize_provider_status
 from ledger import metrics
 from ledger import repository as repo
@@ -58,8 +59,10 @@ class SmsActivities:
         cipher: FieldCipher,
         *,
         callback_base_url: str,
+        senders: SenderBook | None = None,
     ) -> None:
         self._transport = transport
+        self._senders = senders or SenderBook.build()
         self._sessions = sessions
         self._cipher = cipher
         self._callback_base = callback_base_url.rstrip("/")
@@ -99,7 +102,8 @@ class SmsActivities:
             a.send_started_at,
             self._cipher.decrypt(a.destination_ct, context=token),
             self._cipher.decrypt(a.body_ct, context=token),
-            a.sender,
+            # Attempts prepared before the resolved sender was kept resolve it now.
+            a.sender_address or self._senders.sms_for(a.sender).value,
             a.content_sha256,
         )
         sendable = (
@@ -109,6 +113,7 @@ class SmsActivities:
         )
         if sendable:
             a.send_started_at = now_utc()
+            a.sender_address = view.sender
         elif view.remote_id is not None or view.state not in (
             AttemptState.PREPARED.value,
             AttemptState.UNKNOWN.value,

@@ -186,6 +186,11 @@ class AttemptView(BaseModel):
     template_version: int
     content_sha256: str
     segments: int | None
+    sender: str = ""
+    """The policy's sender alias."""
+    sender_address: str | None = None
+    """The real sender it resolved to: a number, an alphanumeric id, a Messaging Service
+    SID or an email From (Herald's own, never the recipient's)."""
     error_code: str | None
     prepared_at: datetime | None
     submitted_at: datetime | None

@@ -56,6 +56,9 @@ async def serve(
     from runtime.logs import configure_logging
 
     configure_logging()  # one JSON object per line, uvicorn's access log included
+    # The API sends nothing, but it must not come up beside workers that cannot: the
+    # same sender settings are checked here, before anything connects.
+    cfg.sender_book()
     client = await HeraldClient.connect(cfg)
     app = build(cfg, client)
     config = uvicorn.Config(

@@ -75,6 +75,10 @@ async def _client(cfg: settings_module.Settings):  # type: ignore[no-untyped-def
 async def cmd_dev(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
     from devstack.stack import AlreadyRunning, DevStack
 
+    try:
+        cfg.sender_book()  # the worker it starts would refuse them: say so before starting
+    except RuntimeError as err:
+        raise CliError(str(err)) from err
     stack = DevStack(cfg, temporal_ui=not args.headless)
     try:
         addresses = await stack.start()
@@ -262,6 +266,10 @@ async def cmd_migrate(args: argparse.Namespace, cfg: settings_module.Settings) -
 async def cmd_worker(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
     import worker
 
+    try:
+        cfg.sender_book()  # one line naming the bad alias, before anything connects
+    except RuntimeError as err:
+        raise CliError(str(err)) from err
     await worker.main()
     return 0
 

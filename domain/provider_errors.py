@@ -37,6 +37,11 @@ class ErrorClass:
 # for a phone that is off for an hour, so it must not close the number for good.
 ERROR_TABLE: dict[str, tuple[ErrorKind, str]] = {
     "21211": (ErrorKind.PERMANENT, "invalid 'To' phone number"),
+    # A sender the provider refuses (HERALD_SMS_SENDERS): nothing was sent, and the same
+    # request is refused again, so retrying cannot help; start-up validation prevents it.
+    "21212": (ErrorKind.PERMANENT, "invalid 'From' sender (check HERALD_SMS_SENDERS)"),
+    "21603": (ErrorKind.PERMANENT, "no 'From' or 'MessagingServiceSid' (sender settings)"),
+    "21701": (ErrorKind.PERMANENT, "invalid Messaging Service SID (sender settings)"),
     "21610": (ErrorKind.PERMANENT, "recipient unsubscribed (replied STOP)"),
     "21614": (ErrorKind.PERMANENT, "'To' number is not a mobile number"),
     "30004": (ErrorKind.PERMANENT, "message blocked"),

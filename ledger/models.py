@@ -115,6 +115,10 @@ class Attempt(Base):
     template_key: Mapped[str] = mapped_column(String(80))
     template_version: Mapped[int] = mapped_column(Integer)
     sender: Mapped[str] = mapped_column(String(200), default="")
+    """The policy's sender alias (e.g. `herald-us-10dlc`)."""
+    sender_address: Mapped[str | None] = mapped_column(String(200))
+    """The real sender the alias resolved to (an E.164 number, an alphanumeric id, a
+    Messaging Service SID, or an email From); null on attempts prepared before it was kept."""
     segments: Mapped[int | None] = mapped_column(Integer)
     error_code: Mapped[str | None] = mapped_column(String(20))
     message_id: Mapped[str | None] = mapped_column(String(200))

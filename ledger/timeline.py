@@ -93,6 +93,8 @@ def timeline(session: Session, id_or_key: str) -> dict[str, Any]:
                 "template_version": a.template_version,
                 "content_sha256": a.content_sha256,
                 "segments": a.segments,
+                "sender": a.sender,
+                "sender_address": a.sender_address,
                 "error_code": a.error_code,
                 "prepared_at": _iso(a.prepared_at),
                 "submitted_at": _iso(a.submitted_at),

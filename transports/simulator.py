@@ -25,6 +25,7 @@ import base64
 import contextlib
 import logging
 import math
+import re
 import secrets
 import socket
 import uuid
@@ -43,6 +44,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from twilio.request_validator import RequestValidator
+
+from domain.senders import SmsSenderKind, parse_sms_sender
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +145,7 @@ ERROR_MESSAGES: dict[int, str] = {
     20404: "The requested resource was not found",
     20429: "Too Many Requests",
     21211: "Invalid 'To' Phone Number",
+    21212: "Invalid 'From' Number",
     21610: "Attempt to send to unsubscribed recipient",
     21614: "'To' number is not a valid mobile number",
     30003: "Unreachable destination handset",
@@ -269,6 +273,17 @@ def _token_of(status_callback: str | None) -> str | None:
     return values[0] if values else None
 
 
+_MESSAGING_SERVICE_SID = re.compile(r"^MG[0-9a-f]{32}$")
+
+
+def _valid_from(value: str) -> bool:
+    """An E.164 number or an alphanumeric sender id, as Twilio takes in `From`."""
+    try:
+        return parse_sms_sender(value).kind != SmsSenderKind.MESSAGING_SERVICE
+    except ValueError:
+        return False
+
+
 def _error(status: int, code: int, message: str | None = None, **headers: str) -> JSONResponse:
     return JSONResponse(
         {
@@ -394,9 +409,22 @@ class CarrierSimulator:
             self.stats.rejected_total += 1
             missing = "To" if not to else "Body"
             return _error(400, 21602 if missing == "Body" else 21604, f"'{missing}' is required")
-        if not form.get("From") and not form.get("MessagingServiceSid"):
+        from_, service = form.get("From"), form.get("MessagingServiceSid")
+        if not from_ and not service:
             self.stats.rejected_total += 1
             return _error(400, 21603, "A 'From' or 'MessagingServiceSid' is required")
+        if from_ and not _valid_from(from_):
+            # As the real API: a policy alias such as `herald-us-10dlc` is no sender.
+            self.stats.rejected_total += 1
+            return _error(
+                400,
+                21212,
+                "The 'From' number is not a valid phone number, shortcode, or alphanumeric "
+                "sender ID.",
+            )
+        if service and not _MESSAGING_SERVICE_SID.match(service):
+            self.stats.rejected_total += 1
+            return _error(400, 21701, "The Messaging Service Sid is invalid")
 
         fault = self.fault_for(to)
         kind = fault.kind if fault else None

@@ -30,8 +30,10 @@ class SmsMessage:
     body: str
     """The text. Never logged."""
     sender: str
-    """A ``From`` number or alphanumeric sender id. Ignored when the adapter is configured
-    with a Messaging Service (its ``MessagingServiceSid`` is sent instead)."""
+    """The real sender (``domain.senders``): an E.164 ``From`` number, an alphanumeric
+    sender id, or a Messaging Service SID (``MG`` + 32 hex), which the Twilio adapter sends
+    as ``MessagingServiceSid`` instead of ``From``. Ignored when the adapter is configured
+    with a Messaging Service of its own."""
     status_callback: str | None
     """Full public URL the provider POSTs receipts to, or ``None`` for no receipts."""
     validity_seconds: int | None = None

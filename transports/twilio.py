@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 
 API_VERSION = "2010-04-01"
 _PHONE_LIKE = re.compile(r"\+?\d[\d ().-]{5,}\d")
+MESSAGING_SERVICE_SID = re.compile(r"^MG[0-9a-f]{32}$")
 
 
 def redact(text: str) -> str:
@@ -137,6 +138,9 @@ class TwilioSms:
         form: dict[str, str] = {"To": msg.to, "Body": msg.body}
         if self._messaging_service_sid:
             form["MessagingServiceSid"] = self._messaging_service_sid
+        elif MESSAGING_SERVICE_SID.match(msg.sender):
+            # A sender that is a Messaging Service goes as MessagingServiceSid, never From.
+            form["MessagingServiceSid"] = msg.sender
         else:
             form["From"] = msg.sender
         if msg.status_callback:

@@ -232,3 +232,52 @@ async def test_one_attempt_token_is_never_submitted_twice(
         attempt = repo.attempt_by_token(session, token)
         assert attempt.state != "prepared" or attempt.send_started_at is None
     _ = Attempt
+
+
+async def test_the_attempt_records_the_resolved_sender_and_the_provider_gets_it_not_the_alias(
+    acts, simulator, committed, cipher
+):
+    ledger, sms = acts
+    token = await prepared(ledger, committed, cipher, phone(11101))
+    outcome = await sms.submit_sms(SubmitInput(token))
+    message = simulator.sim.messages[outcome.remote_id]
+    assert (message.from_, message.messaging_service_sid) == ("+15005550006", None)
+    with committed() as session:
+        attempt = repo.attempt_by_token(session, token)
+        assert (attempt.sender, attempt.sender_address) == ("herald-sms", "+15005550006")
+
+
+async def test_an_alias_mapped_to_a_messaging_service_is_sent_as_messaging_service_sid(
+    simulator, committed, cipher
+):
+    from domain.senders import SenderBook
+
+    service = "MG" + "fedcba9876543210" * 2
+    book = SenderBook.build(sms={"herald-sms": service})
+    async with httpx.AsyncClient() as http:
+        transport = TwilioSms(
+            base_url=simulator.url, account_sid=SID, auth_token=TOKEN, client=http
+        )
+        sms = SmsActivities(
+            transport, committed, cipher, callback_base_url="http://127.0.0.1:9", senders=book
+        )
+        ledger = LedgerActivities(committed, cipher, senders=book)
+        token = await prepared(ledger, committed, cipher, phone(11102))
+        outcome = await sms.submit_sms(SubmitInput(token))
+    message = simulator.sim.messages[outcome.remote_id]
+    assert (message.messaging_service_sid, message.from_) == (service, None)
+    with committed() as session:
+        assert repo.attempt_by_token(session, token).sender_address == service
+
+
+async def test_an_attempt_prepared_before_senders_were_kept_resolves_its_alias_at_send(
+    acts, simulator, committed, cipher
+):
+    ledger, sms = acts
+    token = await prepared(ledger, committed, cipher, phone(11103))
+    with committed.begin() as session:
+        session.query(Attempt).filter(Attempt.token == token).update({Attempt.sender_address: None})
+    outcome = await sms.submit_sms(SubmitInput(token))
+    assert simulator.sim.messages[outcome.remote_id].from_ == "+15005550006"
+    with committed() as session:
+        assert repo.attempt_by_token(session, token).sender_address == "+15005550006"

@@ -147,3 +147,11 @@ def test_the_env_example_names_every_required_placeholder():
 
     required = set(re.findall(r"\$\{(\w+):\?", text))
     assert required <= set(placeholder_env())
+
+
+def test_the_example_sender_settings_pass_the_start_up_check(monkeypatch):
+    for name, value in placeholder_env().items():
+        if name.startswith("HERALD_") and "SENDER" in name:
+            monkeypatch.setenv(name, value)
+    book = settings.Settings(env="dev").sender_book()
+    assert book.resolve("sms", "herald-us-10dlc").startswith("MG")

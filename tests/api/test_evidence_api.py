@@ -147,3 +147,28 @@ async def test_an_email_suppression_matches_the_address_the_intents_use(http, co
         active = repo.suppressions_for(session, lookup, "email")
     assert [s.id for s in active] == [answer.json()["id"]]
     assert datetime.now(UTC) >= active[0].at
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "value"),
+    [
+        ("/v1/suppressions", {"channel": "sms", "destination": "+4474" + "1" * 400}, "1" * 400),
+        ("/v1/consents", {"recipient_ref": "m-" + "7" * 130, "channel": "sms"}, "7" * 130),
+        (
+            "/v1/intents",
+            {
+                "business_key": "a:b",
+                "recipient_ref": "r",
+                "template_key": "t",
+                "phone": "+4474" + "2" * 40,
+            },
+            "2" * 40,
+        ),
+    ],
+)
+async def test_a_field_refused_by_validation_is_named_but_never_echoed(http, path, body, value):
+    answer = await http.post(path, json=body, headers=BEARER)
+    assert answer.status_code == 422
+    (issue,) = answer.json()["detail"]
+    assert set(issue) == {"loc", "msg", "type"} and issue["loc"][0] == "body"
+    assert value not in answer.text

@@ -76,7 +76,8 @@ class DemoContext:
         *,
         revoked: bool = False,
     ) -> None:
-        """Consent evidence as the app records it (`herald consent [--revoke]`)."""
+        """Consent evidence as the app records it (`herald consent`); `revoked` records a
+        month-old grant already ended a second ago, as a revoke leaves it."""
         now = datetime.now(UTC)
         with self.client.sessions.begin() as session:
             session.add(

@@ -15,6 +15,10 @@ worker in its own process, the carrier simulator with fast receipts in another):
   enforced by the Temporal server). Reports the lookups per second the carrier actually
   received over a fixed window, against the budget.
 
+Every mode takes `--workers N`: N Herald worker processes on the same Temporal server and
+Postgres (the stack's own and N - 1 started the same way, each with its own log and
+metrics ports), all stopped at the end whatever happens.
+
 Results are printed and written as JSON to bench/results/<timestamp>.json.
 """
 
@@ -31,7 +35,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -93,6 +97,9 @@ class BenchOptions:
     """Open loop: seconds to wait for the last workflows after the last arrival."""
     breakdown: int = 0
     """Open loop: histories of this many intents read to show where the time goes."""
+    workers: int = 1
+    """Herald worker processes on the same Temporal and Postgres (and as many baseline
+    workers in throughput mode, so the ratio compares the same shape)."""
     out: Path = RESULTS_DIR
     timeout: float = 1800.0
 
@@ -102,6 +109,46 @@ class BenchOptions:
         return max(10.0, round(self.open / (DEMAND_OVER_BUDGET * self.budget)))
 
 
+WORKER_METRICS_KEYS = ("HERALD_WORKER_METRICS_ADDRESS", "HERALD_WORKER_HERALD_METRICS_ADDRESS")
+"""The worker's two metrics servers (the SDK's series, Herald's): each binds a port."""
+
+
+def worker_env(base: Mapping[str, str], port: Callable[[], int]) -> dict[str, str]:
+    """The environment of one more worker process: the same settings, its own metrics ports
+    (a second worker binding the first one's would not start). An address that is off
+    ("") stays off."""
+    env = dict(base)
+    for key in WORKER_METRICS_KEYS:
+        if address := env.get(key, ""):
+            host = address.rpartition(":")[0] or "127.0.0.1"
+            env[key] = f"{host}:{port()}"
+    return env
+
+
+SDK_ACTIVITY_LATENCY = {
+    "temporal_activity_execution_latency",
+    "temporal_activity_execution_latency_seconds",  # with durations_as_seconds
+}
+
+
+def activity_count(metrics_text: str, activity_type: str) -> float:
+    """How many `activity_type` activities this worker ran, from the SDK's Prometheus text
+    (the activity execution latency histogram's count)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    total = 0.0
+    for family in text_string_to_metric_families(metrics_text):
+        # Not temporal_local_activity_execution_latency: local activities are counted there.
+        if family.name not in SDK_ACTIVITY_LATENCY:
+            continue
+        for sample in family.samples:
+            if sample.name.endswith("_count") and sample.labels.get("activity_type") == (
+                activity_type
+            ):
+                total += sample.value
+    return total
+
+
 @dataclass
 class Bench:
     stack: DevStack
@@ -109,33 +156,99 @@ class Bench:
     data_dir: Path
     postgres_port: int
     numbers: list[str] = field(default_factory=list)
+    extra_workers: list[ChildProcess] = field(default_factory=list)
+    """Worker processes 2..N, beside the stack's own."""
 
     @property
     def client(self):  # type: ignore[no-untyped-def]
         assert self.stack.client is not None
         return self.stack.client
 
+    @property
+    def workers(self) -> list[ChildProcess]:
+        assert self.stack.worker is not None
+        return [self.stack.worker, *self.extra_workers]
+
     def worker_pid(self) -> int:
         assert self.stack.worker is not None and self.stack.worker.pid is not None
         return self.stack.worker.pid
 
-    async def restart_worker(self, sms_rate: float) -> None:
-        """A new worker process with another SMS budget (the budget is worker config)."""
+    def worker_pids(self) -> list[int]:
+        pids = [w.pid for w in self.workers]
+        assert all(pid is not None for pid in pids)
+        return pids  # type: ignore[return-value]
+
+    def start_extra_workers(self, count: int) -> None:
+        """`count` more worker processes, started like the stack's own (same settings, each
+        with its own log file and metrics ports)."""
         stack = self.stack
-        assert stack.worker is not None
-        await asyncio.to_thread(stack.worker.stop)
-        stack.worker = ChildProcess(
-            "worker",
-            [sys.executable, "-m", "worker"],
-            log_path=stack.cfg.data_path / "worker.log",
-            env={**os.environ, **stack.env(), "HERALD_SMS_MAX_PER_SECOND": str(sms_rate)},
-            cwd=REPO_ROOT,
-        )
-        stack.worker.start()
+        for n in range(len(self.extra_workers) + 2, len(self.extra_workers) + 2 + count):
+            worker = ChildProcess(
+                f"worker-{n}",
+                [sys.executable, "-m", "worker"],
+                log_path=stack.cfg.data_path / f"worker-{n}.log",
+                env=worker_env({**os.environ, **stack.env()}, free_port),
+                cwd=REPO_ROOT,
+            )
+            self.extra_workers.append(worker)  # before start: close() stops it whatever happens
+            worker.start()
+
+    async def wait_for_workers(self, timeout: float = 90.0) -> None:
+        """Until every worker serves its Herald metrics (it connected to Temporal and is
+        about to poll); a worker that exits instead ends the run with its log's last line."""
+        import httpx
+
+        deadline = time.monotonic() + timeout
+        async with httpx.AsyncClient(timeout=2.0) as http:
+            for worker in self.workers:
+                address = (worker.env or {}).get("HERALD_WORKER_HERALD_METRICS_ADDRESS", "")
+                while address:
+                    if not worker.is_alive():
+                        tail = worker.log_tail().strip().splitlines()
+                        raise RuntimeError(
+                            f"{worker.name} exited: {tail[-1] if tail else 'no log'}"
+                        )
+                    try:
+                        (await http.get(f"http://{address}/metrics")).raise_for_status()
+                        break
+                    except httpx.HTTPError:
+                        if time.monotonic() > deadline:
+                            raise RuntimeError(f"{worker.name} did not start in time") from None
+                        await asyncio.sleep(0.3)
+
+    async def activities_by_worker(self, activity_type: str) -> list[float | None]:
+        """Per worker, how many `activity_type` activities it ran (its SDK metrics)."""
+        import httpx
+
+        counts: list[float | None] = []
+        async with httpx.AsyncClient(timeout=5.0) as http:
+            for worker in self.workers:
+                address = (worker.env or {}).get("HERALD_WORKER_METRICS_ADDRESS", "")
+                try:
+                    response = await http.get(f"http://{address}/metrics")
+                    response.raise_for_status()
+                    counts.append(activity_count(response.text, activity_type))
+                except httpx.HTTPError:
+                    counts.append(None)
+        return counts
+
+    async def restart_workers(self, sms_rate: float) -> None:
+        """Every worker process again, with another SMS budget (the budget is worker config)."""
+        workers = self.workers
+        await asyncio.gather(*(asyncio.to_thread(w.stop) for w in workers))
+        for worker in workers:
+            worker.env = {**(worker.env or {}), "HERALD_SMS_MAX_PER_SECOND": str(sms_rate)}
+            worker.start()
+
+    async def stop_extra_workers(self) -> None:
+        await asyncio.gather(*(asyncio.to_thread(w.stop) for w in self.extra_workers))
 
     async def close(self) -> None:
         try:
-            await self.stack.stop()
+            try:
+                await self.stop_extra_workers()
+            finally:
+                await self.stack.stop()
         finally:
             await self.carrier.stop()
             await asyncio.to_thread(
@@ -158,7 +271,11 @@ def distinct_numbers(count: int) -> list[str]:
 
 
 async def start_bench(
-    *, sms_rate: float, never_resolves: Sequence[str] = (), log: Callable[[str], None]
+    *,
+    sms_rate: float,
+    never_resolves: Sequence[str] = (),
+    log: Callable[[str], None],
+    workers: int = 1,
 ) -> Bench:
     data_dir = Path(tempfile.mkdtemp(prefix="herald-bench-"))
     api_port, postgres_port = free_port(), free_port()
@@ -191,8 +308,10 @@ async def start_bench(
     )
     bench = Bench(DevStack(cfg, temporal_ui=False), carrier, data_dir, postgres_port)
     try:
-        log(f"starting the embedded stack in {data_dir} ...")
+        log(f"starting the embedded stack in {data_dir} ({workers} worker processes) ...")
         await bench.stack.start()
+        bench.start_extra_workers(workers - 1)
+        await bench.wait_for_workers()
     except BaseException:
         await bench.close()  # whatever did start, and the folder
         raise
@@ -253,16 +372,19 @@ def seed_consents(bench: Bench, recipients: list[str]) -> None:
 
 
 class RssSampler:
-    def __init__(self, pid: int) -> None:
-        self.process = psutil.Process(pid)
-        self.samples: list[int] = []
+    """Resident memory of each worker process, sampled every 0.5 s."""
+
+    def __init__(self, pids: Sequence[int]) -> None:
+        self.processes = [psutil.Process(pid) for pid in pids]
+        self.samples: list[list[int]] = [[] for _ in pids]
         self._task: asyncio.Task[None] | None = None
 
     def sample(self) -> None:
-        try:
-            self.samples.append(self.process.memory_info().rss)
-        except psutil.Error:
-            pass
+        for process, samples in zip(self.processes, self.samples, strict=True):
+            try:
+                samples.append(process.memory_info().rss)
+            except psutil.Error:
+                pass
 
     async def _run(self) -> None:
         while True:
@@ -278,56 +400,90 @@ class RssSampler:
         self._task.cancel()
         self.sample()
 
-    def report(self) -> dict[str, float | None]:
+    def report(self) -> dict[str, Any]:
+        """The largest worker's peak and end (one process's footprint, not the sum)."""
         mib = 1024 * 1024
-        return {
-            "peak_mib": _round(max(self.samples) / mib, 1) if self.samples else None,
-            "end_mib": _round(self.samples[-1] / mib, 1) if self.samples else None,
+        peaks = [round(max(s) / mib, 1) for s in self.samples if s]
+        ends = [round(s[-1] / mib, 1) for s in self.samples if s]
+        out: dict[str, Any] = {
+            "peak_mib": max(peaks) if peaks else None,
+            "end_mib": max(ends) if ends else None,
         }
+        if len(self.samples) > 1:
+            out["peak_mib_by_worker"] = peaks
+        return out
+
+
+Part = tuple[int | Sequence[int], bool]
+"""A part of the stack for CpuMeter: its process (or processes) and whether their
+children count too."""
+
+
+def worker_cpu_parts(pids: Sequence[int]) -> tuple[Part, dict[str, Part]]:
+    """The 'worker' part (every worker process, summed) and, with more than one worker,
+    each worker on its own (reported beside the parts, not added to the total)."""
+    detail: dict[str, Part] = (
+        {f"worker-{n}": (pid, True) for n, pid in enumerate(pids, 1)} if len(pids) > 1 else {}
+    )
+    return (tuple(pids), True), detail
 
 
 class CpuMeter:
     """CPU seconds (user + system) used by each part of the stack, per measured phase.
 
-    Each part is a process and its children (Postgres backends, the Temporal server's
-    helpers); the bench driver's own process also serves the ingress. The carrier
-    simulator runs in a process of its own (bench/carrier.py).
+    Each part is a process (or several: the worker fleet) and its children (Postgres
+    backends, the Temporal server's helpers); the bench driver's own process also serves
+    the ingress. The carrier simulator runs in a process of its own (bench/carrier.py).
+    `detail` parts are measured the same way but kept out of the total (one worker of
+    several, already inside 'worker').
     """
 
-    def __init__(self, parts: dict[str, tuple[int, bool]]) -> None:
+    def __init__(self, parts: dict[str, Part], *, detail: dict[str, Part] | None = None) -> None:
         self.parts = parts
-        """name -> (pid, with its children)"""
+        """name -> (pid or pids, with their children)"""
+        self.detail = detail or {}
         self.totals: dict[str, Counter[str]] = {}
 
     @staticmethod
-    def _tree_seconds(pid: int, children: bool) -> float:
-        try:
-            root = psutil.Process(pid)
-            procs = [root, *(root.children(recursive=True) if children else [])]
-        except psutil.Error:
-            return 0.0
+    def _tree_seconds(pids: int | Sequence[int], children: bool) -> float:
         seconds = 0.0
-        for proc in procs:
+        for pid in [pids] if isinstance(pids, int) else pids:
             try:
-                t = proc.cpu_times()
+                root = psutil.Process(pid)
+                procs = [root, *(root.children(recursive=True) if children else [])]
             except psutil.Error:
                 continue
-            seconds += t.user + t.system
+            for proc in procs:
+                try:
+                    t = proc.cpu_times()
+                except psutil.Error:
+                    continue
+                seconds += t.user + t.system
         return seconds
 
     def snapshot(self) -> dict[str, float]:
-        return {name: self._tree_seconds(pid, kids) for name, (pid, kids) in self.parts.items()}
+        return {
+            name: self._tree_seconds(pids, kids)
+            for name, (pids, kids) in {**self.parts, **self.detail}.items()
+        }
 
     def add(self, phase: str, before: dict[str, float], after: dict[str, float]) -> None:
         bucket = self.totals.setdefault(phase, Counter())
-        for name in self.parts:
+        for name in [*self.parts, *self.detail]:
             bucket[name] += max(0.0, after.get(name, 0.0) - before.get(name, 0.0))
+
+    def _ms(self, phase: str, units: int, names: Sequence[str]) -> dict[str, float]:
+        bucket = self.totals.get(phase, Counter())
+        return {name: round(1000 * bucket[name] / max(units, 1), 1) for name in names}
 
     def per_unit(self, phase: str, units: int) -> dict[str, float]:
         """Milliseconds of CPU per intent (or per baseline workflow), by part."""
-        bucket = self.totals.get(phase, Counter())
-        ms = {name: round(1000 * bucket[name] / max(units, 1), 1) for name in self.parts}
+        ms = self._ms(phase, units, list(self.parts))
         return {**ms, "total": round(sum(ms.values()), 1)}
+
+    def per_unit_detail(self, phase: str, units: int) -> dict[str, float]:
+        """The same for the detail parts (each worker of several); empty without any."""
+        return self._ms(phase, units, list(self.detail))
 
 
 async def history_counts(client: Any, workflow_ids: list[str]) -> dict[str, Any]:
@@ -472,29 +628,32 @@ def ledger_figures(bench: Bench, key_prefix: str) -> dict[str, Any]:
 
 
 async def throughput(opts: BenchOptions, log: Callable[[str], None]) -> dict[str, Any]:
-    bench = await start_bench(sms_rate=opts.sms_rate, log=log)
-    baseline_worker: ChildProcess | None = None
+    bench = await start_bench(sms_rate=opts.sms_rate, log=log, workers=opts.workers)
+    baseline_workers: list[ChildProcess] = []
     try:
         bench.numbers = distinct_numbers(opts.intents + opts.warmup)
         run_id = uuid.uuid4().hex[:8]
         task_queue = f"bench-baseline-{run_id}"
         cfg = bench.stack.cfg
-        # The baseline worker is a process of its own, like Herald's: the same shape, so
-        # the ratio compares the work done, not who shares a CPU with the driver.
-        baseline_worker = ChildProcess(
-            "baseline-worker",
-            [
-                sys.executable,
-                "-m",
-                "bench.baseline",
-                cfg.temporal_target,
-                cfg.temporal_namespace,
-                task_queue,
-            ],
-            log_path=cfg.data_path / "baseline-worker.log",
-            cwd=REPO_ROOT,
-        )
-        baseline_worker.start()
+        # The baseline workers are processes of their own, as many as Herald's: the same
+        # shape, so the ratio compares the work done, not who shares a CPU with the driver.
+        for n in range(1, opts.workers + 1):
+            baseline_worker = ChildProcess(
+                "baseline-worker" if n == 1 else f"baseline-worker-{n}",
+                [
+                    sys.executable,
+                    "-m",
+                    "bench.baseline",
+                    cfg.temporal_target,
+                    cfg.temporal_namespace,
+                    task_queue,
+                ],
+                log_path=cfg.data_path
+                / ("baseline-worker.log" if n == 1 else f"baseline-worker-{n}.log"),
+                cwd=REPO_ROOT,
+            )
+            baseline_workers.append(baseline_worker)  # before start: stopped whatever happens
+            baseline_worker.start()
         log(f"warm-up: {opts.warmup} Herald intents and {opts.warmup} baseline workflows ...")
         _, warm_ids = await run_herald(bench, f"w{run_id}", 0, opts.warmup, opts.concurrency)
         warm = await history_counts(bench.client.temporal, warm_ids)
@@ -512,18 +671,21 @@ async def throughput(opts: BenchOptions, log: Callable[[str], None]) -> dict[str
         offset = opts.warmup
         stack = bench.stack
         assert stack.temporal is not None and stack.postgres is not None
-        assert baseline_worker.pid is not None and stack.temporal.pid is not None
+        assert stack.temporal.pid is not None and stack.postgres.pid is not None
+        baseline_pids = [w.pid for w in baseline_workers if w.pid is not None]
+        workers_part, per_worker = worker_cpu_parts(bench.worker_pids())
         cpu = CpuMeter(
             {
                 "driver+ingress": (os.getpid(), False),
                 "carrier_simulator": (bench.carrier.pid, True),
-                "worker": (bench.worker_pid(), True),
-                "baseline_worker": (baseline_worker.pid, True),
+                "worker": workers_part,
+                "baseline_worker": (baseline_pids, True),
                 "temporal": (stack.temporal.pid, True),
                 "postgres": (stack.postgres.pid, True),
-            }
+            },
+            detail=per_worker,
         )
-        with RssSampler(bench.worker_pid()) as rss:
+        with RssSampler(bench.worker_pids()) as rss:
             for r, size in enumerate(sizes, 1):
                 log(
                     f"round {r}/{rounds}: baseline {size} workflows x {activities} no-op "
@@ -553,6 +715,7 @@ async def throughput(opts: BenchOptions, log: Callable[[str], None]) -> dict[str
         base_ips = opts.intents / base_s
         return {
             "mode": "throughput",
+            "workers": opts.workers,
             "intents": opts.intents,
             "concurrency": opts.concurrency,
             "rounds": rounds,
@@ -563,6 +726,7 @@ async def throughput(opts: BenchOptions, log: Callable[[str], None]) -> dict[str
                 "history_per_intent": herald_hist,
                 "worker_rss": rss.report(),
                 "cpu_ms_per_intent": cpu.per_unit("herald", opts.intents),
+                "cpu_ms_per_intent_by_worker": cpu.per_unit_detail("herald", opts.intents),
             },
             "baseline": {
                 "activities_per_workflow": activities,
@@ -578,9 +742,10 @@ async def throughput(opts: BenchOptions, log: Callable[[str], None]) -> dict[str
             },
         }
     finally:
-        if baseline_worker is not None:
-            await asyncio.to_thread(baseline_worker.stop)
-        await bench.close()
+        try:
+            await asyncio.gather(*(asyncio.to_thread(w.stop) for w in baseline_workers))
+        finally:
+            await bench.close()
 
 
 # --- poll-budget mode ------------------------------------------------------------------
@@ -637,7 +802,9 @@ def count_submitted(bench: Bench, key_prefix: str) -> int:
 
 async def poll_budget(opts: BenchOptions, log: Callable[[str], None]) -> dict[str, Any]:
     numbers = distinct_numbers(opts.open)
-    bench = await start_bench(sms_rate=opts.open_rate, never_resolves=numbers, log=log)
+    bench = await start_bench(
+        sms_rate=opts.open_rate, never_resolves=numbers, log=log, workers=opts.workers
+    )
     try:
         bench.numbers = numbers
         poll_every = opts.poll_interval()
@@ -681,20 +848,23 @@ async def poll_budget(opts: BenchOptions, log: Callable[[str], None]) -> dict[st
             await asyncio.sleep(1)
         open_s = time.monotonic() - opened
         log(
-            f"all {opts.open} submitted in {open_s:.0f} s; worker restarted with budget "
-            f"{opts.budget}/s ..."
+            f"all {opts.open} submitted in {open_s:.0f} s; {opts.workers} worker process(es) "
+            f"restarted with budget {opts.budget}/s ..."
         )
-        await bench.restart_worker(opts.budget)
+        await bench.restart_workers(opts.budget)
+        await bench.wait_for_workers()
         restarted = time.monotonic()
         while await bench.carrier.count("lookup", restarted) == 0:
             if time.monotonic() > restarted + 60:
                 raise RuntimeError("no lookup reached the carrier after the worker restart")
             await asyncio.sleep(0.2)
         await asyncio.sleep(opts.settle)
+        polls_before = await bench.activities_by_worker("poll_sms")
         start = time.monotonic()
         log(f"measuring lookups for {opts.window:.0f} s ...")
         await asyncio.sleep(opts.window)
         end = start + opts.window
+        polls_after = await bench.activities_by_worker("poll_sms")
         arrivals = await bench.carrier.arrivals("lookup")
         lookups = sum(1 for at in arrivals if start <= at < end)
         per_second = [
@@ -704,6 +874,7 @@ async def poll_budget(opts: BenchOptions, log: Callable[[str], None]) -> dict[st
         rate = lookups / opts.window
         return {
             "mode": "poll-budget",
+            "workers": opts.workers,
             "open_messages": opts.open,
             "policy_version": policy_version,
             "poll_every_s": poll_every,
@@ -720,6 +891,10 @@ async def poll_budget(opts: BenchOptions, log: Callable[[str], None]) -> dict[st
             ),
             "max_ahead_of_budget": ahead_of_budget(per_second, opts.budget),
             "lookups_each_second": per_second,
+            "polls_in_window_by_worker": [
+                None if a is None or b is None else round(a - b)
+                for b, a in zip(polls_before, polls_after, strict=True)
+            ],
             "creates_in_window": await bench.carrier.count("create", start, end),
             "open_phase_s": round(open_s, 1),
         }
@@ -754,8 +929,10 @@ def render(result: dict[str, Any]) -> str:
 
         return render_rates(result)
     if result["mode"] == "poll-budget":
+        by_worker = result.get("polls_in_window_by_worker") or []
         return (
-            f"poll budget: {result['open_messages']} open messages, demand "
+            f"poll budget: {result.get('workers', 1)} worker process(es), "
+            f"{result['open_messages']} open messages, demand "
             f"~{result['demand_lookups_per_s']} lookups/s, budget {result['budget_per_s']}/s\n"
             f"  measured {result['lookups_per_s']} lookups/s over {result['window_s']:.0f} s "
             f"({result['ratio_to_budget']:.1%} of the budget; max {result['max_in_one_second']} "
@@ -763,11 +940,20 @@ def render(result: dict[str, Any]) -> str:
             f"{result['creates_in_window']} creates in the window)\n"
             f"  the running total was never more than {result['max_ahead_of_budget']:g} "
             f"lookups above budget x elapsed seconds"
+            + (
+                "\n  polls run in the window by each worker (its SDK metrics): "
+                + ", ".join("?" if n is None else str(n) for n in by_worker)
+                if len(by_worker) > 1
+                else ""
+            )
         )
     h, b = result["herald"], result["baseline"]
     hist, bhist = h["history_per_intent"], b["history_per_workflow"]
+    per_worker = h.get("cpu_ms_per_intent_by_worker") or {}
     return "\n".join(
         [
+            f"workers: {result.get('workers', 1)} Herald worker process(es) "
+            f"(and as many baseline workers)",
             f"herald:   {result['intents']} intents in {h['seconds']} s = "
             f"{h['intents_per_s']} intents/s",
             f"baseline: {result['intents']} workflows x {b['activities_per_workflow']} no-op "
@@ -784,6 +970,7 @@ def render(result: dict[str, Any]) -> str:
             f"worker RSS: peak {h['worker_rss']['peak_mib']} MiB, "
             f"end {h['worker_rss']['end_mib']} MiB",
             "CPU ms per intent: " + _parts(h["cpu_ms_per_intent"]),
+            *(["  of which, by worker: " + _parts(per_worker)] if per_worker else []),
             "CPU ms per baseline workflow: " + _parts(b["cpu_ms_per_workflow"]),
         ]
     )

@@ -42,6 +42,7 @@ from bench.harness import (
     seed_consents,
     start_bench,
     summary,
+    worker_cpu_parts,
 )
 from domain.requests import NotificationRequest
 
@@ -300,6 +301,7 @@ async def open_loop(
             latencies_in_arrival_order=[v for v in lat_sub if v is not None],
         ),
         "cpu_ms_per_intent": cpu.per_unit(f"rate-{rate:g}", len(offsets)),
+        "cpu_ms_per_intent_by_worker": cpu.per_unit_detail(f"rate-{rate:g}", len(offsets)),
         "history_per_intent": await history_counts(
             client.temporal,
             [a.workflow_id for a in arrivals if a.workflow_id][:: max(1, len(arrivals) // 10)][:10],
@@ -406,14 +408,16 @@ def _cpu_meter(bench: Bench) -> CpuMeter:
     stack = bench.stack
     assert stack.temporal is not None and stack.postgres is not None
     assert stack.temporal.pid is not None and stack.postgres.pid is not None
+    workers_part, per_worker = worker_cpu_parts(bench.worker_pids())
     return CpuMeter(
         {
             "driver+ingress": (os.getpid(), False),
             "carrier_simulator": (bench.carrier.pid, True),
-            "worker": (bench.worker_pid(), True),
+            "worker": workers_part,
             "temporal": (stack.temporal.pid, True),
             "postgres": (stack.postgres.pid, True),
-        }
+        },
+        detail=per_worker,
     )
 
 
@@ -426,7 +430,7 @@ async def rate_mode(opts: BenchOptions, log: Callable[[str], None]) -> dict[str,
     """`--rate R --duration S` (one rate) or `--rate-sweep` (peak, then 25/50/75 %)."""
     if opts.rate is not None:
         arrival_offsets(opts.rate, opts.duration)  # refuse an unbounded run before starting
-    bench = await start_bench(sms_rate=opts.sms_rate, log=log)
+    bench = await start_bench(sms_rate=opts.sms_rate, log=log, workers=opts.workers)
     try:
         cpu = _cpu_meter(bench)
         run_id = uuid.uuid4().hex[:8]
@@ -446,6 +450,7 @@ async def rate_mode(opts: BenchOptions, log: Callable[[str], None]) -> dict[str,
                 "seconds": round(seconds, 2),
                 "intents_per_s": round(opts.intents / seconds, 2),
                 "cpu_ms_per_intent": cpu.per_unit("closed", opts.intents),
+                "cpu_ms_per_intent_by_worker": cpu.per_unit_detail("closed", opts.intents),
             }
             rates = [round(peak["intents_per_s"] * share, 2) for share in SWEEP_SHARES]
             log(f"peak {peak['intents_per_s']} intents/s; open loop at {rates} per s")
@@ -468,6 +473,7 @@ async def rate_mode(opts: BenchOptions, log: Callable[[str], None]) -> dict[str,
             )
         return {
             "mode": "rate-sweep" if opts.rate_sweep else "open-loop",
+            "workers": opts.workers,
             "sms_budget_per_s": opts.sms_rate,
             "closed_loop_peak": peak,
             "runs": runs,
@@ -484,7 +490,7 @@ def _s(value: float | None) -> str:
 
 
 def render_rates(result: dict[str, Any]) -> str:
-    lines = []
+    lines = [f"workers: {result.get('workers', 1)} Herald worker process(es)"]
     peak = result.get("closed_loop_peak")
     if peak:
         lines.append(
@@ -515,6 +521,8 @@ def render_rates(result: dict[str, Any]) -> str:
     )
     for run in result["runs"]:
         parts = ", ".join(f"{k} {v}" for k, v in run["cpu_ms_per_intent"].items() if k != "total")
+        if by_worker := run.get("cpu_ms_per_intent_by_worker"):
+            parts += " (" + ", ".join(f"{k} {v}" for k, v in by_worker.items()) + ")"
         lag = run["driver_lag_s"]
         lines.append(
             f"  {run['offered_per_s']:g}/s: {parts}; driver lag p99 {_s(lag['p99'])} s"

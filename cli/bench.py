@@ -18,6 +18,9 @@ async def cmd_bench(args: argparse.Namespace, cfg: settings_module.Settings) -> 
     if args.rate is not None and args.rate_sweep:
         print("herald bench: --rate and --rate-sweep exclude each other", file=sys.stderr)
         return 2
+    if args.workers < 1:
+        print("herald bench: --workers must be at least 1", file=sys.stderr)
+        return 2
     if args.rate is not None:
         try:
             arrival_offsets(args.rate, args.duration)
@@ -41,9 +44,16 @@ async def cmd_bench(args: argparse.Namespace, cfg: settings_module.Settings) -> 
         rate_sweep=args.rate_sweep,
         drain=args.drain,
         breakdown=args.breakdown,
+        workers=args.workers,
         out=Path(args.out) if args.out else BenchOptions.out,
     )
-    return await run_bench(opts, as_json=args.json)
+    try:
+        return await run_bench(opts, as_json=args.json)
+    except RuntimeError as err:
+        # A worker that exits at start, an opening that times out: one line, no traceback
+        # (the stack is already stopped and its folder removed).
+        print(f"herald bench: {err}", file=sys.stderr)
+        return 1
 
 
 def register(add: Any) -> dict[str, Any]:
@@ -98,6 +108,12 @@ def register(add: Any) -> dict[str, Any]:
         const=20,
         default=0,
         help="open loop: median time per history step over N intents (20)",
+    )
+    bench.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="Herald worker processes on the same Temporal and Postgres, any mode (1)",
     )
     bench.add_argument("--out", help="results folder (bench/results)")
     return {"bench": cmd_bench}

@@ -64,13 +64,27 @@ def at(world: World, name: str, index: int = 0) -> datetime:
 
 
 async def test_a_receipt_before_the_first_poll_completes_delivered_without_polling(harness, queue):
+    # The submit is held until both receipts are in: with time skipping, a submit that had
+    # already returned would let the first poll's timer fire before a signal could land.
+    entered, release = asyncio.Event(), asyncio.Event()
     world = World(facts(channels=["sms"]))
+    fakes = world.activities()
+
+    @activity.defn(name="submit_sms")
+    async def submit_sms(input: SubmitInput) -> SubmitOutcome:
+        world.calls.append(("submit_sms", input, activity.info().current_attempt_scheduled_time))
+        entered.set()
+        await release.wait()
+        return SubmitOutcome("submitted", "SM1")
+
+    world.activities = lambda: [a for a in fakes if a.__name__ != "submit_sms"] + [submit_sms]
     async with harness.worker(world, queue):
         handle = await harness.start(world, queue)
-        await until(lambda: "submit_sms" in world.names())  # no query: it would add tasks
+        await asyncio.wait_for(entered.wait(), 10)  # no query: it would add tasks
         token = world.calls[-1][1].attempt_token
         await handle.signal(NotificationWorkflow.receipt, ReceiptSignal(token, "delivered"))
         await handle.signal(NotificationWorkflow.receipt, ReceiptSignal(token, "delivered"))
+        release.set()
         result = await handle.result()
         await keep_history(handle, "delivered_by_receipt")
         history = await handle.fetch_history()

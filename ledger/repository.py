@@ -42,9 +42,11 @@ from ledger.transactions import rows_changed
 _ATTEMPTS = cast(Table, Attempt.__table__)
 _OBSERVATIONS = cast(Table, Observation.__table__)
 _OUTBOXES = cast(Table, Outbox.__table__)
+_INTENTS = cast(Table, Intent.__table__)
 _ATTEMPT = _ATTEMPTS.c
 _OBSERVATION = _OBSERVATIONS.c
 _OUTBOX = _OUTBOXES.c
+_INTENT = _INTENTS.c
 
 
 class IntentConflict(ValueError):
@@ -311,21 +313,24 @@ def record_observation(
 
     The attempt is found by `token`, else by `facts.remote_id`; if neither finds one the
     observation is kept as orphan evidence for reconciliation, never dropped.
+
+    Core statements on plain rows throughout (this runs for every receipt, poll and send
+    answer). The observation is inserted with the verdict the attempt's state as read a
+    moment ago gives; only when the compare-and-set finds that state moved (a concurrent
+    writer) is the verdict decided again and the row updated.
     """
     found = None
-    with_workflow = select(
-        Attempt, Intent.workflow_id, Intent.region, Intent.created_at, Intent.send_at
-    ).join(Intent, Intent.id == Attempt.intent_id)
     if token is not None:
-        found = session.execute(with_workflow.where(Attempt.token == token)).one_or_none()
+        found = session.execute(_OBSERVED_ATTEMPT.where(_ATTEMPT.token == token)).one_or_none()
     if found is None and facts.remote_id:
         found = session.execute(
-            with_workflow.where(Attempt.remote_id == facts.remote_id)
+            _OBSERVED_ATTEMPT.where(_ATTEMPT.remote_id == facts.remote_id)
         ).one_or_none()
-    attempt, workflow_id, times = (
-        (found[0], found[1], _IntentTimes(found[2], found[3], found[4]))
-        if found is not None
-        else (None, None, None)
+    attempt = _SeenAttempt.of(found) if found is not None else None
+    expected = (
+        states.apply(AttemptState(attempt.state), facts.normalized)
+        if attempt is not None and facts.normalized is not None
+        else None
     )
     inserted = session.execute(
         pg_insert(_OBSERVATIONS)
@@ -340,6 +345,7 @@ def record_observation(
             observed_at=facts.observed_at,
             dedupe_key=facts.dedupe_key,
             detail=facts.detail or None,
+            **_verdict_values(expected, attempt is not None),
         )
         .on_conflict_do_nothing(index_elements=["dedupe_key"])
         .returning(_OBSERVATION.id)
@@ -348,8 +354,9 @@ def record_observation(
         return ObservationResult(
             "orphan" if inserted else "duplicate", None, None, None, None, inserted
         )
-    assert times is not None  # found with its attempt
-    base = dict(token=attempt.token, intent_id=attempt.intent_id, workflow_id=workflow_id)
+    assert found is not None
+    times = _IntentTimes(found.region, found.created_at, found.send_at)
+    base = dict(token=attempt.token, intent_id=attempt.intent_id, workflow_id=found.workflow_id)
     if inserted is None:
         metrics.note_duplicate(session, "observation_redelivery", attempt.channel)
         return ObservationResult(
@@ -357,34 +364,116 @@ def record_observation(
         )
     learned_remote_id = bool(facts.remote_id and attempt.remote_id is None)
     if learned_remote_id:
-        # First time we learn the provider's id (maybe from a receipt that beat the send response).
-        session.execute(
+        # First time we learn the provider's id (maybe from a receipt that beat the send
+        # response). This UPDATE may have waited for a concurrent writer of the row: what
+        # it returns is the row as it is now, so the decision below needs no other read.
+        fresh = session.execute(
             update(_ATTEMPTS)
             .where(_ATTEMPT.id == attempt.id, _ATTEMPT.remote_id.is_(None))
             .values(remote_id=facts.remote_id)
+            .returning(*_ATTEMPT_STATE_COLUMNS)
+        ).one_or_none()
+        if fresh is None:
+            attempt.refresh(session)  # someone else stored a remote id first
+        else:
+            attempt.take(fresh)
+    transition = (
+        _apply_observation(
+            session,
+            attempt,
+            inserted,
+            facts.normalized,
+            facts.observed_at,
+            facts.provider_code,
+            intent_times=times,
+            expected=expected,
         )
-    transition = _apply_observation(
-        session,
-        attempt,
-        inserted,
-        facts.normalized,
-        facts.observed_at,
-        facts.provider_code,
-        # Read in this transaction a moment ago. When the remote id was just written, that
-        # UPDATE may have waited for a concurrent writer of this row: read it again.
-        loaded=not learned_remote_id,
-        intent_times=times,
+        if facts.normalized is not None
+        else None  # inserted as `ignored`
     )
     if learned_remote_id:
         _adopt_orphans(session, attempt, facts.remote_id or "", times)
-        session.refresh(attempt)
     return ObservationResult(
         transition.verdict.value if transition else "stale",
-        transition.state.value if transition and not learned_remote_id else attempt.state,
+        attempt.state,
         observation_id=inserted,
         remote_id=facts.remote_id or attempt.remote_id,
         **base,
     )
+
+
+_ATTEMPT_STATE_COLUMNS = (
+    _ATTEMPT.state,
+    _ATTEMPT.remote_id,
+    _ATTEMPT.submitted_at,
+    _ATTEMPT.last_status_at,
+)
+"""What a compare-and-set on an attempt decides from (and may have to read again)."""
+
+_OBSERVED_ATTEMPT = select(
+    _ATTEMPT.id,
+    _ATTEMPT.token,
+    _ATTEMPT.intent_id,
+    _ATTEMPT.channel,
+    _ATTEMPT.template_key,
+    _ATTEMPT.template_version,
+    *_ATTEMPT_STATE_COLUMNS,
+    _INTENT.workflow_id,
+    _INTENT.region,
+    _INTENT.created_at,
+    _INTENT.send_at,
+).join(_INTENTS, _INTENT.id == _ATTEMPT.intent_id)
+
+
+@dataclass
+class _SeenAttempt:
+    """An attempt as this transaction last read or wrote it (a plain row, not an entity)."""
+
+    id: int
+    token: str
+    intent_id: str
+    channel: str
+    template_key: str
+    template_version: int
+    state: str
+    remote_id: str | None
+    submitted_at: datetime | None
+    last_status_at: datetime | None
+
+    @classmethod
+    def of(cls, row: Any) -> _SeenAttempt:
+        return cls(
+            row.id,
+            row.token,
+            row.intent_id,
+            row.channel,
+            row.template_key,
+            row.template_version,
+            row.state,
+            row.remote_id,
+            row.submitted_at,
+            row.last_status_at,
+        )
+
+    def take(self, row: Any) -> None:
+        self.state, self.remote_id = row.state, row.remote_id
+        self.submitted_at, self.last_status_at = row.submitted_at, row.last_status_at
+
+    def refresh(self, session: Session) -> None:
+        self.take(
+            session.execute(select(*_ATTEMPT_STATE_COLUMNS).where(_ATTEMPT.id == self.id)).one()
+        )
+
+
+def _verdict_values(transition: states.Transition | None, attached: bool) -> dict[str, Any]:
+    """The observation's verdict columns for `transition` (None: nothing to apply)."""
+    if transition is None:
+        return {"verdict": "ignored"} if attached else {}
+    return {
+        "verdict": transition.verdict.value,
+        "applied": transition.changed,
+        "conflict": transition.verdict == Verdict.CONFLICT,
+    }
 
 
 @dataclass(frozen=True)
@@ -405,32 +494,33 @@ class _IntentTimes:
 
 def _apply_observation(
     session: Session,
-    attempt: Attempt,
+    attempt: _SeenAttempt,
     observation_id: int,
     normalized: AttemptState | None,
     observed_at: datetime,
     provider_code: str | None,
     *,
-    loaded: bool = False,
     intent_times: _IntentTimes,
+    expected: states.Transition | None = None,
 ) -> states.Transition | None:
     """Apply one stored observation to its attempt by compare-and-set and mark the verdict.
 
-    `loaded`: the attempt's state was read in this transaction and nothing has written it
-    since, so the first decision needs no fresh read (the compare-and-set still guards it).
-    A transition that applied, or a stale one, is noted for the metrics (ledger.metrics),
-    which count it when the transaction commits.
+    `attempt` holds the state as this transaction last read or wrote it: the first
+    decision is made from it (the compare-and-set still guards it); a swap that finds the
+    state moved reads the row again and decides again. `expected` is the verdict the
+    observation row was inserted with (None: the row has none yet); the row is updated
+    only when the final verdict differs. A transition that applied, or a stale one, is
+    noted for the metrics (ledger.metrics), which count it when the transaction commits.
     """
     if normalized is None:
-        session.execute(
-            update(_OBSERVATIONS).where(_OBSERVATION.id == observation_id).values(verdict="ignored")
-        )
+        if expected is None:
+            session.execute(
+                update(_OBSERVATIONS)
+                .where(_OBSERVATION.id == observation_id)
+                .values(verdict="ignored")
+            )
         return None
-    fresh = loaded
     while True:
-        if not fresh:
-            session.refresh(attempt)
-        fresh = False
         current = AttemptState(attempt.state)
         transition = states.apply(current, normalized)
         if not transition.changed:
@@ -454,6 +544,9 @@ def _apply_observation(
             )
         )
         if swapped == 1:
+            attempt.state = transition.state.value
+            attempt.last_status_at = observed_at
+            attempt.submitted_at = values.get("submitted_at", attempt.submitted_at)
             metrics.note_transition(
                 session,
                 metrics.attempt_labels(
@@ -472,34 +565,32 @@ def _apply_observation(
             )
             break
         # Someone else moved the state between our read and our write: decide again.
+        attempt.refresh(session)
     if transition.verdict == Verdict.STALE:
         metrics.note_duplicate(session, "stale_observation", attempt.channel)
-    session.execute(
-        update(_OBSERVATIONS)
-        .where(_OBSERVATION.id == observation_id)
-        .values(
-            verdict=transition.verdict.value,
-            applied=transition.changed,
-            conflict=transition.verdict == Verdict.CONFLICT,
+    final = _verdict_values(transition, True)
+    if expected is None or _verdict_values(expected, True) != final:
+        session.execute(
+            update(_OBSERVATIONS).where(_OBSERVATION.id == observation_id).values(**final)
         )
-    )
     return transition
 
 
 def _adopt_orphans(
-    session: Session, attempt: Attempt, remote_id: str, intent_times: _IntentTimes
+    session: Session, attempt: _SeenAttempt, remote_id: str, intent_times: _IntentTimes
 ) -> None:
     """Receipts stored as orphans before we knew this remote id now belong to the attempt."""
-    orphans = (
-        session.execute(
-            select(Observation)
-            .where(Observation.remote_id == remote_id, Observation.attempt_id.is_(None))
-            .order_by(Observation.id)
-            .with_for_update(skip_locked=True)
+    orphans = session.execute(
+        select(
+            _OBSERVATION.id,
+            _OBSERVATION.normalized_status,
+            _OBSERVATION.observed_at,
+            _OBSERVATION.provider_code,
         )
-        .scalars()
-        .all()
-    )
+        .where(_OBSERVATION.remote_id == remote_id, _OBSERVATION.attempt_id.is_(None))
+        .order_by(_OBSERVATION.id)
+        .with_for_update(skip_locked=True)
+    ).all()
     for orphan in orphans:
         session.execute(
             update(_OBSERVATIONS).where(_OBSERVATION.id == orphan.id).values(attempt_id=attempt.id)

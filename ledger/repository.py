@@ -47,6 +47,8 @@ _ATTEMPT = _ATTEMPTS.c
 _OBSERVATION = _OBSERVATIONS.c
 _OUTBOX = _OUTBOXES.c
 _INTENT = _INTENTS.c
+_POLICY = cast(Table, PolicyVersion.__table__).c
+_DECISIONS = cast(Table, PolicyDecision.__table__)
 
 
 class IntentConflict(ValueError):
@@ -168,6 +170,21 @@ def active_policy(session: Session) -> PolicyVersion:
     return row
 
 
+def active_policy_version(session: Session) -> str:
+    """The active policy's version alone: versions are immutable, so a caller that has
+    parsed this version's document before needs nothing else (see `policy_document`)."""
+    version = session.execute(
+        select(_POLICY.version).where(_POLICY.active.is_(True))
+    ).scalar_one_or_none()
+    if version is None:
+        raise NotFound("no active policy version; run `herald migrate` or `herald policy activate`")
+    return version
+
+
+def policy_document(session: Session, version: str) -> str:
+    return session.execute(select(_POLICY.document).where(_POLICY.version == version)).scalar_one()
+
+
 def consents_for(session: Session, recipient_ref: str, channel: str) -> list[Consent]:
     return list(
         session.execute(
@@ -221,38 +238,46 @@ def record_decision(
     inputs: dict[str, Any],
     next_eligible_at: datetime | None,
     decided_at: datetime,
-) -> PolicyDecision:
-    row = PolicyDecision(
-        intent_id=intent_id,
-        channel=channel,
-        policy_version=policy_version,
-        outcome=outcome,
-        rule=rule,
-        reason=reason,
-        inputs=inputs,
-        next_eligible_at=next_eligible_at,
-        decided_at=decided_at,
-    )
-    session.add(row)
-    session.flush()
-    return row
+) -> int:
+    """Persist one policy decision with its inputs; returns its id."""
+    return session.execute(
+        pg_insert(_DECISIONS)
+        .values(
+            intent_id=intent_id,
+            channel=channel,
+            policy_version=policy_version,
+            outcome=outcome,
+            rule=rule,
+            reason=reason,
+            inputs=inputs,
+            next_eligible_at=next_eligible_at,
+            decided_at=decided_at,
+        )
+        .returning(_DECISIONS.c.id)
+    ).scalar_one()
+
+
+def prepare_attempt_id(session: Session, **values: Any) -> int:
+    """Persist an attempt in state `prepared` with its token, before anything is sent;
+    returns its id. A retried activity finds the attempt already there (same token)."""
+    inserted = session.execute(
+        pg_insert(_ATTEMPTS)
+        .values(state=AttemptState.PREPARED.value, **values)
+        .on_conflict_do_nothing(index_elements=["token"])
+        .returning(_ATTEMPT.id)
+    ).scalar_one_or_none()
+    if inserted is not None:
+        return inserted
+    return session.execute(
+        select(_ATTEMPT.id).where(_ATTEMPT.token == values["token"])
+    ).scalar_one()
 
 
 def prepare_attempt(session: Session, **values: Any) -> Attempt:
-    """Persist an attempt in state `prepared` with its token, before anything is sent.
-
-    A retried activity finds the attempt already there (same token) and gets it back.
-    """
-    stmt = (
-        pg_insert(Attempt)
-        .values(state=AttemptState.PREPARED.value, **values)
-        .on_conflict_do_nothing(index_elements=["token"])
-        .returning(Attempt)
-    )
-    inserted = session.execute(stmt).scalar_one_or_none()
-    if inserted is not None:
-        return inserted
-    return session.execute(select(Attempt).where(Attempt.token == values["token"])).scalar_one()
+    """`prepare_attempt_id`, returning the attempt as an entity (for callers that use it)."""
+    attempt = session.get(Attempt, prepare_attempt_id(session, **values))
+    assert attempt is not None
+    return attempt
 
 
 def find_attempt(session: Session, token: str) -> Attempt | None:

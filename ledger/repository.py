@@ -115,7 +115,7 @@ def record_intent(session: Session, fields: IntentFields) -> RecordedIntent:
     payload = fields.payload_sha256()
     values = {k: v for k, v in fields.__dict__.items() if k not in ("variables_sha256",)}
     stmt = (
-        pg_insert(Intent)
+        pg_insert(_INTENTS)
         .values(
             id=_uuid(),
             payload_sha256=payload,
@@ -123,7 +123,7 @@ def record_intent(session: Session, fields: IntentFields) -> RecordedIntent:
             **values,
         )
         .on_conflict_do_nothing(index_elements=["business_key"])
-        .returning(Intent.id)
+        .returning(_INTENT.id)
     )
     new_id = session.execute(stmt).scalar_one_or_none()
     if new_id is not None:

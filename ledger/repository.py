@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Table, select, update
+from sqlalchemy import Table, bindparam, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
@@ -49,6 +49,32 @@ _OUTBOX = _OUTBOXES.c
 _INTENT = _INTENTS.c
 _POLICY = cast(Table, PolicyVersion.__table__).c
 _DECISIONS = cast(Table, PolicyDecision.__table__)
+
+# Statements built once: building one (select, where, values) coerces every element and
+# costs more CPU than running it from SQLAlchemy's compiled cache. The values come as
+# execution parameters, named like the columns.
+_INSERT_INTENT = (
+    pg_insert(_INTENTS)
+    .on_conflict_do_nothing(index_elements=["business_key"])
+    .returning(_INTENT.id)
+)
+_INSERT_OUTBOX = pg_insert(_OUTBOXES)
+_INSERT_DECISION = pg_insert(_DECISIONS).returning(_DECISIONS.c.id)
+_INSERT_ATTEMPT = (
+    pg_insert(_ATTEMPTS).on_conflict_do_nothing(index_elements=["token"]).returning(_ATTEMPT.id)
+)
+_ATTEMPT_ID_BY_TOKEN = select(_ATTEMPT.id).where(_ATTEMPT.token == bindparam("token"))
+_INSERT_OBSERVATION = (
+    pg_insert(_OBSERVATIONS)
+    .on_conflict_do_nothing(index_elements=["dedupe_key"])
+    .returning(_OBSERVATION.id)
+)
+_ACTIVE_POLICY_VERSION = select(_POLICY.version).where(_POLICY.active.is_(True))
+_MARK_OUTBOX_STARTED = (
+    update(_OUTBOXES)
+    .where(_OUTBOX.intent_id == bindparam("intent"), _OUTBOX.started_at.is_(None))
+    .values(started_at=bindparam("at"))
+)
 
 
 class IntentConflict(ValueError):
@@ -114,20 +140,17 @@ def record_intent(session: Session, fields: IntentFields) -> RecordedIntent:
     """Insert the intent and its outbox row, or return the existing intent for the key."""
     payload = fields.payload_sha256()
     values = {k: v for k, v in fields.__dict__.items() if k not in ("variables_sha256",)}
-    stmt = (
-        pg_insert(_INTENTS)
-        .values(
+    new_id = session.execute(
+        _INSERT_INTENT,
+        dict(
             id=_uuid(),
             payload_sha256=payload,
             workflow_id=workflow_id_for(fields.business_key),
             **values,
-        )
-        .on_conflict_do_nothing(index_elements=["business_key"])
-        .returning(_INTENT.id)
-    )
-    new_id = session.execute(stmt).scalar_one_or_none()
+        ),
+    ).scalar_one_or_none()
     if new_id is not None:
-        session.execute(pg_insert(_OUTBOXES).values(intent_id=new_id))
+        session.execute(_INSERT_OUTBOX, {"intent_id": new_id})
         return RecordedIntent(
             new_id, workflow_id_for(fields.business_key), fields.business_key, True
         )
@@ -173,9 +196,7 @@ def active_policy(session: Session) -> PolicyVersion:
 def active_policy_version(session: Session) -> str:
     """The active policy's version alone: versions are immutable, so a caller that has
     parsed this version's document before needs nothing else (see `policy_document`)."""
-    version = session.execute(
-        select(_POLICY.version).where(_POLICY.active.is_(True))
-    ).scalar_one_or_none()
+    version = session.execute(_ACTIVE_POLICY_VERSION).scalar_one_or_none()
     if version is None:
         raise NotFound("no active policy version; run `herald migrate` or `herald policy activate`")
     return version
@@ -241,8 +262,8 @@ def record_decision(
 ) -> int:
     """Persist one policy decision with its inputs; returns its id."""
     return session.execute(
-        pg_insert(_DECISIONS)
-        .values(
+        _INSERT_DECISION,
+        dict(
             intent_id=intent_id,
             channel=channel,
             policy_version=policy_version,
@@ -252,8 +273,7 @@ def record_decision(
             inputs=inputs,
             next_eligible_at=next_eligible_at,
             decided_at=decided_at,
-        )
-        .returning(_DECISIONS.c.id)
+        ),
     ).scalar_one()
 
 
@@ -261,16 +281,11 @@ def prepare_attempt_id(session: Session, **values: Any) -> int:
     """Persist an attempt in state `prepared` with its token, before anything is sent;
     returns its id. A retried activity finds the attempt already there (same token)."""
     inserted = session.execute(
-        pg_insert(_ATTEMPTS)
-        .values(state=AttemptState.PREPARED.value, **values)
-        .on_conflict_do_nothing(index_elements=["token"])
-        .returning(_ATTEMPT.id)
+        _INSERT_ATTEMPT, {"state": AttemptState.PREPARED.value, **values}
     ).scalar_one_or_none()
     if inserted is not None:
         return inserted
-    return session.execute(
-        select(_ATTEMPT.id).where(_ATTEMPT.token == values["token"])
-    ).scalar_one()
+    return session.execute(_ATTEMPT_ID_BY_TOKEN, {"token": values["token"]}).scalar_one()
 
 
 def prepare_attempt(session: Session, **values: Any) -> Attempt:
@@ -346,10 +361,10 @@ def record_observation(
     """
     found = None
     if token is not None:
-        found = session.execute(_OBSERVED_ATTEMPT.where(_ATTEMPT.token == token)).one_or_none()
+        found = session.execute(_OBSERVED_BY_TOKEN, {"token": token}).one_or_none()
     if found is None and facts.remote_id:
         found = session.execute(
-            _OBSERVED_ATTEMPT.where(_ATTEMPT.remote_id == facts.remote_id)
+            _OBSERVED_BY_REMOTE_ID, {"remote_id": facts.remote_id}
         ).one_or_none()
     attempt = _SeenAttempt.of(found) if found is not None else None
     expected = (
@@ -358,8 +373,8 @@ def record_observation(
         else None
     )
     inserted = session.execute(
-        pg_insert(_OBSERVATIONS)
-        .values(
+        _INSERT_OBSERVATION,
+        dict(
             attempt_id=attempt.id if attempt else None,
             remote_id=facts.remote_id,
             source=facts.source,
@@ -371,9 +386,7 @@ def record_observation(
             dedupe_key=facts.dedupe_key,
             detail=facts.detail or None,
             **_verdict_values(expected, attempt is not None),
-        )
-        .on_conflict_do_nothing(index_elements=["dedupe_key"])
-        .returning(_OBSERVATION.id)
+        ),
     ).scalar_one_or_none()
     if attempt is None:
         return ObservationResult(
@@ -448,6 +461,8 @@ _OBSERVED_ATTEMPT = select(
     _INTENT.created_at,
     _INTENT.send_at,
 ).join(_INTENTS, _INTENT.id == _ATTEMPT.intent_id)
+_OBSERVED_BY_TOKEN = _OBSERVED_ATTEMPT.where(_ATTEMPT.token == bindparam("token"))
+_OBSERVED_BY_REMOTE_ID = _OBSERVED_ATTEMPT.where(_ATTEMPT.remote_id == bindparam("remote_id"))
 
 
 @dataclass
@@ -675,11 +690,7 @@ def record_operator_action(
 
 
 def mark_outbox_started(session: Session, intent_id: str, at: datetime) -> None:
-    session.execute(
-        update(_OUTBOXES)
-        .where(_OUTBOX.intent_id == intent_id, _OUTBOX.started_at.is_(None))
-        .values(started_at=at)
-    )
+    session.execute(_MARK_OUTBOX_STARTED, {"intent": intent_id, "at": at})
 
 
 def purge_horizon(now: datetime, days: int) -> datetime:

@@ -7,7 +7,7 @@ import json
 from datetime import timedelta
 from typing import Any, cast
 
-from sqlalchemy import Row, Select, Table, select
+from sqlalchemy import Row, Select, Table, bindparam, select
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -90,8 +90,13 @@ _AUTHORIZED_INTENT = select(
 _ATTEMPT = cast(Table, Attempt.__table__).c
 
 
+_LOADED_INTENT = _LOADED_INTENT.where(_INTENT.id == bindparam("intent"))
+_AUTHORIZED_INTENT = _AUTHORIZED_INTENT.where(_INTENT.id == bindparam("intent"))
+_DECISION_OF_TOKEN = select(_ATTEMPT.decision_id).where(_ATTEMPT.token == bindparam("token"))
+
+
 def _intent_row(session: Session, query: Select[Any], intent_id: str) -> Row[Any]:
-    row = session.execute(query.where(_INTENT.id == intent_id)).one_or_none()
+    row = session.execute(query, {"intent": intent_id}).one_or_none()
     if row is None:
         raise ApplicationError(f"no intent {intent_id}", type="NotFound", non_retryable=True)
     return row
@@ -155,9 +160,7 @@ class LedgerActivities:
         def work(session: Session) -> AuthorizeResult:
             intent = _intent_row(session, _AUTHORIZED_INTENT, input.intent_id)
             token = keys.attempt_token(intent.business_key, input.channel, input.attempt_number)
-            existing = session.execute(
-                select(_ATTEMPT.decision_id).where(_ATTEMPT.token == token)
-            ).scalar_one_or_none()
+            existing = session.execute(_DECISION_OF_TOKEN, {"token": token}).scalar_one_or_none()
             if existing is not None:
                 decision_row = session.get(PolicyDecision, existing)
                 assert decision_row is not None

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import cast
 from urllib.parse import quote
 
-from sqlalchemy import Table, select, update
+from sqlalchemy import Table, bindparam, select, update
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -54,6 +54,19 @@ _VIEW_COLUMNS = (
     _ATTEMPT.sender_address,
     _ATTEMPT.content_sha256,
 )
+_CLAIM = (
+    update(_ATTEMPTS)
+    .where(
+        _ATTEMPT.token == bindparam("claimed_token"),
+        _ATTEMPT.remote_id.is_(None),
+        _ATTEMPT.state.in_(_SENDABLE),
+        _ATTEMPT.send_started_at.is_(None),
+    )
+    .values(send_started_at=bindparam("started"))
+    .returning(*_VIEW_COLUMNS)
+)
+"""Marks the send started if nothing was sent for the attempt (built once)."""
+_LOCKED_VIEW = select(*_VIEW_COLUMNS).where(_ATTEMPT.token == bindparam("token")).with_for_update()
 
 
 @dataclass(frozen=True)
@@ -102,22 +115,10 @@ class SmsActivities:
         # The common case in one statement: the UPDATE takes the row lock, and its WHERE
         # (evaluated again on the latest row if it had to wait) is the "nothing sent yet"
         # test. Only when it matches nothing is the row read, under the same lock.
-        a = session.execute(
-            update(_ATTEMPTS)
-            .where(
-                _ATTEMPT.token == token,
-                _ATTEMPT.remote_id.is_(None),
-                _ATTEMPT.state.in_(_SENDABLE),
-                _ATTEMPT.send_started_at.is_(None),
-            )
-            .values(send_started_at=now_utc())
-            .returning(*_VIEW_COLUMNS)
-        ).one_or_none()
+        a = session.execute(_CLAIM, {"claimed_token": token, "started": now_utc()}).one_or_none()
         sendable = a is not None
         if a is None:
-            a = session.execute(
-                select(*_VIEW_COLUMNS).where(_ATTEMPT.token == token).with_for_update()
-            ).one_or_none()
+            a = session.execute(_LOCKED_VIEW, {"token": token}).one_or_none()
         if a is None:
             raise ApplicationError(
                 f"no attempt with token {token!r}", type="NotFound", non_retryable=True

@@ -69,6 +69,10 @@ _INSERT_OBSERVATION = (
     .on_conflict_do_nothing(index_elements=["dedupe_key"])
     .returning(_OBSERVATION.id)
 )
+_SWAP_ATTEMPT_STATE = update(_ATTEMPTS).where(
+    _ATTEMPT.id == bindparam("attempt"), _ATTEMPT.state == bindparam("seen")
+)
+"""The compare-and-set of an attempt's state; the columns set are the other parameters."""
 _ACTIVE_POLICY_VERSION = select(_POLICY.version).where(_POLICY.active.is_(True))
 _MARK_OUTBOX_STARTED = (
     update(_OUTBOXES)
@@ -578,9 +582,7 @@ def _apply_observation(
         submitted_before, last_status_before = attempt.submitted_at, attempt.last_status_at
         swapped = rows_changed(
             session.execute(
-                update(_ATTEMPTS)
-                .where(_ATTEMPT.id == attempt.id, _ATTEMPT.state == current.value)
-                .values(**values)
+                _SWAP_ATTEMPT_STATE, {"attempt": attempt.id, "seen": current.value, **values}
             )
         )
         if swapped == 1:

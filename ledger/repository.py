@@ -240,15 +240,20 @@ def recent_contacts(
 ) -> list[datetime]:
     """Submission times of other intents' attempts to this destination (the cooldown input)."""
     times = session.execute(
-        select(Attempt.submitted_at).where(
-            Attempt.destination_hmac == destination_hmac,
-            Attempt.channel == channel,
-            Attempt.submitted_at.is_not(None),
-            Attempt.submitted_at >= since,
-            Attempt.intent_id != exclude_intent,
-        )
+        _RECENT_CONTACTS,
+        {"hmac": destination_hmac, "channel": channel, "since": since, "intent": exclude_intent},
     ).scalars()
     return [t for t in times if t is not None]
+
+
+_RECENT_CONTACTS = select(_ATTEMPT.submitted_at).where(
+    _ATTEMPT.destination_hmac == bindparam("hmac"),
+    _ATTEMPT.channel == bindparam("channel"),
+    _ATTEMPT.submitted_at.is_not(None),
+    _ATTEMPT.submitted_at >= bindparam("since"),
+    _ATTEMPT.intent_id != bindparam("intent"),
+)
+"""Read for every attempt authorized (built once)."""
 
 
 def record_decision(

@@ -325,3 +325,29 @@ def test_a_send_answer_learns_the_remote_id_without_reading_the_attempt_again(db
     assert run.sql == ["SELECT", "INSERT", "UPDATE", "UPDATE", "SELECT"]
     db.refresh(attempt)
     assert (attempt.state, attempt.remote_id) == ("submitted", sent.remote_id)
+
+
+def test_recent_contacts_are_other_intents_submissions_to_the_destination_since_a_time(db, cipher):
+    from datetime import timedelta
+
+    now = datetime.now(UTC)
+    # A destination no other test uses (committed rows of other tests stay in the ledger).
+    phone = f"+4474009{uuid.uuid4().int % 100_000:05d}"
+
+    def attempt_to_phone() -> Attempt:
+        key = unique("class-opening:c")
+        recorded = repo.record_intent(db, fields(db, cipher, key))
+        return make_attempt(db, cipher, recorded.intent_id, key, destination=phone)
+
+    mine, other, older = attempt_to_phone(), attempt_to_phone(), attempt_to_phone()
+    at_other = now - timedelta(minutes=5)
+    for attempt, at in ((mine, now), (other, at_other), (older, now - timedelta(hours=2))):
+        db.query(Attempt).filter(Attempt.id == attempt.id).update({Attempt.submitted_at: at})
+    found = repo.recent_contacts(
+        db, mine.destination_hmac, "sms", now - timedelta(hours=1), mine.intent_id
+    )
+    assert found == [at_other]
+    assert (
+        repo.recent_contacts(db, mine.destination_hmac, "email", now - timedelta(hours=1), "x")
+        == []
+    )

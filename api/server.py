@@ -71,5 +71,8 @@ async def serve(
         # for the client address; signatures use HERALD_PUBLIC_BASE_URL, never headers.
         proxy_headers=True,
         timeout_graceful_shutdown=10,
+        # Longer than the proxy's or provider's pooled connections stay idle (load
+        # balancers: 60 s), so none is reused just as this server closes it.
+        timeout_keep_alive=75,
     )
     await _Server(config).serve()

@@ -752,6 +752,14 @@ def create_simulator_app(
     return app
 
 
+KEEP_ALIVE_SECONDS = 75
+"""How long a served app keeps an idle connection open: longer than any client's pool
+keeps one (httpx: 5 s), so a client never reuses a connection the server is closing.
+With uvicorn's default (also 5 s) the two expiries race: a reused connection is reset
+after the request left, which the SMS submit must treat as ambiguous (reconcile, then
+`unknown`) though nothing was sent."""
+
+
 class _EmbeddedServer(uvicorn.Server):
     """A uvicorn server that leaves the host process's signal handlers alone."""
 
@@ -804,6 +812,7 @@ class LoopbackServer:
             lifespan="on",
             timeout_graceful_shutdown=2,
             access_log=False,
+            timeout_keep_alive=KEEP_ALIVE_SECONDS,
         )
         self._server = _EmbeddedServer(config)
         loop = asyncio.get_running_loop()

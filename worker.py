@@ -128,6 +128,12 @@ def build_workers(
     client: Client, cfg: settings_module.Settings, *, task_queue: str | None = None
 ) -> Workers:
     queue = task_queue or cfg.task_queue
+    # pool_pre_ping stays, although it costs a round trip (SELECT 1) per transaction:
+    # after a Postgres restart every pooled connection is dead, and without the ping the
+    # first transaction on each would fail (here: an activity attempt, maybe the record
+    # after a send, which then takes the reconcile path; in the ingress: a receipt
+    # answered 500; in `notify`: an error to the app). A failed ping replaces the
+    # connection and invalidates the rest of the pool, so nobody sees the restart.
     engine = create_engine(cfg.resolved_database_url(), pool_size=10, pool_pre_ping=True)
     sessions = sessionmaker(engine, expire_on_commit=False)
     cipher = FieldCipher(cfg.resolved_data_keys())

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
+from sqlalchemy import Row, Select, Table, bindparam, select
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -26,7 +27,7 @@ from domain.states import AttemptState
 from ledger import metrics
 from ledger import repository as repo
 from ledger.crypto import FieldCipher
-from ledger.models import Intent, PolicyDecision, PolicyVersion
+from ledger.models import Attempt, Intent, PolicyDecision, PolicyVersion
 from ledger.repository import ObservationFacts
 from ledger.templates import active_templates
 from ledger.transactions import in_transaction
@@ -42,6 +43,63 @@ class PolicyCache:
         if row.version not in self._by_version:
             self._by_version[row.version] = policy.load_policy(row.document)
         return self._by_version[row.version]
+
+    def active(self, session: Session) -> tuple[str, policy.Policy]:
+        """The active version and its parsed policy; the document is read only the first
+        time a version is seen (every load_intent and authorize asks)."""
+        version = repo.active_policy_version(session)
+        if version not in self._by_version:
+            self._by_version[version] = policy.load_policy(repo.policy_document(session, version))
+        return version, self._by_version[version]
+
+
+_INTENTS = cast(Table, Intent.__table__)
+_INTENT = _INTENTS.c
+_LOADED_INTENT = select(
+    _INTENT.id,
+    _INTENT.business_key,
+    _INTENT.event_type,
+    _INTENT.category,
+    _INTENT.region,
+    _INTENT.channel_plan,
+    _INTENT.send_at,
+    _INTENT.expires_at,
+    _INTENT.created_at,
+    _INTENT.cancelled_at,
+)
+"""What load_intent reads of an intent (a plain row: no entity, no identity map)."""
+_AUTHORIZED_INTENT = select(
+    _INTENT.id,
+    _INTENT.business_key,
+    _INTENT.category,
+    _INTENT.region,
+    _INTENT.country,
+    _INTENT.timezone,
+    _INTENT.recipient_ref,
+    _INTENT.channel_plan,
+    _INTENT.template_key,
+    _INTENT.template_version,
+    _INTENT.locale,
+    _INTENT.variables_ct,
+    _INTENT.sms_destination_ct,
+    _INTENT.sms_destination_hmac,
+    _INTENT.email_destination_ct,
+    _INTENT.email_destination_hmac,
+)
+"""What authorize reads of an intent."""
+_ATTEMPT = cast(Table, Attempt.__table__).c
+
+
+_LOADED_INTENT = _LOADED_INTENT.where(_INTENT.id == bindparam("intent"))
+_AUTHORIZED_INTENT = _AUTHORIZED_INTENT.where(_INTENT.id == bindparam("intent"))
+_DECISION_OF_TOKEN = select(_ATTEMPT.decision_id).where(_ATTEMPT.token == bindparam("token"))
+
+
+def _intent_row(session: Session, query: Select[Any], intent_id: str) -> Row[Any]:
+    row = session.execute(query, {"intent": intent_id}).one_or_none()
+    if row is None:
+        raise ApplicationError(f"no intent {intent_id}", type="NotFound", non_retryable=True)
+    return row
 
 
 class LedgerActivities:
@@ -65,12 +123,8 @@ class LedgerActivities:
     @activity.defn(name="load_intent")
     async def load_intent(self, input: LoadIntentInput) -> IntentFacts:
         def work(session: Session) -> IntentFacts:
-            intent = session.get(Intent, input.intent_id)
-            if intent is None:
-                raise ApplicationError(
-                    f"no intent {input.intent_id}", type="NotFound", non_retryable=True
-                )
-            pol = self._policies.get(repo.active_policy(session))
+            intent = _intent_row(session, _LOADED_INTENT, input.intent_id)
+            _, pol = self._policies.active(session)
             rule = policy.fallback_for(pol, intent.region, intent.category)
             expires_at = intent.expires_at or (
                 intent.created_at + timedelta(seconds=rule.expiry_seconds)
@@ -104,15 +158,11 @@ class LedgerActivities:
         now = now_utc()
 
         def work(session: Session) -> AuthorizeResult:
-            intent = session.get(Intent, input.intent_id)
-            if intent is None:
-                raise ApplicationError(
-                    f"no intent {input.intent_id}", type="NotFound", non_retryable=True
-                )
+            intent = _intent_row(session, _AUTHORIZED_INTENT, input.intent_id)
             token = keys.attempt_token(intent.business_key, input.channel, input.attempt_number)
-            existing = repo.find_attempt(session, token)
+            existing = session.execute(_DECISION_OF_TOKEN, {"token": token}).scalar_one_or_none()
             if existing is not None:
-                decision_row = session.get(PolicyDecision, existing.decision_id)
+                decision_row = session.get(PolicyDecision, existing)
                 assert decision_row is not None
                 return AuthorizeResult(
                     "allow",
@@ -122,8 +172,7 @@ class LedgerActivities:
                     decision_row.id,
                     attempt_token=token,
                 )
-            version_row = repo.active_policy(session)
-            pol = self._policies.get(version_row)
+            version, pol = self._policies.active(session)
             destination_ct, destination_hmac = _destination_of(intent, input.channel)
             if destination_ct is None or destination_hmac is None:
                 raise ApplicationError(
@@ -171,11 +220,11 @@ class LedgerActivities:
                 recent=recent,
                 now=now,
             )
-            decision_row = repo.record_decision(
+            decision_id = repo.record_decision(
                 session,
                 intent_id=intent.id,
                 channel=input.channel,
-                policy_version=version_row.version,
+                policy_version=version,
                 outcome=decision.outcome.value,
                 rule=decision.rule,
                 reason=decision.reason,
@@ -187,20 +236,20 @@ class LedgerActivities:
                 decision.outcome.value,
                 decision.rule,
                 decision.reason,
-                version_row.version,
-                decision_row.id,
+                version,
+                decision_id,
                 next_eligible_at=decision.next_eligible_at,
             )
             if decision.outcome != policy.Outcome.ALLOW:
                 return result
             rendered = self._render(session, intent, input.channel, decision.footer)
-            repo.prepare_attempt(
+            repo.prepare_attempt_id(
                 session,
                 intent_id=intent.id,
                 channel=input.channel,
                 number=input.attempt_number,
                 token=token,
-                decision_id=decision_row.id,
+                decision_id=decision_id,
                 destination_ct=self._cipher.encrypt(
                     self._cipher.decrypt(destination_ct, context=intent.business_key), context=token
                 ),
@@ -232,7 +281,7 @@ class LedgerActivities:
         return await self._in_transaction(work)
 
     def _render(
-        self, session: Session, intent: Intent, channel: str, footer: str | None
+        self, session: Session, intent: Row[Any], channel: str, footer: str | None
     ) -> templates.Rendered:
         variables: dict[str, Any] = {}
         if intent.variables_ct:
@@ -292,7 +341,7 @@ class LedgerActivities:
         await self._in_transaction(work)
 
 
-def _destination_of(intent: Intent, channel: str) -> tuple[str | None, str | None]:
+def _destination_of(intent: Row[Any], channel: str) -> tuple[str | None, str | None]:
     if channel == "sms":
         return intent.sms_destination_ct, intent.sms_destination_hmac
     return intent.email_destination_ct, intent.email_destination_hmac

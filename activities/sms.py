@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import cast
 from urllib.parse import quote
 
-from sqlalchemy import select
+from sqlalchemy import Table, bindparam, select, update
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -37,6 +38,35 @@ from transports.sms import (
 # A timed-out create may take a moment to show in the provider's list; before this grace
 # has passed, "not found" is not evidence that nothing was sent.
 RECONCILE_GRACE = timedelta(seconds=5)
+
+_ATTEMPTS = cast(Table, Attempt.__table__)
+_ATTEMPT = _ATTEMPTS.c
+_SENDABLE = (AttemptState.PREPARED.value, AttemptState.UNKNOWN.value)
+"""States from which a send may start (when no remote id is known and none started)."""
+_VIEW_COLUMNS = (
+    _ATTEMPT.token,
+    _ATTEMPT.state,
+    _ATTEMPT.remote_id,
+    _ATTEMPT.send_started_at,
+    _ATTEMPT.destination_ct,
+    _ATTEMPT.body_ct,
+    _ATTEMPT.sender,
+    _ATTEMPT.sender_address,
+    _ATTEMPT.content_sha256,
+)
+_CLAIM = (
+    update(_ATTEMPTS)
+    .where(
+        _ATTEMPT.token == bindparam("claimed_token"),
+        _ATTEMPT.remote_id.is_(None),
+        _ATTEMPT.state.in_(_SENDABLE),
+        _ATTEMPT.send_started_at.is_(None),
+    )
+    .values(send_started_at=bindparam("started"))
+    .returning(*_VIEW_COLUMNS)
+)
+"""Marks the send started if nothing was sent for the attempt (built once)."""
+_LOCKED_VIEW = select(*_VIEW_COLUMNS).where(_ATTEMPT.token == bindparam("token")).with_for_update()
 
 
 @dataclass(frozen=True)
@@ -82,14 +112,19 @@ class SmsActivities:
         A retry whose attempt already has a remote id, is past `prepared`, or whose send
         had started (the request may have left) gets (view, False) and never sends.
         """
-        a = session.execute(
-            select(Attempt).where(Attempt.token == token).with_for_update()
-        ).scalar_one_or_none()
+        # The common case in one statement: the UPDATE takes the row lock, and its WHERE
+        # (evaluated again on the latest row if it had to wait) is the "nothing sent yet"
+        # test. Only when it matches nothing is the row read, under the same lock.
+        a = session.execute(_CLAIM, {"claimed_token": token, "started": now_utc()}).one_or_none()
+        sendable = a is not None
+        if a is None:
+            a = session.execute(_LOCKED_VIEW, {"token": token}).one_or_none()
         if a is None:
             raise ApplicationError(
                 f"no attempt with token {token!r}", type="NotFound", non_retryable=True
             )
         if a.destination_ct is None or a.body_ct is None:
+            # (A claim made above is rolled back with this transaction.)
             raise ApplicationError(
                 "the attempt's destination or body was purged",
                 type="NotFound",
@@ -99,25 +134,19 @@ class SmsActivities:
             a.token,
             a.state,
             a.remote_id,
-            a.send_started_at,
+            None if sendable else a.send_started_at,
             self._cipher.decrypt(a.destination_ct, context=token),
             self._cipher.decrypt(a.body_ct, context=token),
             # Attempts prepared before the resolved sender was kept resolve it now.
             a.sender_address or self._senders.sms_for(a.sender).value,
             a.content_sha256,
         )
-        sendable = (
-            view.remote_id is None
-            and view.state in (AttemptState.PREPARED.value, AttemptState.UNKNOWN.value)
-            and view.send_started_at is None
-        )
-        if sendable:
-            a.send_started_at = now_utc()
-            a.sender_address = view.sender
-        elif view.remote_id is not None or view.state not in (
-            AttemptState.PREPARED.value,
-            AttemptState.UNKNOWN.value,
-        ):
+        if sendable and a.sender_address is None:
+            # Prepared before the resolved sender was kept: keep the one this send uses.
+            session.execute(
+                update(_ATTEMPTS).where(_ATTEMPT.token == token).values(sender_address=view.sender)
+            )
+        if not sendable and (view.remote_id is not None or view.state not in _SENDABLE):
             metrics.note_duplicate(session, "send_already_submitted", "sms")
         return view, sendable
 
@@ -167,10 +196,8 @@ class SmsActivities:
         except SmsTransientError as err:
             # Never processed (429, 5xx before acceptance, connect failure): safe to send again.
             await self._tx(
-                lambda s: (
-                    s.query(Attempt)
-                    .filter(Attempt.token == token)
-                    .update({Attempt.send_started_at: None})
+                lambda s: s.execute(
+                    update(_ATTEMPTS).where(_ATTEMPT.token == token).values(send_started_at=None)
                 )
             )
             delay = timedelta(seconds=err.retry_after) if err.retry_after else None

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Table, select, update
+from sqlalchemy import Table, bindparam, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
@@ -42,9 +42,43 @@ from ledger.transactions import rows_changed
 _ATTEMPTS = cast(Table, Attempt.__table__)
 _OBSERVATIONS = cast(Table, Observation.__table__)
 _OUTBOXES = cast(Table, Outbox.__table__)
+_INTENTS = cast(Table, Intent.__table__)
 _ATTEMPT = _ATTEMPTS.c
 _OBSERVATION = _OBSERVATIONS.c
 _OUTBOX = _OUTBOXES.c
+_INTENT = _INTENTS.c
+_POLICY = cast(Table, PolicyVersion.__table__).c
+_DECISIONS = cast(Table, PolicyDecision.__table__)
+
+# Statements built once: building one (select, where, values) coerces every element and
+# costs more CPU than running it from SQLAlchemy's compiled cache. The values come as
+# execution parameters, named like the columns.
+_INSERT_INTENT = (
+    pg_insert(_INTENTS)
+    .on_conflict_do_nothing(index_elements=["business_key"])
+    .returning(_INTENT.id)
+)
+_INSERT_OUTBOX = pg_insert(_OUTBOXES)
+_INSERT_DECISION = pg_insert(_DECISIONS).returning(_DECISIONS.c.id)
+_INSERT_ATTEMPT = (
+    pg_insert(_ATTEMPTS).on_conflict_do_nothing(index_elements=["token"]).returning(_ATTEMPT.id)
+)
+_ATTEMPT_ID_BY_TOKEN = select(_ATTEMPT.id).where(_ATTEMPT.token == bindparam("token"))
+_INSERT_OBSERVATION = (
+    pg_insert(_OBSERVATIONS)
+    .on_conflict_do_nothing(index_elements=["dedupe_key"])
+    .returning(_OBSERVATION.id)
+)
+_SWAP_ATTEMPT_STATE = update(_ATTEMPTS).where(
+    _ATTEMPT.id == bindparam("attempt"), _ATTEMPT.state == bindparam("seen")
+)
+"""The compare-and-set of an attempt's state; the columns set are the other parameters."""
+_ACTIVE_POLICY_VERSION = select(_POLICY.version).where(_POLICY.active.is_(True))
+_MARK_OUTBOX_STARTED = (
+    update(_OUTBOXES)
+    .where(_OUTBOX.intent_id == bindparam("intent"), _OUTBOX.started_at.is_(None))
+    .values(started_at=bindparam("at"))
+)
 
 
 class IntentConflict(ValueError):
@@ -110,20 +144,17 @@ def record_intent(session: Session, fields: IntentFields) -> RecordedIntent:
     """Insert the intent and its outbox row, or return the existing intent for the key."""
     payload = fields.payload_sha256()
     values = {k: v for k, v in fields.__dict__.items() if k not in ("variables_sha256",)}
-    stmt = (
-        pg_insert(Intent)
-        .values(
+    new_id = session.execute(
+        _INSERT_INTENT,
+        dict(
             id=_uuid(),
             payload_sha256=payload,
             workflow_id=workflow_id_for(fields.business_key),
             **values,
-        )
-        .on_conflict_do_nothing(index_elements=["business_key"])
-        .returning(Intent.id)
-    )
-    new_id = session.execute(stmt).scalar_one_or_none()
+        ),
+    ).scalar_one_or_none()
     if new_id is not None:
-        session.execute(pg_insert(_OUTBOXES).values(intent_id=new_id))
+        session.execute(_INSERT_OUTBOX, {"intent_id": new_id})
         return RecordedIntent(
             new_id, workflow_id_for(fields.business_key), fields.business_key, True
         )
@@ -166,6 +197,19 @@ def active_policy(session: Session) -> PolicyVersion:
     return row
 
 
+def active_policy_version(session: Session) -> str:
+    """The active policy's version alone: versions are immutable, so a caller that has
+    parsed this version's document before needs nothing else (see `policy_document`)."""
+    version = session.execute(_ACTIVE_POLICY_VERSION).scalar_one_or_none()
+    if version is None:
+        raise NotFound("no active policy version; run `herald migrate` or `herald policy activate`")
+    return version
+
+
+def policy_document(session: Session, version: str) -> str:
+    return session.execute(select(_POLICY.document).where(_POLICY.version == version)).scalar_one()
+
+
 def consents_for(session: Session, recipient_ref: str, channel: str) -> list[Consent]:
     return list(
         session.execute(
@@ -196,15 +240,20 @@ def recent_contacts(
 ) -> list[datetime]:
     """Submission times of other intents' attempts to this destination (the cooldown input)."""
     times = session.execute(
-        select(Attempt.submitted_at).where(
-            Attempt.destination_hmac == destination_hmac,
-            Attempt.channel == channel,
-            Attempt.submitted_at.is_not(None),
-            Attempt.submitted_at >= since,
-            Attempt.intent_id != exclude_intent,
-        )
+        _RECENT_CONTACTS,
+        {"hmac": destination_hmac, "channel": channel, "since": since, "intent": exclude_intent},
     ).scalars()
     return [t for t in times if t is not None]
+
+
+_RECENT_CONTACTS = select(_ATTEMPT.submitted_at).where(
+    _ATTEMPT.destination_hmac == bindparam("hmac"),
+    _ATTEMPT.channel == bindparam("channel"),
+    _ATTEMPT.submitted_at.is_not(None),
+    _ATTEMPT.submitted_at >= bindparam("since"),
+    _ATTEMPT.intent_id != bindparam("intent"),
+)
+"""Read for every attempt authorized (built once)."""
 
 
 def record_decision(
@@ -219,38 +268,40 @@ def record_decision(
     inputs: dict[str, Any],
     next_eligible_at: datetime | None,
     decided_at: datetime,
-) -> PolicyDecision:
-    row = PolicyDecision(
-        intent_id=intent_id,
-        channel=channel,
-        policy_version=policy_version,
-        outcome=outcome,
-        rule=rule,
-        reason=reason,
-        inputs=inputs,
-        next_eligible_at=next_eligible_at,
-        decided_at=decided_at,
-    )
-    session.add(row)
-    session.flush()
-    return row
+) -> int:
+    """Persist one policy decision with its inputs; returns its id."""
+    return session.execute(
+        _INSERT_DECISION,
+        dict(
+            intent_id=intent_id,
+            channel=channel,
+            policy_version=policy_version,
+            outcome=outcome,
+            rule=rule,
+            reason=reason,
+            inputs=inputs,
+            next_eligible_at=next_eligible_at,
+            decided_at=decided_at,
+        ),
+    ).scalar_one()
+
+
+def prepare_attempt_id(session: Session, **values: Any) -> int:
+    """Persist an attempt in state `prepared` with its token, before anything is sent;
+    returns its id. A retried activity finds the attempt already there (same token)."""
+    inserted = session.execute(
+        _INSERT_ATTEMPT, {"state": AttemptState.PREPARED.value, **values}
+    ).scalar_one_or_none()
+    if inserted is not None:
+        return inserted
+    return session.execute(_ATTEMPT_ID_BY_TOKEN, {"token": values["token"]}).scalar_one()
 
 
 def prepare_attempt(session: Session, **values: Any) -> Attempt:
-    """Persist an attempt in state `prepared` with its token, before anything is sent.
-
-    A retried activity finds the attempt already there (same token) and gets it back.
-    """
-    stmt = (
-        pg_insert(Attempt)
-        .values(state=AttemptState.PREPARED.value, **values)
-        .on_conflict_do_nothing(index_elements=["token"])
-        .returning(Attempt)
-    )
-    inserted = session.execute(stmt).scalar_one_or_none()
-    if inserted is not None:
-        return inserted
-    return session.execute(select(Attempt).where(Attempt.token == values["token"])).scalar_one()
+    """`prepare_attempt_id`, returning the attempt as an entity (for callers that use it)."""
+    attempt = session.get(Attempt, prepare_attempt_id(session, **values))
+    assert attempt is not None
+    return attempt
 
 
 def find_attempt(session: Session, token: str) -> Attempt | None:
@@ -311,25 +362,28 @@ def record_observation(
 
     The attempt is found by `token`, else by `facts.remote_id`; if neither finds one the
     observation is kept as orphan evidence for reconciliation, never dropped.
+
+    Core statements on plain rows throughout (this runs for every receipt, poll and send
+    answer). The observation is inserted with the verdict the attempt's state as read a
+    moment ago gives; only when the compare-and-set finds that state moved (a concurrent
+    writer) is the verdict decided again and the row updated.
     """
     found = None
-    with_workflow = select(
-        Attempt, Intent.workflow_id, Intent.region, Intent.created_at, Intent.send_at
-    ).join(Intent, Intent.id == Attempt.intent_id)
     if token is not None:
-        found = session.execute(with_workflow.where(Attempt.token == token)).one_or_none()
+        found = session.execute(_OBSERVED_BY_TOKEN, {"token": token}).one_or_none()
     if found is None and facts.remote_id:
         found = session.execute(
-            with_workflow.where(Attempt.remote_id == facts.remote_id)
+            _OBSERVED_BY_REMOTE_ID, {"remote_id": facts.remote_id}
         ).one_or_none()
-    attempt, workflow_id, times = (
-        (found[0], found[1], _IntentTimes(found[2], found[3], found[4]))
-        if found is not None
-        else (None, None, None)
+    attempt = _SeenAttempt.of(found) if found is not None else None
+    expected = (
+        states.apply(AttemptState(attempt.state), facts.normalized)
+        if attempt is not None and facts.normalized is not None
+        else None
     )
     inserted = session.execute(
-        pg_insert(_OBSERVATIONS)
-        .values(
+        _INSERT_OBSERVATION,
+        dict(
             attempt_id=attempt.id if attempt else None,
             remote_id=facts.remote_id,
             source=facts.source,
@@ -340,16 +394,16 @@ def record_observation(
             observed_at=facts.observed_at,
             dedupe_key=facts.dedupe_key,
             detail=facts.detail or None,
-        )
-        .on_conflict_do_nothing(index_elements=["dedupe_key"])
-        .returning(_OBSERVATION.id)
+            **_verdict_values(expected, attempt is not None),
+        ),
     ).scalar_one_or_none()
     if attempt is None:
         return ObservationResult(
             "orphan" if inserted else "duplicate", None, None, None, None, inserted
         )
-    assert times is not None  # found with its attempt
-    base = dict(token=attempt.token, intent_id=attempt.intent_id, workflow_id=workflow_id)
+    assert found is not None
+    times = _IntentTimes(found.region, found.created_at, found.send_at)
+    base = dict(token=attempt.token, intent_id=attempt.intent_id, workflow_id=found.workflow_id)
     if inserted is None:
         metrics.note_duplicate(session, "observation_redelivery", attempt.channel)
         return ObservationResult(
@@ -357,34 +411,118 @@ def record_observation(
         )
     learned_remote_id = bool(facts.remote_id and attempt.remote_id is None)
     if learned_remote_id:
-        # First time we learn the provider's id (maybe from a receipt that beat the send response).
-        session.execute(
+        # First time we learn the provider's id (maybe from a receipt that beat the send
+        # response). This UPDATE may have waited for a concurrent writer of the row: what
+        # it returns is the row as it is now, so the decision below needs no other read.
+        fresh = session.execute(
             update(_ATTEMPTS)
             .where(_ATTEMPT.id == attempt.id, _ATTEMPT.remote_id.is_(None))
             .values(remote_id=facts.remote_id)
+            .returning(*_ATTEMPT_STATE_COLUMNS)
+        ).one_or_none()
+        if fresh is None:
+            attempt.refresh(session)  # someone else stored a remote id first
+        else:
+            attempt.take(fresh)
+    transition = (
+        _apply_observation(
+            session,
+            attempt,
+            inserted,
+            facts.normalized,
+            facts.observed_at,
+            facts.provider_code,
+            intent_times=times,
+            expected=expected,
         )
-    transition = _apply_observation(
-        session,
-        attempt,
-        inserted,
-        facts.normalized,
-        facts.observed_at,
-        facts.provider_code,
-        # Read in this transaction a moment ago. When the remote id was just written, that
-        # UPDATE may have waited for a concurrent writer of this row: read it again.
-        loaded=not learned_remote_id,
-        intent_times=times,
+        if facts.normalized is not None
+        else None  # inserted as `ignored`
     )
     if learned_remote_id:
         _adopt_orphans(session, attempt, facts.remote_id or "", times)
-        session.refresh(attempt)
     return ObservationResult(
         transition.verdict.value if transition else "stale",
-        transition.state.value if transition and not learned_remote_id else attempt.state,
+        attempt.state,
         observation_id=inserted,
         remote_id=facts.remote_id or attempt.remote_id,
         **base,
     )
+
+
+_ATTEMPT_STATE_COLUMNS = (
+    _ATTEMPT.state,
+    _ATTEMPT.remote_id,
+    _ATTEMPT.submitted_at,
+    _ATTEMPT.last_status_at,
+)
+"""What a compare-and-set on an attempt decides from (and may have to read again)."""
+
+_OBSERVED_ATTEMPT = select(
+    _ATTEMPT.id,
+    _ATTEMPT.token,
+    _ATTEMPT.intent_id,
+    _ATTEMPT.channel,
+    _ATTEMPT.template_key,
+    _ATTEMPT.template_version,
+    *_ATTEMPT_STATE_COLUMNS,
+    _INTENT.workflow_id,
+    _INTENT.region,
+    _INTENT.created_at,
+    _INTENT.send_at,
+).join(_INTENTS, _INTENT.id == _ATTEMPT.intent_id)
+_OBSERVED_BY_TOKEN = _OBSERVED_ATTEMPT.where(_ATTEMPT.token == bindparam("token"))
+_OBSERVED_BY_REMOTE_ID = _OBSERVED_ATTEMPT.where(_ATTEMPT.remote_id == bindparam("remote_id"))
+
+
+@dataclass
+class _SeenAttempt:
+    """An attempt as this transaction last read or wrote it (a plain row, not an entity)."""
+
+    id: int
+    token: str
+    intent_id: str
+    channel: str
+    template_key: str
+    template_version: int
+    state: str
+    remote_id: str | None
+    submitted_at: datetime | None
+    last_status_at: datetime | None
+
+    @classmethod
+    def of(cls, row: Any) -> _SeenAttempt:
+        return cls(
+            row.id,
+            row.token,
+            row.intent_id,
+            row.channel,
+            row.template_key,
+            row.template_version,
+            row.state,
+            row.remote_id,
+            row.submitted_at,
+            row.last_status_at,
+        )
+
+    def take(self, row: Any) -> None:
+        self.state, self.remote_id = row.state, row.remote_id
+        self.submitted_at, self.last_status_at = row.submitted_at, row.last_status_at
+
+    def refresh(self, session: Session) -> None:
+        self.take(
+            session.execute(select(*_ATTEMPT_STATE_COLUMNS).where(_ATTEMPT.id == self.id)).one()
+        )
+
+
+def _verdict_values(transition: states.Transition | None, attached: bool) -> dict[str, Any]:
+    """The observation's verdict columns for `transition` (None: nothing to apply)."""
+    if transition is None:
+        return {"verdict": "ignored"} if attached else {}
+    return {
+        "verdict": transition.verdict.value,
+        "applied": transition.changed,
+        "conflict": transition.verdict == Verdict.CONFLICT,
+    }
 
 
 @dataclass(frozen=True)
@@ -405,32 +543,33 @@ class _IntentTimes:
 
 def _apply_observation(
     session: Session,
-    attempt: Attempt,
+    attempt: _SeenAttempt,
     observation_id: int,
     normalized: AttemptState | None,
     observed_at: datetime,
     provider_code: str | None,
     *,
-    loaded: bool = False,
     intent_times: _IntentTimes,
+    expected: states.Transition | None = None,
 ) -> states.Transition | None:
     """Apply one stored observation to its attempt by compare-and-set and mark the verdict.
 
-    `loaded`: the attempt's state was read in this transaction and nothing has written it
-    since, so the first decision needs no fresh read (the compare-and-set still guards it).
-    A transition that applied, or a stale one, is noted for the metrics (ledger.metrics),
-    which count it when the transaction commits.
+    `attempt` holds the state as this transaction last read or wrote it: the first
+    decision is made from it (the compare-and-set still guards it); a swap that finds the
+    state moved reads the row again and decides again. `expected` is the verdict the
+    observation row was inserted with (None: the row has none yet); the row is updated
+    only when the final verdict differs. A transition that applied, or a stale one, is
+    noted for the metrics (ledger.metrics), which count it when the transaction commits.
     """
     if normalized is None:
-        session.execute(
-            update(_OBSERVATIONS).where(_OBSERVATION.id == observation_id).values(verdict="ignored")
-        )
+        if expected is None:
+            session.execute(
+                update(_OBSERVATIONS)
+                .where(_OBSERVATION.id == observation_id)
+                .values(verdict="ignored")
+            )
         return None
-    fresh = loaded
     while True:
-        if not fresh:
-            session.refresh(attempt)
-        fresh = False
         current = AttemptState(attempt.state)
         transition = states.apply(current, normalized)
         if not transition.changed:
@@ -448,12 +587,13 @@ def _apply_observation(
         submitted_before, last_status_before = attempt.submitted_at, attempt.last_status_at
         swapped = rows_changed(
             session.execute(
-                update(_ATTEMPTS)
-                .where(_ATTEMPT.id == attempt.id, _ATTEMPT.state == current.value)
-                .values(**values)
+                _SWAP_ATTEMPT_STATE, {"attempt": attempt.id, "seen": current.value, **values}
             )
         )
         if swapped == 1:
+            attempt.state = transition.state.value
+            attempt.last_status_at = observed_at
+            attempt.submitted_at = values.get("submitted_at", attempt.submitted_at)
             metrics.note_transition(
                 session,
                 metrics.attempt_labels(
@@ -472,34 +612,32 @@ def _apply_observation(
             )
             break
         # Someone else moved the state between our read and our write: decide again.
+        attempt.refresh(session)
     if transition.verdict == Verdict.STALE:
         metrics.note_duplicate(session, "stale_observation", attempt.channel)
-    session.execute(
-        update(_OBSERVATIONS)
-        .where(_OBSERVATION.id == observation_id)
-        .values(
-            verdict=transition.verdict.value,
-            applied=transition.changed,
-            conflict=transition.verdict == Verdict.CONFLICT,
+    final = _verdict_values(transition, True)
+    if expected is None or _verdict_values(expected, True) != final:
+        session.execute(
+            update(_OBSERVATIONS).where(_OBSERVATION.id == observation_id).values(**final)
         )
-    )
     return transition
 
 
 def _adopt_orphans(
-    session: Session, attempt: Attempt, remote_id: str, intent_times: _IntentTimes
+    session: Session, attempt: _SeenAttempt, remote_id: str, intent_times: _IntentTimes
 ) -> None:
     """Receipts stored as orphans before we knew this remote id now belong to the attempt."""
-    orphans = (
-        session.execute(
-            select(Observation)
-            .where(Observation.remote_id == remote_id, Observation.attempt_id.is_(None))
-            .order_by(Observation.id)
-            .with_for_update(skip_locked=True)
+    orphans = session.execute(
+        select(
+            _OBSERVATION.id,
+            _OBSERVATION.normalized_status,
+            _OBSERVATION.observed_at,
+            _OBSERVATION.provider_code,
         )
-        .scalars()
-        .all()
-    )
+        .where(_OBSERVATION.remote_id == remote_id, _OBSERVATION.attempt_id.is_(None))
+        .order_by(_OBSERVATION.id)
+        .with_for_update(skip_locked=True)
+    ).all()
     for orphan in orphans:
         session.execute(
             update(_OBSERVATIONS).where(_OBSERVATION.id == orphan.id).values(attempt_id=attempt.id)
@@ -559,11 +697,7 @@ def record_operator_action(
 
 
 def mark_outbox_started(session: Session, intent_id: str, at: datetime) -> None:
-    session.execute(
-        update(_OUTBOXES)
-        .where(_OUTBOX.intent_id == intent_id, _OUTBOX.started_at.is_(None))
-        .values(started_at=at)
-    )
+    session.execute(_MARK_OUTBOX_STARTED, {"intent": intent_id, "at": at})
 
 
 def purge_horizon(now: datetime, days: int) -> datetime:

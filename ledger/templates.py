@@ -4,8 +4,9 @@ activated (or rolled back) by operators, never edited in place."""
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import Select, bindparam, select, update
 from sqlalchemy.orm import Session
 
 from domain import policy as domain_policy
@@ -19,14 +20,28 @@ def active_templates(
 ) -> list[TemplateVersion]:
     """Active versions, or every version when a pinned one is asked for; only `key`'s
     versions when a key is given."""
-    # Read on every intent recorded: plain rows (Core), not ORM entities.
+    # Read on every intent recorded and every attempt prepared: plain rows (Core), not
+    # ORM entities, from statements built once.
+    query = _TEMPLATE_QUERIES[(pinned is None, key is not None)]
+    rows = session.execute(query, {"key": key} if key is not None else {})
+    return [TemplateVersion(**row._asdict()) for row in rows]
+
+
+def _template_query(active_only: bool, by_key: bool) -> Select[Any]:
     c = TemplateVersionRow.__table__.c
     query = select(c.key, c.version, c.channel, c.locale, c.body, c.subject)
-    if pinned is None:
+    if active_only:
         query = query.where(c.active.is_(True))
-    if key is not None:
-        query = query.where(c.key == key)
-    return [TemplateVersion(**row._asdict()) for row in session.execute(query)]
+    if by_key:
+        query = query.where(c.key == bindparam("key"))
+    return query
+
+
+_TEMPLATE_QUERIES = {
+    (active_only, by_key): _template_query(active_only, by_key)
+    for active_only in (True, False)
+    for by_key in (True, False)
+}
 
 
 def seed_templates(session: Session, versions: list[TemplateVersion]) -> int:

@@ -82,6 +82,7 @@ class HeraldClient:
     async def connect(cls, cfg: settings_module.Settings | None = None) -> HeraldClient:
         cfg = cfg or settings_module.load()
         temporal = await Client.connect(cfg.temporal_target, namespace=cfg.temporal_namespace)
+        # Pinged at checkout so a Postgres restart never surfaces to the app (worker.py).
         engine = create_engine(cfg.resolved_database_url(), pool_pre_ping=True)
         return cls(
             temporal,

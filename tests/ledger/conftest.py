@@ -72,7 +72,7 @@ def make_attempt(  # type: ignore[no-untyped-def]
         channel=channel,
         number=number,
         token=token,
-        decision_id=decision.id,
+        decision_id=decision,
         destination_ct=cipher.encrypt(destination, context=token),
         destination_hmac=cipher.lookup_hmac(destination),
         body_ct=cipher.encrypt(body, context=token),

@@ -267,3 +267,87 @@ def test_an_all_channels_suppression_is_loaded_for_sms_and_email(db, cipher):
         everywhere.id,
         email_only.id,
     }
+
+
+class _Statements:
+    """Counts the SQL statements a session's connection runs while open (round trips)."""
+
+    def __init__(self, session) -> None:  # type: ignore[no-untyped-def]
+        self.connection = session.connection()
+        self.sql: list[str] = []
+
+    def _count(self, conn, cursor, statement, *args) -> None:  # type: ignore[no-untyped-def]
+        self.sql.append(statement.split(None, 1)[0])
+
+    def __enter__(self) -> _Statements:
+        from sqlalchemy import event
+
+        event.listen(self.connection, "before_cursor_execute", self._count)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        from sqlalchemy import event
+
+        event.remove(self.connection, "before_cursor_execute", self._count)
+
+
+def test_a_receipt_is_recorded_in_three_statements_with_its_verdict_written_once(db, cipher):
+    attempt = _attempt(db, cipher, unique("class-opening:c"), state="submitted")
+    with _Statements(db) as run:
+        result = repo.record_observation(
+            db, _facts(AttemptState.DELIVERED, unique("w")), token=attempt.token
+        )
+    assert result.verdict == "applied" and result.state == "delivered"
+    # Read the attempt, insert the observation with its verdict, compare-and-set.
+    assert run.sql == ["SELECT", "INSERT", "UPDATE"]
+    stored = db.execute(
+        select(Observation.verdict, Observation.applied).where(
+            Observation.id == result.observation_id
+        )
+    ).one()
+    assert stored == ("applied", True)
+
+
+def test_a_send_answer_learns_the_remote_id_without_reading_the_attempt_again(db, cipher):
+    attempt = _attempt(db, cipher, unique("class-opening:c"))
+    sent = ObservationFacts(
+        source="send",
+        raw_status="queued",
+        normalized=AttemptState.SUBMITTED,
+        observed_at=datetime.now(UTC),
+        dedupe_key=unique("send"),
+        remote_id=unique("SM"),
+    )
+    with _Statements(db) as run:
+        result = repo.record_observation(db, sent, token=attempt.token)
+    assert (result.verdict, result.state) == ("applied", "submitted")
+    # Read, insert, store the remote id (returning the row), compare-and-set, orphans.
+    assert run.sql == ["SELECT", "INSERT", "UPDATE", "UPDATE", "SELECT"]
+    db.refresh(attempt)
+    assert (attempt.state, attempt.remote_id) == ("submitted", sent.remote_id)
+
+
+def test_recent_contacts_are_other_intents_submissions_to_the_destination_since_a_time(db, cipher):
+    from datetime import timedelta
+
+    now = datetime.now(UTC)
+    # A destination no other test uses (committed rows of other tests stay in the ledger).
+    phone = f"+4474009{uuid.uuid4().int % 100_000:05d}"
+
+    def attempt_to_phone() -> Attempt:
+        key = unique("class-opening:c")
+        recorded = repo.record_intent(db, fields(db, cipher, key))
+        return make_attempt(db, cipher, recorded.intent_id, key, destination=phone)
+
+    mine, other, older = attempt_to_phone(), attempt_to_phone(), attempt_to_phone()
+    at_other = now - timedelta(minutes=5)
+    for attempt, at in ((mine, now), (other, at_other), (older, now - timedelta(hours=2))):
+        db.query(Attempt).filter(Attempt.id == attempt.id).update({Attempt.submitted_at: at})
+    found = repo.recent_contacts(
+        db, mine.destination_hmac, "sms", now - timedelta(hours=1), mine.intent_id
+    )
+    assert found == [at_other]
+    assert (
+        repo.recent_contacts(db, mine.destination_hmac, "email", now - timedelta(hours=1), "x")
+        == []
+    )

@@ -172,8 +172,6 @@ async def cmd_approve_resend(args: argparse.Namespace, cfg: settings_module.Sett
 
 
 async def cmd_consent(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
-    from sqlalchemy.exc import OperationalError
-
     from ledger import evidence
 
     for name, value, most in (
@@ -184,13 +182,8 @@ async def cmd_consent(args: argparse.Namespace, cfg: settings_module.Settings) -
         if not value or len(value) > most or "\x00" in value:
             raise CliError(f"{name}: required, at most {most} characters")
     now = datetime.now(UTC)
-    try:
-        out = _consent(evidence, _sessions(cfg), args, now)
-    except OperationalError as err:
-        raise CliError(
-            "cannot reach the ledger database (is `herald dev` running, or "
-            "HERALD_DATABASE_URL set?)"
-        ) from err
+    # A ledger that cannot be reached is reported by `operational_error`, like every command.
+    out = _consent(evidence, _sessions(cfg), args, now)
 
     def render(o: dict[str, Any]) -> str:
         if not o["revoked"]:

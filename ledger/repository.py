@@ -297,13 +297,6 @@ def prepare_attempt_id(session: Session, **values: Any) -> int:
     return session.execute(_ATTEMPT_ID_BY_TOKEN, {"token": values["token"]}).scalar_one()
 
 
-def prepare_attempt(session: Session, **values: Any) -> Attempt:
-    """`prepare_attempt_id`, returning the attempt as an entity (for callers that use it)."""
-    attempt = session.get(Attempt, prepare_attempt_id(session, **values))
-    assert attempt is not None
-    return attempt
-
-
 def find_attempt(session: Session, token: str) -> Attempt | None:
     return session.execute(select(Attempt).where(Attempt.token == token)).scalar_one_or_none()
 

@@ -52,6 +52,7 @@ def make_attempt(  # type: ignore[no-untyped-def]
 
     from domain import keys
     from ledger import repository as repo
+    from ledger.models import Attempt
 
     decision = repo.record_decision(
         session,
@@ -66,7 +67,7 @@ def make_attempt(  # type: ignore[no-untyped-def]
         decided_at=datetime.now(UTC),
     )
     token = keys.attempt_token(business_key, channel, number)
-    return repo.prepare_attempt(
+    attempt_id = repo.prepare_attempt_id(
         session,
         intent_id=intent_id,
         channel=channel,
@@ -82,3 +83,6 @@ def make_attempt(  # type: ignore[no-untyped-def]
         template_version=1,
         purge_after=purge_after,
     )
+    attempt = session.get(Attempt, attempt_id)
+    assert attempt is not None
+    return attempt

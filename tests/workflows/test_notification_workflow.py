@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -25,6 +26,26 @@ from tests.workflows.conftest import World, allow, defer, deny, facts, keep_hist
 from workflows.notification import SEND_HEARTBEAT_TIMEOUT, NotificationWorkflow
 
 pytestmark = pytest.mark.workflow
+
+
+def hold_submit(
+    world: World, answer: Callable[[], SubmitOutcome]
+) -> tuple[asyncio.Event, asyncio.Event]:
+    """Replace the world's `submit_sms` by one that records its call, sets `entered`, and
+    waits for `release` before it returns (or raises) what `answer()` gives: the provider
+    call is in flight for as long as the test needs."""
+    entered, release = asyncio.Event(), asyncio.Event()
+    fakes = world.activities()
+
+    @activity.defn(name="submit_sms")
+    async def submit_sms(input: SubmitInput) -> SubmitOutcome:
+        world.calls.append(("submit_sms", input, activity.info().current_attempt_scheduled_time))
+        entered.set()
+        await release.wait()
+        return answer()
+
+    world.activities = lambda: [a for a in fakes if a.__name__ != "submit_sms"] + [submit_sms]
+    return entered, release
 
 
 async def until(predicate: Any, *, timeout: float = 10.0) -> None:
@@ -66,18 +87,8 @@ def at(world: World, name: str, index: int = 0) -> datetime:
 async def test_a_receipt_before_the_first_poll_completes_delivered_without_polling(harness, queue):
     # The submit is held until both receipts are in: with time skipping, a submit that had
     # already returned would let the first poll's timer fire before a signal could land.
-    entered, release = asyncio.Event(), asyncio.Event()
     world = World(facts(channels=["sms"]))
-    fakes = world.activities()
-
-    @activity.defn(name="submit_sms")
-    async def submit_sms(input: SubmitInput) -> SubmitOutcome:
-        world.calls.append(("submit_sms", input, activity.info().current_attempt_scheduled_time))
-        entered.set()
-        await release.wait()
-        return SubmitOutcome("submitted", "SM1")
-
-    world.activities = lambda: [a for a in fakes if a.__name__ != "submit_sms"] + [submit_sms]
+    entered, release = hold_submit(world, lambda: SubmitOutcome("submitted", "SM1"))
     async with harness.worker(world, queue):
         handle = await harness.start(world, queue)
         await asyncio.wait_for(entered.wait(), 10)  # no query: it would add tasks
@@ -238,19 +249,9 @@ async def test_a_cancel_before_send_at_closes_the_intent_with_no_attempt(harness
 
 
 async def test_a_cancel_racing_an_in_flight_submit_is_recorded_not_recalled(harness, queue):
-    entered, release = asyncio.Event(), asyncio.Event()
     world = World(facts(channels=["sms", "email"]))
-    fakes = world.activities()
-
-    @activity.defn(name="submit_sms")
-    async def submit_sms(input: SubmitInput) -> SubmitOutcome:
-        # The provider call is in flight while the operator cancels.
-        world.calls.append(("submit_sms", input, activity.info().current_attempt_scheduled_time))
-        entered.set()
-        await release.wait()
-        return SubmitOutcome("submitted", "SM-inflight")
-
-    world.activities = lambda: [a for a in fakes if a.__name__ != "submit_sms"] + [submit_sms]
+    # The provider call is in flight while the operator cancels.
+    entered, release = hold_submit(world, lambda: SubmitOutcome("submitted", "SM-inflight"))
     async with harness.worker(world, queue):
         handle = await harness.start(world, queue)
         await asyncio.wait_for(entered.wait(), 10)
@@ -274,18 +275,12 @@ async def test_a_cancel_after_the_delivered_receipt_names_it_delivered_not_in_fl
 ):
     # Accept-then-timeout: the carrier accepted and delivered, but the submit's answer was
     # lost, so the workflow still waits on the submit activity when receipt and cancel come.
-    entered, release = asyncio.Event(), asyncio.Event()
     world = World(facts(channels=["sms", "email"], submit_window_seconds=30))
-    fakes = world.activities()
 
-    @activity.defn(name="submit_sms")
-    async def submit_sms(input: SubmitInput) -> SubmitOutcome:
-        world.calls.append(("submit_sms", input, activity.info().current_attempt_scheduled_time))
-        entered.set()
-        await release.wait()
+    def no_answer() -> SubmitOutcome:
         raise ApplicationError("no answer from the carrier", type="AmbiguousSubmission")
 
-    world.activities = lambda: [a for a in fakes if a.__name__ != "submit_sms"] + [submit_sms]
+    entered, release = hold_submit(world, no_answer)
     async with harness.worker(world, queue):
         handle = await harness.start(world, queue)
         await asyncio.wait_for(entered.wait(), 10)

@@ -33,7 +33,6 @@ from temporalio.client import Client
 from temporalio.runtime import Runtime
 from temporalio.service import RPCError
 from temporalio.worker import Worker
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 import settings as settings_module
 from activities.email import EmailActivities
@@ -42,6 +41,7 @@ from activities.maintenance import MaintenanceActivities
 from activities.sms import SmsActivities
 from ledger.crypto import FieldCipher
 from runtime.logs import configure_logging, core_log_forwarding
+from runtime.sandbox import sandbox_runner
 from runtime.schedules import ensure_schedules
 from starter.client import HeraldClient
 from starter.relay import run_relay
@@ -84,16 +84,6 @@ def ensure_workflow_bytecode() -> bool:
         return bool(compileall.compile_dir(folder, quiet=2, maxlevels=0))
     except OSError:
         return False
-
-
-def sandbox_runner() -> SandboxedWorkflowRunner:
-    # domain and the activity dataclasses are pure: pass them through instead of
-    # re-importing them on every workflow run.
-    return SandboxedWorkflowRunner(
-        restrictions=SandboxRestrictions.default.with_passthrough_modules(
-            "domain", "activities.contracts"
-        )
-    )
 
 
 async def connect(cfg: settings_module.Settings, *, runtime: Runtime | None = None) -> Client:
@@ -182,7 +172,7 @@ def build_workers(
             maintenance.reconcile,
             maintenance.purge,
         ],
-        workflow_runner=sandbox_runner(),
+        workflow_runner=sandbox_runner(client.data_converter),
         graceful_shutdown_timeout=SHUTDOWN_GRACE,
     )
     sms_worker = Worker(

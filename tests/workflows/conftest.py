@@ -32,7 +32,7 @@ from activities.contracts import (
     VerdictInput,
 )
 from domain import keys
-from worker import sandbox_runner
+from runtime.sandbox import sandbox_runner
 from workflows.notification import CHANNEL, EVENT_TYPE, REGION, STATE, NotificationWorkflow
 
 pytestmark = pytest.mark.workflow
@@ -161,7 +161,7 @@ class Harness:
             activities=[
                 a for a in world.activities() if a.__name__ not in ("submit_sms", "poll_sms")
             ],
-            workflow_runner=sandbox_runner(),
+            workflow_runner=sandbox_runner(client.data_converter),
             # Without a cache no sticky queue is bound to this worker process.
             max_cached_workflows=100 if sticky else 0,
         )

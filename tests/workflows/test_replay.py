@@ -11,7 +11,7 @@ import pytest
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
-from worker import sandbox_runner
+from runtime.sandbox import sandbox_runner
 from workflows.notification import NotificationWorkflow
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))

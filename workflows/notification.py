@@ -4,8 +4,6 @@ It carries ids only. Every decision comes from `domain`; every side effect is an
 activity that acts on the ledger or a transport and returns a fact.
 """
 
-from __future__ import annotations
-
 import asyncio
 from datetime import datetime, timedelta
 

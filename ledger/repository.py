@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, select, update
+from sqlalchemy import Row, Table, bindparam, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
@@ -210,29 +211,49 @@ def policy_document(session: Session, version: str) -> str:
     return session.execute(select(_POLICY.document).where(_POLICY.version == version)).scalar_one()
 
 
-def consents_for(session: Session, recipient_ref: str, channel: str) -> list[Consent]:
-    return list(
-        session.execute(
-            # A consent for "*" covers every channel (the policy engine matches it too).
-            select(Consent).where(
-                Consent.recipient_ref == recipient_ref, Consent.channel.in_((channel, "*"))
-            )
-        ).scalars()
-    )
+_CONSENT = cast(Table, Consent.__table__).c
+_CONSENTS_FOR = select(
+    _CONSENT.id,
+    _CONSENT.channel,
+    _CONSENT.purpose,
+    _CONSENT.source,
+    _CONSENT.granted_at,
+    _CONSENT.revoked_at,
+    _CONSENT.revoked_source,
+).where(
+    _CONSENT.recipient_ref == bindparam("recipient"),
+    # A consent for "*" covers every channel (the policy engine matches it too).
+    _CONSENT.channel.in_([bindparam("channel"), "*"]),
+)
+"""Read for every attempt authorized (built once; the evidence document is not read)."""
+_SUPPRESSION = cast(Table, Suppression.__table__).c
+_SUPPRESSIONS_FOR = select(
+    _SUPPRESSION.id,
+    _SUPPRESSION.channel,
+    _SUPPRESSION.reason,
+    _SUPPRESSION.source,
+    _SUPPRESSION.at,
+).where(
+    _SUPPRESSION.destination_hmac == bindparam("hmac"),
+    # An all-channels ("*") suppression applies here too, as the policy says.
+    _SUPPRESSION.channel.in_([bindparam("channel"), "*"]),
+    _SUPPRESSION.lifted_at.is_(None),
+)
+"""Read for every attempt authorized (built once)."""
 
 
-def suppressions_for(session: Session, destination_hmac: str, channel: str) -> list[Suppression]:
-    """Active suppressions of the destination that apply to `channel`."""
-    return list(
-        session.execute(
-            select(Suppression).where(
-                Suppression.destination_hmac == destination_hmac,
-                # An all-channels ("*") suppression applies here too, as the policy says.
-                Suppression.channel.in_((channel, "*")),
-                Suppression.lifted_at.is_(None),
-            )
-        ).scalars()
-    )
+def consents_for(session: Session, recipient_ref: str, channel: str) -> Sequence[Row[Any]]:
+    """Every consent record of the recipient for `channel` or "*", revoked ones included
+    (id, channel, purpose, source, granted_at, revoked_at, revoked_source)."""
+    return session.execute(_CONSENTS_FOR, {"recipient": recipient_ref, "channel": channel}).all()
+
+
+def suppressions_for(session: Session, destination_hmac: str, channel: str) -> Sequence[Row[Any]]:
+    """Active suppressions of the destination that apply to `channel` (id, channel,
+    reason, source, at)."""
+    return session.execute(
+        _SUPPRESSIONS_FOR, {"hmac": destination_hmac, "channel": channel}
+    ).all()
 
 
 def recent_contacts(

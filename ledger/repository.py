@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Row, Table, bindparam, select, update
+from sqlalchemy import Row, Select, Table, bindparam, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
@@ -212,7 +212,7 @@ def policy_document(session: Session, version: str) -> str:
 
 
 _CONSENT = cast(Table, Consent.__table__).c
-_CONSENTS_FOR = select(
+_CONSENTS_FOR: Select[Any] = select(
     _CONSENT.id,
     _CONSENT.channel,
     _CONSENT.purpose,
@@ -227,7 +227,7 @@ _CONSENTS_FOR = select(
 )
 """Read for every attempt authorized (built once; the evidence document is not read)."""
 _SUPPRESSION = cast(Table, Suppression.__table__).c
-_SUPPRESSIONS_FOR = select(
+_SUPPRESSIONS_FOR: Select[Any] = select(
     _SUPPRESSION.id,
     _SUPPRESSION.channel,
     _SUPPRESSION.reason,
@@ -251,9 +251,7 @@ def consents_for(session: Session, recipient_ref: str, channel: str) -> Sequence
 def suppressions_for(session: Session, destination_hmac: str, channel: str) -> Sequence[Row[Any]]:
     """Active suppressions of the destination that apply to `channel` (id, channel,
     reason, source, at)."""
-    return session.execute(
-        _SUPPRESSIONS_FOR, {"hmac": destination_hmac, "channel": channel}
-    ).all()
+    return session.execute(_SUPPRESSIONS_FOR, {"hmac": destination_hmac, "channel": channel}).all()
 
 
 def recent_contacts(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -60,6 +60,7 @@ class World:
         "submitted", "SM1"
     )
     poll: Callable[[str, int], str] = lambda token, n: "submitted"
+    clock: Callable[[], Awaitable[datetime]] | None = None
     calls: list[tuple[str, Any, datetime]] = field(default_factory=list)
     polls: int = 0
 
@@ -69,19 +70,22 @@ class World:
     def activities(self) -> list[Callable[..., Any]]:
         world = self
 
-        def now() -> datetime:
-            # The server's clock: it moves with time skipping, unlike datetime.now().
+        async def now() -> datetime:
+            # The server's clock: it moves with time skipping, unlike datetime.now(). A
+            # local activity's scheduled time is the worker's own clock, so ask the server.
+            if world.clock is not None:
+                return await world.clock()
             return activity.info().current_attempt_scheduled_time
 
         @activity.defn(name="load_intent")
         async def load_intent(input: LoadIntentInput) -> IntentFacts:
-            world.calls.append(("load_intent", input, now()))
+            world.calls.append(("load_intent", input, await now()))
             return world.facts
 
         @activity.defn(name="authorize")
         async def authorize(input: AuthorizeInput) -> AuthorizeResult:
-            world.calls.append(("authorize", input, now()))
-            result = world.decide(input, now())
+            world.calls.append(("authorize", input, await now()))
+            result = world.decide(input, world.calls[-1][2])
             if result.outcome == "allow" and result.attempt_token is None:
                 result = replace(
                     result,
@@ -93,28 +97,28 @@ class World:
 
         @activity.defn(name="submit_sms")
         async def submit_sms(input: SubmitInput) -> SubmitOutcome:
-            world.calls.append(("submit_sms", input, now()))
+            world.calls.append(("submit_sms", input, await now()))
             return world.submit("sms", input.attempt_token)
 
         @activity.defn(name="send_email")
         async def send_email(input: SubmitInput) -> SubmitOutcome:
-            world.calls.append(("send_email", input, now()))
+            world.calls.append(("send_email", input, await now()))
             return world.submit("email", input.attempt_token)
 
         @activity.defn(name="poll_sms")
         async def poll_sms(input: PollInput) -> PollOutcome:
             world.polls += 1
-            world.calls.append(("poll_sms", input, now()))
+            world.calls.append(("poll_sms", input, await now()))
             return PollOutcome(world.poll(input.attempt_token, world.polls))
 
         @activity.defn(name="record_verdict")
         async def record_verdict(input: VerdictInput) -> str:
-            world.calls.append(("record_verdict", input, now()))
+            world.calls.append(("record_verdict", input, await now()))
             return "applied"
 
         @activity.defn(name="record_operator_action")
         async def record_operator_action(input: OperatorActionInput) -> None:
-            world.calls.append(("record_operator_action", input, now()))
+            world.calls.append(("record_operator_action", input, await now()))
 
         return [
             load_intent,
@@ -154,6 +158,7 @@ class Harness:
 
     def worker(self, world: World, queue: str, *, sticky: bool = True) -> Any:
         client = self.env.client
+        world.clock = self.env.get_current_time
         main = Worker(
             client,
             task_queue=queue,

@@ -15,7 +15,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.contracts import SubmitOutcome
 from tests.workflows.conftest import World, facts, keep_history
-from workflows.notification import EMAIL_SENT_REACHES
+from workflows.notification import AUTHORIZE_LOCAL, EMAIL_SENT_REACHES
 
 pytestmark = pytest.mark.workflow
 
@@ -55,7 +55,7 @@ async def test_an_accepted_email_first_reaches_the_person_and_no_sms_is_attempte
     assert [c[1].channel for c in world.calls if c[0] == "authorize"] == ["email"]
     assert "submit_sms" not in world.names() and "poll_sms" not in world.names()
     # New runs take the patched rule (histories from before it replay the old one).
-    assert recorded == [EMAIL_SENT_REACHES]
+    assert recorded == [AUTHORIZE_LOCAL, EMAIL_SENT_REACHES]
 
 
 async def test_an_email_rejected_by_the_relay_is_followed_by_the_sms(harness, queue):
@@ -82,8 +82,8 @@ async def test_an_email_rejected_by_the_relay_is_followed_by_the_sms(harness, qu
     # "At once": the SMS does not wait for a fallback timer after a permanent email failure.
     sends = {c[0]: c[2] for c in world.calls if c[0] in ("send_email", "submit_sms")}
     assert sends["submit_sms"] - sends["send_email"] < timedelta(seconds=30)
-    # The rule did not change for a failed email, so no patch marker is recorded.
-    assert recorded == []
+    # The rule did not change for a failed email: only the local-authorize marker.
+    assert recorded == [AUTHORIZE_LOCAL]
 
 
 async def test_an_email_rejected_by_the_relay_ends_the_plan_when_the_policy_says_so(harness, queue):
@@ -125,6 +125,6 @@ async def test_mode_all_sends_every_channel_at_once_whatever_each_one_says(harne
     first_poll = next(c[2] for c in world.calls if c[0] == "poll_sms")
     assert sends["send_email"] <= first_poll
     assert abs(sends["send_email"] - sends["submit_sms"]) < timedelta(seconds=30)
-    # No fallback decision is taken in mode `all`, so no fallback verdict and no patch marker.
+    # No fallback decision is taken in mode `all`: no verdict, only the local-authorize marker.
     assert "record_verdict" not in world.names()
-    assert recorded == []
+    assert recorded == [AUTHORIZE_LOCAL]

@@ -23,7 +23,7 @@ from activities.contracts import (
 )
 from domain import keys
 from tests.workflows.conftest import World, allow, defer, deny, facts, keep_history, permanent
-from workflows.notification import SEND_HEARTBEAT_TIMEOUT, NotificationWorkflow
+from workflows.notification import MIN_DEFER, SEND_HEARTBEAT_TIMEOUT, NotificationWorkflow
 
 pytestmark = pytest.mark.workflow
 
@@ -122,7 +122,16 @@ async def test_only_the_sms_submit_has_a_heartbeat_timeout(harness, queue):
         if e.HasField("activity_task_scheduled_event_attributes")
     }
     assert scheduled["submit_sms"] == SEND_HEARTBEAT_TIMEOUT.total_seconds() == 10
-    assert scheduled["send_email"] == scheduled["authorize"] == scheduled["poll_sms"] == 0
+    assert scheduled["send_email"] == scheduled["poll_sms"] == 0
+    # `authorize` runs as a local activity (AUTHORIZE_LOCAL), recorded as a marker beside
+    # load_intent's, so it has no scheduled event and no heartbeat timeout at all.
+    assert "authorize" not in scheduled
+    local = [
+        e
+        for e in history.events
+        if e.marker_recorded_event_attributes.marker_name == "core_local_activity"
+    ]
+    assert len(local) == 1 + world.names().count("authorize")
 
 
 async def test_delivered_by_poll_when_no_receipt_comes(harness, queue):
@@ -212,6 +221,21 @@ async def test_quiet_hours_defer_then_send_at_the_first_eligible_minute(harness,
     second = at(world, "authorize", 1)
     assert eligible["at"] <= second < eligible["at"] + timedelta(minutes=1)
     assert result.outcome == "delivered"
+
+
+async def test_a_defer_to_a_moment_already_passed_waits_before_asking_again(harness, queue):
+    # A worker clock behind the server's: the policy defers to a moment the workflow clock
+    # has passed. The local authorize is not asked again in the same workflow task.
+    def decide(i: AuthorizeInput, now: datetime) -> Any:
+        if world.names().count("authorize") == 1:
+            return defer(now - timedelta(minutes=5))
+        return allow()
+
+    world = World(facts(channels=["sms"]), decide=decide, poll=lambda t, n: "delivered")
+    async with harness.worker(world, queue):
+        handle = await harness.start(world, queue)
+        assert (await handle.result()).outcome == "delivered"
+    assert at(world, "authorize", 1) - at(world, "authorize", 0) >= MIN_DEFER
 
 
 async def test_an_expiry_passing_while_deferred_expires_the_intent(harness, queue):

@@ -486,35 +486,42 @@ class CpuMeter:
         return self._ms(phase, units, list(self.detail))
 
 
-async def history_counts(client: Any, workflow_ids: list[str]) -> dict[str, Any]:
-    """Events and billable actions per workflow, from a sample of histories."""
+def event_counts(events: Any) -> Counter[str]:
+    """Events and billable actions of one workflow history."""
     from temporalio.api.enums.v1 import EventType as E
 
+    c: Counter[str] = Counter(events=len(events))
+    for event in events:
+        t = event.event_type
+        if t == E.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            c["activities"] += 1
+        elif t == E.EVENT_TYPE_MARKER_RECORDED:
+            # A local activity counts as an activity for the baseline (which runs that many
+            # ordinary no-op activities, a stricter comparison); a patch marker does not.
+            name = event.marker_recorded_event_attributes.marker_name
+            c["local_activities" if name == "core_local_activity" else "markers"] += 1
+        elif t == E.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+            c["activity_retries"] += event.activity_task_started_event_attributes.attempt - 1
+        elif t == E.EVENT_TYPE_TIMER_STARTED:
+            c["timers"] += 1
+        elif t == E.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+            c["signals"] += 1
+        elif t == E.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
+            c["updates"] += 1
+        elif t == E.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES:
+            c["search_attribute_upserts"] += 1
+    c["actions"] = (
+        1 + c["activities"] + c["local_activities"] + c["timers"] + c["signals"] + c["updates"]
+    )
+    return c
+
+
+async def history_counts(client: Any, workflow_ids: list[str]) -> dict[str, Any]:
+    """Events and billable actions per workflow, from a sample of histories."""
     per: list[Counter[str]] = []
     for workflow_id in workflow_ids:
         history = await client.get_workflow_handle(workflow_id).fetch_history()
-        c: Counter[str] = Counter(events=len(history.events))
-        for event in history.events:
-            t = event.event_type
-            if t == E.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-                c["activities"] += 1
-            elif t == E.EVENT_TYPE_MARKER_RECORDED:
-                # A local activity: it counts as an activity for the baseline (which runs
-                # that many ordinary no-op activities, a stricter comparison).
-                c["local_activities"] += 1
-            elif t == E.EVENT_TYPE_ACTIVITY_TASK_STARTED:
-                c["activity_retries"] += event.activity_task_started_event_attributes.attempt - 1
-            elif t == E.EVENT_TYPE_TIMER_STARTED:
-                c["timers"] += 1
-            elif t == E.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
-                c["signals"] += 1
-            elif t == E.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
-                c["updates"] += 1
-            elif t == E.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES:
-                c["search_attribute_upserts"] += 1
-        c["actions"] = (
-            1 + c["activities"] + c["local_activities"] + c["timers"] + c["signals"] + c["updates"]
-        )
+        c = event_counts(history.events)
         per.append(c)
     keys = sorted({k for c in per for k in c})
     n = max(len(per), 1)

@@ -314,15 +314,12 @@ class NotificationWorkflow:
             maximum_interval=timedelta(seconds=30),
             non_retryable_error_types=PERMANENT_ERRORS,
         )
-        if workflow.patched(AUTHORIZE_LOCAL):
-            return await workflow.execute_local_activity(
-                AUTHORIZE,
-                request,
-                result_type=AuthorizeResult,
-                start_to_close_timeout=timedelta(seconds=30),
-                retry_policy=retry,
-            )
-        return await workflow.execute_activity(
+        run = (
+            workflow.execute_local_activity
+            if workflow.patched(AUTHORIZE_LOCAL)
+            else workflow.execute_activity
+        )
+        return await run(
             AUTHORIZE,
             request,
             result_type=AuthorizeResult,

@@ -521,8 +521,7 @@ async def history_counts(client: Any, workflow_ids: list[str]) -> dict[str, Any]
     per: list[Counter[str]] = []
     for workflow_id in workflow_ids:
         history = await client.get_workflow_handle(workflow_id).fetch_history()
-        c = event_counts(history.events)
-        per.append(c)
+        per.append(event_counts(history.events))
     keys = sorted({k for c in per for k in c})
     n = max(len(per), 1)
     return {"sampled": len(per), **{k: round(sum(c[k] for c in per) / n, 2) for k in keys}}

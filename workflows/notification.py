@@ -97,6 +97,11 @@ PERMANENT_ERRORS = [
     "ArtifactMismatch",
     "NotFound",
 ]
+AUTHORIZE_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    maximum_interval=timedelta(seconds=30),
+    non_retryable_error_types=PERMANENT_ERRORS,
+)
 
 
 def _sms_queue() -> str:
@@ -309,11 +314,6 @@ class NotificationWorkflow:
         it and is recorded as a marker, instead of a scheduled/started/completed activity
         and a workflow task of its own. A re-run after a lost workflow task finds the
         attempt it prepared (keyed by its token) and allows it again."""
-        retry = RetryPolicy(
-            initial_interval=timedelta(seconds=1),
-            maximum_interval=timedelta(seconds=30),
-            non_retryable_error_types=PERMANENT_ERRORS,
-        )
         run = (
             workflow.execute_local_activity
             if workflow.patched(AUTHORIZE_LOCAL)
@@ -324,7 +324,7 @@ class NotificationWorkflow:
             request,
             result_type=AuthorizeResult,
             start_to_close_timeout=timedelta(seconds=30),
-            retry_policy=retry,
+            retry_policy=AUTHORIZE_RETRY,
         )
 
     async def _submit(self, channel: str, token: str, facts: IntentFacts) -> SubmitOutcome:

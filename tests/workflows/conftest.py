@@ -71,11 +71,10 @@ class World:
         world = self
 
         async def now() -> datetime:
-            # The server's clock: it moves with time skipping, unlike datetime.now(). A
-            # local activity's scheduled time is the worker's own clock, so ask the server.
-            if world.clock is not None:
-                return await world.clock()
-            return activity.info().current_attempt_scheduled_time
+            # The server's clock (Harness.worker sets it): it moves with time skipping,
+            # unlike datetime.now() or a local activity's scheduled time (the worker's).
+            assert world.clock is not None, "run the world through Harness.worker"
+            return await world.clock()
 
         @activity.defn(name="load_intent")
         async def load_intent(input: LoadIntentInput) -> IntentFacts:
@@ -84,8 +83,9 @@ class World:
 
         @activity.defn(name="authorize")
         async def authorize(input: AuthorizeInput) -> AuthorizeResult:
-            world.calls.append(("authorize", input, await now()))
-            result = world.decide(input, world.calls[-1][2])
+            when = await now()
+            world.calls.append(("authorize", input, when))
+            result = world.decide(input, when)
             if result.outcome == "allow" and result.attempt_token is None:
                 result = replace(
                     result,

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Row, Select, Table, bindparam, select, update
+from sqlalchemy import Row, Select, String, Table, any_, bindparam, select, update
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
@@ -77,7 +78,11 @@ _SWAP_ATTEMPT_STATE = update(_ATTEMPTS).where(
 _ACTIVE_POLICY_VERSION = select(_POLICY.version).where(_POLICY.active.is_(True))
 _MARK_OUTBOX_STARTED = (
     update(_OUTBOXES)
-    .where(_OUTBOX.intent_id == bindparam("intent"), _OUTBOX.started_at.is_(None))
+    .where(
+        # `= ANY(array)`: one statement text (and one prepared statement) for any count.
+        _OUTBOX.intent_id == any_(bindparam("intents", type_=ARRAY(String))),
+        _OUTBOX.started_at.is_(None),
+    )
     .values(started_at=bindparam("at"))
 )
 
@@ -635,25 +640,27 @@ def _apply_observation(
     return transition
 
 
+_ORPHANS_OF = (
+    select(
+        _OBSERVATION.id,
+        _OBSERVATION.normalized_status,
+        _OBSERVATION.observed_at,
+        _OBSERVATION.provider_code,
+    )
+    .where(_OBSERVATION.remote_id == bindparam("remote_id"), _OBSERVATION.attempt_id.is_(None))
+    .order_by(_OBSERVATION.id)
+    .with_for_update(skip_locked=True)
+)
+_ADOPT_ORPHAN = update(_OBSERVATIONS).where(_OBSERVATION.id == bindparam("observation"))
+
+
 def _adopt_orphans(
     session: Session, attempt: _SeenAttempt, remote_id: str, intent_times: _IntentTimes
 ) -> None:
     """Receipts stored as orphans before we knew this remote id now belong to the attempt."""
-    orphans = session.execute(
-        select(
-            _OBSERVATION.id,
-            _OBSERVATION.normalized_status,
-            _OBSERVATION.observed_at,
-            _OBSERVATION.provider_code,
-        )
-        .where(_OBSERVATION.remote_id == remote_id, _OBSERVATION.attempt_id.is_(None))
-        .order_by(_OBSERVATION.id)
-        .with_for_update(skip_locked=True)
-    ).all()
+    orphans = session.execute(_ORPHANS_OF, {"remote_id": remote_id}).all()
     for orphan in orphans:
-        session.execute(
-            update(_OBSERVATIONS).where(_OBSERVATION.id == orphan.id).values(attempt_id=attempt.id)
-        )
+        session.execute(_ADOPT_ORPHAN, {"observation": orphan.id, "attempt_id": attempt.id})
         normalized = AttemptState(orphan.normalized_status) if orphan.normalized_status else None
         _apply_observation(
             session,
@@ -708,8 +715,9 @@ def record_operator_action(
     return row
 
 
-def mark_outbox_started(session: Session, intent_id: str, at: datetime) -> None:
-    session.execute(_MARK_OUTBOX_STARTED, {"intent": intent_id, "at": at})
+def mark_outbox_started(session: Session, intent_ids: list[str], at: datetime) -> None:
+    """Mark these intents' outbox rows started (a row already marked keeps its time)."""
+    session.execute(_MARK_OUTBOX_STARTED, {"intents": intent_ids, "at": at})
 
 
 def purge_horizon(now: datetime, days: int) -> datetime:

@@ -77,6 +77,9 @@ class HeraldClient:
         self._cipher = cipher
         self._task_queue = task_queue
         self._retention_days = retention_days
+        self._unmarked: list[str] = []
+        """Started intents whose outbox rows are not written started yet."""
+        self._marking = asyncio.Lock()
 
     @classmethod
     async def connect(cls, cfg: settings_module.Settings | None = None) -> HeraldClient:
@@ -151,12 +154,35 @@ class HeraldClient:
     ) -> None:
         """Start (or find) the intent's workflow and mark its outbox row started."""
         await self.start_workflow(intent_id, workflow_id, attributes=attributes)
+        await self._mark_started(intent_id)
 
-        def mark() -> None:
-            with self.sessions.begin() as session:
-                repo.mark_outbox_started(session, intent_id, datetime.now(UTC))
+    async def _mark_started(self, intent_id: str) -> None:
+        """Write the intent's outbox row started, together with the rows of every other
+        start that finished while the previous write was running: one transaction for
+        them all instead of one each (under load most starts share a write).
 
-        await asyncio.to_thread(mark)
+        It returns once a committed write covered this row, or after that write failed:
+        a failure is logged, not raised. The intent is recorded and its workflow runs; a
+        row left unmarked only means the relay starts it once more after FAST_PATH_GRACE
+        and Temporal hands back the run that exists (USE_EXISTING / REJECT_DUPLICATE).
+        """
+        self._unmarked.append(intent_id)
+        async with self._marking:
+            if not self._unmarked:
+                return  # the write that just finished carried this row
+            batch, self._unmarked = self._unmarked, []
+            try:
+                await asyncio.to_thread(self._write_started, batch)
+            except Exception as err:  # noqa: BLE001 - the relay heals an unmarked row
+                log.warning(
+                    "%d outbox row(s) not marked started (the relay will): %s",
+                    len(batch),
+                    type(err).__name__,
+                )
+
+    def _write_started(self, intent_ids: list[str]) -> None:
+        with self.sessions.begin() as session:
+            repo.mark_outbox_started(session, intent_ids, datetime.now(UTC))
 
     async def start_workflow(
         self,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -15,7 +16,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import event, select, update
+from sqlalchemy.exc import OperationalError
 from temporalio.service import RPCError, RPCStatusCode
 
 from domain.requests import NotificationRequest
@@ -190,6 +192,49 @@ async def test_notify_marks_its_own_outbox_row_so_the_relay_has_nothing_to_do(st
     ref = await stack.client.notify(request(suffix))
     assert outbox_row(stack, ref.intent_id).started_at is not None
     assert len(await runs_of(stack.client.temporal, ref.workflow_id)) == 1
+
+
+async def test_starts_that_finish_together_share_one_outbox_write(stack):
+    # Ten starts finish at once: the first writes its row alone, the nine that arrived
+    # while it was writing go in the next write together. Two UPDATEs, not ten.
+    client = stack.client
+    with client.sessions.begin() as session:
+        ids = [client.record(session, request(uuid.uuid4().hex[:8])).intent_id for _ in range(10)]
+    writes: list[str] = []
+
+    def count(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+        if statement.lstrip().upper().startswith("UPDATE OUTBOX"):
+            writes.append(statement)
+
+    engine = client.sessions.kw["bind"]
+    event.listen(engine, "before_cursor_execute", count)
+    try:
+        await asyncio.gather(*(client._mark_started(i) for i in ids))
+    finally:
+        event.remove(engine, "before_cursor_execute", count)
+    assert len(writes) == 2
+    assert all(outbox_row(stack, i).started_at is not None for i in ids)
+
+
+async def test_a_failed_outbox_write_is_not_the_apps_failure_and_the_relay_heals_it(
+    stack, monkeypatch, caplog
+):
+    client = stack.client
+
+    def database_gone(intent_ids: list[str]) -> None:
+        raise OperationalError("UPDATE outbox", {}, Exception("connection refused"))
+
+    monkeypatch.setattr(client, "_write_started", database_gone)
+    with caplog.at_level(logging.WARNING, logger="herald.client"):
+        ref = await client.notify(request(uuid.uuid4().hex[:8]))
+    assert not ref.existed  # recorded, and notify said so
+    assert outbox_row(stack, ref.intent_id).started_at is None
+    assert "1 outbox row(s) not marked started (the relay will): OperationalError" in caplog.text
+    monkeypatch.undo()
+
+    assert await relay_once(client, grace=timedelta(0)) in (0, 1)  # 0: the worker's relay
+    assert outbox_row(stack, ref.intent_id).started_at is not None
+    assert len(await runs_of(client.temporal, ref.workflow_id)) == 1
 
 
 async def test_herald_relay_once_starts_a_recorded_intent_through_the_real_entry_point(stack):

@@ -18,16 +18,20 @@ demo: $(STAMP)
 dev: $(STAMP)
 	$(BIN)/herald dev
 
-test: $(STAMP)
+test: lint
 	$(BIN)/pytest -q
 
 # unit and ledger tiers only: no Temporal server at all
 test-fast: $(STAMP)
 	$(BIN)/pytest -q -m "not workflow and not e2e and not slow"
 
+# every Python tree of the product and its bench (tests are checked by ruff only)
+TYPED := domain workflows activities starter api ledger cli runtime devstack transports bench settings.py worker.py
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/mypy domain workflows activities
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy $(TYPED)
 
 clean:
 	rm -rf $(VENV) .herald

@@ -209,7 +209,7 @@ async def run_until_signalled(
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     runners = [asyncio.create_task(w.run()) for w in workers]
-    side = [asyncio.create_task(task(stop)) for task in background]
+    side = [asyncio.ensure_future(task(stop)) for task in background]
     stopping = asyncio.create_task(stop.wait())
     try:
         await asyncio.wait([stopping, *runners], return_when=asyncio.FIRST_COMPLETED)

@@ -229,7 +229,9 @@ PROBLEMS: dict[int | str, dict[str, Any]] = {
     403: {"model": Problem, "description": "Missing or wrong X-Twilio-Signature."},
     413: {"model": Problem, "description": f"Body larger than {MAX_BODY_BYTES} bytes."},
 }
-TWIML = {200: {"content": {"application/xml": {}}, "description": "An empty TwiML answer."}}
+TWIML: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"application/xml": {}}, "description": "An empty TwiML answer."}
+}
 
 
 def provider_router(ingress: Ingress) -> APIRouter:

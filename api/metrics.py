@@ -194,8 +194,8 @@ class LedgerCollector(Collector):
                 scheduled=bool(scheduled),
             )
             counts[state.value] += n
-        for state, n in counts.items():
-            family.add_metric([state], n)
+        for name, n in counts.items():
+            family.add_metric([name], n)
         return family
 
     def _attempts(self, session: Session) -> Metric:

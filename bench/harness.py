@@ -25,6 +25,7 @@ Results are printed and written as JSON to bench/results/<timestamp>.json.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import platform
@@ -34,7 +35,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -442,7 +443,7 @@ class CpuMeter:
         self.parts = parts
         """name -> (pid or pids, with their children)"""
         self.detail = detail or {}
-        self.totals: dict[str, Counter[str]] = {}
+        self.totals: dict[str, defaultdict[str, float]] = {}
 
     @staticmethod
     def _tree_seconds(pids: int | Sequence[int], children: bool) -> float:
@@ -468,12 +469,12 @@ class CpuMeter:
         }
 
     def add(self, phase: str, before: dict[str, float], after: dict[str, float]) -> None:
-        bucket = self.totals.setdefault(phase, Counter())
+        bucket = self.totals.setdefault(phase, defaultdict(float))
         for name in [*self.parts, *self.detail]:
             bucket[name] += max(0.0, after.get(name, 0.0) - before.get(name, 0.0))
 
     def _ms(self, phase: str, units: int, names: Sequence[str]) -> dict[str, float]:
-        bucket = self.totals.get(phase, Counter())
+        bucket = self.totals.get(phase, defaultdict(float))
         return {name: round(1000 * bucket[name] / max(units, 1), 1) for name in names}
 
     def per_unit(self, phase: str, units: int) -> dict[str, float]:
@@ -553,7 +554,7 @@ async def run_herald(
         )
         return ref.workflow_id
 
-    workflow_ids = await bounded(concurrency, [lambda i=i: one(i) for i in range(count)])
+    workflow_ids = await bounded(concurrency, [functools.partial(one, i) for i in range(count)])
     results = await asyncio.gather(
         *(client.temporal.get_workflow_handle(w).result() for w in workflow_ids)
     )
@@ -581,7 +582,7 @@ async def run_baseline(
             task_queue=task_queue,
         )
 
-    handles = await bounded(concurrency, [lambda i=i: one(i) for i in range(count)])
+    handles = await bounded(concurrency, [functools.partial(one, i) for i in range(count)])
     await asyncio.gather(*(h.result() for h in handles))
     return time.monotonic() - started, [h.id for h in handles]
 
@@ -842,7 +843,7 @@ async def poll_budget(opts: BenchOptions, log: Callable[[str], None]) -> dict[st
                 )
             )
 
-        await bounded(opts.concurrency, [lambda i=i: one(i) for i in range(opts.open)])
+        await bounded(opts.concurrency, [functools.partial(one, i) for i in range(opts.open)])
         deadline = time.monotonic() + opts.timeout
         reported = time.monotonic()
         while (submitted := await asyncio.to_thread(count_submitted, bench, prefix)) < opts.open:

@@ -28,7 +28,8 @@ class CliError(Exception):
 
 def _print(value: Any, as_json: bool, render: Callable[[Any], str] | None = None) -> None:
     if as_json:
-        print(json.dumps(asdict(value) if is_dataclass(value) else value, indent=2, default=str))
+        plain = asdict(value) if is_dataclass(value) and not isinstance(value, type) else value
+        print(json.dumps(plain, indent=2, default=str))
     else:
         print(render(value) if render else value)
 

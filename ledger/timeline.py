@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -38,7 +39,7 @@ def timeline(session: Session, id_or_key: str) -> dict[str, Any]:
         .order_by(OperatorAction.id)
     ).scalars()
     attempt_ids = {a.id: a.token for a in attempts}
-    observations = (
+    observations: Iterable[Observation] = (
         session.execute(
             select(Observation)
             .where(Observation.attempt_id.in_(list(attempt_ids) or [-1]))

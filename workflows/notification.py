@@ -134,7 +134,7 @@ class NotificationWorkflow:
     async def cancel_signal(self, request: CancelRequest) -> None:
         await self._cancel(request)
 
-    @workflow.update(name="cancel_update")
+    @workflow.update  # registered as "cancel_update", the method's name
     async def cancel_update(self, request: CancelRequest) -> CancelResult:
         return await self._cancel(request)
 
@@ -148,7 +148,7 @@ class NotificationWorkflow:
             return
         await self._accept_resend(request)
 
-    @workflow.update(name="approve_resend_update")
+    @workflow.update  # registered as "approve_resend_update"
     async def approve_resend_update(self, request: ResendRequest) -> ResendResult:
         return await self._accept_resend(request)
 

@@ -8,7 +8,7 @@ from sqlalchemy import create_engine
 from ledger.models import Base
 
 config = context.config
-url = config.get_main_option("sqlalchemy.url")
+url: str = config.get_main_option("sqlalchemy.url") or ""
 if not url:
     import settings
 

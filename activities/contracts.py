@@ -47,6 +47,11 @@ class IntentFacts:
     cancelled: bool = False
     email_after_seconds: float = 600.0
     email_on_permanent_failure: bool = True
+    fallback_when_unresolved: bool = True
+    """Whether a channel that ended `unknown` is followed by the next one: false when the
+    policy has no fallback window (`email_after_seconds = false`), since the message may
+    have reached the person. Results recorded before the field existed decode as true,
+    the rule those runs followed."""
     poll_initial_seconds: float = 5.0
     poll_max_seconds: float = 120.0
     poll_horizon_seconds: float = 1800.0

@@ -53,6 +53,15 @@ class PolicyCache:
         return version, self._by_version[version]
 
 
+NO_WINDOW_SECONDS = 10**9
+"""The SMS observation's fallback timer when the policy has no window (never fires)."""
+
+
+def window_seconds(email_after_seconds: int | None) -> float:
+    """The policy's fallback window as the workflow's timer (0 is a window: email at once)."""
+    return float(NO_WINDOW_SECONDS if email_after_seconds is None else email_after_seconds)
+
+
 _INTENTS = cast(Table, Intent.__table__)
 _INTENT = _INTENTS.c
 _LOADED_INTENT = select(
@@ -140,8 +149,9 @@ class LedgerActivities:
                 send_at=intent.send_at,
                 expires_at=expires_at,
                 cancelled=intent.cancelled_at is not None,
-                email_after_seconds=float(rule.email_after_seconds or 10**9),
+                email_after_seconds=window_seconds(rule.email_after_seconds),
                 email_on_permanent_failure=rule.email_on_permanent_failure,
+                fallback_when_unresolved=rule.email_after_seconds is not None,
                 poll_initial_seconds=rule.poll_initial_seconds,
                 poll_max_seconds=rule.poll_max_seconds,
                 poll_horizon_seconds=float(rule.sms_poll_horizon_seconds),

@@ -12,7 +12,12 @@ reached the person. What "reached" means depends on the evidence a channel can g
   attempt ``failed`` or ``undelivered``, and that is a failure like any other.
 
 A channel that did not reach is followed by the next one, except after a failure, where
-the policy's ``email_on_permanent_failure`` decides for either order of channels.
+the policy's ``email_on_permanent_failure`` decides for either order of channels, and
+after ``unknown`` (no final status by the horizon, an ambiguous hand-off never
+reconciled), where the message may have reached the person: the next channel follows
+only when the policy has a fallback window (``email_after_seconds`` set). A policy that
+never sends email because an SMS was not delivered (promotional messages in the packaged
+ones) does not send it because the SMS's fate is unknown either.
 """
 
 from __future__ import annotations
@@ -47,7 +52,9 @@ def reached(channel: str, state: str) -> bool:
     return state in REACHED[channel]
 
 
-def should_fall_back(channel: str, state: str, *, on_permanent_failure: bool) -> bool:
+def should_fall_back(
+    channel: str, state: str, *, on_permanent_failure: bool, on_unresolved: bool
+) -> bool:
     """Whether the next channel of a fallback plan is tried after this channel's result.
 
     Cancellation, the business expiry and the end of the plan are the caller's to check:
@@ -59,11 +66,16 @@ def should_fall_back(channel: str, state: str, *, on_permanent_failure: bool) ->
             ``undelivered``, ``unknown``, ...) or ``denied`` / ``expired``.
         on_permanent_failure: the policy's ``email_on_permanent_failure``: whether a failed
             or undelivered attempt is followed by the next channel.
+        on_unresolved: whether an ``unknown`` channel is followed by the next one (the
+            policy has a fallback window).
     """
     if reached(channel, state):
         return False
     if state in FAILURES:
         return on_permanent_failure
-    # Denied, unknown at the horizon, not delivered within the window: the next channel is
-    # authorized on its own (an opt-out there denies it with its own reason).
+    if state == AttemptState.UNKNOWN:
+        return on_unresolved
+    # Denied, or not delivered within the window (its verdict is `unknown` too, and only a
+    # policy with a window has one): the next channel is authorized on its own (an
+    # opt-out there denies it with its own reason).
     return True

@@ -431,7 +431,10 @@ class NotificationWorkflow:
             return False
         facts = self._require_facts()
         fall_back = fallback.should_fall_back(
-            result.channel, result.state, on_permanent_failure=facts.email_on_permanent_failure
+            result.channel,
+            result.state,
+            on_permanent_failure=facts.email_on_permanent_failure,
+            on_unresolved=facts.fallback_when_unresolved,
         )
         # The rule only changed for an accepted email; asking `patched` there alone keeps
         # every other history free of the marker.

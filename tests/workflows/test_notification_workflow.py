@@ -158,6 +158,49 @@ async def test_the_polling_horizon_gives_unknown_not_failed(harness, queue):
     assert 5 <= world.polls <= 40
 
 
+async def test_an_sms_unknown_at_the_horizon_is_not_followed_when_the_policy_has_no_window(
+    harness, queue
+):
+    # A promotional policy: no fallback window. The carrier took the SMS and never said
+    # more; it may have reached the person, so no email follows it.
+    world = World(
+        facts(
+            category="promotional",
+            email_after_seconds=10**9,
+            fallback_when_unresolved=False,
+            resend_window_seconds=0,
+        ),
+        poll=lambda token, n: "sent",
+    )
+    async with harness.worker(world, queue):
+        handle = await harness.start(world, queue)
+        result = await handle.result()
+        await keep_history(handle, "horizon_unknown_no_window")
+    assert result.outcome == "unknown"
+    assert [(r.channel, r.state) for r in result.channels] == [("sms", "unknown")]
+    assert [c[1].channel for c in world.calls if c[0] == "authorize"] == ["sms"]
+    assert "send_email" not in world.names()
+    verdicts = [c[1] for c in world.calls if c[0] == "record_verdict"]
+    assert [(v.state, v.source) for v in verdicts] == [("unknown", "horizon")]
+
+
+async def test_an_sms_unknown_at_the_horizon_is_followed_by_email_when_the_policy_has_a_window(
+    harness, queue
+):
+    # The same SMS under a window longer than the horizon: the email follows at the horizon.
+    world = World(
+        facts(email_after_seconds=7200, poll_horizon_seconds=1800),
+        poll=lambda token, n: "sent",
+        submit=lambda ch, tok: SubmitOutcome("submitted" if ch == "sms" else "sent", "x"),
+    )
+    async with harness.worker(world, queue):
+        handle = await harness.start(world, queue)
+        result = await handle.result()
+    assert {r.channel: r.state for r in result.channels} == {"sms": "unknown", "email": "sent"}
+    waited = at(world, "send_email") - at(world, "submit_sms")
+    assert timedelta(seconds=1800) <= waited < timedelta(seconds=1860)
+
+
 async def test_a_permanent_sms_failure_sends_email_at_once(harness, queue):
     def submit(channel: str, token: str) -> SubmitOutcome:
         if channel == "sms":

@@ -1,0 +1,104 @@
+"""The email send activity against the real ledger and a real SMTP server (the sink): a
+retried send of an attempt the relay already accepted sends nothing and is counted."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from activities.contracts import AuthorizeInput, SubmitInput
+from activities.email import EmailActivities
+from activities.ledger import LedgerActivities
+from domain.requests import NotificationRequest
+from ledger import intake
+from ledger import repository as repo
+from ledger.metrics import DUPLICATES_SUPPRESSED
+from ledger.models import Consent
+from transports.artifacts import ArtifactStore
+from transports.email import SmtpEmail
+from transports.smtp_sink import SmtpSink
+
+pytestmark = pytest.mark.ledger
+
+VARIABLES = {
+    "first_name": "Ada",
+    "flight": "HR 204",
+    "origin": "LHR",
+    "destination": "OSL",
+    "new_departure": "14:05",
+    "old_departure": "12:40",
+    "trip_url": "https://x.test/t",
+}
+
+
+@pytest.fixture(scope="module")
+async def sink() -> AsyncIterator[SmtpSink]:
+    server = SmtpSink()
+    await server.start()
+    yield server
+    await server.stop()
+
+
+async def prepared_email(ledger: LedgerActivities, committed, cipher) -> str:  # type: ignore[no-untyped-def]
+    key = f"itinerary-change:t-{uuid.uuid4().hex[:8]}"
+    with committed.begin() as session:
+        recorded = repo.record_intent(
+            session,
+            intake.validate(
+                session,
+                NotificationRequest(
+                    business_key=key,
+                    recipient_ref=key,
+                    email="traveller@example.test",
+                    channels=["email"],
+                    country="GB",
+                    template_key="itinerary-change",
+                    variables=VARIABLES,
+                ),
+                cipher,
+                now=datetime.now(UTC),
+                retention_days=30,
+            ),
+        )
+        session.add(
+            Consent(
+                recipient_ref=key,
+                channel="email",
+                purpose="service",
+                source="test",
+                granted_at=datetime.now(UTC),
+            )
+        )
+    result = await ledger.authorize(AuthorizeInput(recorded.intent_id, "email", 1))
+    assert result.outcome == "allow", result
+    assert result.attempt_token is not None
+    return result.attempt_token
+
+
+async def test_a_retried_send_of_an_accepted_email_sends_nothing_and_is_counted(
+    sink: SmtpSink, committed, cipher, tmp_path: Path
+) -> None:
+    sink.clear()
+    email = EmailActivities(
+        SmtpEmail(host="127.0.0.1", port=sink.port),
+        committed,
+        cipher,
+        ArtifactStore(tmp_path),
+        public_base_url="http://127.0.0.1:9",
+        unsubscribe_secret="test-unsubscribe-secret",
+    )
+    token = await prepared_email(LedgerActivities(committed, cipher), committed, cipher)
+    duplicates = DUPLICATES_SUPPRESSED.labels("send_already_submitted", "email")
+    before = duplicates._value.get()
+
+    first = await email.send_email(SubmitInput(token))
+    again = await email.send_email(SubmitInput(token))  # the activity retried after a crash
+
+    assert first.state == "sent" and first.remote_id
+    assert (again.state, again.remote_id) == (first.state, first.remote_id)
+    assert len(sink.messages) == 1
+    assert duplicates._value.get() == before + 1

@@ -5,19 +5,15 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from activities.contracts import AuthorizeInput, SubmitInput
+from activities.contracts import SubmitInput
 from activities.email import EmailActivities
-from activities.ledger import LedgerActivities
 from domain.requests import NotificationRequest
-from ledger import intake
-from ledger import repository as repo
 from ledger.metrics import DUPLICATES_SUPPRESSED
-from ledger.models import Consent
+from tests.activities import intents
 from transports.artifacts import ArtifactStore
 from transports.email import SmtpEmail
 from transports.smtp_sink import SmtpSink
@@ -43,40 +39,18 @@ async def sink() -> AsyncIterator[SmtpSink]:
     await server.stop()
 
 
-async def prepared_email(ledger: LedgerActivities, committed, cipher) -> str:  # type: ignore[no-untyped-def]
+async def prepared_email(committed, cipher) -> str:  # type: ignore[no-untyped-def]
     key = f"itinerary-change:t-{uuid.uuid4().hex[:8]}"
-    with committed.begin() as session:
-        recorded = repo.record_intent(
-            session,
-            intake.validate(
-                session,
-                NotificationRequest(
-                    business_key=key,
-                    recipient_ref=key,
-                    email="traveller@example.test",
-                    channels=["email"],
-                    country="GB",
-                    template_key="itinerary-change",
-                    variables=VARIABLES,
-                ),
-                cipher,
-                now=datetime.now(UTC),
-                retention_days=30,
-            ),
-        )
-        session.add(
-            Consent(
-                recipient_ref=key,
-                channel="email",
-                purpose="service",
-                source="test",
-                granted_at=datetime.now(UTC),
-            )
-        )
-    result = await ledger.authorize(AuthorizeInput(recorded.intent_id, "email", 1))
-    assert result.outcome == "allow", result
-    assert result.attempt_token is not None
-    return result.attempt_token
+    request = NotificationRequest(
+        business_key=key,
+        recipient_ref=key,
+        email="traveller@example.test",
+        channels=["email"],
+        country="GB",
+        template_key="itinerary-change",
+        variables=VARIABLES,
+    )
+    return await intents.prepared(committed, cipher, request, "email")
 
 
 async def test_a_retried_send_of_an_accepted_email_sends_nothing_and_is_counted(
@@ -91,7 +65,7 @@ async def test_a_retried_send_of_an_accepted_email_sends_nothing_and_is_counted(
         public_base_url="http://127.0.0.1:9",
         unsubscribe_secret="test-unsubscribe-secret",
     )
-    token = await prepared_email(LedgerActivities(committed, cipher), committed, cipher)
+    token = await prepared_email(committed, cipher)
     duplicates = DUPLICATES_SUPPRESSED.labels("send_already_submitted", "email")
     before = duplicates._value.get()
 

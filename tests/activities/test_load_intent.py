@@ -3,39 +3,28 @@
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime
 
 import pytest
 
 from activities.contracts import LoadIntentInput
 from activities.ledger import NO_WINDOW_SECONDS, LedgerActivities, window_seconds
 from domain.requests import NotificationRequest
-from ledger import intake
-from ledger import repository as repo
+from tests.activities import intents
 
 pytestmark = pytest.mark.ledger
 
 
 def recorded(committed, cipher, category: str) -> str:  # type: ignore[no-untyped-def]
     key = f"load-intent:{uuid.uuid4().hex[:8]}"
-    with committed.begin() as session:
-        return repo.record_intent(
-            session,
-            intake.validate(
-                session,
-                NotificationRequest(
-                    business_key=key,
-                    recipient_ref=key,
-                    phone="+447400000123",
-                    template_key="demo",
-                    category=category,
-                    variables={"n": 1, "intent_id": key},
-                ),
-                cipher,
-                now=datetime.now(UTC),
-                retention_days=30,
-            ),
-        ).intent_id
+    request = NotificationRequest(
+        business_key=key,
+        recipient_ref=key,
+        phone="+447400000123",
+        template_key="demo",
+        category=category,
+        variables={"n": 1, "intent_id": key},
+    )
+    return intents.record(committed, cipher, request)
 
 
 async def test_a_policy_without_a_fallback_window_ends_the_plan_on_unknown(committed, cipher):  # type: ignore[no-untyped-def]

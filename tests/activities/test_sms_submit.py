@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 
 import httpx
 import pytest
@@ -13,13 +12,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from temporalio.exceptions import ApplicationError
 
-from activities.contracts import AuthorizeInput, PollInput, SubmitInput
+from activities.contracts import PollInput, SubmitInput
 from activities.ledger import LedgerActivities
 from activities.sms import SmsActivities
 from domain.requests import NotificationRequest
-from ledger import intake
 from ledger import repository as repo
-from ledger.models import Attempt, Consent
+from ledger.models import Attempt
+from tests.activities import intents
 from transports.simulator import SimDelays, SimulatorServer
 from transports.twilio import TwilioSms
 
@@ -55,36 +54,14 @@ async def acts(simulator, committed, cipher):  # type: ignore[no-untyped-def]
 
 async def prepared(ledger: LedgerActivities, committed, cipher, phone: str) -> str:  # type: ignore[no-untyped-def]
     key = f"class-opening:c-9081:m-{uuid.uuid4().hex[:8]}"
-    with committed.begin() as session:
-        recorded = repo.record_intent(
-            session,
-            intake.validate(
-                session,
-                NotificationRequest(
-                    business_key=key,
-                    recipient_ref=key,
-                    phone=phone,
-                    template_key="demo",
-                    variables={"n": 1, "intent_id": key},
-                ),
-                cipher,
-                now=datetime.now(UTC),
-                retention_days=30,
-            ),
-        )
-        session.add(
-            Consent(
-                recipient_ref=key,
-                channel="sms",
-                purpose="service",
-                source="test",
-                granted_at=datetime.now(UTC),
-            )
-        )
-    result = await ledger.authorize(AuthorizeInput(recorded.intent_id, "sms", 1))
-    assert result.outcome == "allow", result
-    assert result.attempt_token is not None
-    return result.attempt_token
+    request = NotificationRequest(
+        business_key=key,
+        recipient_ref=key,
+        phone=phone,
+        template_key="demo",
+        variables={"n": 1, "intent_id": key},
+    )
+    return await intents.prepared(committed, cipher, request, "sms", ledger)
 
 
 async def submissions(simulator: SimulatorServer, token: str) -> int:

@@ -28,11 +28,12 @@ from twilio.request_validator import RequestValidator
 
 from activities.contracts import ReceiptSignal
 from activities.email import verify_unsubscribe_token
-from api.evidence import evidence_router, phone_e164
+from api.evidence import evidence_router
 from api.intents import INVALID, RETENTION_NOTE, intents_router, validation_problem
 from api.metrics import build_registry
 from api.schemas import Health, Problem, Readiness, Unsubscribed
 from domain import keywords
+from domain.destinations import phone_e164
 from domain.states import AttemptState, is_terminal, normalize_provider_status
 from ledger import evidence
 from ledger import repository as repo

@@ -11,7 +11,6 @@ import logging
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
-import phonenumbers
 from fastapi import APIRouter, Depends, HTTPException, Path
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPBearer
@@ -33,7 +32,7 @@ from api.schemas import (
     SuppressionRecorded,
     SuppressionView,
 )
-from domain.destinations import InvalidDestination, normalize_email, normalize_phone
+from domain.destinations import normalized_destination
 from ledger import evidence
 from ledger import repository as repo
 from ledger.models import Consent, Suppression
@@ -44,32 +43,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("herald.api")
 
 SuppressionId = Annotated[int, Path(ge=1, le=2**63 - 1, description="The suppression's id.")]
-
-
-def phone_e164(raw: str) -> str:
-    """A phone number in E.164. Looser than an SMS destination: an opt-out is honoured even
-    for a number Herald would not text (a landline that texted STOP through a gateway)."""
-    try:
-        return normalize_phone(raw).e164
-    except InvalidDestination:
-        try:
-            number = phonenumbers.parse(raw, None)
-        except phonenumbers.NumberParseException as err:
-            raise ValueError("not a phone number (E.164, with its + prefix)") from err
-        if not phonenumbers.is_possible_number(number):
-            raise ValueError("not a possible phone number") from None
-        return phonenumbers.format_number(number, phonenumbers.PhoneNumberFormat.E164)
-
-
-def normalized_destination(raw: str, channel: str | None) -> str:
-    """What the ledger's HMAC is taken over: E.164 for a phone, the normalized address for
-    an email. For `*` (or no channel), an `@` says which it is."""
-    as_email = channel == "email" or (channel in ("*", None) and "@" in raw)
-    try:
-        return normalize_email(raw).address if as_email else phone_e164(raw)
-    except InvalidDestination as err:
-        # The domain's messages describe the problem without repeating the address.
-        raise ValueError(str(err)) from err
 
 
 def _invalid_destination(err: ValueError) -> HTTPException:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -391,6 +392,106 @@ async def cmd_template(args: argparse.Namespace, cfg: settings_module.Settings) 
 # --- registration -------------------------------------------------------------------------
 
 
+# --- suppressions ---------------------------------------------------------------------
+
+_REASON = re.compile(r"^[a-z][a-z0-9_]{0,59}$")
+
+
+def _lookup(cfg: settings_module.Settings, destination: str, channel: str | None) -> str:
+    """The destination's lookup HMAC (the ledger never stores it readable)."""
+    from domain.destinations import normalized_destination
+    from ledger.crypto import FieldCipher
+
+    try:
+        normalized = normalized_destination(destination, channel)
+    except ValueError as err:
+        raise CliError(f"destination: {err}") from err
+    return FieldCipher(cfg.resolved_data_keys()).lookup_hmac(normalized)
+
+
+def _suppression(row: Any) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "channel": row.channel,
+        "reason": row.reason,
+        "source": row.source,
+        "at": row.at.isoformat(),
+        "lifted_at": row.lifted_at.isoformat() if row.lifted_at else None,
+        "lifted_source": row.lifted_source,
+        "active": row.lifted_at is None,
+    }
+
+
+async def cmd_suppression(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
+    """What the `/v1/suppressions` API does, from an operator's terminal; the destination
+    is taken as an argument and never printed back (only the suppression's id)."""
+    from ledger import evidence
+    from ledger import repository as repo
+
+    source = getattr(args, "source", "cli")
+    if not source or len(source) > 60 or "\x00" in source:
+        raise CliError("--source: required, at most 60 characters")
+    now = datetime.now(UTC)
+    if args.suppression_command == "add":
+        if not _REASON.match(args.reason):
+            raise CliError("--reason: a machine word (a-z, 0-9, _; at most 60), e.g. operator")
+        lookup = _lookup(cfg, args.destination, args.channel)
+        with _session(cfg, write=True) as session:
+            row, created = evidence.suppress(
+                session,
+                destination_hmac=lookup,
+                channel=args.channel,
+                reason=args.reason,
+                source=source,
+                at=now,
+            )
+            out: Any = {**_suppression(row), "created": created}
+        _emit(
+            out,
+            args.json,
+            lambda o: (
+                f"suppression {o['id']} on {o['channel']} ({o['reason']})"
+                + ("" if o["created"] else ": already active, nothing added")
+            ),
+        )
+    elif args.suppression_command == "list":
+        lookup = _lookup(cfg, args.destination, args.channel)
+        with _session(cfg, write=False) as session:
+            out = [
+                _suppression(r)
+                for r in evidence.suppressions_of(session, lookup, channel=args.channel)
+            ]
+        _emit(
+            out,
+            args.json,
+            lambda rows: (
+                "\n".join(
+                    f"{r['id']:>6}  {r['channel']:<5}  {r['reason']:<16}  "
+                    + (
+                        "active"
+                        if r["active"]
+                        else f"lifted {r['lifted_at']} by {r['lifted_source']}"
+                    )
+                    for r in rows
+                )
+                or "no suppression on record for that destination"
+            ),
+        )
+    else:
+        with _session(cfg, write=True) as session:
+            try:
+                row, changed = evidence.lift_suppression(session, args.id, source=source, at=now)
+            except repo.NotFound as err:
+                raise CliError(f"no suppression {args.id}") from err
+            out = {**_suppression(row), "changed": changed}
+        _emit(
+            out,
+            args.json,
+            lambda o: f"suppression {o['id']} lifted" + ("" if o["changed"] else " already"),
+        )
+    return 0
+
+
 def register(add: Callable[..., argparse.ArgumentParser]) -> dict[str, Command]:
     purge = add("purge", "remove readable PII whose retention has passed (legal holds exempt)")
     purge.add_argument(
@@ -450,6 +551,28 @@ def register(add: Callable[..., argparse.ArgumentParser]) -> dict[str, Command]:
     for sp in (pol_list, pol_show, pol_act):
         sp.add_argument("--json", action="store_true", help="print JSON")
 
+    sup = add(
+        "suppression", "suppress a destination, list its suppressions, lift one", json_flag=False
+    )
+    sup_sub = sup.add_subparsers(dest="suppression_command", required=True)
+    sup_add = sup_sub.add_parser("add", help="suppress a destination on a channel ('*': all)")
+    sup_add.add_argument("destination", help="a phone number (E.164) or an email address")
+    sup_add.add_argument("--channel", required=True, choices=["sms", "email", "*"])
+    sup_add.add_argument(
+        "--reason",
+        default="operator",
+        help="a machine word; the policy denies with rule suppression.<reason> (default operator)",
+    )
+    sup_list = sup_sub.add_parser("list", help="every suppression of a destination, lifted too")
+    sup_list.add_argument("destination", help="a phone number (E.164) or an email address")
+    sup_list.add_argument("--channel", choices=["sms", "email", "*"], help="only those applying")
+    sup_lift = sup_sub.add_parser("lift", help="lift one suppression by id (kept as history)")
+    sup_lift.add_argument("id", type=int)
+    for sp in (sup_add, sup_lift):
+        sp.add_argument("--source", default="cli", help="who or what asks (recorded)")
+    for sp in (sup_add, sup_list, sup_lift):
+        sp.add_argument("--json", action="store_true", help="print JSON")
+
     tpl = add("template", "list template versions or activate one (rollback)", json_flag=False)
     tpl_sub = tpl.add_subparsers(dest="template_command", required=True)
     tpl_list = tpl_sub.add_parser("list", help="every version, with the active ones marked")
@@ -471,4 +594,5 @@ def register(add: Callable[..., argparse.ArgumentParser]) -> dict[str, Command]:
         "list": cmd_list,
         "policy": cmd_policy,
         "template": cmd_template,
+        "suppression": cmd_suppression,
     }

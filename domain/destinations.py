@@ -188,3 +188,29 @@ def region_of(country: str) -> str:
     if code in EU_MEMBER_STATES:
         return "EU"
     return "default"
+
+
+def phone_e164(raw: str) -> str:
+    """A phone number in E.164. Looser than an SMS destination: an opt-out is honoured even
+    for a number Herald would not text (a landline that texted STOP through a gateway)."""
+    try:
+        return normalize_phone(raw).e164
+    except InvalidDestination:
+        try:
+            number = phonenumbers.parse(raw, None)
+        except phonenumbers.NumberParseException as err:
+            raise ValueError("not a phone number (E.164, with its + prefix)") from err
+        if not phonenumbers.is_possible_number(number):
+            raise ValueError("not a possible phone number") from None
+        return phonenumbers.format_number(number, phonenumbers.PhoneNumberFormat.E164)
+
+
+def normalized_destination(raw: str, channel: str | None) -> str:
+    """What the ledger's HMAC is taken over: E.164 for a phone, the normalized address for
+    an email. For `*` (or no channel), an `@` says which it is."""
+    as_email = channel == "email" or (channel in ("*", None) and "@" in raw)
+    try:
+        return normalize_email(raw).address if as_email else phone_e164(raw)
+    except InvalidDestination as err:
+        # The domain's messages describe the problem without repeating the address.
+        raise ValueError(str(err)) from err

@@ -39,6 +39,7 @@ from activities.email import EmailActivities
 from activities.ledger import LedgerActivities
 from activities.maintenance import MaintenanceActivities
 from activities.sms import SmsActivities
+from domain.senders import SenderBook
 from ledger.crypto import FieldCipher
 from runtime.logs import configure_logging, core_log_forwarding
 from runtime.sandbox import sandbox_runner
@@ -115,7 +116,11 @@ def dkim_config(cfg: settings_module.Settings) -> DkimConfig | None:
 
 
 def build_workers(
-    client: Client, cfg: settings_module.Settings, *, task_queue: str | None = None
+    client: Client,
+    cfg: settings_module.Settings,
+    *,
+    task_queue: str | None = None,
+    senders: SenderBook | None = None,
 ) -> Workers:
     queue = task_queue or cfg.task_queue
     # pool_pre_ping stays, although it costs a round trip (SELECT 1) per transaction:
@@ -127,7 +132,7 @@ def build_workers(
     engine = create_engine(cfg.resolved_database_url(), pool_size=10, pool_pre_ping=True)
     sessions = sessionmaker(engine, expire_on_commit=False)
     cipher = FieldCipher(cfg.resolved_data_keys())
-    senders = cfg.sender_book()
+    senders = senders or cfg.sender_book()  # main() built and checked it before connecting
     http = httpx.AsyncClient()
     sms = TwilioSms(
         base_url=cfg.sms_api_url,
@@ -264,13 +269,13 @@ async def main(*, relay: bool = RELAY_IN_WORKER, schedules: bool = SCHEDULES_AT_
     configure_logging()
     cfg = settings_module.load()
     # Before anything connects: a sender no provider would take is a start-up error.
-    cfg.sender_book()
+    senders = cfg.sender_book()
     if not ensure_workflow_bytecode():
         log.warning("could not write the workflow modules' bytecode; each run compiles them")
     client = await connect(cfg, runtime=core_log_forwarding(cfg.worker_metrics_address))
     if cfg.worker_herald_metrics_address:
         serve_herald_metrics(cfg.worker_herald_metrics_address)
-    workers = build_workers(client, cfg)
+    workers = build_workers(client, cfg, senders=senders)
     background: list[Background] = [lambda stop: keep_alive(alive_file(cfg), stop)]
     if relay:
         herald = HeraldClient(

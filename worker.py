@@ -119,8 +119,8 @@ def build_workers(
     client: Client,
     cfg: settings_module.Settings,
     *,
+    senders: SenderBook,
     task_queue: str | None = None,
-    senders: SenderBook | None = None,
 ) -> Workers:
     queue = task_queue or cfg.task_queue
     # pool_pre_ping stays, although it costs a round trip (SELECT 1) per transaction:
@@ -132,7 +132,6 @@ def build_workers(
     engine = create_engine(cfg.resolved_database_url(), pool_size=10, pool_pre_ping=True)
     sessions = sessionmaker(engine, expire_on_commit=False)
     cipher = FieldCipher(cfg.resolved_data_keys())
-    senders = senders or cfg.sender_book()  # main() built and checked it before connecting
     http = httpx.AsyncClient()
     sms = TwilioSms(
         base_url=cfg.sms_api_url,

@@ -65,16 +65,7 @@ def consent_view(row: Consent) -> ConsentView:
 
 
 def suppression_fields(row: Suppression) -> dict[str, Any]:
-    return SuppressionView(
-        id=row.id,
-        channel=row.channel,
-        reason=row.reason,
-        source=row.source,
-        at=row.at,
-        lifted_at=row.lifted_at,
-        lifted_source=row.lifted_source,
-        active=row.lifted_at is None,
-    ).model_dump()
+    return SuppressionView(**evidence.suppression_fields(row)).model_dump()
 
 
 def evidence_router(ingress: Ingress) -> APIRouter:

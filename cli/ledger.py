@@ -389,10 +389,7 @@ async def cmd_template(args: argparse.Namespace, cfg: settings_module.Settings) 
     return 0
 
 
-# --- registration -------------------------------------------------------------------------
-
-
-# --- suppressions ---------------------------------------------------------------------
+# --- suppressions -------------------------------------------------------------------------
 
 _REASON = re.compile(r"^[a-z][a-z0-9_]{0,59}$")
 
@@ -410,16 +407,10 @@ def _lookup(cfg: settings_module.Settings, destination: str, channel: str | None
 
 
 def _suppression(row: Any) -> dict[str, Any]:
-    return {
-        "id": row.id,
-        "channel": row.channel,
-        "reason": row.reason,
-        "source": row.source,
-        "at": row.at.isoformat(),
-        "lifted_at": row.lifted_at.isoformat() if row.lifted_at else None,
-        "lifted_source": row.lifted_source,
-        "active": row.lifted_at is None,
-    }
+    from ledger.evidence import suppression_fields
+
+    fields = suppression_fields(row)
+    return {**fields, "at": _iso(fields["at"]), "lifted_at": _iso(fields["lifted_at"])}
 
 
 async def cmd_suppression(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
@@ -490,6 +481,9 @@ async def cmd_suppression(args: argparse.Namespace, cfg: settings_module.Setting
             lambda o: f"suppression {o['id']} lifted" + ("" if o["changed"] else " already"),
         )
     return 0
+
+
+# --- registration -------------------------------------------------------------------------
 
 
 def register(add: Callable[..., argparse.ArgumentParser]) -> dict[str, Command]:

@@ -75,7 +75,6 @@ def should_fall_back(
         return on_permanent_failure
     if state == AttemptState.UNKNOWN:
         return on_unresolved
-    # Denied, or not delivered within the window (its verdict is `unknown` too, and only a
-    # policy with a window has one): the next channel is authorized on its own (an
-    # opt-out there denies it with its own reason).
+    # Denied (nothing was sent), or an SMS still `sent`: the next channel is authorized on
+    # its own (an opt-out there denies it with its own reason).
     return True

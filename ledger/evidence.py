@@ -159,3 +159,17 @@ def suppressions_of(
     if channel is not None:
         query = query.where(Suppression.channel.in_(_channels_covering(channel)))
     return list(session.execute(query.order_by(Suppression.at, Suppression.id)).scalars())
+
+
+def suppression_fields(row: Suppression) -> dict[str, Any]:
+    """A suppression as the API and the CLI show it: never the destination (or its HMAC)."""
+    return {
+        "id": row.id,
+        "channel": row.channel,
+        "reason": row.reason,
+        "source": row.source,
+        "at": row.at,
+        "lifted_at": row.lifted_at,
+        "lifted_source": row.lifted_source,
+        "active": row.lifted_at is None,
+    }

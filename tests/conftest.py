@@ -7,7 +7,7 @@ from __future__ import annotations
 import base64
 import os
 import secrets
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from ledger.crypto import FieldCipher
+from transports.smtp_sink import SmtpSink
 
 TEST_KEYRING = "t1:" + base64.b64encode(b"k" * 32).decode()
 
@@ -151,3 +152,18 @@ async def stack(tmp_path_factory: pytest.TempPathFactory, pg_url: str):  # type:
     await dev.start()
     yield dev
     await dev.stop()
+
+
+@pytest.fixture(scope="session")
+async def sink() -> AsyncIterator[SmtpSink]:
+    """A real SMTP server (aiosmtpd) on a free loopback port, for the whole session."""
+    server = SmtpSink()
+    await server.start()
+    yield server
+    await server.stop()
+
+
+@pytest.fixture
+def clean_sink(sink: SmtpSink) -> SmtpSink:
+    sink.clear()
+    return sink

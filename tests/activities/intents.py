@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 from activities.contracts import AuthorizeInput
 from activities.ledger import LedgerActivities
@@ -10,6 +11,20 @@ from domain.requests import NotificationRequest
 from ledger import intake
 from ledger import repository as repo
 from ledger.models import Consent
+
+
+def demo_request(
+    key: str, phone: str, *, recipient_ref: str | None = None, **fields: Any
+) -> NotificationRequest:
+    """An SMS intent on the packaged `demo` template (recipient: the key unless given)."""
+    return NotificationRequest(
+        business_key=key,
+        recipient_ref=recipient_ref or key,
+        phone=phone,
+        template_key="demo",
+        variables={"n": 1, "intent_id": key},
+        **fields,
+    )
 
 
 def record(committed, cipher, request: NotificationRequest, *, consent: str | None = None) -> str:  # type: ignore[no-untyped-def]

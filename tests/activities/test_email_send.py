@@ -4,7 +4,6 @@ retried send of an attempt the relay already accepted sends nothing and is count
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -31,14 +30,6 @@ VARIABLES = {
 }
 
 
-@pytest.fixture(scope="module")
-async def sink() -> AsyncIterator[SmtpSink]:
-    server = SmtpSink()
-    await server.start()
-    yield server
-    await server.stop()
-
-
 async def prepared_email(committed, cipher) -> str:  # type: ignore[no-untyped-def]
     key = f"itinerary-change:t-{uuid.uuid4().hex[:8]}"
     request = NotificationRequest(
@@ -54,9 +45,9 @@ async def prepared_email(committed, cipher) -> str:  # type: ignore[no-untyped-d
 
 
 async def test_a_retried_send_of_an_accepted_email_sends_nothing_and_is_counted(
-    sink: SmtpSink, committed, cipher, tmp_path: Path
+    clean_sink: SmtpSink, committed, cipher, tmp_path: Path
 ) -> None:
-    sink.clear()
+    sink = clean_sink
     email = EmailActivities(
         SmtpEmail(host="127.0.0.1", port=sink.port),
         committed,

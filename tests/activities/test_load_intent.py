@@ -8,7 +8,6 @@ import pytest
 
 from activities.contracts import LoadIntentInput
 from activities.ledger import NO_WINDOW_SECONDS, LedgerActivities, window_seconds
-from domain.requests import NotificationRequest
 from tests.activities import intents
 
 pytestmark = pytest.mark.ledger
@@ -16,14 +15,7 @@ pytestmark = pytest.mark.ledger
 
 def recorded(committed, cipher, category: str) -> str:  # type: ignore[no-untyped-def]
     key = f"load-intent:{uuid.uuid4().hex[:8]}"
-    request = NotificationRequest(
-        business_key=key,
-        recipient_ref=key,
-        phone="+447400000123",
-        template_key="demo",
-        category=category,
-        variables={"n": 1, "intent_id": key},
-    )
+    request = intents.demo_request(key, "+447400000123", category=category)
     return intents.record(committed, cipher, request)
 
 

@@ -15,7 +15,6 @@ from temporalio.exceptions import ApplicationError
 from activities.contracts import PollInput, SubmitInput
 from activities.ledger import LedgerActivities
 from activities.sms import SmsActivities
-from domain.requests import NotificationRequest
 from ledger import repository as repo
 from ledger.models import Attempt
 from tests.activities import intents
@@ -54,14 +53,9 @@ async def acts(simulator, committed, cipher):  # type: ignore[no-untyped-def]
 
 async def prepared(ledger: LedgerActivities, committed, cipher, phone: str) -> str:  # type: ignore[no-untyped-def]
     key = f"class-opening:c-9081:m-{uuid.uuid4().hex[:8]}"
-    request = NotificationRequest(
-        business_key=key,
-        recipient_ref=key,
-        phone=phone,
-        template_key="demo",
-        variables={"n": 1, "intent_id": key},
+    return await intents.prepared(
+        committed, cipher, intents.demo_request(key, phone), "sms", ledger
     )
-    return await intents.prepared(committed, cipher, request, "sms", ledger)
 
 
 async def submissions(simulator: SimulatorServer, token: str) -> int:

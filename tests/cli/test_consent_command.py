@@ -4,40 +4,22 @@ and the next authorization is denied citing it."""
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime
 
 import pytest
 from sqlalchemy import select
 
 from activities.contracts import AuthorizeInput
 from activities.ledger import LedgerActivities
-from domain.requests import NotificationRequest
-from ledger import intake
-from ledger import repository as repo
 from ledger.models import Consent
+from tests.activities import intents
 
 pytestmark = pytest.mark.ledger
 
 
 def _intent(cli_ledger, cipher, recipient: str) -> str:  # type: ignore[no-untyped-def]
     key = f"order-created:o-{uuid.uuid4().hex[:10]}"
-    with cli_ledger.sessions.begin() as session:
-        return repo.record_intent(
-            session,
-            intake.validate(
-                session,
-                NotificationRequest(
-                    business_key=key,
-                    recipient_ref=recipient,
-                    phone="+447400032001",
-                    template_key="demo",
-                    variables={"n": 1, "intent_id": key},
-                ),
-                cipher,
-                now=datetime.now(UTC),
-                retention_days=30,
-            ),
-        ).intent_id
+    request = intents.demo_request(key, "+447400032001", recipient_ref=recipient)
+    return intents.record(cli_ledger.sessions, cipher, request)
 
 
 async def test_consent_revoke_through_the_cli_denies_the_next_authorization(

@@ -10,7 +10,6 @@ import pytest
 
 from activities.contracts import AuthorizeInput
 from activities.ledger import LedgerActivities
-from domain.requests import NotificationRequest
 from ledger.crypto import FieldCipher
 from tests.activities import intents
 
@@ -26,14 +25,9 @@ async def test_a_suppression_from_the_cli_denies_until_it_is_lifted(herald, cli_
     assert "no suppression on record" in empty.stdout
     cipher = FieldCipher((cli_ledger.data_dir / "data.key").read_text().strip())
     key = f"order-created:o-{uuid.uuid4().hex[:10]}"
-    request = NotificationRequest(
-        business_key=key,
-        recipient_ref=key,
-        phone=PHONE,
-        template_key="demo",
-        variables={"n": 1, "intent_id": key},
+    intent_id = intents.record(
+        cli_ledger.sessions, cipher, intents.demo_request(key, PHONE), consent="sms"
     )
-    intent_id = intents.record(cli_ledger.sessions, cipher, request, consent="sms")
     ledger = LedgerActivities(cli_ledger.sessions, cipher)
 
     added = herald("suppression", "add", PHONE, "--channel", "sms", "--json").json()

@@ -14,7 +14,6 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 from transports.simulator import LoopbackServer, SimDelays, SimulatorServer
-from transports.smtp_sink import SmtpSink
 from transports.twilio import TwilioSms
 
 ACCOUNT_SID = "AC" + "0" * 31 + "1"
@@ -121,17 +120,3 @@ async def sms(simulator: SimulatorServer) -> AsyncIterator[TwilioSms]:
     )
     yield transport
     await transport.aclose()
-
-
-@pytest.fixture(scope="session")
-async def sink() -> AsyncIterator[SmtpSink]:
-    server = SmtpSink()
-    await server.start()
-    yield server
-    await server.stop()
-
-
-@pytest.fixture
-def clean_sink(sink: SmtpSink) -> SmtpSink:
-    sink.clear()
-    return sink

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import NoReturn
 
 import httpx
-from sqlalchemy import Engine, create_engine
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio.client import Client
 from temporalio.runtime import Runtime
@@ -41,6 +41,7 @@ from activities.maintenance import MaintenanceActivities
 from activities.sms import SmsActivities
 from domain.senders import SenderBook
 from ledger.crypto import FieldCipher
+from ledger.engine import ledger_engine
 from runtime.logs import configure_logging, core_log_forwarding
 from runtime.sandbox import sandbox_runner
 from runtime.schedules import ensure_schedules
@@ -123,13 +124,9 @@ def build_workers(
     task_queue: str | None = None,
 ) -> Workers:
     queue = task_queue or cfg.task_queue
-    # pool_pre_ping stays, although it costs a round trip (SELECT 1) per transaction:
-    # after a Postgres restart every pooled connection is dead, and without the ping the
-    # first transaction on each would fail (here: an activity attempt, maybe the record
-    # after a send, which then takes the reconcile path; in the ingress: a receipt
-    # answered 500; in `notify`: an error to the app). A failed ping replaces the
-    # connection and invalidates the rest of the pool, so nobody sees the restart.
-    engine = create_engine(cfg.resolved_database_url(), pool_size=10, pool_pre_ping=True)
+    # Pooled connections idle for over a second are pinged at checkout, so a Postgres
+    # restart does not fail the first activity on each dead connection (ledger.engine).
+    engine = ledger_engine(cfg.resolved_database_url(), pool_size=10)
     sessions = sessionmaker(engine, expire_on_commit=False)
     cipher = FieldCipher(cfg.resolved_data_keys())
     http = httpx.AsyncClient()

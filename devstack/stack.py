@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from sqlalchemy import create_engine
 from sqlalchemy.orm import sessionmaker
 
 import settings as settings_module
@@ -28,6 +27,7 @@ from devstack.processes import ChildProcess
 from devstack.temporal import TemporalDevServer
 from ledger import migrate
 from ledger.crypto import FieldCipher
+from ledger.engine import ledger_engine
 from ledger.templates import seed_packaged
 from starter.client import HeraldClient
 from transports.simulator import LoopbackServer, SimulatorServer
@@ -188,7 +188,7 @@ class DevStack:
             url = await asyncio.to_thread(self.postgres.start)
             cfg.database_url = url
         await asyncio.to_thread(migrate.upgrade, cfg.resolved_database_url())
-        engine = create_engine(cfg.resolved_database_url(), pool_pre_ping=True)
+        engine = ledger_engine(cfg.resolved_database_url())
         sessions = sessionmaker(engine, expire_on_commit=False)
         with sessions.begin() as session:
             seed_packaged(session, cfg.policy_name, switch=True)

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import create_engine
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio.client import (
     Client,
@@ -47,6 +46,7 @@ from domain.requests import NotificationRequest
 from ledger import intake, timeline
 from ledger import repository as repo
 from ledger.crypto import FieldCipher
+from ledger.engine import ledger_engine
 from ledger.models import Intent
 from workflows.notification import CHANNEL, EVENT_TYPE, REGION, STATE, NotificationWorkflow
 
@@ -85,8 +85,9 @@ class HeraldClient:
     async def connect(cls, cfg: settings_module.Settings | None = None) -> HeraldClient:
         cfg = cfg or settings_module.load()
         temporal = await Client.connect(cfg.temporal_target, namespace=cfg.temporal_namespace)
-        # Pinged at checkout so a Postgres restart never surfaces to the app (worker.py).
-        engine = create_engine(cfg.resolved_database_url(), pool_pre_ping=True)
+        # Idle connections are pinged at checkout, so a Postgres restart does not surface
+        # to the app (ledger.engine).
+        engine = ledger_engine(cfg.resolved_database_url())
         return cls(
             temporal,
             sessionmaker(engine, expire_on_commit=False),

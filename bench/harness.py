@@ -531,13 +531,23 @@ async def history_counts(client: Any, workflow_ids: list[str]) -> dict[str, Any]
 # --- throughput mode -------------------------------------------------------------------
 
 
+def round_recipients(run_id: str, offset: int, count: int) -> list[str]:
+    return [f"b-{run_id}-{offset + i}" for i in range(count)]
+
+
+async def seed_round(bench: Bench, run_id: str, offset: int, count: int) -> None:
+    """The consents of `run_herald`'s recipients: the app's data, not Herald's work, so it
+    is written before a CPU window opens."""
+    await asyncio.to_thread(seed_consents, bench, round_recipients(run_id, offset, count))
+
+
 async def run_herald(
     bench: Bench, run_id: str, offset: int, count: int, concurrency: int
 ) -> tuple[float, list[str]]:
-    """Record and start `count` intents; return the seconds until every workflow finished."""
+    """Record and start `count` intents (their consents seeded by `seed_round`); return the
+    seconds until every workflow finished."""
     numbers = bench.numbers[offset : offset + count]
-    recipients = [f"b-{run_id}-{offset + i}" for i in range(count)]
-    await asyncio.to_thread(seed_consents, bench, recipients)
+    recipients = round_recipients(run_id, offset, count)
     client = bench.client
     started = time.monotonic()
 
@@ -662,6 +672,7 @@ async def throughput(opts: BenchOptions, log: Callable[[str], None]) -> dict[str
             baseline_workers.append(baseline_worker)  # before start: stopped whatever happens
             baseline_worker.start()
         log(f"warm-up: {opts.warmup} Herald intents and {opts.warmup} baseline workflows ...")
+        await seed_round(bench, f"w{run_id}", 0, opts.warmup)
         _, warm_ids = await run_herald(bench, f"w{run_id}", 0, opts.warmup, opts.concurrency)
         warm = await history_counts(bench.client.temporal, warm_ids)
         activities = max(1, round(warm.get("activities", 3) + warm.get("local_activities", 0)))
@@ -705,6 +716,7 @@ async def throughput(opts: BenchOptions, log: Callable[[str], None]) -> dict[str
                 cpu.add("baseline", before, cpu.snapshot())
                 base_s += seconds
                 base_ids += ids
+                await seed_round(bench, run_id, offset, size)
                 before = cpu.snapshot()
                 seconds, ids = await run_herald(bench, run_id, offset, size, opts.concurrency)
                 cpu.add("herald", before, cpu.snapshot())

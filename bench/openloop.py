@@ -38,8 +38,10 @@ from bench.harness import (
     _round,
     distinct_numbers,
     history_counts,
+    round_recipients,
     run_herald,
     seed_consents,
+    seed_round,
     start_bench,
     summary,
     worker_cpu_parts,
@@ -207,7 +209,7 @@ async def open_loop(
     prefix = f"bench:{run_id}:"
     numbers = distinct_numbers(len(offsets) + len(bench.numbers))[len(bench.numbers) :]
     bench.numbers += numbers
-    recipients = [f"b-{run_id}-{i}" for i in range(len(offsets))]
+    recipients = round_recipients(run_id, 0, len(offsets))
     await asyncio.to_thread(seed_consents, bench, recipients)
     client = bench.client
     arrivals = [Arrival(f"{prefix}i-{i}", 0.0) for i in range(len(offsets))]
@@ -437,10 +439,12 @@ async def rate_mode(opts: BenchOptions, log: Callable[[str], None]) -> dict[str,
         warm = max(1, opts.warmup)
         bench.numbers = distinct_numbers(warm + (opts.intents if opts.rate_sweep else 0))
         log(f"warm-up: {warm} intents ...")
+        await seed_round(bench, f"w{run_id}", 0, warm)
         await run_herald(bench, f"w{run_id}", 0, warm, opts.concurrency)
         peak: dict[str, Any] | None = None
         if opts.rate_sweep:
             log(f"closed loop: {opts.intents} intents, {opts.concurrency} in flight ...")
+            await seed_round(bench, run_id, warm, opts.intents)
             before = cpu.snapshot()
             seconds, _ = await run_herald(bench, run_id, warm, opts.intents, opts.concurrency)
             cpu.add("closed", before, cpu.snapshot())

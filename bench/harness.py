@@ -487,6 +487,23 @@ class CpuMeter:
         return self._ms(phase, units, list(self.detail))
 
 
+def in_bare_worker_units(
+    herald_ms: Mapping[str, float], baseline_ms: Mapping[str, float]
+) -> dict[str, float]:
+    """Herald's CPU per intent by part, in units of the bare baseline worker's CPU per
+    workflow measured in the same run (empty without one).
+
+    This machine's speed drifts by 10-20 % within an hour (a noisy neighbour, the host's
+    clock): the same commit measured a worker of 25.5 and of 38.6 ms per intent on one
+    morning, with the bare worker at 15.4 and 21.6 ms. Divided by the bare worker, which
+    ran on the same machine minutes apart in alternating rounds, the figures compare
+    across runs."""
+    bare = baseline_ms.get("baseline_worker") or 0.0
+    if bare <= 0:
+        return {}
+    return {name: round(ms / bare, 2) for name, ms in herald_ms.items() if ms}
+
+
 def event_counts(events: Any) -> Counter[str]:
     """Events and billable actions of one workflow history."""
     from temporalio.api.enums.v1 import EventType as E
@@ -754,6 +771,9 @@ async def throughput(opts: BenchOptions, log: Callable[[str], None]) -> dict[str
                 "history_per_workflow": base_hist,
                 "cpu_ms_per_workflow": cpu.per_unit("baseline", opts.intents),
             },
+            "cpu_per_intent_in_bare_worker_units": in_bare_worker_units(
+                cpu.per_unit("herald", opts.intents), cpu.per_unit("baseline", opts.intents)
+            ),
             "ratio_herald_to_baseline": round(herald_ips / base_ips, 3),
             "simulator": {
                 "creates": await bench.carrier.count("create"),
@@ -991,6 +1011,8 @@ def render(result: dict[str, Any]) -> str:
             "CPU ms per intent: " + _parts(h["cpu_ms_per_intent"]),
             *(["  of which, by worker: " + _parts(per_worker)] if per_worker else []),
             "CPU ms per baseline workflow: " + _parts(b["cpu_ms_per_workflow"]),
+            "CPU per intent in bare-worker units (its CPU per workflow in this run = 1): "
+            + _parts(result.get("cpu_per_intent_in_bare_worker_units") or {}),
         ]
     )
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.harness import BenchOptions, ahead_of_budget, percentile
+from bench.harness import BenchOptions, ahead_of_budget, in_bare_worker_units, percentile
 
 
 def test_a_stall_and_its_catch_up_stay_on_the_budget_line() -> None:
@@ -30,3 +30,19 @@ def test_the_default_poll_interval_asks_a_quarter_more_than_the_budget() -> None
     assert BenchOptions(open=300, budget=20).poll_interval() == 12
     assert BenchOptions(open=50, budget=20).poll_interval() == 10  # never below 10 s
     assert BenchOptions(poll_every=7).poll_interval() == 7
+
+
+def test_cpu_per_intent_is_also_given_in_units_of_the_bare_worker_of_the_same_run() -> None:
+    herald = {"driver+ingress": 10.0, "worker": 35.0, "carrier_simulator": 0.0, "total": 90.0}
+    baseline = {"baseline_worker": 20.0, "temporal": 30.0, "total": 50.0}
+    assert in_bare_worker_units(herald, baseline) == {
+        "driver+ingress": 0.5,
+        "worker": 1.75,
+        "total": 4.5,
+    }
+    # The same run on a machine a fifth slower reads the same.
+    slower = {k: v * 1.2 for k, v in herald.items()}
+    assert in_bare_worker_units(slower, {"baseline_worker": 24.0}) == in_bare_worker_units(
+        herald, baseline
+    )
+    assert in_bare_worker_units(herald, {"temporal": 30.0}) == {}

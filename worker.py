@@ -43,6 +43,7 @@ from domain.senders import SenderBook
 from ledger.crypto import FieldCipher
 from ledger.engine import ledger_engine
 from runtime.logs import configure_logging, core_log_forwarding
+from runtime.loop import run
 from runtime.sandbox import sandbox_runner
 from runtime.schedules import ensure_schedules
 from starter.client import HeraldClient
@@ -325,7 +326,7 @@ if __name__ == "__main__":
     if sys.argv[1:] == ["--healthcheck"]:
         sys.exit(0 if healthy(alive_file(settings_module.Settings())) else 1)
     try:
-        asyncio.run(main())
+        run(main())
     except RuntimeError as err:  # missing production secrets, bad sender settings
         print(f"herald worker: {err}", file=sys.stderr)
         sys.exit(2)

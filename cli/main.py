@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import settings as settings_module
+from runtime.loop import run
 
 
 class CliError(Exception):
@@ -381,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"herald {args.command}: settings: {settings_problem(err)}", file=sys.stderr)
         return 2
     try:
-        return asyncio.run(COMMANDS[args.command](args, cfg))
+        return run(COMMANDS[args.command](args, cfg))
     except CliError as err:
         print(f"herald {args.command}: {err}", file=sys.stderr)
         return 2

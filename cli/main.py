@@ -410,6 +410,7 @@ def operational_error(err: BaseException, cfg: settings_module.Settings) -> str 
     from temporalio.service import RPCError
 
     from devstack.binaries import MissingBinary
+    from devstack.ports import PortInUse
     from devstack.postgres import PostgresStartError
     from devstack.temporal import TemporalStartError
     from ledger.repository import NotFound
@@ -439,6 +440,8 @@ def operational_error(err: BaseException, cfg: settings_module.Settings) -> str 
     if isinstance(err, MissingBinary | PostgresStartError | TemporalStartError):
         more = "" if len(str(err).strip().splitlines()) <= 1 else f" (logs in {cfg.data_path})"
         return f"{_first_line(err)}{more}"
+    if isinstance(err, PortInUse):
+        return str(err.strerror)
     if isinstance(err, OSError):
         if err.errno == errno.EADDRINUSE:
             return (

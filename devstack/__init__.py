@@ -5,7 +5,7 @@ See ``docs/devstack.md``.
 """
 
 from devstack.binaries import MissingBinary, find_binary, postgres_bin_dir
-from devstack.ports import free_port, port_in_use
+from devstack.ports import PortInUse, free_port, port_in_use
 from devstack.postgres import EmbeddedPostgres, PostgresStartError
 from devstack.processes import ChildProcess, no_orphans, processes_in_group
 from devstack.temporal import TemporalDevServer, TemporalStartError
@@ -14,6 +14,7 @@ __all__ = [
     "ChildProcess",
     "EmbeddedPostgres",
     "MissingBinary",
+    "PortInUse",
     "PostgresStartError",
     "TemporalDevServer",
     "TemporalStartError",

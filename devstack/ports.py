@@ -2,9 +2,34 @@
 
 from __future__ import annotations
 
+import errno
 import socket
+from collections.abc import Awaitable
+from typing import Any
 
-__all__ = ["free_port", "port_in_use"]
+__all__ = ["PortInUse", "bound_or_named", "free_port", "port_in_use"]
+
+
+class PortInUse(OSError):
+    """A server of the stack could not bind its port: which one, and the setting that moves
+    it (an OSError with EADDRINUSE, like the error it replaces)."""
+
+    def __init__(self, host: str, port: int, setting: str) -> None:
+        super().__init__(
+            errno.EADDRINUSE,
+            f"{host}:{port} is already in use (another `herald dev`? {setting} moves it)",
+        )
+
+
+async def bound_or_named(start: Awaitable[Any], *, host: str, port: int, setting: str) -> None:
+    """Await a server's start; "address already in use" becomes a PortInUse naming the
+    address and `setting` (the socket's own error names neither)."""
+    try:
+        await start
+    except OSError as err:
+        if err.errno != errno.EADDRINUSE:
+            raise
+        raise PortInUse(host, port, setting) from err
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -21,7 +21,7 @@ from sqlalchemy.orm import sessionmaker
 
 import settings as settings_module
 from api.app import Ingress, create_app
-from devstack.ports import free_port
+from devstack.ports import bound_or_named, free_port
 from devstack.postgres import EmbeddedPostgres
 from devstack.processes import ChildProcess
 from devstack.temporal import TemporalDevServer
@@ -204,7 +204,12 @@ class DevStack:
         keys = cfg.resolved_data_keys()
         token = cfg.resolved_operator_token()
         self.sink = SmtpSink(host=cfg.smtp_host, port=cfg.smtp_port, maildir=cfg.data_path / "mail")
-        await _maybe_await(self.sink.start())
+        await bound_or_named(
+            _maybe_await(self.sink.start()),
+            host=cfg.smtp_host,
+            port=cfg.smtp_port,
+            setting="HERALD_SMTP_PORT",
+        )
         cfg.smtp_port = self.sink.port
         if cfg.sms_base_url is None:
             self.simulator = SimulatorServer(
@@ -213,7 +218,12 @@ class DevStack:
                 port=cfg.simulator_port,
                 inbound_url=f"{cfg.callback_base_url}/v1/inbound/sms",
             )
-            await self.simulator.start()
+            await bound_or_named(
+                self.simulator.start(),
+                host="127.0.0.1",
+                port=cfg.simulator_port,
+                setting="HERALD_SIMULATOR_PORT",
+            )
             cfg.simulator_port = self.simulator.port
         self.client = HeraldClient(
             await _connect(cfg),
@@ -235,7 +245,9 @@ class DevStack:
             host=cfg.api_host,
             port=cfg.api_port,
         )
-        await self.api.start()
+        await bound_or_named(
+            self.api.start(), host=cfg.api_host, port=cfg.api_port, setting="HERALD_API_PORT"
+        )
         if self._worker_process:
             if not cfg.worker_metrics_address:
                 cfg.worker_metrics_address = f"127.0.0.1:{free_port()}"

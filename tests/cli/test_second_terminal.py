@@ -232,6 +232,34 @@ def test_demo_with_a_role_the_cluster_lacks_is_one_line(dev: Stack, tmp_path: Pa
     assert 'role "no_such_role" does not exist' in line
 
 
+def test_a_second_stack_on_a_taken_port_names_the_port_and_its_setting(
+    dev: Stack, tmp_path: Path
+) -> None:
+    # Its own data folder and ports, but the running stack's API port.
+    api_port = _port(dev.addresses["api"])
+    data = tmp_path / "second"
+    settings = {
+        "HERALD_DATA_DIR": str(data),
+        **{
+            f"HERALD_{name}_PORT": str(free_port())
+            for name in ("POSTGRES", "TEMPORAL", "TEMPORAL_UI", "SIMULATOR", "SMTP")
+        },
+        "HERALD_API_PORT": str(api_port),
+    }
+    try:
+        done = run_installed_herald("dev", settings=settings, cwd=tmp_path, timeout=180)
+        line = assert_one_line_error(done, "dev")
+        assert f"127.0.0.1:{api_port} is already in use" in line and "HERALD_API_PORT" in line
+        # What it had started before the API (Postgres, Temporal) was stopped again.
+        assert not (data / "dev.json").exists()
+        assert not port_in_use("127.0.0.1", int(settings["HERALD_TEMPORAL_PORT"]))
+        assert not port_in_use("127.0.0.1", int(settings["HERALD_POSTGRES_PORT"]))
+    finally:
+        EmbeddedPostgres(data, port=free_port()).destroy()
+    # The first stack is untouched.
+    assert httpx.get(f"{dev.addresses['api']}/readyz", timeout=5).status_code == 200
+
+
 def test_zz_sigterm_stops_the_stack_and_leaves_no_process(dev: Stack) -> None:
     # Last in this module: the stack is gone afterwards.
     processes = _stack_processes(dev.addresses)

@@ -4,8 +4,9 @@ The worker, `herald api` and `herald dev` (which serves the ingress) spend a lar
 of their CPU in the event loop itself: a handful of socket reads and writes per receipt,
 the futures the Temporal SDK's core resolves from its own threads, a thread hop per
 ledger transaction. uvloop (libuv, the loop uvicorn also prefers) does that work in C;
-in `herald bench` it made the worker about 7 % and the ingress about 4 % cheaper per
-intent, measured against the same bare baseline worker (docs/bench.md).
+in `herald bench` it made the worker 4-7 % and the driver + ingress 3-4 % cheaper per
+intent, in units of the same bare baseline worker over two series of four alternating
+runs (docs/bench.md, "fourth pass").
 
 Workflow code is untouched: the Temporal SDK runs each workflow on a deterministic loop
 of its own, whatever runs the process. The bench's baseline worker and its carrier

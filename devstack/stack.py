@@ -220,7 +220,7 @@ class DevStack:
             )
             await bound_or_named(
                 self.simulator.start(),
-                host="127.0.0.1",
+                host=self.simulator.host,
                 port=cfg.simulator_port,
                 setting="HERALD_SIMULATOR_PORT",
             )

@@ -1,6 +1,6 @@
 """The event loop Herald's own processes run on: uvloop where it exists.
 
-The worker, `herald api` and `herald dev` (which serves the ingress) spend a large share
+The worker, `herald api` and `herald dev` (which serves the ingress) spend a visible share
 of their CPU in the event loop itself: a handful of socket reads and writes per receipt,
 the futures the Temporal SDK's core resolves from its own threads, a thread hop per
 ledger transaction. uvloop (libuv, the loop uvicorn also prefers) does that work in C;

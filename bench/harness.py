@@ -47,7 +47,7 @@ from sqlalchemy import text
 
 import settings as settings_module
 from bench.carrier import Carrier
-from devstack import ChildProcess, EmbeddedPostgres, free_port
+from devstack import ChildProcess, EmbeddedPostgres, PortInUse, free_port
 from devstack.stack import DevStack
 from domain.requests import NotificationRequest
 from ledger.models import Consent
@@ -271,12 +271,40 @@ def distinct_numbers(count: int) -> list[str]:
     raise ValueError("too many numbers asked for")
 
 
+START_ATTEMPTS = 3
+"""Stacks tried when a port chosen for one was taken before it could bind it."""
+
+
 async def start_bench(
     *,
     sms_rate: float,
     never_resolves: Sequence[str] = (),
     log: Callable[[str], None],
     workers: int = 1,
+) -> Bench:
+    """A throwaway stack on free ports. The API's port has to be known before anything
+    starts (the carrier calls it back), so it is picked early; a connection this process
+    opens meanwhile may be given the same port by the kernel. Then the stack is stopped
+    and started again on other ports (`free_port`'s race, START_ATTEMPTS times at most)."""
+    attempt = 1
+    while True:
+        try:
+            return await _start_bench_once(
+                sms_rate=sms_rate, never_resolves=never_resolves, log=log, workers=workers
+            )
+        except PortInUse as err:
+            if attempt == START_ATTEMPTS:
+                raise
+            attempt += 1
+            log(f"{err.strerror}; starting again on other ports")
+
+
+async def _start_bench_once(
+    *,
+    sms_rate: float,
+    never_resolves: Sequence[str],
+    log: Callable[[str], None],
+    workers: int,
 ) -> Bench:
     data_dir = Path(tempfile.mkdtemp(prefix="herald-bench-"))
     api_port, postgres_port = free_port(), free_port()
@@ -300,7 +328,7 @@ async def start_bench(
         temporal_port=free_port(),
         temporal_ui_port=free_port(),
         api_port=api_port,
-        smtp_port=free_port(),
+        smtp_port=0,  # any free port, bound at once (the sink reports which)
         sms_base_url=carrier.url,
         policy_name="demo",
         data_key=None,

@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
-import subprocess
 import sys
 import time
 import uuid
 from pathlib import Path
 
 from bench.baseline import BaselineInput, BaselineWorkflow
-from devstack import TemporalDevServer, free_port
+from bench.harness import percentile
+from devstack import ChildProcess, TemporalDevServer, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 TASK_QUEUE = "dispatch-floor"
@@ -38,11 +37,13 @@ async def measure(rate: float, count: int, warmup: int) -> dict[int, list[float]
 
     server = TemporalDevServer(None, port=free_port(), ui_port=None)
     address = await asyncio.to_thread(server.start)
-    worker = subprocess.Popen(
-        [sys.executable, str(ROOT / "bench" / "baseline.py"), address, "default", TASK_QUEUE],
+    worker = ChildProcess(
+        "baseline-worker",
+        [sys.executable, "-m", "bench.baseline", address, "default", TASK_QUEUE],
         cwd=ROOT,
     )
     try:
+        worker.start()
         client = await Client.connect(address)
         prefix = f"dispatch-{uuid.uuid4().hex[:8]}"
         first = await client.start_workflow(
@@ -76,20 +77,17 @@ async def measure(rate: float, count: int, warmup: int) -> dict[int, list[float]
                     index += 1
         return waits
     finally:
-        worker.terminate()
-        worker.wait(timeout=30)
+        await asyncio.to_thread(worker.stop)
         await asyncio.to_thread(server.stop)
 
 
 def report(rate: float, waits: dict[int, list[float]]) -> str:
     lines = [f"workflow task scheduled -> started at {rate:g} workflows/s (ms):"]
     for index, values in sorted(waits.items()):
-        ordered = sorted(values)
-        p90 = ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
         where = "normal queue" if index == 0 else "sticky queue, after an activity"
         lines.append(
-            f"  task {index + 1} ({where}): median {statistics.median(values):.1f}  "
-            f"p90 {p90:.1f}  n {len(values)}"
+            f"  task {index + 1} ({where}): median {percentile(values, 50):.1f}  "
+            f"p90 {percentile(values, 90):.1f}  n {len(values)}"
         )
     return "\n".join(lines)
 

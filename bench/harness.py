@@ -580,10 +580,12 @@ def round_recipients(run_id: str, offset: int, count: int) -> list[str]:
     return [f"b-{run_id}-{offset + i}" for i in range(count)]
 
 
-async def seed_round(bench: Bench, run_id: str, offset: int, count: int) -> None:
-    """The consents of `run_herald`'s recipients: the app's data, not Herald's work, so it
-    is written before a CPU window opens."""
-    await asyncio.to_thread(seed_consents, bench, round_recipients(run_id, offset, count))
+async def seed_round(bench: Bench, run_id: str, offset: int, count: int) -> list[str]:
+    """The consents of a round's recipients (returned): the app's data, not Herald's work,
+    so they are written before a CPU window opens."""
+    recipients = round_recipients(run_id, offset, count)
+    await asyncio.to_thread(seed_consents, bench, recipients)
+    return recipients
 
 
 async def run_herald(

@@ -38,9 +38,7 @@ from bench.harness import (
     _round,
     distinct_numbers,
     history_counts,
-    round_recipients,
     run_herald,
-    seed_consents,
     seed_round,
     start_bench,
     summary,
@@ -209,8 +207,7 @@ async def open_loop(
     prefix = f"bench:{run_id}:"
     numbers = distinct_numbers(len(offsets) + len(bench.numbers))[len(bench.numbers) :]
     bench.numbers += numbers
-    recipients = round_recipients(run_id, 0, len(offsets))
-    await asyncio.to_thread(seed_consents, bench, recipients)
+    recipients = await seed_round(bench, run_id, 0, len(offsets))
     client = bench.client
     arrivals = [Arrival(f"{prefix}i-{i}", 0.0) for i in range(len(offsets))]
 

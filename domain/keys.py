@@ -28,10 +28,11 @@ def validate_business_key(key: str) -> str:
     if len(parts) < 2:
         raise InvalidKey("business key needs an event type and at least one subject id")
     if not _EVENT_TYPE.match(parts[0]):
-        raise InvalidKey(f"event type {parts[0]!r} must be lowercase words joined by '-' or '.'")
-    for part in parts[1:]:
+        raise InvalidKey("the event type must be lowercase words joined by '-' or '.'")
+    # The parts are not echoed: a malformed key may hold what must not be repeated (a name).
+    for number, part in enumerate(parts[1:], start=1):
         if not _SUBJECT.match(part):
-            raise InvalidKey(f"subject id {part!r} may hold only letters, digits, '-', '_', '.'")
+            raise InvalidKey(f"subject id #{number} may hold only letters, digits, '-', '_', '.'")
     return key
 
 

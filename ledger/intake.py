@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from sqlalchemy.orm import Session
 
-from domain import destinations, keys, templates
+from domain import destinations, key_privacy, keys, templates
 from domain.requests import Category, NotificationRequest, PlanMode
 from ledger import repository as repo
 from ledger.crypto import FieldCipher
@@ -32,6 +32,16 @@ class InvalidRequest(ValueError):
         self.problem = problem
 
 
+def _country_hint(request: NotificationRequest) -> str | None:
+    """The intent's country as far as the request says it: the phone's, else `country`."""
+    if request.phone:
+        try:
+            return destinations.normalize_phone(request.phone).country
+        except destinations.InvalidDestination:
+            pass  # refused below, with its own message
+    return request.country
+
+
 def validate(
     session: Session,
     request: NotificationRequest,
@@ -41,6 +51,8 @@ def validate(
     retention_days: int,
 ) -> repo.IntentFields:
     try:
+        # Contact data first: the format check would name the part it refuses.
+        key_privacy.refuse_contact_data(request.business_key, country=_country_hint(request))
         keys.validate_business_key(request.business_key)
     except keys.InvalidKey as err:
         raise InvalidRequest("business_key", str(err)) from err

@@ -268,3 +268,44 @@ async def test_cancel_of_a_finished_intent_is_recorded_and_resend_refused(http, 
         ("cancel", "accepted"),
         ("approve-resend", "refused"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("key", "what"),
+    [("signup:447400123456", "phone number"), ("signup:ann.lee@example.com", "email address")],
+)
+async def test_a_business_key_holding_contact_data_is_422_naming_the_rule(
+    http, committed, temporal, key, what
+):
+    answer = await http.post("/v1/intents", json=body(business_key=key), headers=BEARER)
+    assert answer.status_code == 422, answer.text
+    [issue] = answer.json()["detail"]
+    assert issue["loc"] == ["body", "business_key"]
+    assert "business_key.no_contact_data" in issue["msg"] and what in issue["msg"]
+    assert "447400123456" not in answer.text and "ann.lee" not in answer.text
+    assert intents_with_key(committed, key) == 0 and temporal.starts == []
+
+
+async def test_the_python_client_refuses_a_business_key_holding_a_phone_number(
+    committed, cipher, temporal
+):
+    from domain.requests import NotificationRequest
+    from ledger.intake import InvalidRequest
+    from starter.client import HeraldClient
+
+    client = HeraldClient(temporal, committed, cipher)
+    key = "signup:447400123456"
+    request = NotificationRequest(
+        business_key=key,
+        recipient_ref="m-1842",
+        template_key="order-created",
+        template_version=1,
+        phone=random_mobile(),
+        variables={"order_id": "o-77"},
+    )
+    with pytest.raises(InvalidRequest) as refused:
+        await client.notify(request)
+    assert refused.value.field == "business_key"
+    assert "business_key.no_contact_data" in str(refused.value)
+    assert "447400123456" not in str(refused.value)
+    assert intents_with_key(committed, key) == 0 and temporal.starts == []

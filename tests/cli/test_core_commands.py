@@ -167,3 +167,14 @@ def test_migrate_leaves_the_active_policy_alone(stack):
     with stack.client.sessions() as session:
         after = session.scalars(select(PolicyVersion.version).where(PolicyVersion.active)).all()
     assert before == after and len(after) == 1
+
+
+def test_send_refuses_a_business_key_holding_a_phone_number_in_one_line(stack):
+    key = "signup:447400123456"
+    done = herald(
+        stack, "send", "--key", key, "--recipient", "m-1", "--template", "demo", "--phone", PHONE
+    )
+    assert done.returncode != 0
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "business_key.no_contact_data" in lines[0], done.stderr
+    assert "447400123456" not in done.stderr + done.stdout

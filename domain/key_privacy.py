@@ -1,0 +1,47 @@
+"""No contact data in business keys.
+
+A business key becomes the workflow id (`notification:<key>`), and so lands in Temporal's
+visibility store, unencrypted and kept for the namespace's retention, in every log line
+that names the workflow and in every URL of the Web UI. A key that holds a phone number
+or an email address leaks exactly what the ledger encrypts. Keys are built from the
+event type and the business's own ids (`class-opening:c-9081:m-1842`).
+
+The error names the rule and never echoes the key (it holds the very data to keep out).
+"""
+
+from __future__ import annotations
+
+import re
+
+import phonenumbers
+
+from domain.keys import InvalidKey
+
+RULE = "business_key.no_contact_data"
+HOW_TO_BUILD = "build keys from the event type and your own ids, e.g. class-opening:c-9081:m-1842"
+
+_EMAIL = re.compile(r"[^\s@:]+@[^\s@:]+\.[^\s@:]+")
+_DIGIT_RUN = re.compile(r"\d{10,15}")
+"""A run this long is also read as an international number without its '+'; shorter runs
+(random ids, dates) are read in the intent's country only."""
+
+
+class ContactDataInKey(InvalidKey):
+    """The key holds a phone number or an email address."""
+
+
+def refuse_contact_data(key: str, *, country: str | None) -> None:
+    """Raise ContactDataInKey when `key` holds an email address, or a phone number valid
+    in `country` (its national or international form) or in E.164 with or without '+'."""
+    if _EMAIL.search(key) or "@" in key:
+        raise ContactDataInKey(f"business key holds an email address (rule {RULE}): {HOW_TO_BUILD}")
+    # Each digit run is also read as if it had its '+': `signup:447911123456` is a UK
+    # mobile in E.164 whatever the intent's country.
+    international = _DIGIT_RUN.sub(lambda m: " +" + m.group(0), key)
+    for text, region in ((key, (country or "").upper() or None), (international, None)):
+        if region is None and "+" not in text:
+            continue
+        if any(True for _ in phonenumbers.PhoneNumberMatcher(text, region)):
+            raise ContactDataInKey(
+                f"business key holds a phone number (rule {RULE}): {HOW_TO_BUILD}"
+            )

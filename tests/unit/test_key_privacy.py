@@ -1,0 +1,48 @@
+"""No contact data in business keys: the rule that keeps phone numbers and addresses out of
+workflow ids (and so out of Temporal's visibility store)."""
+
+from __future__ import annotations
+
+import pytest
+
+from domain.key_privacy import RULE, ContactDataInKey, refuse_contact_data
+
+
+@pytest.mark.parametrize(
+    ("key", "country"),
+    [
+        ("signup:447911123456", "GB"),  # E.164 without its '+'
+        ("signup:447911123456", "US"),  # ... whatever the intent's country
+        ("signup:07911123456", "GB"),  # the national form in the intent's country
+        ("order:o-4155550123", "US"),
+        ("signup:+33612345678", None),
+    ],
+)
+def test_a_key_holding_a_phone_number_is_refused_without_echoing_it(key, country) -> None:
+    with pytest.raises(ContactDataInKey) as refused:
+        refuse_contact_data(key, country=country)
+    message = str(refused.value)
+    assert RULE in message and "phone number" in message
+    assert key.split(":")[-1] not in message
+
+
+@pytest.mark.parametrize("key", ["signup:ann.lee@example.com", "signup:ann.lee@example"])
+def test_a_key_holding_an_email_address_is_refused_without_echoing_it(key) -> None:
+    with pytest.raises(ContactDataInKey) as refused:
+        refuse_contact_data(key, country="GB")
+    assert RULE in str(refused.value) and "email address" in str(refused.value)
+    assert "ann.lee" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("key", "country"),
+    [
+        ("class-opening:c-9081:m-1842", "US"),
+        ("order-created:o-1f3e8a9b", "GB"),
+        ("flight-change:LH-432:2026-12-06", "DE"),
+        ("report:r-20261206", "US"),
+        ("order:o-4155550123", "FR"),  # not a number in France, nor an international one
+    ],
+)
+def test_keys_built_from_the_business_s_own_ids_pass(key, country) -> None:
+    refuse_contact_data(key, country=country)

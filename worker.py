@@ -281,6 +281,7 @@ async def main(*, relay: bool = RELAY_IN_WORKER, schedules: bool = SCHEDULES_AT_
             workers.cipher,
             task_queue=cfg.task_queue,
             retention_days=cfg.pii_retention_days,
+            policy_name=cfg.policy_name,
         )
         background.append(lambda stop: run_relay(herald, stop))
     if schedules:

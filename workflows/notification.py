@@ -5,7 +5,8 @@ activity that acts on the ledger or a transport and returns a fact.
 """
 
 import asyncio
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey, SearchAttributeUpdate
@@ -42,11 +43,18 @@ STATE = SearchAttributeKey.for_keyword("HeraldState")
 CHANNEL = SearchAttributeKey.for_keyword("HeraldChannel")
 REGION = SearchAttributeKey.for_keyword("HeraldRegion")
 EVENT_TYPE = SearchAttributeKey.for_keyword("HeraldEventType")
+OUTCOME = SearchAttributeKey.for_keyword("HeraldOutcome")
+"""Set once, when the run ends: delivered, sent, denied, failed, undelivered, unknown,
+cancelled or expired (domain.intents)."""
+CHANNELS_USED = SearchAttributeKey.for_keyword_list("HeraldChannelsUsed")
+"""The channels an attempt was prepared on, set when the run ends (empty when none was)."""
 SEARCH_ATTRIBUTES = {
     "HeraldState": "Keyword",
     "HeraldChannel": "Keyword",
     "HeraldRegion": "Keyword",
     "HeraldEventType": "Keyword",
+    "HeraldOutcome": "Keyword",
+    "HeraldChannelsUsed": "KeywordList",
 }
 
 # Phases as operators filter on them in the Web UI (HeraldState).
@@ -56,6 +64,10 @@ COARSE_STATE = {
     "submitting": "sending",
     "observing": "sending",
 }
+
+# Operator actions: the name of both the signal and the update.
+CANCEL = "cancel"
+APPROVE_RESEND = "approve_resend"
 
 # Activity names, so tests can fake them by name and the worker registers the same.
 LOAD_INTENT = "load_intent"
@@ -75,6 +87,15 @@ AUTHORIZE_LOCAL = "authorize-local"
 """Patch id: `authorize` runs as a local activity (one workflow task and one activity task
 fewer per attempt). Workflows that started before it schedule it as an activity; on
 replay they keep doing so."""
+
+OUTCOME_ATTRIBUTES = "outcome-attributes"
+"""Patch id: the run's end upserts HeraldOutcome and HeraldChannelsUsed. Runs that started
+before it end with HeraldState alone (and no upsert at all when it already held the
+outcome); on replay they keep doing so."""
+
+TEMPORAL_CANCEL_OPERATOR = "temporal"
+"""The operator a cancel requested through Temporal (Web UI, `temporal workflow cancel`) is
+recorded under; the ledger activity adds the request's identity from the history."""
 
 MIN_DEFER = timedelta(seconds=1)
 """The shortest wait after a deferring policy decision (since AUTHORIZE_LOCAL)."""
@@ -130,15 +151,24 @@ class NotificationWorkflow:
         """A receipt recorded by the ingress; signals may repeat, `apply` makes them idempotent."""
         self._observe(signal.attempt_token, signal.state, signal.error_code)
 
-    @workflow.signal(name="cancel")
+    # Each operator action is a signal and an update of the same name (the SDK keeps the
+    # two kinds apart): `temporal workflow update execute --name cancel` reads as what it
+    # does. The updates were first registered as `cancel_update` / `approve_resend_update`;
+    # those names stay as aliases, so a client of that time and recorded histories still work.
+
+    @workflow.signal(name=CANCEL)
     async def cancel_signal(self, request: CancelRequest) -> None:
         await self._cancel(request)
 
-    @workflow.update  # registered as "cancel_update", the method's name
+    @workflow.update(name=CANCEL)
     async def cancel_update(self, request: CancelRequest) -> CancelResult:
         return await self._cancel(request)
 
-    @workflow.signal(name="approve_resend")
+    @workflow.update(name="cancel_update")
+    async def cancel_update_alias(self, request: CancelRequest) -> CancelResult:
+        return await self._cancel(request)
+
+    @workflow.signal(name=APPROVE_RESEND)
     async def approve_resend_signal(self, request: ResendRequest) -> None:
         refusal = self._resend_refusal(request)
         if refusal:
@@ -148,7 +178,7 @@ class NotificationWorkflow:
             return
         await self._accept_resend(request)
 
-    @workflow.update  # registered as "approve_resend_update"
+    @workflow.update(name=APPROVE_RESEND)
     async def approve_resend_update(self, request: ResendRequest) -> ResendResult:
         return await self._accept_resend(request)
 
@@ -157,6 +187,14 @@ class NotificationWorkflow:
         refusal = self._resend_refusal(request)
         if refusal:
             raise ValueError(refusal)
+
+    @workflow.update(name="approve_resend_update")
+    async def approve_resend_update_alias(self, request: ResendRequest) -> ResendResult:
+        return await self._accept_resend(request)
+
+    @approve_resend_update_alias.validator
+    def _validate_resend_alias(self, request: ResendRequest) -> None:
+        self._validate_resend(request)
 
     @workflow.query
     def projection(self) -> Projection:
@@ -172,6 +210,29 @@ class NotificationWorkflow:
 
     @workflow.run
     async def run(self, input: NotificationInput) -> NotificationResult:
+        """The intent's life, shielded from a cancellation requested through Temporal.
+
+        Such a request (Web UI, `temporal workflow cancel`) takes the path of `herald
+        cancel`: the ledger records it (with what was already handed to a carrier), the
+        life below closes its future work and finishes as it would after an operator's
+        cancel, and then the run ends as Temporal was asked: cancelled."""
+        life = asyncio.ensure_future(self._life(input))
+        try:
+            return await asyncio.shield(life)
+        except asyncio.CancelledError:
+            reason = workflow.cancellation_reason()
+            if reason is None:
+                raise  # not a request from the server (e.g. the worker evicting the run)
+            await self._cancel(
+                CancelRequest(
+                    TEMPORAL_CANCEL_OPERATOR, reason or "cancellation requested in Temporal"
+                ),
+                requested_in_temporal=True,
+            )
+            await life
+            raise
+
+    async def _life(self, input: NotificationInput) -> NotificationResult:
         # A local activity: one short read, recorded as a marker in the same workflow task
         # instead of a scheduled/started/completed round trip through the server.
         facts = await workflow.execute_local_activity(
@@ -180,6 +241,7 @@ class NotificationWorkflow:
             result_type=IntentFacts,
             start_to_close_timeout=timedelta(seconds=30),
             retry_policy=LEDGER_RETRY,
+            summary="load the intent's facts from the ledger",
         )
         self._facts = facts
         self._cancelled = self._cancelled or facts.cancelled
@@ -204,8 +266,10 @@ class NotificationWorkflow:
             return await self._finish("")
 
         if facts.send_at is not None and facts.send_at > workflow.now():
-            self._set_phase("scheduled")
-            await self._wait(facts.send_at)
+            self._set_phase(
+                "scheduled", details=f"scheduled: waiting for send-at {_at(facts.send_at)}"
+            )
+            await self._wait(facts.send_at, summary=f"until send-at {_at(facts.send_at)}")
         if self._cancelled:
             return await self._finish("cancelled before send-at; no attempt was made")
 
@@ -225,9 +289,25 @@ class NotificationWorkflow:
         self._results[channel] = result
         return result
 
+    def _why(self, channel: str, number: int) -> str:
+        """Why this attempt is made, for summaries: a fallback, a resend, or the plan."""
+        if number > 1:
+            return f", resend approved after {channel} #{number - 1}"
+        earlier = [r for r in self._results.values() if r.channel != channel]
+        if earlier and self._require_facts().mode == "fallback":
+            last = earlier[-1]
+            return f", fallback after {last.channel} {last.state}"
+        return ""
+
     async def _attempt(self, channel: str, number: int) -> ChannelResult:
         facts = self._require_facts()
-        self._set_phase(f"authorizing:{channel}", channel=channel)
+        label = f"{channel} #{number}"
+        why = self._why(channel, number)
+        self._set_phase(
+            f"authorizing:{channel}",
+            channel=channel,
+            details=f"asking the policy whether {label} may go{why}",
+        )
         while True:
             if self._cancelled:
                 return ChannelResult(
@@ -238,7 +318,10 @@ class NotificationWorkflow:
                     channel, "expired", "the business expiry passed", attempts=number - 1
                 )
             try:
-                auth = await self._authorize(AuthorizeInput(facts.intent_id, channel, number))
+                auth = await self._authorize(
+                    AuthorizeInput(facts.intent_id, channel, number),
+                    summary=f"authorize {label}{why}",
+                )
             except ActivityError as err:
                 # A permanent problem preparing this channel (template, destination): this
                 # channel fails with the reason; the fallback rules still apply.
@@ -263,7 +346,7 @@ class NotificationWorkflow:
             if auth.outcome == "allow":
                 break
             # Deferred: backpressure is data. Wait until eligible, bounded by the expiry.
-            self._set_phase(f"deferred:{channel}")
+            self._set_phase(f"deferred:{channel}", details=f"{label} deferred by policy")
             until = auth.next_eligible_at or workflow.now() + timedelta(minutes=1)
             if workflow.patched(AUTHORIZE_LOCAL):
                 # A local authorize that defers to a moment the workflow clock has passed
@@ -272,7 +355,10 @@ class NotificationWorkflow:
                 until = max(until, workflow.now() + MIN_DEFER)
             if facts.expires_at is not None:
                 until = min(until, facts.expires_at)
-            await self._wait(until)
+            workflow.set_current_details(
+                f"{label} deferred by policy ({auth.rule}) until {_at(until)}"
+            )
+            await self._wait(until, summary=f"{label} deferred ({auth.rule}) until {_at(until)}")
         token = auth.attempt_token
         assert token is not None
         self._attempt_states[token] = AttemptState.PREPARED.value
@@ -285,10 +371,10 @@ class NotificationWorkflow:
             policy_version=auth.policy_version,
             rule=auth.rule,
         )
-        self._set_phase(f"submitting:{channel}")
+        self._set_phase(f"submitting:{channel}", details=f"handing {label} to the provider{why}")
         self._in_flight.add(token)
         try:
-            outcome = await self._submit(channel, token, facts)
+            outcome = await self._submit(channel, token, facts, summary=f"{label}{why}")
         finally:
             self._in_flight.discard(token)
         self._observe(token, outcome.state, outcome.error_code)
@@ -300,14 +386,14 @@ class NotificationWorkflow:
             and not states.is_terminal(AttemptState(self._attempt_states[token]))
             and self._attempt_states[token] != AttemptState.UNKNOWN.value
         ):
-            await self._observe_sms(token, facts)
+            await self._observe_sms(token, facts, label)
         base.state = self._attempt_states[token]
         base.error_code = self._error_codes.get(token)
         if base.state == AttemptState.UNKNOWN.value and not base.reason:
             base.reason = "no final status before the polling horizon"
         return base
 
-    async def _authorize(self, request: AuthorizeInput) -> AuthorizeResult:
+    async def _authorize(self, request: AuthorizeInput, *, summary: str) -> AuthorizeResult:
         """One policy decision (and the attempt it allows), in one ledger transaction.
 
         A local activity since AUTHORIZE_LOCAL: it runs in the workflow task that asked for
@@ -325,10 +411,14 @@ class NotificationWorkflow:
             result_type=AuthorizeResult,
             start_to_close_timeout=timedelta(seconds=30),
             retry_policy=AUTHORIZE_RETRY,
+            summary=summary,
         )
 
-    async def _submit(self, channel: str, token: str, facts: IntentFacts) -> SubmitOutcome:
+    async def _submit(
+        self, channel: str, token: str, facts: IntentFacts, *, summary: str
+    ) -> SubmitOutcome:
         activity = SUBMIT_SMS if channel == "sms" else SEND_EMAIL
+        verb = "submit" if channel == "sms" else "send"
         try:
             return await workflow.execute_activity(
                 activity,
@@ -343,6 +433,7 @@ class NotificationWorkflow:
                     maximum_interval=timedelta(seconds=60),
                     non_retryable_error_types=PERMANENT_ERRORS,
                 ),
+                summary=f"{verb} {summary}",
             )
         except ActivityError as err:
             cause = err.cause
@@ -357,7 +448,7 @@ class NotificationWorkflow:
                 reason="transport retry window closed without a final answer",
             )
 
-    async def _observe_sms(self, token: str, facts: IntentFacts) -> None:
+    async def _observe_sms(self, token: str, facts: IntentFacts, label: str) -> None:
         """Wait for a receipt or poll with jittered backoff until terminal or the horizon.
 
         In fallback mode the email timer is the same wait: when it fires first, SMS polling
@@ -365,7 +456,6 @@ class NotificationWorkflow:
         cancel) the ledger gets the verdict `unknown` with that reason; a late receipt
         through the ingress may still settle it.
         """
-        self._set_phase("observing:sms")
         started = workflow.now()
         horizon = started + timedelta(seconds=facts.poll_horizon_seconds)
         stop_reason = ("horizon", "no final status before the polling horizon")
@@ -380,6 +470,17 @@ class NotificationWorkflow:
         if facts.expires_at is not None and facts.expires_at < horizon:
             horizon = max(facts.expires_at, started)
             stop_reason = ("expiry", "the business expiry passed before a final status")
+        ends = {
+            "horizon": f"polling horizon at {_at(horizon)}",
+            "fallback": (
+                f"fallback window {_minutes(facts.email_after_seconds)}, "
+                f"then email at {_at(horizon)}"
+            ),
+            "expiry": f"business expiry at {_at(horizon)}",
+        }[stop_reason[0]]
+        self._set_phase(
+            "observing:sms", details=f"waiting for a receipt for {label} until {_at(horizon)}"
+        )
         rand = workflow.random()
         retry = 0
         while not self._settled(token):
@@ -397,9 +498,22 @@ class NotificationWorkflow:
                 maximum=facts.poll_max_seconds,
                 rand=rand.random,
             )
+            next_poll = workflow.now() + timedelta(seconds=delay)
+            self._set_phase(
+                "observing:sms",
+                details=(
+                    f"waiting for a receipt for {label} until {_at(horizon)} ({ends}); "
+                    + (f"next poll at {_at(next_poll)}" if next_poll < horizon else "no more polls")
+                ),
+            )
             await self._wait(
-                min(workflow.now() + timedelta(seconds=delay), horizon),
+                min(next_poll, horizon),
                 extra=lambda: self._settled(token),
+                summary=(
+                    f"receipt for {label} or poll {retry + 1} at {_at(next_poll)}"
+                    if next_poll < horizon
+                    else f"receipt for {label} until the {ends}"
+                ),
             )
             if self._settled(token) or self._cancelled or workflow.now() >= horizon:
                 continue
@@ -410,19 +524,25 @@ class NotificationWorkflow:
                 task_queue=_sms_queue(),
                 start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=LEDGER_RETRY,
+                summary=f"poll {label}, poll {retry + 1} before {_at(horizon)}",
             )
             self._observe(token, polled.state, polled.error_code)
             retry += 1
         if not self._settled(token):
             source, reason = stop_reason
-            await self._record_verdict(token, AttemptState.UNKNOWN.value, source, reason)
+            await self._record_verdict(
+                token, AttemptState.UNKNOWN.value, source, reason, label=label
+            )
 
-    async def _record_verdict(self, token: str, state: str, source: str, reason: str) -> None:
+    async def _record_verdict(
+        self, token: str, state: str, source: str, reason: str, *, label: str
+    ) -> None:
         await workflow.execute_activity(
             RECORD_VERDICT,
             VerdictInput(token, state, source, reason),
             start_to_close_timeout=timedelta(seconds=30),
             retry_policy=LEDGER_RETRY,
+            summary=f"record {label} {state} ({source})",
         )
         self._observe(token, state)
 
@@ -460,11 +580,23 @@ class NotificationWorkflow:
         while not self._cancelled and any(
             self._resend_refusal(ResendRequest(channel=c)) is None for c in self._results
         ):
-            self._set_phase("awaiting-operator")
+            waiting = ", ".join(
+                f"{r.channel} #{r.attempts} {r.state}"
+                for r in self._results.values()
+                if self._resend_refusal(ResendRequest(channel=r.channel)) is None
+            )
+            self._set_phase(
+                "awaiting-operator",
+                details=f"{waiting}; open for an operator's approve_resend until {_at(until)}",
+            )
             if self._history_is_long():
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(NotificationInput(facts.intent_id, self._carry(until)))
-            await self._wait(until, extra=lambda: self._resend is not None)
+            await self._wait(
+                until,
+                extra=lambda: self._resend is not None,
+                summary=f"resend window until {_at(until)}",
+            )
             request, self._resend = self._resend, None
             if request is None:
                 return
@@ -472,20 +604,33 @@ class NotificationWorkflow:
             await self._run_channel(request.channel, previous.attempts + 1)
 
     async def _finish(self, reason: str) -> NotificationResult:
+        """Every business outcome completes the run; the outcome is in the result and in
+        HeraldOutcome. A denied or undelivered intent is Herald doing its job (the policy
+        said no, the carrier said no), not a run that broke: failing the run would mark it
+        red beside real faults, count it in the SDK's workflow-failed metric and drop the
+        result payload. Failed runs stay reserved for bugs."""
         await workflow.wait_condition(workflow.all_handlers_finished)
         outcome = self._outcome()
-        self._set_phase("finished", state=outcome)
+        reason = reason or "; ".join(
+            f"{r.channel}: {r.state} ({r.reason})" for r in self._results.values()
+        )
+        extra: list[SearchAttributeUpdate[Any]] = []
+        if workflow.patched(OUTCOME_ATTRIBUTES):
+            used = sorted({r.channel for r in self._results.values() if r.attempt_token})
+            extra = [OUTCOME.value_set(outcome), CHANNELS_USED.value_set(used)]
+        self._set_phase("finished", state=outcome, extra=extra, details=f"{outcome}: {reason}")
         return NotificationResult(
             intent_id=self._require_facts().intent_id,
             outcome=outcome,
             channels=list(self._results.values()),
-            reason=reason
-            or "; ".join(f"{r.channel}: {r.state} ({r.reason})" for r in self._results.values()),
+            reason=reason,
         )
 
     # --- operators -----------------------------------------------------------------
 
-    async def _cancel(self, request: CancelRequest) -> CancelResult:
+    async def _cancel(
+        self, request: CancelRequest, *, requested_in_temporal: bool = False
+    ) -> CancelResult:
         if self._cancelled:
             return CancelResult(True, message="already cancelled")
         # Closed at once; only the ledger record waits for the intent to be loaded.
@@ -519,6 +664,7 @@ class NotificationWorkflow:
                 "delivered": ",".join(delivered),
                 "note": message,
             },
+            requested_in_temporal=requested_in_temporal,
         )
         return CancelResult(True, closed, in_flight, message, delivered=delivered)
 
@@ -560,16 +706,32 @@ class NotificationWorkflow:
         return ResendResult(True, "a new attempt will be authorized", result.attempts + 1)
 
     async def _record_action(
-        self, action: str, operator: str, reason: str, outcome: str, detail: dict[str, str]
+        self,
+        action: str,
+        operator: str,
+        reason: str,
+        outcome: str,
+        detail: dict[str, str],
+        *,
+        requested_in_temporal: bool = False,
     ) -> None:
         await workflow.wait_condition(lambda: self._facts is not None)
         await workflow.execute_activity(
             RECORD_OPERATOR_ACTION,
             OperatorActionInput(
-                self._require_facts().intent_id, action, operator, reason, outcome, detail
+                self._require_facts().intent_id,
+                action,
+                operator,
+                reason,
+                outcome,
+                detail,
+                requested_in_temporal=requested_in_temporal,
             ),
             start_to_close_timeout=timedelta(seconds=30),
             retry_policy=LEDGER_RETRY,
+            # The operator's name is left out: the summary shows in every list of events.
+            summary=f"record {action} ({outcome})"
+            + (" requested in Temporal" if requested_in_temporal else ""),
         )
 
     # --- small pieces --------------------------------------------------------------
@@ -589,8 +751,9 @@ class NotificationWorkflow:
     def _settled(self, token: str) -> bool:
         return states.is_terminal(AttemptState(self._attempt_states.get(token, "prepared")))
 
-    async def _wait(self, until: datetime, extra=None) -> None:  # type: ignore[no-untyped-def]
-        """Durable wait until `until`, woken early by a cancel (or `extra`)."""
+    async def _wait(self, until: datetime, extra=None, *, summary: str) -> None:  # type: ignore[no-untyped-def]
+        """Durable wait until `until`, woken early by a cancel (or `extra`); `summary` is
+        the timer's, as the Web UI shows it."""
         remaining = (until - workflow.now()).total_seconds()
         if remaining <= 0:
             return
@@ -598,6 +761,7 @@ class NotificationWorkflow:
             await workflow.wait_condition(
                 lambda: self._cancelled or (extra is not None and extra()),
                 timeout=timedelta(seconds=remaining),
+                timeout_summary=summary,
             )
         except TimeoutError:
             pass
@@ -607,14 +771,22 @@ class NotificationWorkflow:
         return facts.expires_at is not None and workflow.now() >= facts.expires_at
 
     def _set_phase(
-        self, phase: str, *, channel: str | None = None, state: str | None = None
+        self,
+        phase: str,
+        *,
+        details: str,
+        channel: str | None = None,
+        state: str | None = None,
+        extra: list[SearchAttributeUpdate[Any]] | None = None,
     ) -> None:
-        """Track the phase; upsert search attributes only when what operators filter on
+        """Track the phase and say it in words (the Web UI's "Current Details", which is
+        no history event); upsert search attributes only when what operators filter on
         changes (each upsert is a history event)."""
         self._phase = phase
+        workflow.set_current_details(details)
         coarse = state or COARSE_STATE.get(phase.split(":")[0], phase.split(":")[0])
         info = workflow.info().typed_search_attributes
-        pairs: list[SearchAttributeUpdate[str]] = []
+        pairs: list[SearchAttributeUpdate[Any]] = list(extra or [])
         if info.get(STATE) != coarse:
             pairs.append(STATE.value_set(coarse))
         if channel is not None and info.get(CHANNEL) != channel:
@@ -658,3 +830,12 @@ class NotificationWorkflow:
     def _require_facts(self) -> IntentFacts:
         assert self._facts is not None
         return self._facts
+
+
+def _at(moment: datetime) -> str:
+    """A moment as the summaries write it: UTC, to the second, e.g. 2026-12-06T18:00:00Z."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:g} min" if seconds >= 60 else f"{seconds:g} s"

@@ -33,6 +33,7 @@ from activities.contracts import (
 )
 from domain import keys
 from runtime.sandbox import sandbox_runner
+from starter.client import start_summary
 from workflows.notification import CHANNEL, EVENT_TYPE, REGION, STATE, NotificationWorkflow
 
 pytestmark = pytest.mark.workflow
@@ -194,6 +195,14 @@ class Harness:
             id=keys.workflow_id(f.business_key),
             task_queue=queue,
             search_attributes=attributes,
+            static_summary=start_summary(
+                event_type=f.event_type,
+                business_key=f.business_key,
+                channels=f.channels,
+                mode=f.mode,
+                category=f.category,
+                region=f.region,
+            ),
         )
 
 

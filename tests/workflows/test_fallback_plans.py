@@ -15,7 +15,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.contracts import SubmitOutcome
 from tests.workflows.conftest import World, facts, keep_history
-from workflows.notification import AUTHORIZE_LOCAL, EMAIL_SENT_REACHES
+from workflows.notification import AUTHORIZE_LOCAL, EMAIL_SENT_REACHES, OUTCOME_ATTRIBUTES
 
 pytestmark = pytest.mark.workflow
 
@@ -55,7 +55,7 @@ async def test_an_accepted_email_first_reaches_the_person_and_no_sms_is_attempte
     assert [c[1].channel for c in world.calls if c[0] == "authorize"] == ["email"]
     assert "submit_sms" not in world.names() and "poll_sms" not in world.names()
     # New runs take the patched rule (histories from before it replay the old one).
-    assert recorded == [AUTHORIZE_LOCAL, EMAIL_SENT_REACHES]
+    assert recorded == [AUTHORIZE_LOCAL, EMAIL_SENT_REACHES, OUTCOME_ATTRIBUTES]
 
 
 async def test_an_email_rejected_by_the_relay_is_followed_by_the_sms(harness, queue):
@@ -83,7 +83,7 @@ async def test_an_email_rejected_by_the_relay_is_followed_by_the_sms(harness, qu
     sends = {c[0]: c[2] for c in world.calls if c[0] in ("send_email", "submit_sms")}
     assert sends["submit_sms"] - sends["send_email"] < timedelta(seconds=30)
     # The rule did not change for a failed email: only the local-authorize marker.
-    assert recorded == [AUTHORIZE_LOCAL]
+    assert recorded == [AUTHORIZE_LOCAL, OUTCOME_ATTRIBUTES]
 
 
 async def test_an_email_rejected_by_the_relay_ends_the_plan_when_the_policy_says_so(harness, queue):
@@ -127,4 +127,4 @@ async def test_mode_all_sends_every_channel_at_once_whatever_each_one_says(harne
     assert abs(sends["send_email"] - sends["submit_sms"]) < timedelta(seconds=30)
     # No fallback decision is taken in mode `all`: no verdict, only the local-authorize marker.
     assert "record_verdict" not in world.names()
-    assert recorded == [AUTHORIZE_LOCAL]
+    assert recorded == [AUTHORIZE_LOCAL, OUTCOME_ATTRIBUTES]

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from functools import partial
 
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 
 from activities import now_utc
 from ledger import reconcile, retention
@@ -46,6 +49,18 @@ class MaintenanceResult:
     """purge: Idempotency-Key records past their retention, deleted."""
 
 
+async def workflow_status(client: Client, workflow_id: str) -> reconcile.WorkflowStatus | None:
+    """The status of the latest run of `workflow_id`, None when Temporal has none."""
+    try:
+        described = await client.get_workflow_handle(workflow_id).describe()
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            return None
+        raise
+    status = described.status.name if described.status else "UNKNOWN"
+    return status, described.close_time
+
+
 PURGE_BATCH = 1000
 """Intents per purge transaction, so a large backlog never holds locks for long."""
 
@@ -71,6 +86,13 @@ class MaintenanceActivities:
             )
 
         result = await asyncio.to_thread(work)
+        # A terminated workflow recorded nothing: find the open intents it left.
+        closed = await reconcile.reconcile_workflows(
+            self._sessions, partial(workflow_status, activity.client()), now=now_utc()
+        )
+        if closed:
+            result.rows_by_kind[reconcile.WORKFLOW_CLOSED_INTENT_OPEN] = len(closed)
+            result.review_items_recorded += len(closed)
         activity.logger.info(
             "reconcile found %d row(s), filed %d new review item(s)",
             sum(result.rows_by_kind.values()),

@@ -25,21 +25,45 @@ orphan_observation             an observation with no attempt (e.g. a receipt fo
 =============================  =================================================================
 
 `record_review_items` turns rows into review items, each (kind, subject) once.
+
+One more kind needs Temporal as well as the ledger, so it has its own pass,
+`reconcile_workflows`, run by the reconcile schedule after `find`:
+
+=============================  =================================================================
+workflow_closed_intent_open    the intent is still open in the ledger (pending, scheduled,
+                               deferred or sending, not cancelled) more than `grace` after it
+                               was recorded, and its workflow is closed: terminated (which the
+                               workflow cannot see, so it recorded nothing), timed out, or
+                               ended without settling the ledger. Filed once, and marked in
+                               the ledger with a `workflow-closed` action (operator
+                               `reconciler`) that the timeline shows.
+=============================  =================================================================
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import and_, exists, func, or_, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.orm import Session, aliased
+from sqlalchemy.orm import Session, aliased, sessionmaker
 
 from domain.policy import Outcome
 from domain.states import AttemptState
-from ledger.models import Attempt, Intent, Observation, PolicyDecision, ReviewItem
+from ledger import repository as repo
+from ledger.listing import derive_states
+from ledger.models import (
+    Attempt,
+    Intent,
+    Observation,
+    OperatorAction,
+    PolicyDecision,
+    ReviewItem,
+)
 
 INTENT_WITHOUT_ATTEMPT = "intent_without_attempt"
 PREPARED_WITHOUT_REMOTE_ID = "prepared_without_remote_id"
@@ -48,6 +72,7 @@ CONFLICTING_OBSERVATION = "conflicting_observation"
 CANCELLED_THEN_DELIVERED = "cancelled_then_delivered"
 UNKNOWN_OUTCOME = "unknown_outcome"
 ORPHAN_OBSERVATION = "orphan_observation"
+WORKFLOW_CLOSED_INTENT_OPEN = "workflow_closed_intent_open"
 
 KINDS = (
     INTENT_WITHOUT_ATTEMPT,
@@ -57,7 +82,19 @@ KINDS = (
     CANCELLED_THEN_DELIVERED,
     UNKNOWN_OUTCOME,
     ORPHAN_OBSERVATION,
+    WORKFLOW_CLOSED_INTENT_OPEN,
 )
+
+OPEN_STATES = ("pending", "scheduled", "deferred", "sending")
+"""Derived intent states (domain.intents) that still expect the workflow to act."""
+DESCRIBE_CONCURRENCY = 10
+WORKFLOW_CLOSED = "workflow-closed"
+"""The operator action that marks an open intent whose workflow was found closed."""
+
+WorkflowStatus = tuple[str, datetime | None]
+"""A workflow's status name (`RUNNING`, `TERMINATED`, ...) and its close time."""
+DescribeWorkflow = Callable[[str], Awaitable[WorkflowStatus | None]]
+"""Looks a workflow id up in Temporal; None when Temporal has no such workflow."""
 
 DEFAULT_GRACE = timedelta(minutes=5)
 DEFAULT_UNKNOWN_OLDER_THAN = timedelta(hours=1)
@@ -461,3 +498,94 @@ def _orphan_observations(
         )
         for r in session.execute(query)
     ]
+
+
+# --- workflows closed under open intents (ledger + Temporal) ------------------------------
+
+
+def open_intents(
+    session: Session, *, now: datetime, grace: timedelta, limit: int
+) -> list[tuple[str, str, str, str]]:
+    """(intent id, business key, workflow id, derived state) of each intent recorded more
+    than `grace` ago, not cancelled, not yet marked `workflow-closed`, whose derived state
+    is still open; oldest first."""
+    marked = exists().where(
+        OperatorAction.intent_id == Intent.id, OperatorAction.action == WORKFLOW_CLOSED
+    )
+    candidates = list(
+        session.execute(
+            select(Intent)
+            .where(Intent.cancelled_at.is_(None), Intent.created_at <= now - grace, ~marked)
+            .order_by(Intent.created_at)
+            .limit(limit)
+        ).scalars()
+    )
+    states = derive_states(session, candidates, now)
+    return [
+        (i.id, i.business_key, i.workflow_id, states[i.id])
+        for i in candidates
+        if states[i.id] in OPEN_STATES
+    ]
+
+
+async def reconcile_workflows(
+    sessions: sessionmaker[Session],
+    describe: DescribeWorkflow,
+    *,
+    now: datetime,
+    grace: timedelta = DEFAULT_GRACE,
+    limit: int = DEFAULT_LIMIT,
+) -> list[ReviewRow]:
+    """One pass: every open intent whose workflow is closed becomes a review item and is
+    marked in the ledger (each once). Returns the rows found in this pass."""
+
+    def read() -> list[tuple[str, str, str, str]]:
+        with sessions() as session:
+            return open_intents(session, now=now, grace=grace, limit=limit)
+
+    candidates = await asyncio.to_thread(read)
+    # A few lookups at a time: one pass may look at up to `limit` open intents.
+    lookups = asyncio.Semaphore(DESCRIBE_CONCURRENCY)
+
+    async def look(workflow_id: str) -> WorkflowStatus | None:
+        async with lookups:
+            return await describe(workflow_id)
+
+    statuses = await asyncio.gather(*(look(c[2]) for c in candidates))
+    rows: list[ReviewRow] = []
+    for (intent_id, business_key, _, state), found in zip(candidates, statuses, strict=True):
+        if found is None or found[0] == "RUNNING":
+            continue  # never started (intent_without_attempt covers it) or still working
+        status, closed_at = found
+        rows.append(
+            _row(
+                WORKFLOW_CLOSED_INTENT_OPEN,
+                f"intent:{intent_id}",
+                closed_at or now,
+                now,
+                intent_id=intent_id,
+                business_key=business_key,
+                detail={"workflow_status": status.lower(), "intent_state": state},
+            )
+        )
+
+    def record() -> None:
+        with sessions.begin() as session:
+            record_review_items(session, rows, now)
+            for row in rows:
+                assert row.intent_id is not None
+                repo.record_operator_action(
+                    session,
+                    intent_id=row.intent_id,
+                    action=WORKFLOW_CLOSED,
+                    operator="reconciler",
+                    reason=f"the workflow is {row.detail['workflow_status']} while the "
+                    f"intent is {row.detail['intent_state']}; review it",
+                    outcome="marked",
+                    at=now,
+                    detail={**row.detail, "closed_at": _iso(row.since)},
+                )
+
+    if rows:
+        await asyncio.to_thread(record)
+    return rows

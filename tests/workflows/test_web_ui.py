@@ -214,3 +214,19 @@ async def test_the_updates_answer_to_their_names_and_to_the_names_they_had(harne
         await handle.result()
     assert accepted["accepted"] and again["accepted"] and closed["accepted"]
     assert [c[1].attempt_number for c in world.calls if c[0] == "authorize"] == [1, 2, 3]
+
+
+def test_the_recorded_histories_of_the_new_branch_carry_every_summary():
+    # What a worker replays (tests/workflows/test_replay.py) is what the Web UI showed.
+    from pathlib import Path
+
+    from temporalio.client import WorkflowHistory
+
+    folder = Path(__file__).parent / "histories"
+    for name in ("fallback_window_email_summaries", "temporal_cancel_in_flight"):
+        history = WorkflowHistory.from_json(name, (folder / f"{name}.json").read_text())
+        activities, timers = summaries(history)
+        assert activities and all(all(s) for s in activities.values()), (name, activities)
+        assert all(timers), (name, timers)
+        assert history.events[0].user_metadata.HasField("summary"), name
+    assert timers == []  # the cancelled one: no timer was started after the cancel

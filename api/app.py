@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
 import re
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Any
 from urllib.parse import parse_qsl
@@ -49,7 +51,6 @@ READY_TIMEOUT_SECONDS = 2.0
 SIGNAL_TIMEOUT_SECONDS = 5.0
 _MESSAGE_SID = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
 _ERROR_CODE = re.compile(r"^[A-Za-z0-9_-]{1,20}$")
-_PRINTABLE = re.compile(r"^[\x21-\x7e]{1,200}$")
 
 DESCRIPTION = f"""
 Herald's HTTP ingress.
@@ -117,9 +118,18 @@ class Ingress:
         return asyncio.shield(running)
 
     def public_url(self, request: Request) -> str:
-        # Signatures cover the URL the provider called; behind a proxy that is the public one.
-        query = f"?{request.url.query}" if request.url.query else ""
-        return f"{self.public_base_url}{request.url.path}{query}"
+        """The URL the provider called and signed: the public origin, then the path and
+        query exactly as they arrived. The path is taken undecoded (`raw_path`): a provider
+        that called `/v1/receipts/%73ms` signed those bytes, not the `/v1/receipts/sms` the
+        router matched, and the official validator compares it so."""
+        raw_path = request.scope.get("raw_path")
+        if raw_path:
+            # Some servers (and httpx's ASGI transport) include the query in raw_path.
+            path = raw_path.partition(b"?")[0].decode("latin-1")
+        else:
+            path = request.url.path
+        query = request.scope.get("query_string", b"").decode("latin-1")
+        return f"{self.public_base_url}{path}{'?' + query if query else ''}"
 
 
 class BodyLimit:
@@ -180,8 +190,34 @@ def _bad(ingress: Ingress, detail: str) -> HTTPException:
     return HTTPException(400, detail)
 
 
-async def signed_form(request: Request, ingress: Ingress) -> dict[str, str]:
-    """The form parameters of a provider webhook, once its signature is verified."""
+@dataclass(frozen=True)
+class SignedForm:
+    """A verified webhook: its parameters and the URL the signature covers."""
+
+    params: dict[str, str]
+    signed_url: str
+
+    def digest(self) -> str:
+        """SHA-256 of exactly what the signature covers (the URL and every parameter),
+        so the same signed callback has one digest whatever its unsigned headers say."""
+        covered = json.dumps([self.signed_url, sorted(self.params.items())], ensure_ascii=False)
+        return hashlib.sha256(covered.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+FORM = "application/x-www-form-urlencoded"
+
+
+def _media_type(request: Request) -> str:
+    return request.headers.get("Content-Type", "").partition(";")[0].strip().lower()
+
+
+async def signed_form(request: Request, ingress: Ingress) -> SignedForm:
+    """The form parameters of a provider webhook, once its signature is verified.
+
+    Only a form is a form: a body sent as `text/plain`, JSON or with no Content-Type is
+    400 before its signature is even looked at, whatever it contains."""
+    if _media_type(request) != FORM:
+        raise _bad(ingress, f"Content-Type must be {FORM}")
     body = await request.body()
     try:
         pairs = parse_qsl(body.decode("utf-8"), keep_blank_values=True, strict_parsing=bool(body))
@@ -195,13 +231,14 @@ async def signed_form(request: Request, ingress: Ingress) -> dict[str, str]:
     if not signature:
         ingress.counters.rejected.labels("signature").inc()
         raise HTTPException(403, "missing X-Twilio-Signature")
-    if not ingress.validator.validate(ingress.public_url(request), params, signature):
+    signed_url = ingress.public_url(request)
+    if not ingress.validator.validate(signed_url, params, signature):
         ingress.counters.rejected.labels("signature").inc()
         raise HTTPException(403, "signature does not match")
     for name, value in params.items():
         if "\x00" in name or "\x00" in value:
             raise _bad(ingress, f"form parameter {name[:40]!r} contains a NUL character")
-    return params
+    return SignedForm(params, signed_url)
 
 
 def _sender_e164(sender: str) -> str:
@@ -255,7 +292,8 @@ def provider_router(ingress: Ingress) -> APIRouter:
 
         A receipt for a message id nobody knows is kept as orphan evidence (204).
         """
-        params = await signed_form(request, ingress)
+        form = await signed_form(request, ingress)
+        params = form.params
         if token is not None and "\x00" in token:
             raise _bad(ingress, "token contains a NUL character")
         sid = params.get("MessageSid") or params.get("SmsSid")
@@ -271,15 +309,10 @@ def provider_router(ingress: Ingress) -> APIRouter:
         code = params.get("ErrorCode") or None
         if code is not None and not _ERROR_CODE.match(code):
             raise _bad(ingress, "ErrorCode is not an error code (letters and digits, <= 20)")
-        idem = request.headers.get("I-Twilio-Idempotency-Token")
-        if idem is not None and not _PRINTABLE.match(idem):
-            idem = hashlib.sha256(idem.encode("utf-8", "replace")).hexdigest()
-        dedupe = "webhook:" + (
-            idem
-            or hashlib.sha256(
-                f"{sid}|{raw}|{code}|{params.get('RawDlrDoneDate', '')}".encode()
-            ).hexdigest()
-        )
+        # Deduplicated on what the signature covers: the provider's retries of one
+        # callback repeat it exactly, and a replay with a fresh (unsigned)
+        # I-Twilio-Idempotency-Token is the same callback, not a new observation.
+        dedupe = "webhook:" + form.digest()
         facts = ObservationFacts(
             source="webhook",
             raw_status=raw,
@@ -323,7 +356,7 @@ def provider_router(ingress: Ingress) -> APIRouter:
     async def inbound_sms(request: Request) -> Response:
         """STOP, STOPALL, UNSUBSCRIBE, CANCEL, END, QUIT suppress SMS to the sender;
         START, YES, UNSTOP lift it. Anything else is acknowledged and ignored."""
-        params = await signed_form(request, ingress)
+        params = (await signed_form(request, ingress)).params
         sender, body = params.get("From"), params.get("Body")
         if not sender or body is None:
             raise _bad(ingress, "From and Body are required")

@@ -71,7 +71,9 @@ which advertises `input` and `ctx`."""
 
 
 def _not_found(id_or_key: str) -> HTTPException:
-    return HTTPException(404, f"no intent with id or business key {id_or_key!r}")
+    # The key is not echoed: a business key may hold a subject id that is contact data
+    # (`GET /v1/intents/%2B447400952999`), and answers end up in logs and trackers.
+    return HTTPException(404, "no intent with that id or business key")
 
 
 def _lookupable(id_or_key: str) -> bool:

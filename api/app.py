@@ -22,6 +22,7 @@ from urllib.parse import parse_qsl
 from fastapi import APIRouter, FastAPI, HTTPException, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi_offline import FastAPIOffline
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text, update
 from sqlalchemy.orm import Session
@@ -446,7 +447,9 @@ def unsubscribe_router(ingress: Ingress) -> APIRouter:
 
 
 def create_app(ingress: Ingress) -> FastAPI:
-    app = FastAPI(title="Herald", version="0.1.0", description=DESCRIPTION)
+    # `/docs` and `/redoc` with Swagger UI's and ReDoc's JS/CSS served by the app itself
+    # (packaged by fastapi-offline), so they work with no network: never a CDN.
+    app = FastAPIOffline(title="Herald", version="0.1.0", description=DESCRIPTION)
     app.state.ingress = ingress
     app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
     # Every route's 422 names the problem without echoing what was sent.

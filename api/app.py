@@ -26,6 +26,7 @@ from fastapi_offline import FastAPIOffline
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text, update
 from sqlalchemy.orm import Session
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from twilio.request_validator import RequestValidator
 
@@ -37,7 +38,12 @@ from api.metrics import build_registry
 from api.schemas import Health, Problem, Readiness, Unsubscribed
 from domain import keywords
 from domain.destinations import phone_e164
-from domain.states import AttemptState, is_terminal, normalize_provider_status
+from domain.states import (
+    PROVIDER_STATUSES,
+    AttemptState,
+    is_terminal,
+    normalize_provider_status,
+)
 from ledger import evidence
 from ledger import repository as repo
 from ledger.models import Suppression
@@ -264,10 +270,57 @@ def _suppress(session: Session, lookup: str, channel: str, reason: str, source: 
 
 
 PROBLEMS: dict[int | str, dict[str, Any]] = {
-    400: {"model": Problem, "description": "Malformed body; `detail` says why."},
+    400: {
+        "model": Problem,
+        "description": f"Not `{FORM}`, not UTF-8, or a malformed form; `detail` says why.",
+    },
     403: {"model": Problem, "description": "Missing or wrong X-Twilio-Signature."},
     413: {"model": Problem, "description": f"Body larger than {MAX_BODY_BYTES} bytes."},
 }
+_SIGNATURE_HEADER = {
+    "name": "X-Twilio-Signature",
+    "in": "header",
+    "required": True,
+    "description": "The provider's signature over the URL it called and the form fields.",
+    "schema": {"type": "string", "minLength": 1},
+}
+
+
+def signed_form_body(fields: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    """The OpenAPI of a provider webhook: a signed form (read by `signed_form`, not by a
+    FastAPI parameter, since the signature covers the raw fields)."""
+    text = {"type": "string", "pattern": r"^[^\x00]*$"}
+    return {
+        "parameters": [_SIGNATURE_HEADER],
+        "requestBody": {
+            "required": True,
+            "content": {
+                FORM: {
+                    "schema": {
+                        "type": "object",
+                        "properties": {name: {**text, **spec} for name, spec in fields.items()},
+                        "required": required,
+                        # Providers add fields without notice; all are signed and kept.
+                        "additionalProperties": text,
+                    }
+                }
+            },
+        },
+    }
+
+
+RECEIPT_FORM = signed_form_body(
+    {
+        "MessageSid": {"pattern": _MESSAGE_SID.pattern},
+        "SmsSid": {"pattern": _MESSAGE_SID.pattern},
+        "MessageStatus": {"enum": sorted(PROVIDER_STATUSES)},
+        "SmsStatus": {"enum": sorted(PROVIDER_STATUSES)},
+        "ErrorCode": {"pattern": r"^$|" + _ERROR_CODE.pattern},
+    },
+    ["MessageSid", "MessageStatus"],
+)
+INBOUND_FORM = signed_form_body({"From": {"minLength": 1}, "Body": {}}, ["From", "Body"])
+
 TWIML: dict[int | str, dict[str, Any]] = {
     200: {"content": {"application/xml": {}}, "description": "An empty TwiML answer."}
 }
@@ -282,6 +335,7 @@ def provider_router(ingress: Ingress) -> APIRouter:
         response_class=Response,
         responses={**PROBLEMS, **INVALID},
         summary="An SMS status callback (signed)",
+        openapi_extra=RECEIPT_FORM,
     )
     async def sms_receipt(
         request: Request,
@@ -353,6 +407,7 @@ def provider_router(ingress: Ingress) -> APIRouter:
         response_class=Response,
         responses={**PROBLEMS, **TWIML},
         summary="An inbound SMS (signed): opt-out and opt-in keywords",
+        openapi_extra=INBOUND_FORM,
     )
     async def inbound_sms(request: Request) -> Response:
         """STOP, STOPALL, UNSUBSCRIBE, CANCEL, END, QUIT suppress SMS to the sender;
@@ -410,8 +465,16 @@ def unsubscribe_router(ingress: Ingress) -> APIRouter:
 
     @router.get(
         "/v1/unsubscribe/{value}",
-        response_class=HTMLResponse,
-        responses=unknown,
+        # The page is HTML; its 404 and 422 are JSON like every other error. A plain
+        # Response class lets the document file each under the type it really has.
+        response_class=Response,
+        responses={
+            200: {
+                "content": {"text/html": {"schema": {"type": "string"}}},
+                "description": "The page.",
+            },
+            **unknown,
+        },
         summary="The confirmation page (changes nothing: link scanners fetch it)",
     )
     async def unsubscribe_page(value: str) -> HTMLResponse:
@@ -446,6 +509,26 @@ def unsubscribe_router(ingress: Ingress) -> APIRouter:
     return router
 
 
+HTTP_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+async def method_not_allowed(request: Request, exc: Exception) -> JSONResponse:
+    """405 with an `Allow` header naming every method of the path. Starlette names only
+    those of the first route that matched the path, and GET and POST of one path (the
+    unsubscribe link) are two routes: each method is asked of every route instead."""
+    routes = request.app.router.routes
+    allowed = [
+        method
+        for method in HTTP_METHODS
+        if any(
+            route.matches({**request.scope, "method": method})[0] == Match.FULL for route in routes
+        )
+    ]
+    return JSONResponse(
+        {"detail": "Method Not Allowed"}, status_code=405, headers={"Allow": ", ".join(allowed)}
+    )
+
+
 def create_app(ingress: Ingress) -> FastAPI:
     # `/docs` and `/redoc` with Swagger UI's and ReDoc's JS/CSS served by the app itself
     # (packaged by fastapi-offline), so they work with no network: never a CDN.
@@ -454,6 +537,7 @@ def create_app(ingress: Ingress) -> FastAPI:
     app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
     # Every route's 422 names the problem without echoing what was sent.
     app.add_exception_handler(RequestValidationError, validation_problem)
+    app.add_exception_handler(405, method_not_allowed)
 
     @app.get("/healthz", response_model=Health, tags=["health"])
     async def healthz() -> dict[str, str]:

@@ -131,6 +131,10 @@ _PROVIDER_STATUS: dict[str, AttemptState | None] = {
 }
 
 
+PROVIDER_STATUSES: frozenset[str] = frozenset(_PROVIDER_STATUS)
+"""Every status word a provider may report (Twilio's MessageStatus enum)."""
+
+
 def normalize_provider_status(raw: str) -> AttemptState | None:
     """Map a provider status word to Herald's state; raises on a word nobody knows."""
     key = raw.strip().lower()

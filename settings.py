@@ -131,15 +131,25 @@ class Settings(BaseSettings):
             return f"postgresql+psycopg://{rest}"
         return url
 
-    def resolved_data_keys(self) -> str:
-        """The data key ring; in dev it is generated once into the data folder with 0600."""
+    def resolved_data_keys(self, *, create: bool = False) -> str:
+        """The data key ring: HERALD_DATA_KEY, else (in dev) the data folder's `data.key`.
+
+        Only `herald dev` and `herald migrate` pass `create=True` (the key is generated
+        once, 0600). Anything else run where no key exists is in the wrong folder: a key
+        made there would encrypt and hash under a key the real stack never sees.
+        """
         if self.data_key is not None:
             return self.data_key.get_secret_value()
         if self.env != "dev":
             raise RuntimeError("HERALD_DATA_KEY is required outside dev; refusing to start")
-        return _dev_secret(
-            self.data_path / "data.key", lambda: "k1:" + _b64(secrets.token_bytes(32))
-        )
+        path = self.data_path / "data.key"
+        if not create and not path.exists():
+            raise MissingDataKey(
+                f"no data key in {self.data_path} (`herald dev` and `herald migrate` create "
+                "it): run this where `herald dev` runs, set HERALD_DATA_DIR to its data "
+                "folder, or set HERALD_DATA_KEY"
+            )
+        return _dev_secret(path, lambda: "k1:" + _b64(secrets.token_bytes(32)))
 
     def resolved_unsubscribe_secret(self) -> str:
         if self.unsubscribe_secret is not None:
@@ -192,6 +202,10 @@ class Settings(BaseSettings):
         if self.env != "dev":
             raise RuntimeError("HERALD_OPERATOR_TOKEN is required outside dev; refusing to start")
         return _dev_secret(self.data_path / "operator.token", lambda: secrets.token_urlsafe(24))
+
+
+class MissingDataKey(RuntimeError):
+    """No data key where one was expected; the message is one line saying where to look."""
 
 
 def _b64(data: bytes) -> str:

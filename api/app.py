@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
 import re
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Any
 from urllib.parse import parse_qsl
@@ -20,9 +22,11 @@ from urllib.parse import parse_qsl
 from fastapi import APIRouter, FastAPI, HTTPException, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi_offline import FastAPIOffline
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text, update
 from sqlalchemy.orm import Session
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from twilio.request_validator import RequestValidator
 
@@ -34,7 +38,12 @@ from api.metrics import build_registry
 from api.schemas import Health, Problem, Readiness, Unsubscribed
 from domain import keywords
 from domain.destinations import phone_e164
-from domain.states import AttemptState, is_terminal, normalize_provider_status
+from domain.states import (
+    PROVIDER_STATUSES,
+    AttemptState,
+    is_terminal,
+    normalize_provider_status,
+)
 from ledger import evidence
 from ledger import repository as repo
 from ledger.models import Suppression
@@ -49,7 +58,6 @@ READY_TIMEOUT_SECONDS = 2.0
 SIGNAL_TIMEOUT_SECONDS = 5.0
 _MESSAGE_SID = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
 _ERROR_CODE = re.compile(r"^[A-Za-z0-9_-]{1,20}$")
-_PRINTABLE = re.compile(r"^[\x21-\x7e]{1,200}$")
 
 DESCRIPTION = f"""
 Herald's HTTP ingress.
@@ -117,9 +125,18 @@ class Ingress:
         return asyncio.shield(running)
 
     def public_url(self, request: Request) -> str:
-        # Signatures cover the URL the provider called; behind a proxy that is the public one.
-        query = f"?{request.url.query}" if request.url.query else ""
-        return f"{self.public_base_url}{request.url.path}{query}"
+        """The URL the provider called and signed: the public origin, then the path and
+        query exactly as they arrived. The path is taken undecoded (`raw_path`): a provider
+        that called `/v1/receipts/%73ms` signed those bytes, not the `/v1/receipts/sms` the
+        router matched, and the official validator compares it so."""
+        raw_path = request.scope.get("raw_path")
+        if raw_path:
+            # Some servers (and httpx's ASGI transport) include the query in raw_path.
+            path = raw_path.partition(b"?")[0].decode("latin-1")
+        else:
+            path = request.url.path
+        query = request.scope.get("query_string", b"").decode("latin-1")
+        return f"{self.public_base_url}{path}{'?' + query if query else ''}"
 
 
 class BodyLimit:
@@ -180,8 +197,34 @@ def _bad(ingress: Ingress, detail: str) -> HTTPException:
     return HTTPException(400, detail)
 
 
-async def signed_form(request: Request, ingress: Ingress) -> dict[str, str]:
-    """The form parameters of a provider webhook, once its signature is verified."""
+@dataclass(frozen=True)
+class SignedForm:
+    """A verified webhook: its parameters and the URL the signature covers."""
+
+    params: dict[str, str]
+    signed_url: str
+
+    def digest(self) -> str:
+        """SHA-256 of exactly what the signature covers (the URL and every parameter),
+        so the same signed callback has one digest whatever its unsigned headers say."""
+        covered = json.dumps([self.signed_url, sorted(self.params.items())], ensure_ascii=False)
+        return hashlib.sha256(covered.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+FORM = "application/x-www-form-urlencoded"
+
+
+def _media_type(request: Request) -> str:
+    return request.headers.get("Content-Type", "").partition(";")[0].strip().lower()
+
+
+async def signed_form(request: Request, ingress: Ingress) -> SignedForm:
+    """The form parameters of a provider webhook, once its signature is verified.
+
+    Only a form is a form: a body sent as `text/plain`, JSON or with no Content-Type is
+    400 before its signature is even looked at, whatever it contains."""
+    if _media_type(request) != FORM:
+        raise _bad(ingress, f"Content-Type must be {FORM}")
     body = await request.body()
     try:
         pairs = parse_qsl(body.decode("utf-8"), keep_blank_values=True, strict_parsing=bool(body))
@@ -195,13 +238,14 @@ async def signed_form(request: Request, ingress: Ingress) -> dict[str, str]:
     if not signature:
         ingress.counters.rejected.labels("signature").inc()
         raise HTTPException(403, "missing X-Twilio-Signature")
-    if not ingress.validator.validate(ingress.public_url(request), params, signature):
+    signed_url = ingress.public_url(request)
+    if not ingress.validator.validate(signed_url, params, signature):
         ingress.counters.rejected.labels("signature").inc()
         raise HTTPException(403, "signature does not match")
     for name, value in params.items():
         if "\x00" in name or "\x00" in value:
             raise _bad(ingress, f"form parameter {name[:40]!r} contains a NUL character")
-    return params
+    return SignedForm(params, signed_url)
 
 
 def _sender_e164(sender: str) -> str:
@@ -226,10 +270,57 @@ def _suppress(session: Session, lookup: str, channel: str, reason: str, source: 
 
 
 PROBLEMS: dict[int | str, dict[str, Any]] = {
-    400: {"model": Problem, "description": "Malformed body; `detail` says why."},
+    400: {
+        "model": Problem,
+        "description": f"Not `{FORM}`, not UTF-8, or a malformed form; `detail` says why.",
+    },
     403: {"model": Problem, "description": "Missing or wrong X-Twilio-Signature."},
     413: {"model": Problem, "description": f"Body larger than {MAX_BODY_BYTES} bytes."},
 }
+_SIGNATURE_HEADER = {
+    "name": "X-Twilio-Signature",
+    "in": "header",
+    "required": True,
+    "description": "The provider's signature over the URL it called and the form fields.",
+    "schema": {"type": "string", "minLength": 1},
+}
+
+
+def signed_form_body(fields: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    """The OpenAPI of a provider webhook: a signed form (read by `signed_form`, not by a
+    FastAPI parameter, since the signature covers the raw fields)."""
+    text = {"type": "string", "pattern": r"^[^\x00]*$"}
+    return {
+        "parameters": [_SIGNATURE_HEADER],
+        "requestBody": {
+            "required": True,
+            "content": {
+                FORM: {
+                    "schema": {
+                        "type": "object",
+                        "properties": {name: {**text, **spec} for name, spec in fields.items()},
+                        "required": required,
+                        # Providers add fields without notice; all are signed and kept.
+                        "additionalProperties": text,
+                    }
+                }
+            },
+        },
+    }
+
+
+RECEIPT_FORM = signed_form_body(
+    {
+        "MessageSid": {"pattern": _MESSAGE_SID.pattern},
+        "SmsSid": {"pattern": _MESSAGE_SID.pattern},
+        "MessageStatus": {"enum": sorted(PROVIDER_STATUSES)},
+        "SmsStatus": {"enum": sorted(PROVIDER_STATUSES)},
+        "ErrorCode": {"pattern": r"^$|" + _ERROR_CODE.pattern},
+    },
+    ["MessageSid", "MessageStatus"],
+)
+INBOUND_FORM = signed_form_body({"From": {"minLength": 1}, "Body": {}}, ["From", "Body"])
+
 TWIML: dict[int | str, dict[str, Any]] = {
     200: {"content": {"application/xml": {}}, "description": "An empty TwiML answer."}
 }
@@ -244,6 +335,7 @@ def provider_router(ingress: Ingress) -> APIRouter:
         response_class=Response,
         responses={**PROBLEMS, **INVALID},
         summary="An SMS status callback (signed)",
+        openapi_extra=RECEIPT_FORM,
     )
     async def sms_receipt(
         request: Request,
@@ -255,7 +347,8 @@ def provider_router(ingress: Ingress) -> APIRouter:
 
         A receipt for a message id nobody knows is kept as orphan evidence (204).
         """
-        params = await signed_form(request, ingress)
+        form = await signed_form(request, ingress)
+        params = form.params
         if token is not None and "\x00" in token:
             raise _bad(ingress, "token contains a NUL character")
         sid = params.get("MessageSid") or params.get("SmsSid")
@@ -271,15 +364,10 @@ def provider_router(ingress: Ingress) -> APIRouter:
         code = params.get("ErrorCode") or None
         if code is not None and not _ERROR_CODE.match(code):
             raise _bad(ingress, "ErrorCode is not an error code (letters and digits, <= 20)")
-        idem = request.headers.get("I-Twilio-Idempotency-Token")
-        if idem is not None and not _PRINTABLE.match(idem):
-            idem = hashlib.sha256(idem.encode("utf-8", "replace")).hexdigest()
-        dedupe = "webhook:" + (
-            idem
-            or hashlib.sha256(
-                f"{sid}|{raw}|{code}|{params.get('RawDlrDoneDate', '')}".encode()
-            ).hexdigest()
-        )
+        # Deduplicated on what the signature covers: the provider's retries of one
+        # callback repeat it exactly, and a replay with a fresh (unsigned)
+        # I-Twilio-Idempotency-Token is the same callback, not a new observation.
+        dedupe = "webhook:" + form.digest()
         facts = ObservationFacts(
             source="webhook",
             raw_status=raw,
@@ -319,11 +407,12 @@ def provider_router(ingress: Ingress) -> APIRouter:
         response_class=Response,
         responses={**PROBLEMS, **TWIML},
         summary="An inbound SMS (signed): opt-out and opt-in keywords",
+        openapi_extra=INBOUND_FORM,
     )
     async def inbound_sms(request: Request) -> Response:
         """STOP, STOPALL, UNSUBSCRIBE, CANCEL, END, QUIT suppress SMS to the sender;
         START, YES, UNSTOP lift it. Anything else is acknowledged and ignored."""
-        params = await signed_form(request, ingress)
+        params = (await signed_form(request, ingress)).params
         sender, body = params.get("From"), params.get("Body")
         if not sender or body is None:
             raise _bad(ingress, "From and Body are required")
@@ -376,8 +465,16 @@ def unsubscribe_router(ingress: Ingress) -> APIRouter:
 
     @router.get(
         "/v1/unsubscribe/{value}",
-        response_class=HTMLResponse,
-        responses=unknown,
+        # The page is HTML; its 404 and 422 are JSON like every other error. A plain
+        # Response class lets the document file each under the type it really has.
+        response_class=Response,
+        responses={
+            200: {
+                "content": {"text/html": {"schema": {"type": "string"}}},
+                "description": "The page.",
+            },
+            **unknown,
+        },
         summary="The confirmation page (changes nothing: link scanners fetch it)",
     )
     async def unsubscribe_page(value: str) -> HTMLResponse:
@@ -412,12 +509,35 @@ def unsubscribe_router(ingress: Ingress) -> APIRouter:
     return router
 
 
+HTTP_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+async def method_not_allowed(request: Request, exc: Exception) -> JSONResponse:
+    """405 with an `Allow` header naming every method of the path. Starlette names only
+    those of the first route that matched the path, and GET and POST of one path (the
+    unsubscribe link) are two routes: each method is asked of every route instead."""
+    routes = request.app.router.routes
+    allowed = [
+        method
+        for method in HTTP_METHODS
+        if any(
+            route.matches({**request.scope, "method": method})[0] == Match.FULL for route in routes
+        )
+    ]
+    return JSONResponse(
+        {"detail": "Method Not Allowed"}, status_code=405, headers={"Allow": ", ".join(allowed)}
+    )
+
+
 def create_app(ingress: Ingress) -> FastAPI:
-    app = FastAPI(title="Herald", version="0.1.0", description=DESCRIPTION)
+    # `/docs` and `/redoc` with Swagger UI's and ReDoc's JS/CSS served by the app itself
+    # (packaged by fastapi-offline), so they work with no network: never a CDN.
+    app = FastAPIOffline(title="Herald", version="0.1.0", description=DESCRIPTION)
     app.state.ingress = ingress
     app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
     # Every route's 422 names the problem without echoing what was sent.
     app.add_exception_handler(RequestValidationError, validation_problem)
+    app.add_exception_handler(405, method_not_allowed)
 
     @app.get("/healthz", response_model=Health, tags=["health"])
     async def healthz() -> dict[str, str]:

@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse
 from fastapi.security import HTTPBearer
 from sqlalchemy.orm import Session
 
-from api.intents import INVALID, bearer_route
+from api.intents import BAD_BODY, INVALID, bearer_route
 from api.schemas import (
     ConsentBody,
     ConsentList,
@@ -74,7 +74,11 @@ def evidence_router(ingress: Ingress) -> APIRouter:
         tags=["consent and suppressions"],
         route_class=bearer_route(ingress.operator_token),
         dependencies=[Depends(HTTPBearer(auto_error=False, description="HERALD_OPERATOR_TOKEN"))],
-        responses={401: {"model": Problem, "description": "No valid bearer token."}, **INVALID},
+        responses={
+            401: {"model": Problem, "description": "No valid bearer token."},
+            **BAD_BODY,
+            **INVALID,
+        },
     )
 
     @router.post(

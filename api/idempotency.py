@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
@@ -41,18 +42,28 @@ class InvalidKey(ValueError):
     pass
 
 
+KEY_PATTERN = r"^[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?$"
+"""What the OpenAPI document declares for the header: printable ASCII, not blank, at most
+:data:`MAX_KEY_LENGTH` characters as sent (quotes included)."""
+_KEY = re.compile(KEY_PATTERN)
+
+
 def parse_key(header: str) -> str:
-    """The key from the header: a Structured Field string (`"abc"`) or a bare token."""
-    key = header.strip()
-    if len(key) >= 2 and key[0] == key[-1] == '"':
-        key = key[1:-1]
-    if not key:
+    """The key from the header: a Structured Field string (`"abc"`) or a bare token.
+
+    The header as sent is checked against :data:`KEY_PATTERN` and the length limit; a
+    quoted non-empty string is then unquoted (`""` stays a two-character key)."""
+    if not header:
         raise InvalidKey("Idempotency-Key must not be empty")
-    if len(key) > MAX_KEY_LENGTH:
+    if len(header) > MAX_KEY_LENGTH:
         raise InvalidKey(f"Idempotency-Key longer than {MAX_KEY_LENGTH} characters")
-    if any(not (0x20 <= ord(c) < 0x7F) for c in key):
-        raise InvalidKey("Idempotency-Key must be printable ASCII")
-    return key
+    if not _KEY.match(header):
+        raise InvalidKey(
+            "Idempotency-Key must be printable ASCII, without leading or trailing blanks"
+        )
+    if len(header) > 2 and header[0] == header[-1] == '"':
+        return header[1:-1]
+    return header
 
 
 def fingerprint(method: str, path: str, body: Any) -> str:

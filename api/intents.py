@@ -10,7 +10,7 @@ import hmac
 import logging
 from collections.abc import Callable, Coroutine
 from dataclasses import asdict
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Path, Query, Request, Response
@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session
 from api import idempotency
 from api.schemas import (
     CancelOutcome,
+    Instant,
     IntentCreate,
     IntentCreated,
     IntentPage,
@@ -70,8 +71,16 @@ INVALID: dict[int | str, dict[str, Any]] = {
 which advertises `input` and `ctx`."""
 
 
+BAD_BODY: dict[int | str, dict[str, Any]] = {
+    400: {"model": Problem, "description": "The body is not UTF-8 (or not parseable at all)."}
+}
+"""FastAPI's own 400 for a JSON body it cannot decode, on every route that takes one."""
+
+
 def _not_found(id_or_key: str) -> HTTPException:
-    return HTTPException(404, f"no intent with id or business key {id_or_key!r}")
+    # The key is not echoed: a business key may hold a subject id that is contact data
+    # (`GET /v1/intents/%2B447400952999`), and answers end up in logs and trackers.
+    return HTTPException(404, "no intent with that id or business key")
 
 
 def _lookupable(id_or_key: str) -> bool:
@@ -218,7 +227,10 @@ def intents_router(ingress: Ingress) -> APIRouter:
         ),
         responses={
             200: {"model": IntentCreated, "description": "The business key already existed."},
-            400: {"model": Problem, "description": "A malformed Idempotency-Key."},
+            400: {
+                "model": Problem,
+                "description": "A malformed Idempotency-Key, or a body that is not UTF-8.",
+            },
             409: {
                 "model": Problem,
                 "description": "The business key exists with another payload, or a request "
@@ -238,6 +250,12 @@ def intents_router(ingress: Ingress) -> APIRouter:
             Header(
                 alias="Idempotency-Key",
                 description="Optional; see the operation description for the semantics.",
+                # Declared, and checked by `idempotency.parse_key` (400, not 422).
+                json_schema_extra={
+                    "minLength": 1,
+                    "maxLength": idempotency.MAX_KEY_LENGTH,
+                    "pattern": idempotency.KEY_PATTERN,
+                },
             ),
         ] = None,
     ) -> JSONResponse:
@@ -293,13 +311,11 @@ def intents_router(ingress: Ingress) -> APIRouter:
             str | None, Query(pattern=r"^[a-z][a-z0-9]*(?:[-.][a-z0-9]+)*$", max_length=80)
         ] = None,
         since: Annotated[
-            datetime | None, Query(description="Created at or after (ISO 8601; naive is UTC).")
+            Instant | None,
+            Query(description="Created at or after: RFC 3339 with its offset."),
         ] = None,
         limit: Annotated[int, Query(ge=1, le=500)] = 50,
     ) -> IntentPage:
-        if since is not None and since.tzinfo is None:
-            since = since.replace(tzinfo=UTC)
-
         def work(session: Session) -> IntentPage:
             return list_intents(
                 session,
@@ -331,7 +347,7 @@ def intents_router(ingress: Ingress) -> APIRouter:
         "/{id_or_key}/cancel",
         response_model=CancelOutcome,
         summary="Close the intent's future work (nothing already sent is recalled)",
-        responses=NOT_FOUND,
+        responses={**NOT_FOUND, **BAD_BODY},
     )
     async def cancel(id_or_key: IdOrKey, body: OperatorBody) -> dict[str, Any]:
         if not _lookupable(id_or_key):
@@ -350,6 +366,7 @@ def intents_router(ingress: Ingress) -> APIRouter:
         summary="Approve a new attempt after a retryable failure or a reconciled ambiguity",
         responses={
             **NOT_FOUND,
+            **BAD_BODY,
             409: {"model": ResendOutcome, "description": "Refused; `message` says why."},
         },
     )

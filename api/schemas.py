@@ -6,10 +6,11 @@ here, never a 500 later. No model carries a phone number, address or body on the
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 from domain.intents import IntentState
 from domain.requests import Category, NotificationRequest, PlanMode
@@ -26,8 +27,31 @@ def _storable(value: str) -> str:
     return value
 
 
-Text = Annotated[str, AfterValidator(_storable)]
+NO_NUL = r"^[^\x00]*$"
+"""Declared on every free-text field: Postgres text cannot hold a NUL."""
+Text = Annotated[str, Field(pattern=NO_NUL), AfterValidator(_storable)]
 Channel = Literal["sms", "email"]
+E164 = r"^\+[1-9][0-9]{6,14}$"
+"""A phone number as the API takes it: E.164, `+` and digits only (the CLI and `starter`
+also take the spaced forms people type)."""
+BUSINESS_KEY = r"^[a-z][a-z0-9]*(?:[-.][a-z0-9]+)*(?::[A-Za-z0-9][A-Za-z0-9_.-]*)+$"
+"""`<event_type>:<subject id>[:<subject id>...]`, as `domain.keys` checks it."""
+_RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:[Zz]|[+-]\d{2}:\d{2})$")
+
+
+def rfc3339(value: Any) -> Any:
+    """A time is an RFC 3339 date-time string with its offset, as the document says: not
+    a number (`0.5` would be a Unix time to pydantic), not a naive time."""
+    if not isinstance(value, str) or not _RFC3339.match(value):
+        raise ValueError("must be an RFC 3339 date-time with an offset, e.g. 2026-01-31T12:00:00Z")
+    return value
+
+
+DESTINATION = r"^(?:\+[0-9][0-9 ().-]*[0-9]|[^@\s\x00]+@[^@\s\x00]+)$"
+"""A phone number with its `+`, or something with one `@`: what the shape can say; whether
+the number exists or the address is valid is checked after (422 `invalid_destination`)."""
+Instant = Annotated[datetime, BeforeValidator(rfc3339)]
+"""An RFC 3339 date-time with its offset, in a body or a query."""
 
 
 class Problem(BaseModel):
@@ -70,12 +94,13 @@ class IntentCreate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    business_key: Annotated[Text, Field(min_length=1, max_length=200)]
+    business_key: Annotated[str, Field(min_length=3, max_length=200, pattern=BUSINESS_KEY)]
     """`<event_type>:<subject ids>`, e.g. `class-opening:c-9081:m-1842`."""
     recipient_ref: Annotated[Text, Field(min_length=1, max_length=120)]
     template_key: Annotated[Text, Field(min_length=1, max_length=80)]
     category: Category = Category.TRANSACTIONAL
-    phone: Annotated[Text, Field(max_length=40)] | None = None
+    phone: Annotated[str, Field(pattern=E164)] | None = None
+    """E.164: `+447400123456`."""
     email: Annotated[Text, Field(max_length=320)] | None = None
     channels: Annotated[list[Channel], Field(max_length=2)] = []
     """Order of channels; empty means sms then email, for whichever destinations are given."""
@@ -83,9 +108,9 @@ class IntentCreate(BaseModel):
     template_version: Annotated[int, Field(ge=1, le=2_147_483_647)] | None = None
     locale: Annotated[Text, Field(min_length=1, max_length=16)] = "en"
     variables: dict[str, Any] = {}
-    send_at: datetime | None = None
-    """ISO 8601 with a timezone."""
-    expires_at: datetime | None = None
+    send_at: Instant | None = None
+    """RFC 3339 with its offset, e.g. `2026-01-31T12:00:00Z`."""
+    expires_at: Instant | None = None
     timezone: Annotated[Text, Field(min_length=1, max_length=64)] | None = None
     country: Annotated[str, Field(pattern=r"^[A-Za-z]{2}$")] | None = None
     artifact_sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | None = None
@@ -319,7 +344,7 @@ class SuppressionBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     channel: EvidenceChannel
-    destination: Annotated[Text, Field(min_length=1, max_length=320)]
+    destination: Annotated[str, Field(min_length=1, max_length=320, pattern=DESTINATION)]
     """A phone number (E.164 or with a `+` prefix) or an email address; stored only as
     its HMAC, never echoed."""
     reason: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,59}$")] = "operator"
@@ -330,7 +355,7 @@ class SuppressionBody(BaseModel):
 class SuppressionQuery(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    destination: Annotated[Text, Field(min_length=1, max_length=320)]
+    destination: Annotated[str, Field(min_length=1, max_length=320, pattern=DESTINATION)]
     channel: EvidenceChannel | None = None
     """Only suppressions that apply to this channel (`*` ones included)."""
 

@@ -21,13 +21,31 @@ import settings as settings_module
 if TYPE_CHECKING:
     from cli.main import Command
 
-from cli.main import CliError
+from cli.main import CliError, no_stack_found
 
 LIST_SCAN_CAP = 5_000
 """`list` reads at most this many intents (newest first) to filter by derived state."""
 
 
 # --- plumbing ---------------------------------------------------------------------------
+
+
+def _find_stack(cfg: settings_module.Settings, *, writes: bool) -> None:
+    """Adopt the database of a `herald dev` running on this data folder when none is
+    configured; a command that writes stops here (one line) if there is neither."""
+    if cfg.database_url is not None:
+        return
+    # `devstack.stack` pulls in Temporal and the API (about a second of imports): only
+    # ask it when a `herald dev` may be running on this data folder at all.
+    running = None
+    if (cfg.data_path / "dev.lock").exists():
+        from devstack.stack import read_running
+
+        running = read_running(cfg)
+    if running is not None:
+        cfg.database_url = running.postgres
+    elif writes:
+        raise no_stack_found(cfg)
 
 
 @contextmanager
@@ -38,14 +56,7 @@ def _session(cfg: settings_module.Settings, *, write: bool) -> Iterator[Any]:
     from sqlalchemy.exc import OperationalError
     from sqlalchemy.orm import Session
 
-    # `devstack.stack` pulls in Temporal and the API (about a second of imports): only
-    # ask it when a `herald dev` may be running on this data folder at all.
-    if cfg.database_url is None and (cfg.data_path / "dev.lock").exists():
-        from devstack.stack import read_running
-
-        running = read_running(cfg)
-        if running is not None:
-            cfg.database_url = running.postgres
+    _find_stack(cfg, writes=write)
     url = cfg.resolved_database_url()
     engine = create_engine(url)
     try:
@@ -403,6 +414,8 @@ def _lookup(cfg: settings_module.Settings, destination: str, channel: str | None
         normalized = normalized_destination(destination, channel)
     except ValueError as err:
         raise CliError(f"destination: {err}") from err
+    # The HMAC is only worth anything under the stack's own key: find the stack first.
+    _find_stack(cfg, writes=True)
     return FieldCipher(cfg.resolved_data_keys()).lookup_hmac(normalized)
 
 

@@ -35,22 +35,35 @@ def _print(value: Any, as_json: bool, render: Callable[[Any], str] | None = None
         print(render(value) if render else value)
 
 
-def _adopt_running(cfg: settings_module.Settings) -> None:
-    """Use the addresses of a running `herald dev` for whatever settings leave unset."""
+def no_stack_found(cfg: settings_module.Settings) -> CliError:
+    """A writing command with neither a running `herald dev` nor a configured database:
+    it would write where the stack never looks (under a key it does not have)."""
+    return CliError(
+        f"no running `herald dev` found in {cfg.data_path} and HERALD_DATABASE_URL is not "
+        "set: run this in the folder where `herald dev` runs, or point at it with "
+        "HERALD_DATA_DIR=<its data folder>"
+    )
+
+
+def _adopt_running(cfg: settings_module.Settings, *, writes: bool = False) -> None:
+    """Use the addresses of a running `herald dev` for whatever settings leave unset; a
+    command that `writes` refuses to go on with neither that nor a configured database."""
     from devstack.stack import read_running
 
     running = read_running(cfg)
     if running is not None:
         cfg.temporal_address = cfg.temporal_address or running.temporal
         cfg.database_url = cfg.database_url or running.postgres
+    elif writes and cfg.database_url is None:
+        raise no_stack_found(cfg)
 
 
-def _sessions(cfg: settings_module.Settings):  # type: ignore[no-untyped-def]
+def _sessions(cfg: settings_module.Settings, *, writes: bool = False):  # type: ignore[no-untyped-def]
     """Ledger-only commands need no Temporal connection."""
     from sqlalchemy import create_engine
     from sqlalchemy.orm import sessionmaker
 
-    _adopt_running(cfg)
+    _adopt_running(cfg, writes=writes)
     return sessionmaker(
         create_engine(cfg.resolved_database_url(), pool_pre_ping=True), expire_on_commit=False
     )
@@ -59,7 +72,7 @@ def _sessions(cfg: settings_module.Settings):  # type: ignore[no-untyped-def]
 async def _client(cfg: settings_module.Settings):  # type: ignore[no-untyped-def]
     from starter.client import HeraldClient
 
-    _adopt_running(cfg)
+    _adopt_running(cfg, writes=True)  # every command with a client records or signals
     try:
         return await HeraldClient.connect(cfg)
     except RuntimeError as err:
@@ -185,7 +198,7 @@ async def cmd_consent(args: argparse.Namespace, cfg: settings_module.Settings) -
             raise CliError(f"{name}: required, at most {most} characters")
     now = datetime.now(UTC)
     # A ledger that cannot be reached is reported by `operational_error`, like every command.
-    out = _consent(evidence, _sessions(cfg), args, now)
+    out = _consent(evidence, _sessions(cfg, writes=True), args, now)
 
     def render(o: dict[str, Any]) -> str:
         if not o["revoked"]:
@@ -251,6 +264,8 @@ async def cmd_migrate(args: argparse.Namespace, cfg: settings_module.Settings) -
     from ledger.templates import seed_packaged
 
     url = cfg.resolved_database_url()
+    if cfg.env == "dev":
+        cfg.resolved_data_keys(create=True)  # the ledger's key is born with the ledger
     await asyncio.to_thread(migrate.upgrade, url)
     with sessionmaker(create_engine(url)).begin() as session:
         seed_packaged(session, cfg.policy_name)
@@ -383,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return run(COMMANDS[args.command](args, cfg))
-    except CliError as err:
+    except (CliError, settings_module.MissingDataKey) as err:
         print(f"herald {args.command}: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

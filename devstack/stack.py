@@ -149,7 +149,7 @@ class DevStack:
             "HERALD_SMTP_PORT": str(cfg.smtp_port),
             "HERALD_PUBLIC_BASE_URL": cfg.callback_base_url,
             "HERALD_API_PORT": str(cfg.api_port),
-            "HERALD_DATA_KEY": cfg.resolved_data_keys(),
+            "HERALD_DATA_KEY": cfg.resolved_data_keys(create=True),
             "HERALD_POLICY_NAME": cfg.policy_name,
             "HERALD_WORKER_METRICS_ADDRESS": cfg.worker_metrics_address or "",
             "HERALD_WORKER_HERALD_METRICS_ADDRESS": cfg.worker_herald_metrics_address or "",
@@ -201,7 +201,7 @@ class DevStack:
                 search_attributes=SEARCH_ATTRIBUTES,
             )
             cfg.temporal_address = await asyncio.to_thread(self.temporal.start)
-        keys = cfg.resolved_data_keys()
+        keys = cfg.resolved_data_keys(create=True)
         token = cfg.resolved_operator_token()
         self.sink = SmtpSink(host=cfg.smtp_host, port=cfg.smtp_port, maildir=cfg.data_path / "mail")
         await bound_or_named(

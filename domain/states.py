@@ -120,13 +120,19 @@ _PROVIDER_STATUS: dict[str, AttemptState | None] = {
     "sent": AttemptState.SENT,
     "delivered": AttemptState.DELIVERED,
     "read": AttemptState.DELIVERED,
-    "partially_delivered": AttemptState.DELIVERED,
+    # Some parts reached the handset, not all: the person may hold a fragment without
+    # the one fact it was sent for, so it is not `delivered` (docs/transports.md).
+    "partially_delivered": AttemptState.UNDELIVERED,
     "undelivered": AttemptState.UNDELIVERED,
     "failed": AttemptState.FAILED,
     "canceled": AttemptState.CANCELLED,
     "receiving": None,
     "received": None,
 }
+
+
+PROVIDER_STATUSES: frozenset[str] = frozenset(_PROVIDER_STATUS)
+"""Every status word a provider may report (Twilio's MessageStatus enum)."""
 
 
 def normalize_provider_status(raw: str) -> AttemptState | None:

@@ -20,6 +20,7 @@ import re
 import sys
 from datetime import UTC, datetime
 from typing import IO, Any
+from urllib.parse import parse_qsl, quote
 
 # Attributes every LogRecord has; anything else on a record came from `extra=`.
 _STANDARD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
@@ -40,15 +41,21 @@ _TEMPORAL_KEYS = (
 # Extras of our own that are ids, safe to log as they are.
 SAFE_EXTRAS = frozenset({"intent_id", "attempt_token", "job", "schedule_id", "error_type"})
 
-_PHONE = re.compile(r"(?:\+|%2B)\d{7,15}\b")
-_EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
+# A number with its `+` (literal or percent-encoded), or a bare run of 9 to 15 digits
+# standing alone (`447400952999` in a path): ids next to it (uuids, versions, hosts) are
+# joined by `-`, `.` or letters and are left alone.
+_PHONE = re.compile(r"(?:\+|%2B)\d{7,15}\b|(?<![\w.-])\d{9,15}(?![\w.-])", re.IGNORECASE)
+# `@` literal or percent-encoded (`ana%40example.com` in a URL); the local part may hold
+# percent-escapes of its own.
+_EMAIL = re.compile(r"[\w.+%-]+(?:@|%40)[\w-]+(?:\.[\w-]+)+", re.IGNORECASE)
+_AT = re.compile(r"@|%40", re.IGNORECASE)
 # One-click unsubscribe links are capabilities: keep them out of access logs.
 _UNSUBSCRIBE = re.compile(r"(/v1/unsubscribe/)[^\s\"?]+")
 
 
 def _mask_address(match: re.Match[str]) -> str:
     # A Message-ID (`<32 hex of the token's hash@domain>`) is an id, not an address.
-    local = match.group(0).split("@", 1)[0]
+    local = _AT.split(match.group(0), maxsplit=1)[0]
     if re.fullmatch(r"[0-9a-f]{32}", local):
         return match.group(0)
     return "<email>"
@@ -59,6 +66,29 @@ def redact(text: str) -> tuple[str, bool]:
     masked = _PHONE.sub("<phone>", text)
     masked = _EMAIL.sub(_mask_address, masked)
     return masked, masked != text
+
+
+def query_names_only(target: str) -> str:
+    """A request target with the query's values dropped: `/v1/intents?since=&limit=`.
+
+    Values are what a caller chose to put in a URL (an address, a token someone pasted
+    there); the names are enough to tell requests apart."""
+    path, has_query, query = target.partition("?")
+    if not has_query:
+        return path
+    names = [quote(name, safe="") for name, _ in parse_qsl(query, keep_blank_values=True)]
+    return path + "?" + "&".join(f"{name}=" for name in names)
+
+
+class AccessLogFilter(logging.Filter):
+    """uvicorn's access line (`client - "GET <target> HTTP/1.1" 200`) with the target's
+    query values dropped (see :func:`query_names_only`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and len(args) == 5 and isinstance(args[2], str):
+            record.args = (args[0], args[1], query_names_only(args[2]), args[3], args[4])
+        return True
 
 
 class JsonFormatter(logging.Formatter):
@@ -131,6 +161,9 @@ def configure_logging(level: int = logging.INFO, stream: IO[str] | None = None) 
         named.propagate = True
         named.disabled = False
         named.setLevel(logging.NOTSET)
+    access = logging.getLogger("uvicorn.access")
+    if not any(isinstance(f, AccessLogFilter) for f in access.filters):
+        access.addFilter(AccessLogFilter())
     # httpx logs every request URL at INFO: noise, and a URL is the wrong place for facts.
     logging.getLogger("httpx").setLevel(logging.WARNING)
     logging.getLogger("httpcore").setLevel(logging.WARNING)

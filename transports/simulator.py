@@ -11,7 +11,9 @@ the one whose response it withholds. See ``docs/simulator.md``.
 Control endpoints (not part of Twilio's API):
 
 - ``POST /_sim/script``  ``{"to": "+44...", "fault": "rate_limit", "count": 2, "seconds": 1}``
-  or ``{"inbound_url": "http://..."}``; ``"fault": "none"`` clears a destination.
+  or ``{"inbound_url": "http://..."}``; ``"fault": "none"`` clears a destination;
+  ``{"to": ..., "fault": "api_error:21408", "http_status": 403}`` refuses creates with that
+  4xx and code (default 400).
 - ``GET /_sim/stats``    submission counts per token, per destination, in total.
 - ``GET /_sim/callbacks`` every callback POSTed so far (URL, params, headers, answer).
 - ``POST /_sim/inbound`` ``{"from": "+44...", "to": "+1...", "body": "STOP"}``.
@@ -97,9 +99,18 @@ class Fault:
     ``duplicate_receipts``: how many times each callback is delivered (default 3)."""
     seconds: float | None = None
     """Overrides the matching :class:`SimDelays` value for this destination."""
+    http_status: int | None = None
+    """``api_error``: the 4xx the create is refused with (default 400), e.g. 403 or 404."""
 
     @classmethod
-    def parse(cls, spec: str, *, count: int | None = None, seconds: float | None = None) -> Fault:
+    def parse(
+        cls,
+        spec: str,
+        *,
+        count: int | None = None,
+        seconds: float | None = None,
+        http_status: int | None = None,
+    ) -> Fault:
         kind, _, code = spec.partition(":")
         kind = kind.strip()
         if kind not in FAULTS:
@@ -109,9 +120,13 @@ class Fault:
             raise ValueError(f"fault {kind!r} needs a code, e.g. {kind}:30003")
         if code and not needs_code:
             raise ValueError(f"fault {kind!r} takes no code")
+        if http_status is not None and (
+            kind != "api_error" or not 400 <= http_status <= 499 or http_status == 429
+        ):
+            raise ValueError("http_status is a 4xx other than 429, for api_error only")
         if count is None:
             count = {"rate_limit": 2, "unavailable": 1, "duplicate_receipts": 3}.get(kind)
-        return cls(kind, int(code) if code else None, count, seconds)
+        return cls(kind, int(code) if code else None, count, seconds, http_status)
 
     @property
     def label(self) -> str:
@@ -437,7 +452,7 @@ class CarrierSimulator:
         if fault and kind == "api_error":
             self.stats.rejected_total += 1
             assert fault.code is not None
-            return _error(400, fault.code)
+            return _error(fault.http_status or 400, fault.code)
 
         now = _now()
         send_at = None
@@ -695,7 +710,10 @@ def create_simulator_app(
                     None
                     if spec == "none"
                     else Fault.parse(
-                        spec, count=payload.get("count"), seconds=payload.get("seconds")
+                        spec,
+                        count=payload.get("count"),
+                        seconds=payload.get("seconds"),
+                        http_status=payload.get("http_status"),
                     )
                 )
             except ValueError as exc:

@@ -83,6 +83,18 @@ def _int_or_none(value: Any) -> int | None:
         return None
 
 
+def _provider_refusal(status: int, body: dict[str, Any]) -> bool:
+    """Whether an answer is Twilio refusing a request: a 4xx other than 429 carrying its
+    JSON error body (`code`, `message`, `more_info`, `status`). A 4xx without that body
+    (a proxy's page, a load balancer's) says nothing about what the provider did."""
+    return (
+        400 <= status < 500
+        and status != 429
+        and body.get("code") not in (None, "")
+        and isinstance(body.get("message"), str)
+    )
+
+
 class TwilioSms:
     """:class:`transports.sms.SmsTransport` over Twilio's Programmable Messaging REST API."""
 
@@ -296,6 +308,15 @@ class TwilioSms:
                 reason, verdict.code or code_text, http_status=status, retry_after=retry_after
             )
         if verdict.kind == ErrorKind.AMBIGUOUS:
+            if creates and _provider_refusal(status, body):
+                # A 4xx with the provider's own error body is its answer to this request:
+                # refused, nothing created, whatever the code (one our table does not
+                # know included). Nothing to reconcile; the fallback rules decide next.
+                return SmsPermanentError(
+                    f"{reason}; refused with HTTP {status}",
+                    verdict.code or code_text,
+                    http_status=status,
+                )
             if creates:
                 return SmsAmbiguousError(reason, verdict.code or code_text, http_status=status)
             return SmsTransientError(reason, verdict.code or code_text, http_status=status)

@@ -139,6 +139,30 @@ async def test_a_permanent_rejection_fails_the_attempt_with_the_code_and_suppres
         assert repo.suppressions_for(session, attempt.destination_hmac, "sms")
 
 
+async def test_an_unknown_4xx_refusal_fails_the_attempt_with_its_code_and_is_not_reconciled(
+    acts, simulator, committed, cipher
+):
+    ledger, sms = acts
+    to = phone(11077)
+    async with httpx.AsyncClient() as http:
+        scripted = await http.post(
+            f"{simulator.url}/_sim/script",
+            json={"to": to, "fault": "api_error:21408", "http_status": 403},
+        )
+        assert scripted.status_code == 200
+    token = await prepared(ledger, committed, cipher, to)
+    with pytest.raises(ApplicationError) as caught:
+        await sms.submit_sms(SubmitInput(token))
+    # Permanent (non-retryable): the workflow's fallback rules act at once; never
+    # `AmbiguousSubmission`, which would leave the attempt `unknown` and reconcile it.
+    assert caught.value.type == "PermanentProviderError" and caught.value.non_retryable
+    assert caught.value.details[0] == "21408"
+    with committed() as session:
+        attempt = repo.attempt_by_token(session, token)
+        assert attempt.state == "failed" and attempt.error_code == "21408"
+    assert await submissions(simulator, token) == 0
+
+
 async def test_a_429_is_retried_with_the_providers_retry_after_and_sends_once(
     acts, simulator, committed, cipher
 ):

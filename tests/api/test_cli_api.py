@@ -32,7 +32,9 @@ def test_herald_api_with_a_bad_port_is_a_clear_error():
 
 @pytest.mark.ledger
 @pytest.mark.workflow
-def test_herald_api_serves_health_metrics_and_guards_operator_routes(pg_url, time_env, tmp_path):
+def test_herald_api_serves_health_metrics_guards_operator_routes_and_logs_no_contact_data(
+    pg_url, time_env, tmp_path
+):
     port = free_port()
     env = {
         **os.environ,
@@ -70,7 +72,33 @@ def test_herald_api_serves_health_metrics_and_guards_operator_routes(pg_url, tim
             f"{base}/v1/intents", headers={"Authorization": "Bearer cli-test-token"}
         )
         assert authorized.status_code == 200
+        # Contact data and a token where a caller should never put them: the query and
+        # the path. The access log keeps the path and the query's names, nothing else.
+        bearer = {"Authorization": "Bearer cli-test-token"}
+        for url in (
+            f"{base}/v1/intents?recipient=ana%40example.com&access_token=cli-test-token",
+            f"{base}/v1/intents?since=2026-01-01&to=%2B447400952999&phone=447400952111",
+            f"{base}/healthz?email=bob@example.org",
+        ):
+            assert httpx.get(url, headers=bearer).status_code in (200, 422)
+        missing = httpx.get(f"{base}/v1/intents/%2B447400952999", headers=bearer)
+        assert missing.status_code == 404
+        assert "447400952999" not in missing.text
+        assert httpx.get(f"{base}/v1/intents/447400952222", headers=bearer).status_code == 404
     finally:
         proc.terminate()
         proc.wait(timeout=20)
     assert proc.returncode == 0
+    log = proc.stdout.read() if proc.stdout else ""
+    assert "GET /v1/intents?recipient=&access_token= HTTP/1.1" in log
+    assert "/healthz?email= HTTP/1.1" in log
+    for secret in (
+        "ana%40example.com",
+        "ana@example.com",
+        "bob@example.org",
+        "cli-test-token",
+        "447400952999",
+        "447400952111",
+        "447400952222",
+    ):
+        assert secret not in log, secret

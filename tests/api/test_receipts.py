@@ -6,8 +6,12 @@ from __future__ import annotations
 from urllib.parse import urlencode
 
 import pytest
+from sqlalchemy import func, select
+from twilio.request_validator import RequestValidator
 
+from ledger.models import Suppression
 from tests.api.conftest import (
+    AUTH_TOKEN,
     PUBLIC_BASE,
     attempt_state,
     observation_count,
@@ -32,6 +36,11 @@ def receipt(sid: str, status: str, **extra: str) -> dict[str, str]:
         "ApiVersion": "2010-04-01",
         **extra,
     }
+
+
+def suppression_count(engine) -> int:  # type: ignore[no-untyped-def]
+    with engine.connect() as conn:
+        return conn.execute(select(func.count()).select_from(Suppression)).scalar_one()
 
 
 def path_for(token: str) -> str:
@@ -233,3 +242,110 @@ async def test_an_oversized_body_is_413_declared_or_streamed(http):
     streamed = await http.post("/v1/receipts/sms", content=chunks())
     assert streamed.status_code == 413
     assert "larger than" in streamed.json()["detail"]
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/json", None])
+@pytest.mark.parametrize("route", ["/v1/receipts/sms", "/v1/inbound/sms"])
+async def test_a_signed_form_under_another_content_type_is_400_and_writes_nothing(
+    http, committed, cipher, engine, route, content_type
+):
+    # A correctly signed body: only its Content-Type is wrong.
+    sent = submitted_attempt(committed, cipher)
+    if route == "/v1/receipts/sms":
+        path, params = path_for(sent.token), receipt(sent.remote_id, "delivered")
+    else:
+        path, params = route, {"From": "+447400000177", "Body": "STOP"}
+    headers = {"X-Twilio-Signature": sign(f"{PUBLIC_BASE}{path}", params)}
+    if content_type is not None:
+        headers["Content-Type"] = content_type
+    before = (observation_count(engine), suppression_count(engine))
+    answer = await http.post(path, content=urlencode(params), headers=headers)
+    assert answer.status_code == 400, answer.text
+    assert "application/x-www-form-urlencoded" in answer.json()["detail"]
+    assert (observation_count(engine), suppression_count(engine)) == before
+    assert attempt_state(committed, sent.attempt_id) == "submitted"
+
+
+async def test_a_form_with_a_charset_parameter_is_still_a_form(http, committed, cipher):
+    sent = submitted_attempt(committed, cipher)
+    answer = await post_signed(
+        http,
+        path_for(sent.token),
+        receipt(sent.remote_id, "sent"),
+        headers={"Content-Type": "application/x-www-form-urlencoded; charset=utf-8"},
+    )
+    assert answer.status_code == 204
+
+
+async def test_one_signed_receipt_replayed_with_fresh_idempotency_headers_is_stored_once(
+    http, committed, cipher
+):
+    # The signature covers the URL and the fields, not I-Twilio-Idempotency-Token: a
+    # captured callback replayed with a new header each time is still one callback.
+    sent = submitted_attempt(committed, cipher)
+    path = path_for(sent.token)
+    for status in ("delivered", "sent"):
+        params = receipt(sent.remote_id, status)
+        body = urlencode(params)
+        headers = {
+            "Content-Type": "application/x-www-form-urlencoded",
+            "X-Twilio-Signature": sign(f"{PUBLIC_BASE}{path}", params),
+        }
+        for n in range(1000 if status == "sent" else 1):
+            answer = await http.post(
+                path,
+                content=body,
+                headers={**headers, "I-Twilio-Idempotency-Token": f"replay-{status}-{n}"},
+            )
+            assert answer.status_code == 204
+    webhook = [
+        (o.raw_status, o.verdict)
+        for o in observations_of(committed, remote_id=sent.remote_id)
+        if o.source == "webhook"
+    ]
+    # The late `sent` is kept once as stale evidence, never a thousand times.
+    assert webhook == [("delivered", "applied"), ("sent", "stale")]
+
+
+async def test_a_retry_by_the_provider_with_its_same_idempotency_token_is_stored_once(
+    http, committed, cipher
+):
+    sent = submitted_attempt(committed, cipher)
+    for _ in range(3):
+        answer = await post_signed(
+            http,
+            path_for(sent.token),
+            receipt(sent.remote_id, "undelivered", ErrorCode="30005"),
+            headers={"I-Twilio-Idempotency-Token": "twilio-retry-1"},
+        )
+        assert answer.status_code == 204
+    webhook = [
+        o for o in observations_of(committed, remote_id=sent.remote_id) if o.source == "webhook"
+    ]
+    assert len(webhook) == 1
+
+
+@pytest.mark.parametrize("signed_path", ["/v1/receipts/%73ms", "/v1/receipts/sms"])
+async def test_a_percent_encoded_path_is_judged_like_the_official_validator(
+    http, committed, cipher, signed_path
+):
+    # The provider called /v1/receipts/%73ms (the router decodes it to /sms). The twilio
+    # package's RequestValidator, given the URL as called, is the oracle for both: a
+    # signature over the encoded path is valid, one over the decoded path is not.
+    sent = submitted_attempt(committed, cipher)
+    query = "?" + urlencode({"token": sent.token})
+    called = f"{PUBLIC_BASE}/v1/receipts/%73ms{query}"
+    params = receipt(sent.remote_id, "delivered")
+    signature = sign(f"{PUBLIC_BASE}{signed_path}{query}", params)
+    official = RequestValidator(AUTH_TOKEN).validate(called, params, signature)
+    assert official is (signed_path == "/v1/receipts/%73ms")
+    answer = await http.post(
+        f"/v1/receipts/%73ms{query}",
+        content=urlencode(params),
+        headers={
+            "Content-Type": "application/x-www-form-urlencoded",
+            "X-Twilio-Signature": signature,
+        },
+    )
+    assert answer.status_code == (204 if official else 403), answer.text
+    assert attempt_state(committed, sent.attempt_id) == ("delivered" if official else "submitted")

@@ -15,6 +15,8 @@ import pytest
 from sqlalchemy import create_engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from settings import Settings
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -48,7 +50,10 @@ def cli_ledger(pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     sessions = sessionmaker(engine, expire_on_commit=False)
     with sessions.begin() as session:
         seed_packaged(session, "default")
-    yield Ledger(url, sessions, tmp_path_factory.mktemp("herald-cli"))
+    data_dir = tmp_path_factory.mktemp("herald-cli")
+    # What `herald migrate` would have left there: the folder's data key.
+    Settings(data_dir=data_dir, env="dev").resolved_data_keys(create=True)
+    yield Ledger(url, sessions, data_dir)
     engine.dispose()
 
 

@@ -88,3 +88,42 @@ def test_show_of_an_unknown_key_is_one_line(cli_ledger: Ledger, tmp_path: Path) 
     done = run_installed_herald("show", "no-such:key-1", settings=settings, cwd=tmp_path)
     line = assert_one_line_error(done, "show")
     assert "no intent with id or business key 'no-such:key-1'" in line
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["suppression", "add", "+447400000100", "--channel", "sms"],
+        ["suppression", "list", "+447400000100"],
+        ["send", *SEND],
+    ],
+    ids=lambda args: " ".join(args[:2]),
+)
+def test_a_writing_command_in_a_folder_without_a_stack_stops_and_creates_no_key(
+    args: list[str], tmp_path: Path
+) -> None:
+    # The wrong folder: no `herald dev` runs here and no database is configured. Going on
+    # would make a fresh data.key and write under it where the real stack never looks.
+    data = tmp_path / "data"
+    settings = {
+        "HERALD_DATA_DIR": str(data),
+        "HERALD_POSTGRES_PORT": str(free_port()),
+        "HERALD_TEMPORAL_PORT": str(free_port()),
+    }
+    done = run_installed_herald(*args, settings=settings, cwd=tmp_path)
+    line = assert_one_line_error(done, args[0])
+    assert f"no running `herald dev` found in {data.resolve()}" in line
+    assert "HERALD_DATA_DIR" in line
+    assert not (data / "data.key").exists()
+
+
+def test_with_a_database_but_no_data_key_a_command_names_the_key_and_creates_none(
+    cli_ledger: Ledger, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    settings = {"HERALD_DATA_DIR": str(data), "HERALD_DATABASE_URL": cli_ledger.url}
+    args = ["suppression", "add", "+447400000100", "--channel", "sms"]
+    done = run_installed_herald(*args, settings=settings, cwd=tmp_path)
+    line = assert_one_line_error(done, "suppression")
+    assert f"no data key in {data.resolve()}" in line and "herald migrate" in line
+    assert not (data / "data.key").exists()

@@ -11,7 +11,7 @@ import pytest
 from cryptography.exceptions import InvalidTag
 
 from ledger.crypto import FieldCipher, KeyRingError
-from settings import Settings
+from settings import MissingDataKey, Settings
 
 OLD = "k1:" + base64.b64encode(b"o" * 32).decode()
 NEW = "k2:" + base64.b64encode(b"n" * 32).decode()
@@ -75,9 +75,18 @@ def test_production_without_a_data_key_refuses_to_start(monkeypatch, tmp_path):
 
 def test_dev_generates_a_usable_data_key_readable_only_by_its_owner(monkeypatch, tmp_path):
     monkeypatch.delenv("HERALD_DATA_KEY", raising=False)
-    ring = Settings(env="dev", data_dir=tmp_path).resolved_data_keys()
+    ring = Settings(env="dev", data_dir=tmp_path).resolved_data_keys(create=True)
     key_file = tmp_path / "data.key"
     assert stat.S_IMODE(os.stat(key_file).st_mode) == 0o600
     assert Settings(env="dev", data_dir=tmp_path).resolved_data_keys() == ring
     cipher = FieldCipher(ring)
     assert cipher.decrypt(cipher.encrypt(PHONE, context="c"), context="c") == PHONE
+
+
+def test_only_a_creator_makes_a_data_key_anything_else_names_the_folder(monkeypatch, tmp_path):
+    # `herald dev` and `herald migrate` create it; a command run in the wrong folder must
+    # not make a second key that the real stack never sees.
+    monkeypatch.delenv("HERALD_DATA_KEY", raising=False)
+    with pytest.raises(MissingDataKey, match=str(tmp_path.resolve())):
+        Settings(env="dev", data_dir=tmp_path).resolved_data_keys()
+    assert not (tmp_path / "data.key").exists()

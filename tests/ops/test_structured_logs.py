@@ -200,3 +200,23 @@ async def test_a_scenario_leaves_json_logs_with_ids_and_no_pii_in_worker_and_api
     ours = [d for d in worker_lines if d.get("workflow_id") == workflow_id]
     assert ours, "no worker log line carries the workflow id"
     assert all("activity_type" in d or "workflow_type" in d for d in ours)
+
+
+def test_masking_catches_a_percent_encoded_address_and_a_number_without_its_plus():
+    for text in (
+        "GET /v1/intents?recipient=ana%40example.com",
+        "GET /v1/intents/%2B447400952999",
+        "GET /v1/intents/447400952999",
+        "order-created:07400952999",
+    ):
+        doc = json.loads(JsonFormatter().format(record(text)))
+        assert "ana" not in doc["message"] and "7400952999" not in doc["message"], text
+        assert doc["redacted"] is True
+    # Ids beside digits are not numbers: uuids, Message-IDs, versions, ports stay readable.
+    for text in (
+        "intent 3f2a1b9c-1234-4567-8901-123456789012 recorded",
+        "<0123456789abcdef0123456789abcdef@herald.local>",
+        "listening on 127.0.0.1:58080 (pid 123456)",
+    ):
+        doc = json.loads(JsonFormatter().format(record(text)))
+        assert doc["message"] == text and "redacted" not in doc

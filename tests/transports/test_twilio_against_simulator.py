@@ -398,3 +398,49 @@ async def test_a_server_error_on_create_is_ambiguous_but_transient_on_a_fetch() 
     await sms.aclose()
     assert not client.is_closed, "a client passed in belongs to the caller"
     await client.aclose()
+
+
+@pytest.mark.parametrize(("code", "http_status"), [(21408, 400), (20003, 401), (21606, 403)])
+async def test_an_unknown_4xx_with_the_providers_error_body_is_a_definitive_refusal(
+    sms: TwilioSms,
+    simulator: SimulatorServer,
+    receiver: CallbackReceiver,
+    code: int,
+    http_status: int,
+) -> None:
+    # A code the classification table does not know: nothing was created, so it is not
+    # "may have been accepted" (ambiguous, reconciled) but a refusal with its code.
+    to = "+33600000002"
+    scripted = await script(simulator, to=to, fault=f"api_error:{code}", http_status=http_status)
+    assert scripted.status_code == 200
+    with pytest.raises(SmsPermanentError) as caught:
+        await sms.submit(message(receiver, to))
+    assert caught.value.code == str(code) and caught.value.http_status == http_status
+    assert (await stats(simulator))["total"] == 0
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        httpx.Response(400, text="<html>bad request (a proxy's page)</html>"),
+        httpx.Response(500, json={"code": 20500, "message": "Internal", "status": 500}),
+    ],
+)
+async def test_a_4xx_without_the_providers_body_and_a_5xx_stay_ambiguous_on_create(
+    answer: httpx.Response,
+) -> None:
+    client = httpx.AsyncClient(transport=httpx.MockTransport(lambda request: answer))
+    sms = TwilioSms(base_url="http://x", account_sid=ACCOUNT_SID, auth_token="t", client=client)
+    with pytest.raises(SmsAmbiguousError):
+        await sms.submit(SmsMessage("k:1", NORMAL_TO, "hi", SENDER, None))
+    await client.aclose()
+
+
+async def test_the_simulator_refuses_a_scripted_http_status_that_is_not_a_4xx(
+    simulator: SimulatorServer,
+) -> None:
+    for bad in (200, 429, 500):
+        answer = await script(
+            simulator, to="+33600000003", fault="api_error:21408", http_status=bad
+        )
+        assert answer.status_code == 400

@@ -78,6 +78,7 @@ def test_terminal_and_retryable_sets_are_consistent() -> None:
         ("DELIVERED", S.DELIVERED),
         ("read", S.DELIVERED),
         ("undelivered", S.UNDELIVERED),
+        ("partially_delivered", S.UNDELIVERED),
         ("failed", S.FAILED),
         ("canceled", S.CANCELLED),
         ("received", None),

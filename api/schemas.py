@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
+from domain import key_privacy
 from domain.intents import IntentState
 from domain.requests import Category, NotificationRequest, PlanMode
 
@@ -89,12 +90,28 @@ class Readiness(BaseModel):
 # --- intents -----------------------------------------------------------------------------
 
 
+def _no_contact_data(value: Any) -> Any:
+    """Name the contact-data rule before the key's pattern is checked: an address fails
+    the pattern too, and the caller should learn which rule it broke. The intent's country
+    is not known here; intake checks national forms again with it."""
+    if isinstance(value, str):
+        try:
+            key_privacy.refuse_contact_data(value, country=None)
+        except key_privacy.ContactDataInKey as refused:
+            raise ValueError(str(refused)) from None
+    return value
+
+
 class IntentCreate(BaseModel):
     """One business event -> one notification intent (mirrors `NotificationRequest`)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    business_key: Annotated[str, Field(min_length=3, max_length=200, pattern=BUSINESS_KEY)]
+    business_key: Annotated[
+        str,
+        Field(min_length=3, max_length=200, pattern=BUSINESS_KEY),
+        BeforeValidator(_no_contact_data),
+    ]
     """`<event_type>:<subject ids>`, e.g. `class-opening:c-9081:m-1842`."""
     recipient_ref: Annotated[Text, Field(min_length=1, max_length=120)]
     template_key: Annotated[Text, Field(min_length=1, max_length=80)]

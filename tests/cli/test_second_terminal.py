@@ -184,7 +184,7 @@ def test_send_show_list_cancel_and_a_refused_resend_from_another_terminal(dev: S
     assert [a["state"] for a in doc["attempts"]] == ["delivered"]
 
     # Sent long ago in the ledger's terms: a resend is refused, in one line, exit 3.
-    refused = dev.herald("approve-resend", key, "--operator", "desk", "--reason", "again")
+    refused = dev.herald("approve-resend", key, "--reason", "again")
     assert refused.returncode == 3, refused.stderr
     assert refused.stdout.strip().splitlines() == [
         "refused: the intent's workflow has finished; record a new intent instead"
@@ -193,7 +193,7 @@ def test_send_show_list_cancel_and_a_refused_resend_from_another_terminal(dev: S
     later = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
     scheduled = f"class-opening:c-9082:{recipient}"
     dev.herald("send", "--key", scheduled, *send, "--send-at", later).json()
-    cancel = dev.herald("cancel", scheduled, "--operator", "desk", "--reason", "seat filled")
+    cancel = dev.herald("cancel", scheduled, "--reason", "seat filled")
     assert cancel.returncode == 0 and cancel.stdout.strip() == "future work closed", cancel
     assert _show(dev, scheduled)["intent"]["state"] == "cancelled"
 
@@ -215,7 +215,7 @@ def test_demo_runs_its_story_on_the_running_stack(dev: Stack) -> None:
 
 @pytest.mark.parametrize("command", ["cancel", "approve-resend"])
 def test_an_operator_action_on_an_unknown_key_is_one_line(dev: Stack, command: str) -> None:
-    done = dev.herald(command, "no-such:key-1", "--operator", "desk", "--reason", "why")
+    done = dev.herald(command, "no-such:key-1", "--reason", "why")
     line = assert_one_line_error(done, command)
     assert "no intent with id or business key 'no-such:key-1'" in line
 

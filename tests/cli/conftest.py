@@ -60,9 +60,12 @@ def cli_ledger(pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     engine.dispose()
 
 
-def run_herald(*args: str, database_url: str, data_dir: Path) -> Run:
+def run_herald(
+    *args: str, database_url: str, data_dir: Path, settings: dict[str, str] | None = None
+) -> Run:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HERALD_")}
     env.update(HERALD_DATABASE_URL=database_url, HERALD_DATA_DIR=str(data_dir))
+    env.update(settings or {})
     done = subprocess.run(
         [sys.executable, "-m", "cli", *args],
         cwd=ROOT,

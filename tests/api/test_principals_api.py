@@ -8,6 +8,7 @@ import logging
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 
 import httpx
 import pytest
@@ -96,6 +97,19 @@ def test_every_route_of_the_app_declares_its_role_or_is_public(app: FastAPI) -> 
     for method, path, route in app_routes(app):
         if route_access(route) is None:
             assert f"{method} {path}" in PUBLIC_ROUTES, f"{method} {path} declares no role"
+
+
+def test_docs_api_md_names_the_same_roles_for_every_guarded_route() -> None:
+    """The route table in docs/api.md is the role table people read: it must agree."""
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text()
+    documented: dict[str, set[str]] = {}
+    for method, path, roles in re.findall(
+        r"^\| `(\w+) (/[^`]*)` \| bearer: ([^|]+) \|", docs, re.M
+    ):
+        named = EVERYONE if roles.strip() == "any role" else set(roles.strip().split(", "))
+        documented[f"{method} {re.sub(r'{[^}]*}', '{}', path)}"] = named
+    expected = {re.sub(r"{[^}]*}", "{}", key): roles for key, roles in ROLE_TABLE.items()}
+    assert documented == expected
 
 
 def test_a_route_added_without_a_role_is_refused(app: FastAPI) -> None:

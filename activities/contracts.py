@@ -128,6 +128,8 @@ class OperatorActionInput:
     requested_in_temporal: bool = False
     """A cancel requested through Temporal (Web UI, `temporal workflow cancel`): the ledger
     activity records the request's identity, read from the workflow's history."""
+    operator_role: str = ""
+    """The authenticated principal's role; empty in histories recorded before roles."""
 
 
 @dataclass
@@ -143,6 +145,9 @@ class ReceiptSignal:
 class CancelRequest:
     operator: str = "temporal-ui"
     reason: str = ""
+    operator_role: str = ""
+    """The role of the principal who asked (the API and CLI set it; a signal sent from the
+    Temporal UI leaves it empty)."""
 
 
 @dataclass
@@ -162,6 +167,7 @@ class ResendRequest:
     channel: str = "sms"
     operator: str = "temporal-ui"
     reason: str = ""
+    operator_role: str = ""
 
 
 @dataclass

@@ -185,7 +185,12 @@ class NotificationWorkflow:
         refusal = self._resend_refusal(request)
         if refusal:
             await self._record_action(
-                "approve-resend", request.operator, request.reason, "refused", {"why": refusal}
+                "approve-resend",
+                request.operator,
+                request.reason,
+                "refused",
+                {"why": refusal},
+                role=request.operator_role,
             )
             return
         await self._accept_resend(request)
@@ -683,6 +688,7 @@ class NotificationWorkflow:
                 "note": message,
             },
             requested_in_temporal=requested_in_temporal,
+            role=request.operator_role,
         )
         return CancelResult(True, closed, in_flight, message, delivered=delivered)
 
@@ -720,6 +726,7 @@ class NotificationWorkflow:
             request.reason,
             "accepted",
             {"channel": request.channel, "after": f"{result.attempt_token}={result.state}"},
+            role=request.operator_role,
         )
         return ResendResult(True, "a new attempt will be authorized", result.attempts + 1)
 
@@ -732,6 +739,7 @@ class NotificationWorkflow:
         detail: dict[str, str],
         *,
         requested_in_temporal: bool = False,
+        role: str = "",
     ) -> None:
         await workflow.wait_condition(lambda: self._facts is not None)
         await workflow.execute_activity(
@@ -744,6 +752,7 @@ class NotificationWorkflow:
                 outcome,
                 detail,
                 requested_in_temporal=requested_in_temporal,
+                operator_role=role,
             ),
             start_to_close_timeout=timedelta(seconds=30),
             retry_policy=LEDGER_RETRY,

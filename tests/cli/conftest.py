@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,8 @@ class Run:
 
 @pytest.fixture(scope="module")
 def cli_ledger(pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ledger]:
-    from ledger import migrate
+    from domain.principals import Role
+    from ledger import migrate, principals
     from ledger.templates import seed_packaged
     from tests.conftest import fresh_database
 
@@ -50,16 +52,24 @@ def cli_ledger(pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     sessions = sessionmaker(engine, expire_on_commit=False)
     with sessions.begin() as session:
         seed_packaged(session, "default")
+        # The CLI acts as a principal: an admin whose token is where `herald dev` puts it.
+        issued = principals.create(
+            session, "cli-admin", Role.ADMIN, by=principals.BOOTSTRAP_ACTOR, at=datetime.now(UTC)
+        )
     data_dir = tmp_path_factory.mktemp("herald-cli")
     # What `herald migrate` would have left there: the folder's data key.
     Settings(data_dir=data_dir, env="dev").resolved_data_keys(create=True)
+    (data_dir / "operator.token").write_text(issued.token)
     yield Ledger(url, sessions, data_dir)
     engine.dispose()
 
 
-def run_herald(*args: str, database_url: str, data_dir: Path) -> Run:
+def run_herald(
+    *args: str, database_url: str, data_dir: Path, settings: dict[str, str] | None = None
+) -> Run:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HERALD_")}
     env.update(HERALD_DATABASE_URL=database_url, HERALD_DATA_DIR=str(data_dir))
+    env.update(settings or {})
     done = subprocess.run(
         [sys.executable, "-m", "cli", *args],
         cwd=ROOT,

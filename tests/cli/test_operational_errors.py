@@ -14,7 +14,7 @@ from tests.cli.conftest import Ledger, assert_one_line_error, run_installed_hera
 KEY = "class-opening:c-9081:m-1842"
 SEND = ["--key", KEY, "--recipient", "m-1842", "--template", "class-opening"]
 SEND += ["--phone", "+447400000100"]
-OPERATOR = ["--operator", "front-desk", "--reason", "seat filled"]
+OPERATOR = ["--reason", "seat filled"]
 
 
 @pytest.mark.parametrize(
@@ -121,7 +121,12 @@ def test_with_a_database_but_no_data_key_a_command_names_the_key_and_creates_non
     cli_ledger: Ledger, tmp_path: Path
 ) -> None:
     data = tmp_path / "data"
-    settings = {"HERALD_DATA_DIR": str(data), "HERALD_DATABASE_URL": cli_ledger.url}
+    settings = {
+        "HERALD_DATA_DIR": str(data),
+        "HERALD_DATABASE_URL": cli_ledger.url,
+        # An admin's token, so the data key is what is missing, not the principal.
+        "HERALD_TOKEN": (cli_ledger.data_dir / "operator.token").read_text(),
+    }
     args = ["suppression", "add", "+447400000100", "--channel", "sms"]
     done = run_installed_herald(*args, settings=settings, cwd=tmp_path)
     line = assert_one_line_error(done, "suppression")

@@ -28,6 +28,7 @@ from twilio.request_validator import RequestValidator
 
 from activities.contracts import ReceiptSignal
 from activities.email import verify_unsubscribe_token
+from api.console import mount_console
 from api.evidence import evidence_router
 from api.intents import INVALID, RETENTION_NOTE, intents_router, validation_problem
 from api.metrics import build_registry
@@ -93,8 +94,11 @@ class Ingress:
         public_base_url: str,
         operator_token: str,
         unsubscribe_secret: str,
+        temporal_ui_url: str | None = None,
     ) -> None:
         self.client = client
+        self.temporal_ui_url = temporal_ui_url
+        """The Temporal Web UI's base URL, for the console's link to a workflow."""
         self.validator = RequestValidator(auth_token)
         self.public_base_url = public_base_url.rstrip("/")
         self.operator_token = operator_token
@@ -463,4 +467,5 @@ def create_app(ingress: Ingress) -> FastAPI:
     # Bearer token checked by the router's route class, before the body is even parsed.
     app.include_router(intents_router(ingress))
     app.include_router(evidence_router(ingress))
+    mount_console(app, ingress)
     return app

@@ -1,0 +1,251 @@
+"""The operator console over HTTP (ASGI, real Postgres): sign-in, sessions, CSRF, the pages
+and the actions, and that contact data stays out of URLs and HTML unless revealed."""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from datetime import UTC, datetime
+
+import httpx
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from ledger import reconcile
+from ledger.models import ConsoleSession, OperatorAction, ReviewItem
+from tests.api.conftest import OPERATOR_TOKEN, random_mobile, submitted_attempt
+
+pytestmark = pytest.mark.ledger
+
+CSRF = re.compile(r'name="csrf" value="([^"]+)"')
+
+
+def csrf_of(html: str) -> str:
+    found = CSRF.search(html)
+    assert found, html[:500]
+    return found.group(1)
+
+
+async def sign_in(http: httpx.AsyncClient, name: str = "ana", token: str = OPERATOR_TOKEN) -> str:
+    """Sign in through the form; the CSRF token of the new session."""
+    form = await http.get("/console/sign-in")
+    done = await http.post(
+        "/console/sign-in", data={"name": name, "token": token, "csrf": csrf_of(form.text)}
+    )
+    assert done.status_code == 303, done.text
+    landing = await http.get("/console")
+    assert landing.status_code == 200, landing.text
+    return csrf_of(landing.text)
+
+
+async def test_nothing_but_sign_in_and_static_without_a_session(http):
+    for path in ("/console", "/console/intents", "/console/reconciliation", "/console/policy"):
+        answer = await http.get(path)
+        assert answer.status_code == 303 and answer.headers["location"] == "/console/sign-in"
+    assert (await http.post("/console/search", data={"destination": "+447400000100"})).headers[
+        "location"
+    ] == "/console/sign-in"
+    assert (await http.get("/console/sign-in")).status_code == 200
+    css = await http.get("/console/static/console.css")
+    assert css.status_code == 200 and "text/css" in css.headers["content-type"]
+    root = await http.get("/")
+    assert root.status_code == 303 and root.headers["location"] == "/console"
+
+
+async def test_a_wrong_token_is_refused_and_the_cookie_is_http_only_and_strict(http, committed):
+    form = await http.get("/console/sign-in")
+    wrong = await http.post(
+        "/console/sign-in", data={"name": "ana", "token": "nope", "csrf": csrf_of(form.text)}
+    )
+    assert wrong.status_code == 401 and "do not match" in wrong.text
+    form = await http.get("/console/sign-in")
+    done = await http.post(
+        "/console/sign-in",
+        data={"name": "ana", "token": OPERATOR_TOKEN, "csrf": csrf_of(form.text)},
+    )
+    cookie = [
+        v for k, v in done.headers.multi_items() if k == "set-cookie" and "herald_console=" in v
+    ]
+    assert cookie and "HttpOnly" in cookie[0] and "SameSite=strict" in cookie[0]
+    assert "Secure" not in cookie[0]  # served over http here; https sets it
+
+
+async def test_sign_in_without_the_form_csrf_is_refused(http):
+    await http.get("/console/sign-in")
+    refused = await http.post("/console/sign-in", data={"name": "ana", "token": OPERATOR_TOKEN})
+    assert refused.status_code == 403
+    assert "herald_console=" not in refused.headers.get("set-cookie", "")
+
+
+async def test_an_idle_session_ends_and_sign_out_ends_it_at_once(http, committed):
+    await sign_in(http)
+    with committed.begin() as session:
+        row = session.execute(
+            select(ConsoleSession).order_by(ConsoleSession.created_at.desc()).limit(1)
+        ).scalar_one()
+        row.last_seen_at = datetime(2000, 1, 1, tzinfo=UTC)
+    assert (await http.get("/console")).status_code == 303
+    csrf = await sign_in(http)
+    out = await http.post("/console/sign-out", data={"csrf": csrf})
+    assert out.status_code == 303
+    assert (await http.get("/console/intents")).status_code == 303
+
+
+async def test_search_by_phone_finds_the_intent_and_no_page_or_url_carries_the_number(
+    http, committed, cipher
+):
+    phone = random_mobile()
+    sent = submitted_attempt(committed, cipher, phone=phone)
+    csrf = await sign_in(http)
+    found = await http.post("/console/search", data={"destination": phone, "csrf": csrf})
+    assert found.status_code == 200
+    assert sent.intent_id in found.text
+    assert phone not in found.text and phone[1:] not in found.text
+    page = await http.get(f"/console/intents/{sent.intent_id}")
+    assert page.status_code == 200 and phone not in page.text
+    assert "Content-Security-Policy" in page.headers
+
+
+async def test_a_post_without_the_csrf_token_is_refused_and_changes_nothing(
+    http, committed, cipher
+):
+    sent = submitted_attempt(committed, cipher)
+    await sign_in(http)
+    refused = await http.post(f"/console/intents/{sent.intent_id}/cancel", data={"reason": "x"})
+    assert refused.status_code == 403
+    with committed() as session:
+        assert not _actions(session, sent.intent_id)
+
+
+async def test_a_reveal_needs_a_reason_and_is_recorded(http, committed, cipher):
+    phone = random_mobile()
+    sent = submitted_attempt(committed, cipher, phone=phone)
+    csrf = await sign_in(http, name="ana")
+    no_reason = await http.post(
+        f"/console/intents/{sent.intent_id}/reveal", data={"reason": "", "csrf": csrf}
+    )
+    assert no_reason.status_code == 422 and phone not in no_reason.text
+    shown = await http.post(
+        f"/console/intents/{sent.intent_id}/reveal",
+        data={"reason": "caller verified, ticket 881", "csrf": csrf},
+    )
+    assert shown.status_code == 200 and phone in shown.text
+    with committed() as session:
+        (action,) = _actions(session, sent.intent_id)
+    assert (action.action, action.operator, action.reason) == (
+        "reveal",
+        "ana",
+        "caller verified, ticket 881",
+    )
+
+
+async def test_a_cancel_records_the_signed_in_name_and_the_page_says_so_plainly(
+    http, committed, cipher
+):
+    sent = submitted_attempt(committed, cipher)
+    csrf = await sign_in(http, name="ana")
+    done = await http.post(
+        f"/console/intents/{sent.intent_id}/cancel", data={"reason": "seller asked", "csrf": csrf}
+    )
+    assert done.status_code == 303
+    page = await http.get(done.headers["location"])
+    assert "Cancel accepted" in page.text
+    with committed() as session:
+        (action,) = _actions(session, sent.intent_id)
+    assert (action.action, action.operator, action.reason) == ("cancel", "ana", "seller asked")
+
+
+async def test_an_approve_resend_refusal_is_shown_in_words(http, committed, cipher):
+    sent = submitted_attempt(committed, cipher)
+    csrf = await sign_in(http)
+    done = await http.post(
+        f"/console/intents/{sent.intent_id}/approve-resend",
+        data={"reason": "try again", "channel": "sms", "csrf": csrf},
+    )
+    page = await http.get(done.headers["location"])
+    assert "Refused: the intent&#39;s workflow has finished" in page.text
+
+
+async def test_resolving_a_review_item_records_who_and_the_note(http, committed, cipher):
+    sent = submitted_attempt(committed, cipher)
+    now = datetime.now(UTC)
+    with committed.begin() as session:
+        reconcile.record_review_items(
+            session,
+            [
+                reconcile.ReviewRow(
+                    kind=reconcile.UNKNOWN_OUTCOME,
+                    subject=f"attempt:{sent.attempt_id}",
+                    since=now,
+                    age=now - now,
+                    intent_id=sent.intent_id,
+                )
+            ],
+            now,
+        )
+        item = session.execute(
+            select(ReviewItem).where(ReviewItem.subject == f"attempt:{sent.attempt_id}")
+        ).scalar_one()
+    csrf = await sign_in(http, name="ana")
+    page = await http.get("/console/reconciliation")
+    assert f"/console/review-items/{item.id}/resolve" in page.text
+    done = await http.post(
+        f"/console/review-items/{item.id}/resolve",
+        data={"note": "carrier confirmed delivery by phone", "csrf": csrf},
+    )
+    assert done.status_code == 303
+    with committed() as session:
+        row = session.get(ReviewItem, item.id)
+        assert row is not None and row.resolved_at is not None
+        assert (row.resolved_by, row.resolution_note) == (
+            "ana",
+            "carrier confirmed delivery by phone",
+        )
+
+
+async def test_the_csv_has_states_and_versions_and_no_destination(http, committed, cipher):
+    phone = random_mobile()
+    sent = submitted_attempt(committed, cipher, phone=phone)
+    await sign_in(http)
+    with committed() as session:
+        from ledger.models import Intent
+
+        key = session.get(Intent, sent.intent_id).business_key  # type: ignore[union-attr]
+    answer = await http.get("/console/intents.csv", params={"key_prefix": key})
+    assert answer.status_code == 200 and answer.headers["content-type"].startswith("text/csv")
+    rows = list(csv.DictReader(io.StringIO(answer.text)))
+    assert [r["intent_id"] for r in rows] == [sent.intent_id]
+    assert rows[0]["sms_state"] == "submitted" and rows[0]["policy_versions"]
+    assert phone not in answer.text
+
+
+async def test_the_list_pages_by_keyset_and_counts_by_state(http, committed, cipher):
+    sent = [submitted_attempt(committed, cipher) for _ in range(3)]
+    await sign_in(http)
+    with committed() as session:
+        from ledger.models import Intent
+
+        keys = [session.get(Intent, s.intent_id).business_key for s in sent]  # type: ignore[union-attr]
+    prefix = keys[0].rsplit(":", 1)[0]
+    first = await http.get("/console/intents")
+    assert first.status_code == 200
+    assert keys[-1] in first.text  # newest first
+    state = await http.get("/console/intents", params={"state": "sending"})
+    assert state.status_code == 200 and "sending" in state.text
+    bad = await http.get("/console/intents", params={"created_from": "yesterday"})
+    assert bad.status_code == 400 and "created from" in bad.text
+    assert prefix
+
+
+def _actions(session: Session, intent_id: str) -> list[OperatorAction]:
+    return list(
+        session.execute(
+            select(OperatorAction).where(OperatorAction.intent_id == intent_id)
+        ).scalars()
+    )
+
+
+def _unused(sessions: sessionmaker[Session]) -> None:
+    return None

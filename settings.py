@@ -47,6 +47,9 @@ class Settings(BaseSettings):
     temporal_namespace: str = "default"
     temporal_port: int = 57233
     temporal_ui_port: int = 58233
+    temporal_ui_url: str | None = None
+    """The Temporal Web UI's base URL, for the console's links to a workflow (`herald dev`
+    uses its own UI's)."""
     task_queue: str = "herald"
     sms_max_per_second: float = 10.0
     """SMS send and poll run on `<task_queue>-sms`, rate limited by the server for the
@@ -64,6 +67,11 @@ class Settings(BaseSettings):
     public_base_url: str | None = None
     """The URL the SMS provider calls (signature checks need it exactly, behind proxies too)."""
     operator_token: SecretStr | None = None
+    """HERALD_OPERATOR_TOKEN: a break-glass admin credential, for the first `herald
+    principals add` in production and for when every admin's token is lost. Required
+    outside dev; unset in dev, where `herald dev` makes a principal for the local user."""
+    token: SecretStr | None = None
+    """HERALD_TOKEN: the token the CLI acts with; unset, `<data_dir>/operator.token`."""
 
     sms_base_url: str | None = None
     """Twilio-compatible API base. Unset: the carrier simulator."""
@@ -186,12 +194,27 @@ class Settings(BaseSettings):
             raise RuntimeError(f"sender settings: {err}") from None
         return book
 
-    def resolved_operator_token(self) -> str:
+    def resolved_operator_token(self) -> str | None:
+        """The break-glass token; None in dev when unset (principals do the work there)."""
         if self.operator_token is not None:
             return self.operator_token.get_secret_value()
         if self.env != "dev":
             raise RuntimeError("HERALD_OPERATOR_TOKEN is required outside dev; refusing to start")
-        return _dev_secret(self.data_path / "operator.token", lambda: secrets.token_urlsafe(24))
+        return None
+
+    @property
+    def token_file(self) -> Path:
+        """Where `herald dev` writes its local admin's token, and where the CLI reads one."""
+        return self.data_path / "operator.token"
+
+    def cli_token(self) -> str | None:
+        """The token the CLI acts with: HERALD_TOKEN, else the data folder's token file."""
+        if self.token is not None:
+            return self.token.get_secret_value()
+        try:
+            return self.token_file.read_text().strip() or None
+        except FileNotFoundError:
+            return None
 
 
 def _b64(data: bytes) -> str:
@@ -213,6 +236,18 @@ def _dev_secret(path: Path, make) -> str:  # type: ignore[no-untyped-def]
         value = make()
         handle.write(value)
     return value
+
+
+def write_secret_file(path: Path, value: str) -> None:
+    """Write `value` to `path`, readable by its owner only, replacing what was there."""
+    import os
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(value)
+    os.replace(partial, path)
 
 
 def load() -> Settings:

@@ -125,6 +125,8 @@ class OperatorActionInput:
     reason: str
     outcome: str
     detail: dict[str, str] = field(default_factory=dict)
+    operator_role: str = ""
+    """The authenticated principal's role; empty in histories recorded before roles."""
 
 
 @dataclass
@@ -140,6 +142,9 @@ class ReceiptSignal:
 class CancelRequest:
     operator: str = "temporal-ui"
     reason: str = ""
+    operator_role: str = ""
+    """The role of the principal who asked (the API and CLI set it; a signal sent from the
+    Temporal UI leaves it empty)."""
 
 
 @dataclass
@@ -159,6 +164,7 @@ class ResendRequest:
     channel: str = "sms"
     operator: str = "temporal-ui"
     reason: str = ""
+    operator_role: str = ""
 
 
 @dataclass

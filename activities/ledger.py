@@ -342,6 +342,7 @@ class LedgerActivities:
                 intent_id=input.intent_id,
                 action=input.action,
                 operator=input.operator,
+                operator_role=input.operator_role or None,
                 reason=input.reason,
                 outcome=input.outcome,
                 at=now,

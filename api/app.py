@@ -28,10 +28,12 @@ from twilio.request_validator import RequestValidator
 
 from activities.contracts import ReceiptSignal
 from activities.email import verify_unsubscribe_token
+from api.auth import Authenticator, check_every_route_declared
 from api.console import mount_console
 from api.evidence import evidence_router
 from api.intents import INVALID, RETENTION_NOTE, intents_router, validation_problem
 from api.metrics import build_registry
+from api.principals import principals_router
 from api.schemas import Health, Problem, Readiness, Unsubscribed
 from domain import keywords
 from domain.destinations import phone_e164
@@ -61,8 +63,11 @@ Herald's HTTP ingress.
 - **One-click unsubscribe** (`/v1/unsubscribe/{{token}}`, RFC 8058) is authenticated by
   the signed token in the link.
 - **The operator and app API** (`/v1/intents...`, `/v1/consents...`,
-  `/v1/suppressions...`) needs `Authorization: Bearer <token>`
-  (`HERALD_OPERATOR_TOKEN`; `herald dev` writes one to the data folder).
+  `/v1/suppressions...`, `/v1/principals...`) needs `Authorization: Bearer <token>`: a
+  principal's token (`herald principals add NAME --role ROLE`; `herald dev` writes its
+  local admin's to the data folder) or `HERALD_OPERATOR_TOKEN` (break-glass admin). Each
+  route names its role (app, viewer, operator, admin): no token or an unknown or revoked
+  one is 401, a role that may not is 403 naming the role needed.
 - `/healthz` (liveness), `/readyz` (ledger and Temporal reachable), `/metrics`
   (Prometheus text format) and this document need nothing.
 
@@ -92,7 +97,7 @@ class Ingress:
         *,
         auth_token: str,
         public_base_url: str,
-        operator_token: str,
+        operator_token: str | None,
         unsubscribe_secret: str,
         temporal_ui_url: str | None = None,
     ) -> None:
@@ -101,7 +106,8 @@ class Ingress:
         """The Temporal Web UI's base URL, for the console's link to a workflow."""
         self.validator = RequestValidator(auth_token)
         self.public_base_url = public_base_url.rstrip("/")
-        self.operator_token = operator_token
+        # HERALD_OPERATOR_TOKEN: the break-glass admin (optional in dev).
+        self.auth = Authenticator(client.sessions, break_glass_token=operator_token)
         self.unsubscribe_secret = unsubscribe_secret
         self.registry, self.counters = build_registry(client.sessions)
         self._probes: dict[str, asyncio.Future[Any]] = {}
@@ -419,6 +425,7 @@ def unsubscribe_router(ingress: Ingress) -> APIRouter:
 def create_app(ingress: Ingress) -> FastAPI:
     app = FastAPI(title="Herald", version="0.1.0", description=DESCRIPTION)
     app.state.ingress = ingress
+    app.state.authenticator = ingress.auth
     app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
     # Every route's 422 names the problem without echoing what was sent.
     app.add_exception_handler(RequestValidationError, validation_problem)
@@ -464,8 +471,10 @@ def create_app(ingress: Ingress) -> FastAPI:
 
     app.include_router(provider_router(ingress))
     app.include_router(unsubscribe_router(ingress))
-    # Bearer token checked by the router's route class, before the body is even parsed.
+    # Token and role checked by the routers' route class, before the body is even parsed.
     app.include_router(intents_router(ingress))
     app.include_router(evidence_router(ingress))
+    app.include_router(principals_router(ingress))
     mount_console(app, ingress)
+    check_every_route_declared(app)
     return app

@@ -1,4 +1,4 @@
-"""The consent and suppression API: record, revoke, lift, list (bearer token, like intents).
+"""The consent and suppression API: record, revoke, lift (operators), list (viewers).
 
 Recipients and destinations travel in request bodies only, never in a URL (proxies and
 the access log keep URLs), and no answer, error or log line repeats them: a destination
@@ -11,12 +11,12 @@ import logging
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
-from fastapi import APIRouter, Depends, HTTPException, Path
+from fastapi import APIRouter, HTTPException, Path
 from fastapi.responses import JSONResponse
-from fastapi.security import HTTPBearer
 from sqlalchemy.orm import Session
 
-from api.intents import INVALID, bearer_route
+from api.auth import GUARDED, GuardedRoute, Operating, ReadingEvidence
+from api.intents import INVALID
 from api.schemas import (
     ConsentBody,
     ConsentList,
@@ -72,9 +72,8 @@ def evidence_router(ingress: Ingress) -> APIRouter:
     router = APIRouter(
         prefix="/v1",
         tags=["consent and suppressions"],
-        route_class=bearer_route(ingress.operator_token),
-        dependencies=[Depends(HTTPBearer(auto_error=False, description="HERALD_OPERATOR_TOKEN"))],
-        responses={401: {"model": Problem, "description": "No valid bearer token."}, **INVALID},
+        route_class=GuardedRoute,
+        responses={**GUARDED, **INVALID},
     )
 
     @router.post(
@@ -83,12 +82,13 @@ def evidence_router(ingress: Ingress) -> APIRouter:
         response_model=ConsentView,
         summary="Record a consent grant, live from now",
     )
-    async def record_consent(body: ConsentBody) -> ConsentView:
+    async def record_consent(body: ConsentBody, by: Operating) -> ConsentView:
         now = datetime.now(UTC)
 
         def work(session: Session) -> ConsentView:
-            row = evidence.record_consent(
+            row = evidence.record_consent_by(
                 session,
+                by,
                 recipient_ref=body.recipient_ref,
                 channel=body.channel,
                 purpose=body.purpose,
@@ -113,12 +113,13 @@ def evidence_router(ingress: Ingress) -> APIRouter:
             "nothing live, `ended` is empty and nothing changes."
         ),
     )
-    async def revoke_consent(body: ConsentBody) -> ConsentRevoked:
+    async def revoke_consent(body: ConsentBody, by: Operating) -> ConsentRevoked:
         now = datetime.now(UTC)
 
         def work(session: Session) -> ConsentRevoked:
-            ended = evidence.revoke_consent(
+            ended = evidence.revoke_consent_by(
                 session,
+                by,
                 recipient_ref=body.recipient_ref,
                 channel=body.channel,
                 purpose=body.purpose,
@@ -141,7 +142,7 @@ def evidence_router(ingress: Ingress) -> APIRouter:
         response_model=ConsentList,
         summary="Every grant on record for a recipient (revoked ones included)",
     )
-    async def list_consents(body: ConsentQuery) -> ConsentList:
+    async def list_consents(body: ConsentQuery, _by: ReadingEvidence) -> ConsentList:
         def work(session: Session) -> ConsentList:
             rows = evidence.consents_of(
                 session, body.recipient_ref, channel=body.channel, purpose=body.purpose
@@ -163,7 +164,7 @@ def evidence_router(ingress: Ingress) -> APIRouter:
             }
         },
     )
-    async def record_suppression(body: SuppressionBody) -> JSONResponse:
+    async def record_suppression(body: SuppressionBody, by: Operating) -> JSONResponse:
         try:
             lookup = ingress.client.lookup_hmac(
                 normalized_destination(body.destination, body.channel)
@@ -173,8 +174,9 @@ def evidence_router(ingress: Ingress) -> APIRouter:
         now = datetime.now(UTC)
 
         def work(session: Session) -> dict[str, Any]:
-            row, created = evidence.suppress(
+            row, created = evidence.suppress_by(
                 session,
+                by,
                 destination_hmac=lookup,
                 channel=body.channel,
                 reason=body.reason,
@@ -193,7 +195,7 @@ def evidence_router(ingress: Ingress) -> APIRouter:
         response_model=SuppressionList,
         summary="Every suppression on record for a destination (lifted ones included)",
     )
-    async def list_suppressions(body: SuppressionQuery) -> SuppressionList:
+    async def list_suppressions(body: SuppressionQuery, _by: ReadingEvidence) -> SuppressionList:
         try:
             lookup = ingress.client.lookup_hmac(
                 normalized_destination(body.destination, body.channel)
@@ -217,13 +219,15 @@ def evidence_router(ingress: Ingress) -> APIRouter:
         responses={404: {"model": Problem, "description": "No suppression with that id."}},
     )
     async def lift_suppression(
-        suppression_id: SuppressionId, body: SuppressionLift | None = None
+        suppression_id: SuppressionId, by: Operating, body: SuppressionLift | None = None
     ) -> SuppressionLifted:
         source = body.source if body else "api"
         now = datetime.now(UTC)
 
         def work(session: Session) -> SuppressionLifted:
-            row, changed = evidence.lift_suppression(session, suppression_id, source=source, at=now)
+            row, changed = evidence.lift_suppression_by(
+                session, by, suppression_id, source=source, at=now
+            )
             return SuppressionLifted(**suppression_fields(row), changed=changed)
 
         try:

@@ -1,27 +1,25 @@
 """The operator and app API: create (with Idempotency-Key), list, read, cancel, approve-resend.
 
-Every route here needs the operator bearer token, checked by `bearer_route` before the body.
+Every route declares its role (api.auth); the token is checked before the body is parsed.
+The operator recorded on a cancel or an approved resend is the authenticated principal.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
-from collections.abc import Callable, Coroutine
 from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, HTTPException, Path, Query, Request, Response
+from fastapi import APIRouter, Header, HTTPException, Path, Query, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from fastapi.routing import APIRoute
-from fastapi.security import HTTPBearer
 from sqlalchemy.orm import Session
 
 from api import idempotency
+from api.auth import GUARDED, CreatingIntents, GuardedRoute, Operating, ReadingIntents
 from api.schemas import (
     CancelOutcome,
     IntentCreate,
@@ -123,46 +121,12 @@ def list_intents(
     )
 
 
-def bearer_ok(authorization: str | None, token: str) -> bool:
-    scheme, _, credentials = (authorization or "").partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(
-        credentials.strip().encode("utf-8", "replace"), token.encode()
-    )
-
-
-def unauthorized() -> JSONResponse:
-    return JSONResponse(
-        {"detail": "a valid bearer token is required"},
-        status_code=401,
-        headers={"WWW-Authenticate": "Bearer"},
-    )
-
-
-def bearer_route(token: str) -> type[APIRoute]:
-    """Routes that check the bearer token before anything else, body parsing included,
-    so an unauthenticated caller learns nothing (not even that its JSON was malformed)."""
-
-    class BearerRoute(APIRoute):
-        def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-            handler = super().get_route_handler()
-
-            async def checked(request: Request) -> Response:
-                if not bearer_ok(request.headers.get("Authorization"), token):
-                    return unauthorized()
-                return await handler(request)
-
-            return checked
-
-    return BearerRoute
-
-
 def intents_router(ingress: Ingress) -> APIRouter:
     router = APIRouter(
         prefix="/v1/intents",
         tags=["intents"],
-        route_class=bearer_route(ingress.operator_token),
-        dependencies=[Depends(HTTPBearer(auto_error=False, description="HERALD_OPERATOR_TOKEN"))],
-        responses={401: {"model": Problem, "description": "No valid bearer token."}, **INVALID},
+        route_class=GuardedRoute,
+        responses={**GUARDED, **INVALID},
     )
     store = idempotency.IdempotencyStore(ingress.client.sessions)
 
@@ -233,6 +197,7 @@ def intents_router(ingress: Ingress) -> APIRouter:
     )
     async def create_intent(
         body: IntentCreate,
+        _by: CreatingIntents,
         idempotency_key: Annotated[
             str | None,
             Header(
@@ -284,6 +249,7 @@ def intents_router(ingress: Ingress) -> APIRouter:
 
     @router.get("", response_model=IntentPage, summary="List intents, newest first")
     async def list_route(
+        _by: ReadingIntents,
         state: Annotated[IntentState | None, Query(description="Derived intent state.")] = None,
         channel: Annotated[
             str | None, Query(pattern="^(sms|email)$", description="In the channel plan.")
@@ -319,7 +285,7 @@ def intents_router(ingress: Ingress) -> APIRouter:
         summary="An intent's timeline from the ledger",
         responses=NOT_FOUND,
     )
-    async def get_intent(id_or_key: IdOrKey) -> dict[str, Any]:
+    async def get_intent(id_or_key: IdOrKey, _by: ReadingIntents) -> dict[str, Any]:
         if not _lookupable(id_or_key):
             raise _not_found(id_or_key)
         try:
@@ -333,16 +299,16 @@ def intents_router(ingress: Ingress) -> APIRouter:
         summary="Close the intent's future work (nothing already sent is recalled)",
         responses=NOT_FOUND,
     )
-    async def cancel(id_or_key: IdOrKey, body: OperatorBody) -> dict[str, Any]:
+    async def cancel(id_or_key: IdOrKey, body: OperatorBody, by: Operating) -> dict[str, Any]:
+        """Recorded under the authenticated principal (`operator` in the answer); an
+        `operator` field in the body is ignored."""
         if not _lookupable(id_or_key):
             raise _not_found(id_or_key)
         try:
-            result = await ingress.client.cancel(
-                id_or_key, operator=body.operator, reason=body.reason
-            )
+            result = await ingress.client.cancel(id_or_key, by=by, reason=body.reason)
         except repo.NotFound as err:
             raise _not_found(id_or_key) from err
-        return asdict(result)
+        return {**asdict(result), "operator": by.name}
 
     @router.post(
         "/{id_or_key}/approve-resend",
@@ -353,16 +319,19 @@ def intents_router(ingress: Ingress) -> APIRouter:
             409: {"model": ResendOutcome, "description": "Refused; `message` says why."},
         },
     )
-    async def approve_resend(id_or_key: IdOrKey, body: ResendBody) -> JSONResponse:
+    async def approve_resend(id_or_key: IdOrKey, body: ResendBody, by: Operating) -> JSONResponse:
+        """Recorded under the authenticated principal; an `operator` field is ignored."""
         if not _lookupable(id_or_key):
             raise _not_found(id_or_key)
         try:
             result = await ingress.client.approve_resend(
-                id_or_key, channel=body.channel, operator=body.operator, reason=body.reason
+                id_or_key, channel=body.channel, by=by, reason=body.reason
             )
         except repo.NotFound as err:
             raise _not_found(id_or_key) from err
-        return JSONResponse(asdict(result), status_code=200 if result.accepted else 409)
+        return JSONResponse(
+            {**asdict(result), "operator": by.name}, status_code=200 if result.accepted else 409
+        )
 
     return router
 

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from domain.intents import IntentState
+from domain.principals import NAME_PATTERN, Role
 from domain.requests import Category, NotificationRequest, PlanMode
 
 
@@ -34,6 +35,16 @@ class Problem(BaseModel):
     """An error: `detail` says what was wrong, in a sentence."""
 
     detail: str
+
+
+class Forbidden(BaseModel):
+    """A 403 from a route whose role the caller's lacks: the role needed, never the token."""
+
+    detail: str
+    needed_role: str
+    """The least role that may do this."""
+    allowed_roles: list[str]
+    """Every role that may."""
 
 
 class ValidationIssue(BaseModel):
@@ -214,6 +225,8 @@ class ObservationView(BaseModel):
 class OperatorActionView(BaseModel):
     action: str
     operator: str
+    operator_role: str | None = None
+    """The operator's role when it acted (null for actions recorded before roles)."""
     reason: str
     outcome: str
     detail: dict[str, Any] | None
@@ -234,7 +247,9 @@ class Timeline(BaseModel):
 
 
 class OperatorBody(BaseModel):
-    operator: Annotated[Text, Field(min_length=1, max_length=120)]
+    """Who acts is the authenticated principal: an `operator` field, which older clients
+    sent, is ignored (not stored, not compared)."""
+
     reason: Annotated[Text, Field(min_length=1, max_length=2000)]
 
 
@@ -244,6 +259,8 @@ class ResendBody(OperatorBody):
 
 class CancelOutcome(BaseModel):
     accepted: bool
+    operator: str
+    """The authenticated principal the cancel was recorded under."""
     closed: list[str]
     """What the cancel closed: the scheduled send, a deferral, polls, later channels."""
     in_flight: list[str]
@@ -255,6 +272,8 @@ class CancelOutcome(BaseModel):
 
 class ResendOutcome(BaseModel):
     accepted: bool
+    operator: str
+    """The authenticated principal the approval (or refusal) was recorded under."""
     message: str
     attempt_number: int | None = None
 
@@ -367,3 +386,38 @@ class SuppressionLifted(SuppressionView):
 class SuppressionList(BaseModel):
     items: list[SuppressionView]
     """Every suppression on record for the destination, lifted ones included, oldest first."""
+
+
+# --- principals --------------------------------------------------------------------------
+
+
+class PrincipalCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: Annotated[str, Field(pattern=NAME_PATTERN)]
+    role: Role
+
+
+class PrincipalView(BaseModel):
+    """A principal as listed: never its token or the token's hash."""
+
+    name: str
+    role: Role
+    created_by: str
+    created_at: datetime
+    last_used_at: datetime | None
+    rotated_at: datetime | None
+    revoked_at: datetime | None
+
+
+class PrincipalList(BaseModel):
+    items: list[PrincipalView]
+
+
+class PrincipalToken(BaseModel):
+    """The answer to an add or a rotate: the only time the token is ever shown."""
+
+    name: str
+    role: Role
+    token: str
+    warning: str = "store this token now: it is not stored by Herald and will not be shown again"

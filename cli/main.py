@@ -71,6 +71,42 @@ async def _client(cfg: settings_module.Settings):  # type: ignore[no-untyped-def
         ) from err
 
 
+def _acting(cfg: settings_module.Settings, access: Any) -> Any:
+    """The principal this command acts as: the token in HERALD_TOKEN or the data folder's
+    token file, checked like the API checks it (HERALD_OPERATOR_TOKEN is break-glass
+    admin). What it does is recorded under that name and role, never under a flag."""
+    import hashlib
+    import hmac
+
+    from domain.principals import BREAK_GLASS_NAME, Principal, Role, roles_for
+    from ledger import principals
+
+    token = cfg.cli_token()
+    if token is None:
+        raise CliError(
+            f"no token: set HERALD_TOKEN, or run `herald dev` (it writes {cfg.token_file})"
+        )
+    where = "HERALD_TOKEN" if cfg.token is not None else str(cfg.token_file)
+    principal: Principal | None = None
+    if cfg.operator_token is not None and hmac.compare_digest(
+        hashlib.sha256(token.encode()).digest(),
+        hashlib.sha256(cfg.operator_token.get_secret_value().encode()).digest(),
+    ):
+        principal = Principal(BREAK_GLASS_NAME, Role.ADMIN)
+    else:
+        with _sessions(cfg).begin() as session:
+            principal = principals.authenticate(session, token, at=datetime.now(UTC))
+    if principal is None:
+        raise CliError(f"the token in {where} is not accepted (unknown or revoked)")
+    if not principal.may(access):
+        allowed = ", ".join(r.value for r in roles_for(access))
+        raise CliError(
+            f"{access.value} needs the {roles_for(access)[0].value} role (any of: {allowed}); "
+            f"{principal.name} is {principal.role.value}"
+        )
+    return principal
+
+
 # --- commands ---------------------------------------------------------------------------
 
 
@@ -158,16 +194,22 @@ async def cmd_send(args: argparse.Namespace, cfg: settings_module.Settings) -> i
 
 
 async def cmd_cancel(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
+    from domain.principals import Access
+
+    by = _acting(cfg, Access.OPERATE)
     client = await _client(cfg)
-    result = await client.cancel(args.intent, operator=args.operator, reason=args.reason)
+    result = await client.cancel(args.intent, by=by, reason=args.reason)
     _print(result, args.json, lambda r: r.message)
     return 0
 
 
 async def cmd_approve_resend(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
+    from domain.principals import Access
+
+    by = _acting(cfg, Access.OPERATE)
     client = await _client(cfg)
     result = await client.approve_resend(
-        args.intent, channel=args.channel, operator=args.operator, reason=args.reason
+        args.intent, channel=args.channel, by=by, reason=args.reason
     )
     _print(result, args.json, lambda r: ("accepted: " if r.accepted else "refused: ") + r.message)
     return 0 if result.accepted else 3
@@ -328,7 +370,6 @@ def parser() -> argparse.ArgumentParser:
     ):
         sp = add(name, help)
         sp.add_argument("intent", help="intent id or business key")
-        sp.add_argument("--operator", required=True)
         sp.add_argument("--reason", required=True)
         if name == "approve-resend":
             sp.add_argument("--channel", default="sms", choices=["sms", "email"])

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import getpass
 import json
 import os
 import sys
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
@@ -25,10 +27,12 @@ from devstack.ports import bound_or_named, free_port
 from devstack.postgres import EmbeddedPostgres
 from devstack.processes import ChildProcess
 from devstack.temporal import TemporalDevServer
-from ledger import migrate
+from domain.principals import local_principal_name
+from ledger import migrate, principals
 from ledger.crypto import FieldCipher
 from ledger.engine import ledger_engine
 from ledger.templates import seed_packaged
+from settings import write_secret_file
 from starter.client import HeraldClient
 from transports.simulator import LoopbackServer, SimulatorServer
 from transports.smtp_sink import SmtpSink
@@ -49,6 +53,8 @@ class Addresses:
     postgres: str
     namespace: str = "default"
     operator_token_file: str = ""
+    admin_name: str = ""
+    """The local admin principal `herald dev` created (the console's sign-in name)."""
     pids: dict[str, int] = field(default_factory=dict)
     worker_metrics: str = ""
     worker_herald_metrics: str = ""
@@ -58,6 +64,7 @@ class Addresses:
             ("Temporal gRPC", self.temporal),
             ("Temporal Web UI", self.temporal_ui or "(headless)"),
             ("Herald API", self.api),
+            ("Operator console", f"{self.api}/console  (sign in: {self.admin_name or 'admin'})"),
             ("Carrier simulator", self.simulator),
             ("SMTP sink", self.smtp),
             ("Postgres URL", self.postgres),
@@ -71,7 +78,7 @@ class Addresses:
                 if self.worker_herald_metrics
                 else "(off)",
             ),
-            ("Operator token", self.operator_token_file),
+            ("Admin token (file)", self.operator_token_file),
         ]
         width = max(len(name) for name, _ in rows)
         return "\n".join(f"  {name:<{width}}  {value}" for name, value in rows)
@@ -192,6 +199,13 @@ class DevStack:
         sessions = sessionmaker(engine, expire_on_commit=False)
         with sessions.begin() as session:
             seed_packaged(session, cfg.policy_name, switch=True)
+            issued = principals.bootstrap_admin(
+                session, local_principal_name(getpass.getuser()), at=datetime.now(UTC)
+            )
+        if issued is not None:
+            # A fresh ledger: its first admin is the local user, and a second terminal's
+            # CLI finds the token where it always has.
+            write_secret_file(cfg.token_file, issued.token)
         if cfg.temporal_address is None:
             self.temporal = TemporalDevServer(
                 cfg.data_path,
@@ -240,6 +254,7 @@ class DevStack:
                     public_base_url=cfg.callback_base_url,
                     operator_token=token,
                     unsubscribe_secret=cfg.resolved_unsubscribe_secret(),
+                    temporal_ui_url=self.temporal.ui_url if self.temporal else cfg.temporal_ui_url,
                 )
             ),
             host=cfg.api_host,
@@ -269,7 +284,8 @@ class DevStack:
             smtp=f"{cfg.smtp_host}:{cfg.smtp_port}",
             postgres=_redact(cfg.resolved_database_url()),
             namespace=cfg.temporal_namespace,
-            operator_token_file=str(cfg.data_path / "operator.token"),
+            operator_token_file=str(cfg.token_file),
+            admin_name=local_principal_name(getpass.getuser()),
             worker_metrics=cfg.worker_metrics_address or "",
             worker_herald_metrics=cfg.worker_herald_metrics_address or "",
             pids={

@@ -13,7 +13,9 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from domain.principals import Principal
 from ledger.models import Consent, Suppression
+from ledger.principals import record_audit
 from ledger.repository import NotFound
 
 CHANNELS = ("sms", "email", "*")
@@ -173,3 +175,107 @@ def suppression_fields(row: Suppression) -> dict[str, Any]:
         "lifted_source": row.lifted_source,
         "active": row.lifted_at is None,
     }
+
+
+# --- the same, done by a principal: the paths the API, the CLI and the console share ------
+
+
+def record_consent_by(
+    session: Session,
+    by: Principal,
+    *,
+    recipient_ref: str,
+    channel: str,
+    purpose: str,
+    source: str,
+    at: datetime,
+) -> Consent:
+    """:func:`record_consent`, with an audit row naming the principal and its role."""
+    row = record_consent(
+        session, recipient_ref=recipient_ref, channel=channel, purpose=purpose, source=source, at=at
+    )
+    record_audit(
+        session,
+        by=by,
+        action="consent.recorded",
+        subject=f"consent:{row.id}",
+        at=at,
+        detail={"channel": channel, "purpose": purpose, "source": source},
+    )
+    return row
+
+
+def revoke_consent_by(
+    session: Session,
+    by: Principal,
+    *,
+    recipient_ref: str,
+    channel: str,
+    purpose: str,
+    source: str,
+    at: datetime,
+) -> list[Consent]:
+    """:func:`revoke_consent`, with an audit row naming the principal and what it ended."""
+    ended = revoke_consent(
+        session, recipient_ref=recipient_ref, channel=channel, purpose=purpose, source=source, at=at
+    )
+    record_audit(
+        session,
+        by=by,
+        action="consent.revoked",
+        subject=f"recipient:{recipient_ref}",
+        at=at,
+        detail={
+            "channel": channel,
+            "purpose": purpose,
+            "source": source,
+            "ended": ",".join(str(c.id) for c in ended),
+        },
+    )
+    return ended
+
+
+def suppress_by(
+    session: Session,
+    by: Principal,
+    *,
+    destination_hmac: str,
+    channel: str,
+    reason: str,
+    source: str,
+    at: datetime,
+) -> tuple[Suppression, bool]:
+    """:func:`suppress`, with an audit row naming the principal."""
+    row, created = suppress(
+        session,
+        destination_hmac=destination_hmac,
+        channel=channel,
+        reason=reason,
+        source=source,
+        at=at,
+    )
+    record_audit(
+        session,
+        by=by,
+        action="suppression.added",
+        subject=f"suppression:{row.id}",
+        at=at,
+        detail={"channel": channel, "reason": reason, "created": str(created).lower()},
+    )
+    return row, created
+
+
+def lift_suppression_by(
+    session: Session, by: Principal, suppression_id: int, *, source: str, at: datetime
+) -> tuple[Suppression, bool]:
+    """:func:`lift_suppression`, with an audit row naming the principal."""
+    row, changed = lift_suppression(session, suppression_id, source=source, at=at)
+    record_audit(
+        session,
+        by=by,
+        action="suppression.lifted",
+        subject=f"suppression:{row.id}",
+        at=at,
+        detail={"source": source, "changed": str(changed).lower()},
+    )
+    return row, changed

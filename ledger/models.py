@@ -264,6 +264,9 @@ class OperatorAction(Base):
     intent_id: Mapped[str] = mapped_column(ForeignKey("intent.id"), index=True)
     action: Mapped[str] = mapped_column(String(30))
     operator: Mapped[str] = mapped_column(String(120))
+    """The authenticated principal's name (never a name taken from a request body)."""
+    operator_role: Mapped[str | None] = mapped_column(String(20))
+    """Its role when it acted; null on actions recorded before principals existed."""
     reason: Mapped[str] = mapped_column(Text)
     outcome: Mapped[str] = mapped_column(String(20))
     """accepted or refused."""
@@ -315,3 +318,43 @@ class IdempotencyRecord(Base):
     status_code: Mapped[int | None] = mapped_column(Integer)
     response: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+
+
+class PrincipalRecord(Base):
+    """A person or an app with a credential. The token itself is stored nowhere: only its
+    SHA-256, which a request's token is looked up by."""
+
+    __tablename__ = "principal"
+    __table_args__ = (
+        UniqueConstraint("name", name="uq_principal_name"),
+        UniqueConstraint("token_sha256", name="uq_principal_token_sha256"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(80))
+    role: Mapped[str] = mapped_column(String(20))
+    token_sha256: Mapped[str] = mapped_column(String(64))
+    created_by: Mapped[str] = mapped_column(String(80))
+    created_at: Mapped[datetime]
+    last_used_at: Mapped[datetime | None]
+    """Written at most once a minute (ledger.principals.LAST_USED_RESOLUTION)."""
+    rotated_at: Mapped[datetime | None]
+    revoked_at: Mapped[datetime | None]
+    """Set by a revoke: the token is refused from the next request on; the row stays."""
+
+
+class AuditEvent(Base):
+    """Append-only: who did what outside an intent's own operator actions (principals
+    added, revoked, rotated; consent and suppression changes), with their role."""
+
+    __tablename__ = "audit_event"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    at: Mapped[datetime]
+    actor: Mapped[str] = mapped_column(String(80), index=True)
+    actor_role: Mapped[str] = mapped_column(String(20))
+    action: Mapped[str] = mapped_column(String(40))
+    """principal.added, principal.revoked, principal.rotated, consent.recorded, ..."""
+    subject: Mapped[str] = mapped_column(String(240))
+    """What it acted on: a principal's name, a consent or suppression id."""
+    detail: Mapped[dict[str, Any] | None] = mapped_column(JSON)

@@ -694,11 +694,13 @@ def record_operator_action(
     outcome: str,
     at: datetime,
     detail: dict[str, Any] | None = None,
+    operator_role: str | None = None,
 ) -> OperatorAction:
     row = OperatorAction(
         intent_id=intent_id,
         action=action,
         operator=operator,
+        operator_role=operator_role,
         reason=reason,
         outcome=outcome,
         at=at,

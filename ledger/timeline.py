@@ -123,6 +123,7 @@ def timeline(session: Session, id_or_key: str) -> dict[str, Any]:
             {
                 "action": a.action,
                 "operator": a.operator,
+                "operator_role": a.operator_role,
                 "reason": a.reason,
                 "outcome": a.outcome,
                 "detail": a.detail,
@@ -180,8 +181,9 @@ def render(doc: dict[str, Any]) -> str:
         events.append(
             (
                 a["at"],
-                f"operator  {a['action']} by {a['operator']}: {a['outcome']} "
-                f"- {a['reason']} {a['detail'] or ''}".rstrip(),
+                f"operator  {a['action']} by {a['operator']}"
+                + (f" ({a['operator_role']})" if a.get("operator_role") else "")
+                + f": {a['outcome']} - {a['reason']} {a['detail'] or ''}".rstrip(),
             )
         )
     for at, text in sorted(events, key=lambda e: e[0] or ""):

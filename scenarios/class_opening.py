@@ -14,6 +14,7 @@ submission for the attempt token.
 
 from __future__ import annotations
 
+from domain.principals import Principal, Role
 from domain.requests import NotificationRequest
 from scenarios.base import DemoContext, expect, parse_at, suffix
 
@@ -50,7 +51,9 @@ async def run(ctx: DemoContext) -> None:
     )
 
     # +60 s in the story: the seat filled, an operator presses cancel.
-    cancel = await ctx.client.cancel(key, operator="front-desk", reason="seat filled")
+    cancel = await ctx.client.cancel(
+        key, by=Principal("front-desk", Role.OPERATOR), reason="seat filled"
+    )
     ctx.say(f"operator cancel: {cancel.message}")
     doc = await ctx.timeline(key)
     ctx.show(doc)

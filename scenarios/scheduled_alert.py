@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 
 from temporalio.api.enums.v1 import EventType
 
+from domain.principals import Principal, Role
 from domain.requests import NotificationRequest
 from scenarios.base import (
     DemoContext,
@@ -45,7 +46,9 @@ async def _cancelled_before_send_at(ctx: DemoContext, seller: str, run_id: str) 
     ref = await ctx.client.notify(_request(key, seller, random_uk_mobile(), send_at))
     # The operator sees it waiting for its send-at, then cancels it.
     await ctx.wait_phase(ref.workflow_id, ("scheduled",))
-    cancel = await ctx.client.cancel(key, operator="seller-support", reason="payout reversed")
+    cancel = await ctx.client.cancel(
+        key, by=Principal("seller-support", Role.OPERATOR), reason="payout reversed"
+    )
     expect(cancel.accepted, f"{key}: the cancel was refused: {cancel.message}")
     result = await ctx.result(ref.workflow_id, timeout=20)
     doc = await ctx.timeline(key)
@@ -74,7 +77,9 @@ async def _cancelled_after_submission(ctx: DemoContext, seller: str, run_id: str
         parse_at(attempt["prepared_at"]) >= send_at,  # type: ignore[operator]
         f"{key}: the attempt was prepared before send-at",
     )
-    cancel = await ctx.client.cancel(key, operator="seller-support", reason="payout reversed")
+    cancel = await ctx.client.cancel(
+        key, by=Principal("seller-support", Role.OPERATOR), reason="payout reversed"
+    )
     cancelled_at = datetime.now(UTC)
     ctx.say(f"alert B: cancel after submission -> {cancel.message} (in flight: {cancel.in_flight})")
     expect(cancel.accepted, f"{key}: the cancel was refused: {cancel.message}")

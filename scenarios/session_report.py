@@ -19,6 +19,7 @@ import os
 from datetime import UTC, datetime, timedelta
 from email.message import EmailMessage
 
+from domain.principals import Principal, Role
 from domain.requests import NotificationRequest
 from ledger.intake import InvalidRequest
 from ledger.models import Artifact
@@ -189,5 +190,7 @@ async def _tampered(ctx: DemoContext, recipient: str, address: str, run_id: str)
     leaked = await ctx.mail_with_id(message_id_for(attempt["token"]), timeout=1)
     expect(leaked is None, f"{key}: the altered report reached the SMTP sink")
     # Nothing to resend until the report is regenerated: the operator closes the intent.
-    await ctx.client.cancel(key, operator="ops-lead", reason="report file corrupted; regenerate")
+    await ctx.client.cancel(
+        key, by=Principal("ops-lead", Role.OPERATOR), reason="report file corrupted; regenerate"
+    )
     ctx.say("an altered report is refused before SMTP (artifact_mismatch); operator closed it")

@@ -42,6 +42,7 @@ from activities.contracts import (
     ResendRequest,
     ResendResult,
 )
+from domain.principals import Principal
 from domain.requests import NotificationRequest
 from ledger import intake, timeline
 from ledger import repository as repo
@@ -260,22 +261,25 @@ class HeraldClient:
             running = False
         return intent_id, handle, running
 
-    async def cancel(self, id_or_key: str, *, operator: str, reason: str) -> CancelResult:
+    async def cancel(self, id_or_key: str, *, by: Principal, reason: str) -> CancelResult:
+        """Close the intent's future work; recorded under `by` (name and role). The one
+        cancel path of the API, the CLI and the console."""
         intent_id, handle, running = await self._handle(id_or_key)
         if running:
             return await handle.execute_update(
-                NotificationWorkflow.cancel_update, CancelRequest(operator, reason)
+                NotificationWorkflow.cancel_update,
+                CancelRequest(by.name, reason, operator_role=by.role.value),
             )
         # The workflow has finished: nothing is pending, and nothing already sent is recalled.
         message = "the intent had already finished; nothing pending to close, nothing recalled"
-        await self._record_action(
-            intent_id, "cancel", operator, reason, "accepted", {"note": message}
-        )
+        await self._record_action(intent_id, "cancel", by, reason, "accepted", {"note": message})
         return CancelResult(True, [], [], message)
 
     async def approve_resend(
-        self, id_or_key: str, *, channel: str, operator: str, reason: str
+        self, id_or_key: str, *, channel: str, by: Principal, reason: str
     ) -> ResendResult:
+        """Approve a new attempt (or record why not); recorded under `by`. The one
+        approve-resend path of the API, the CLI and the console."""
         intent_id, handle, running = await self._handle(id_or_key)
         if not running:
             refusal = "the intent's workflow has finished; record a new intent instead"
@@ -283,14 +287,14 @@ class HeraldClient:
             try:
                 return await handle.execute_update(
                     NotificationWorkflow.approve_resend_update,
-                    ResendRequest(channel, operator, reason),
+                    ResendRequest(channel, by.name, reason, operator_role=by.role.value),
                 )
             except WorkflowUpdateFailedError as err:
                 refusal = str(err.cause.message if hasattr(err.cause, "message") else err.cause)
         await self._record_action(
             intent_id,
             "approve-resend",
-            operator,
+            by,
             reason,
             "refused",
             {"why": refusal, "channel": channel},
@@ -311,7 +315,7 @@ class HeraldClient:
         self,
         intent_id: str,
         action: str,
-        operator: str,
+        by: Principal,
         reason: str,
         outcome: str,
         detail: dict[str, str],
@@ -322,7 +326,8 @@ class HeraldClient:
                     session,
                     intent_id=intent_id,
                     action=action,
-                    operator=operator,
+                    operator=by.name,
+                    operator_role=by.role.value,
                     reason=reason,
                     outcome=outcome,
                     at=datetime.now(UTC),

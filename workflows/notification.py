@@ -143,7 +143,12 @@ class NotificationWorkflow:
         refusal = self._resend_refusal(request)
         if refusal:
             await self._record_action(
-                "approve-resend", request.operator, request.reason, "refused", {"why": refusal}
+                "approve-resend",
+                request.operator,
+                request.reason,
+                "refused",
+                {"why": refusal},
+                role=request.operator_role,
             )
             return
         await self._accept_resend(request)
@@ -519,6 +524,7 @@ class NotificationWorkflow:
                 "delivered": ",".join(delivered),
                 "note": message,
             },
+            role=request.operator_role,
         )
         return CancelResult(True, closed, in_flight, message, delivered=delivered)
 
@@ -556,17 +562,31 @@ class NotificationWorkflow:
             request.reason,
             "accepted",
             {"channel": request.channel, "after": f"{result.attempt_token}={result.state}"},
+            role=request.operator_role,
         )
         return ResendResult(True, "a new attempt will be authorized", result.attempts + 1)
 
     async def _record_action(
-        self, action: str, operator: str, reason: str, outcome: str, detail: dict[str, str]
+        self,
+        action: str,
+        operator: str,
+        reason: str,
+        outcome: str,
+        detail: dict[str, str],
+        *,
+        role: str = "",
     ) -> None:
         await workflow.wait_condition(lambda: self._facts is not None)
         await workflow.execute_activity(
             RECORD_OPERATOR_ACTION,
             OperatorActionInput(
-                self._require_facts().intent_id, action, operator, reason, outcome, detail
+                self._require_facts().intent_id,
+                action,
+                operator,
+                reason,
+                outcome,
+                detail,
+                operator_role=role,
             ),
             start_to_close_timeout=timedelta(seconds=30),
             retry_policy=LEDGER_RETRY,

@@ -24,9 +24,11 @@ from sqlalchemy.orm import Session
 from api.console import reads, sessions
 from api.console.sessions import SignedIn
 from domain.destinations import normalized_destination
+from domain.principals import BREAK_GLASS_NAME, Principal, Role
 from ledger import evidence, timeline
 from ledger import repository as repo
 from ledger.models import ReviewItem
+from ledger.principals import record_audit
 
 if TYPE_CHECKING:
     from api.app import Ingress
@@ -90,9 +92,11 @@ def console_router(ingress: "Ingress") -> APIRouter:
         (who sees no buttons, but could still post)."""
         if not sessions.csrf_ok(who.csrf_token, csrf):
             raise HTTPException(403, "the form's CSRF token is missing or wrong; reload the page")
-        if act and not who.principal.may_act:
+        if act and not who.may_act:
             raise HTTPException(
-                403, f"this needs the operator role; {who.principal.name} is a viewer"
+                403,
+                f"this needs the operator role (or admin); {who.principal.name} is "
+                f"{who.principal.role.value}",
             )
 
     # --- sign in / out -------------------------------------------------------------------
@@ -128,8 +132,8 @@ def console_router(ingress: "Ingress") -> APIRouter:
         # must equal the cookie this page set (a cross-site form cannot read or set it).
         if not sessions.csrf_ok(request.cookies.get(LOGIN_COOKIE, ""), csrf):
             return sign_in_form(request, 403, error="The form expired; sign in again.")
-        principal = sessions.authenticate(ingress.operator_token, name.strip(), token.strip())
-        if principal is None or principal.role not in sessions.READING_ROLES:
+        principal = await _authenticate(ingress, name.strip(), token.strip())
+        if principal is None or not sessions.may_sign_in(principal):
             log.info("console sign-in refused")
             return sign_in_form(
                 request,
@@ -369,7 +373,7 @@ def console_router(ingress: "Ingress") -> APIRouter:
     ) -> Response:
         checked(who, csrf, act=True)
         try:
-            await ingress.client.cancel(intent_id, operator=who.principal.name, reason=reason)
+            await ingress.client.cancel(intent_id, by=who.principal, reason=reason)
         except repo.NotFound as err:
             raise HTTPException(404, "no such intent") from err
         return RedirectResponse(f"/console/intents/{quote(intent_id)}?done=cancel", 303)
@@ -385,7 +389,7 @@ def console_router(ingress: "Ingress") -> APIRouter:
         checked(who, csrf, act=True)
         try:
             await ingress.client.approve_resend(
-                intent_id, channel=channel, operator=who.principal.name, reason=reason
+                intent_id, channel=channel, by=who.principal, reason=reason
             )
         except repo.NotFound as err:
             raise HTTPException(404, "no such intent") from err
@@ -418,6 +422,7 @@ def console_router(ingress: "Ingress") -> APIRouter:
                 intent_id=intent.id,
                 action="reveal",
                 operator=who.principal.name,
+                operator_role=who.principal.role.value,
                 reason=reason,
                 outcome="accepted" if shown else "refused",
                 at=now,
@@ -448,11 +453,21 @@ def console_router(ingress: "Ingress") -> APIRouter:
         now = sessions.now()
 
         def work(session: Session) -> int:
-            return session.execute(
+            changed: int = session.execute(
                 update(ReviewItem)
                 .where(ReviewItem.id == item_id, ReviewItem.resolved_at.is_(None))
                 .values(resolved_at=now, resolved_by=who.principal.name, resolution_note=note)
-            ).rowcount  # type: ignore[attr-defined, no-any-return]
+            ).rowcount  # type: ignore[attr-defined]
+            if changed:
+                record_audit(
+                    session,
+                    by=who.principal,
+                    action="review_item.resolved",
+                    subject=f"review_item:{item_id}",
+                    at=now,
+                    detail={"note": note},
+                )
+            return changed
 
         changed = await ingress.tx(work)
         log.info("review item %d resolved by %s (changed=%s)", item_id, who.principal.name, changed)
@@ -495,18 +510,19 @@ def console_router(ingress: "Ingress") -> APIRouter:
 
         def work(session: Session) -> str:
             if action == "grant":
-                evidence.record_consent(
+                evidence.record_consent_by(
                     session,
+                    who.principal,
                     recipient_ref=recipient_ref,
                     channel=channel,
                     purpose=purpose,
                     source=source,
                     at=now,
-                    evidence={"by": who.principal.name, "reason": reason, "via": "console"},
                 )
                 return f"Consent granted for {channel} ({purpose})."
-            ended = evidence.revoke_consent(
+            ended = evidence.revoke_consent_by(
                 session,
+                who.principal,
                 recipient_ref=recipient_ref,
                 channel=channel,
                 purpose=purpose,
@@ -534,8 +550,9 @@ def console_router(ingress: "Ingress") -> APIRouter:
         def work(session: Session) -> str:
             if not reads.suppression_belongs_to(session, suppression_id, recipient_ref):
                 raise HTTPException(404, "no such suppression for this recipient")
-            _, changed = evidence.lift_suppression(
+            _, changed = evidence.lift_suppression_by(
                 session,
+                who.principal,
                 suppression_id,
                 source=f"operator:{who.principal.name}: {reason}"[:60],
                 at=now,
@@ -560,6 +577,18 @@ def console_router(ingress: "Ingress") -> APIRouter:
 
 
 LOGIN_COOKIE = "herald_console_login"
+OPEN_PAGES = {"GET /console/sign-in", "POST /console/sign-in"}
+"""The only console routes without a session."""
+
+
+async def _authenticate(ingress: "Ingress", name: str, token: str) -> Principal | None:
+    """A ledger principal by name and token; HERALD_OPERATOR_TOKEN signs in as the
+    break-glass admin under its reserved name."""
+    if name == BREAK_GLASS_NAME:
+        return (
+            Principal(BREAK_GLASS_NAME, Role.ADMIN) if ingress.auth.is_break_glass(token) else None
+        )
+    return await ingress.auth.principal_of_name(name, token)
 
 
 def _workflow_url(ingress: "Ingress", workflow_id: str) -> str | None:

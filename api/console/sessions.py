@@ -13,12 +13,12 @@ import hmac
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from enum import StrEnum
 
-from sqlalchemy import update
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from ledger.models import ConsoleSession
+from domain.principals import BREAK_GLASS_NAME, Access, Principal, Role
+from ledger.models import ConsoleSession, PrincipalRecord
 
 COOKIE = "herald_console"
 IDLE_LIMIT = timedelta(minutes=30)
@@ -27,49 +27,25 @@ SEEN_EVERY = timedelta(seconds=30)
 """`last_seen_at` is written at most this often (every page would otherwise write)."""
 
 
-class Role(StrEnum):
-    APP = "app"
-    VIEWER = "viewer"
-    OPERATOR = "operator"
-    ADMIN = "admin"
-
-
-ACTING_ROLES = (Role.OPERATOR, Role.ADMIN)
-"""Who may cancel, approve a resend, resolve a review item, grant or revoke consent, lift
-a suppression, and reveal a destination."""
-READING_ROLES = (Role.VIEWER, Role.OPERATOR, Role.ADMIN)
-"""Who may sign in to the console at all (an app's credential may not)."""
-
-
-@dataclass(frozen=True)
-class Principal:
-    name: str
-    role: Role
-
-    @property
-    def may_act(self) -> bool:
-        return self.role in ACTING_ROLES
-
-
 @dataclass(frozen=True)
 class SignedIn:
     principal: Principal
     csrf_token: str
 
+    @property
+    def may_act(self) -> bool:
+        """Cancel, approve a resend, resolve a review item, grant or revoke consent, lift a
+        suppression, reveal a destination: the operator's rights (ledger principals)."""
+        return self.principal.may(Access.OPERATE)
+
+
+def may_sign_in(principal: Principal) -> bool:
+    """The console shows evidence and reconciliation sets: viewers and up, not apps."""
+    return principal.may(Access.READ_EVIDENCE)
+
 
 def _digest(value: str) -> str:
     return hashlib.sha256(value.encode()).hexdigest()
-
-
-def authenticate(operator_token: str, name: str, token: str) -> Principal | None:
-    """The principal `name` if `token` is its credential.
-
-    Until the ledger's principals (issue 28) land, the one credential is the operator
-    token, which signs in as admin under the name given.
-    """
-    if not name or not hmac.compare_digest(token.encode(), operator_token.encode()):
-        return None
-    return Principal(name, Role.ADMIN)
 
 
 def start(session: Session, principal: Principal, now: datetime) -> tuple[str, str]:
@@ -97,9 +73,19 @@ def resume(session: Session, value: str | None, now: datetime) -> SignedIn | Non
     row = session.get(ConsoleSession, _digest(value))
     if row is None or row.ended_at is not None or now - row.last_seen_at > IDLE_LIMIT:
         return None
+    role = Role(row.role)
+    if row.principal != BREAK_GLASS_NAME:
+        # A revoke (or a role change) takes effect on the session's next request.
+        record = session.execute(
+            select(PrincipalRecord).where(PrincipalRecord.name == row.principal)
+        ).scalar_one_or_none()
+        if record is None or record.revoked_at is not None:
+            row.ended_at = now
+            return None
+        role = Role(record.role)
     if now - row.last_seen_at > SEEN_EVERY:
         row.last_seen_at = now
-    return SignedIn(Principal(row.principal, Role(row.role)), row.csrf_token)
+    return SignedIn(Principal(row.principal, role), row.csrf_token)
 
 
 def end(session: Session, value: str, now: datetime) -> None:

@@ -13,9 +13,11 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from ledger import reconcile
-from ledger.models import ConsoleSession, OperatorAction, ReviewItem
+from domain.principals import BREAK_GLASS_NAME, Principal, Role
+from ledger import principals, reconcile
+from ledger.models import ConsoleSession, Intent, OperatorAction, ReviewItem
 from tests.api.conftest import OPERATOR_TOKEN, random_mobile, submitted_attempt
+from tests.conftest import unique
 
 pytestmark = pytest.mark.ledger
 
@@ -28,7 +30,17 @@ def csrf_of(html: str) -> str:
     return found.group(1)
 
 
-async def sign_in(http: httpx.AsyncClient, name: str = "ana", token: str = OPERATOR_TOKEN) -> str:
+def principal(committed: sessionmaker[Session], role: Role, prefix: str = "ana") -> tuple[str, str]:
+    """A new ledger principal: (name, token)."""
+    name = unique(prefix)
+    with committed.begin() as session:
+        issued = principals.create(
+            session, name, role, by=Principal("test", Role.ADMIN), at=datetime.now(UTC)
+        )
+    return name, issued.token
+
+
+async def sign_in(http: httpx.AsyncClient, name: str, token: str) -> str:
     """Sign in through the form; the CSRF token of the new session."""
     form = await http.get("/console/sign-in")
     done = await http.post(
@@ -55,15 +67,19 @@ async def test_nothing_but_sign_in_and_static_without_a_session(http):
 
 
 async def test_a_wrong_token_is_refused_and_the_cookie_is_http_only_and_strict(http, committed):
-    form = await http.get("/console/sign-in")
-    wrong = await http.post(
-        "/console/sign-in", data={"name": "ana", "token": "nope", "csrf": csrf_of(form.text)}
-    )
-    assert wrong.status_code == 401 and "do not match" in wrong.text
+    name, token = principal(committed, Role.OPERATOR)
+    other, _ = principal(committed, Role.OPERATOR)
+    for wrong_name, wrong_token in ((name, "nope"), (other, token), ("break-glass", token)):
+        form = await http.get("/console/sign-in")
+        wrong = await http.post(
+            "/console/sign-in",
+            data={"name": wrong_name, "token": wrong_token, "csrf": csrf_of(form.text)},
+        )
+        assert wrong.status_code == 401 and "do not match" in wrong.text
+        assert token not in wrong.text
     form = await http.get("/console/sign-in")
     done = await http.post(
-        "/console/sign-in",
-        data={"name": "ana", "token": OPERATOR_TOKEN, "csrf": csrf_of(form.text)},
+        "/console/sign-in", data={"name": name, "token": token, "csrf": csrf_of(form.text)}
     )
     cookie = [
         v for k, v in done.headers.multi_items() if k == "set-cookie" and "herald_console=" in v
@@ -72,22 +88,34 @@ async def test_a_wrong_token_is_refused_and_the_cookie_is_http_only_and_strict(h
     assert "Secure" not in cookie[0]  # served over http here; https sets it
 
 
-async def test_sign_in_without_the_form_csrf_is_refused(http):
+async def test_an_app_credential_cannot_sign_in_and_break_glass_can(http, committed):
+    name, token = principal(committed, Role.APP, "shop")
+    form = await http.get("/console/sign-in")
+    refused = await http.post(
+        "/console/sign-in", data={"name": name, "token": token, "csrf": csrf_of(form.text)}
+    )
+    assert refused.status_code == 401
+    await sign_in(http, BREAK_GLASS_NAME, OPERATOR_TOKEN)
+
+
+async def test_sign_in_without_the_form_csrf_is_refused(http, committed):
+    name, token = principal(committed, Role.OPERATOR)
     await http.get("/console/sign-in")
-    refused = await http.post("/console/sign-in", data={"name": "ana", "token": OPERATOR_TOKEN})
+    refused = await http.post("/console/sign-in", data={"name": name, "token": token})
     assert refused.status_code == 403
     assert "herald_console=" not in refused.headers.get("set-cookie", "")
 
 
 async def test_an_idle_session_ends_and_sign_out_ends_it_at_once(http, committed):
-    await sign_in(http)
+    name, token = principal(committed, Role.VIEWER)
+    await sign_in(http, name, token)
     with committed.begin() as session:
         row = session.execute(
             select(ConsoleSession).order_by(ConsoleSession.created_at.desc()).limit(1)
         ).scalar_one()
         row.last_seen_at = datetime(2000, 1, 1, tzinfo=UTC)
     assert (await http.get("/console")).status_code == 303
-    csrf = await sign_in(http)
+    csrf = await sign_in(http, name, token)
     out = await http.post("/console/sign-out", data={"csrf": csrf})
     assert out.status_code == 303
     assert (await http.get("/console/intents")).status_code == 303
@@ -98,7 +126,7 @@ async def test_search_by_phone_finds_the_intent_and_no_page_or_url_carries_the_n
 ):
     phone = random_mobile()
     sent = submitted_attempt(committed, cipher, phone=phone)
-    csrf = await sign_in(http)
+    csrf = await sign_in(http, *principal(committed, Role.VIEWER))
     found = await http.post("/console/search", data={"destination": phone, "csrf": csrf})
     assert found.status_code == 200
     assert sent.intent_id in found.text
@@ -112,7 +140,7 @@ async def test_a_post_without_the_csrf_token_is_refused_and_changes_nothing(
     http, committed, cipher
 ):
     sent = submitted_attempt(committed, cipher)
-    await sign_in(http)
+    await sign_in(http, *principal(committed, Role.OPERATOR))
     refused = await http.post(f"/console/intents/{sent.intent_id}/cancel", data={"reason": "x"})
     assert refused.status_code == 403
     with committed() as session:
@@ -122,7 +150,8 @@ async def test_a_post_without_the_csrf_token_is_refused_and_changes_nothing(
 async def test_a_reveal_needs_a_reason_and_is_recorded(http, committed, cipher):
     phone = random_mobile()
     sent = submitted_attempt(committed, cipher, phone=phone)
-    csrf = await sign_in(http, name="ana")
+    name, token = principal(committed, Role.OPERATOR)
+    csrf = await sign_in(http, name, token)
     no_reason = await http.post(
         f"/console/intents/{sent.intent_id}/reveal", data={"reason": "", "csrf": csrf}
     )
@@ -134,9 +163,10 @@ async def test_a_reveal_needs_a_reason_and_is_recorded(http, committed, cipher):
     assert shown.status_code == 200 and phone in shown.text
     with committed() as session:
         (action,) = _actions(session, sent.intent_id)
-    assert (action.action, action.operator, action.reason) == (
+    assert (action.action, action.operator, action.operator_role, action.reason) == (
         "reveal",
-        "ana",
+        name,
+        "operator",
         "caller verified, ticket 881",
     )
 
@@ -145,7 +175,8 @@ async def test_a_cancel_records_the_signed_in_name_and_the_page_says_so_plainly(
     http, committed, cipher
 ):
     sent = submitted_attempt(committed, cipher)
-    csrf = await sign_in(http, name="ana")
+    name, token = principal(committed, Role.OPERATOR)
+    csrf = await sign_in(http, name, token)
     done = await http.post(
         f"/console/intents/{sent.intent_id}/cancel", data={"reason": "seller asked", "csrf": csrf}
     )
@@ -154,12 +185,12 @@ async def test_a_cancel_records_the_signed_in_name_and_the_page_says_so_plainly(
     assert "Cancel accepted" in page.text
     with committed() as session:
         (action,) = _actions(session, sent.intent_id)
-    assert (action.action, action.operator, action.reason) == ("cancel", "ana", "seller asked")
+    assert (action.action, action.operator, action.reason) == ("cancel", name, "seller asked")
 
 
 async def test_an_approve_resend_refusal_is_shown_in_words(http, committed, cipher):
     sent = submitted_attempt(committed, cipher)
-    csrf = await sign_in(http)
+    csrf = await sign_in(http, *principal(committed, Role.OPERATOR))
     done = await http.post(
         f"/console/intents/{sent.intent_id}/approve-resend",
         data={"reason": "try again", "channel": "sms", "csrf": csrf},
@@ -188,7 +219,8 @@ async def test_resolving_a_review_item_records_who_and_the_note(http, committed,
         item = session.execute(
             select(ReviewItem).where(ReviewItem.subject == f"attempt:{sent.attempt_id}")
         ).scalar_one()
-    csrf = await sign_in(http, name="ana")
+    name, token = principal(committed, Role.OPERATOR)
+    csrf = await sign_in(http, name, token)
     page = await http.get("/console/reconciliation")
     assert f"/console/review-items/{item.id}/resolve" in page.text
     done = await http.post(
@@ -200,7 +232,7 @@ async def test_resolving_a_review_item_records_who_and_the_note(http, committed,
         row = session.get(ReviewItem, item.id)
         assert row is not None and row.resolved_at is not None
         assert (row.resolved_by, row.resolution_note) == (
-            "ana",
+            name,
             "carrier confirmed delivery by phone",
         )
 
@@ -208,10 +240,8 @@ async def test_resolving_a_review_item_records_who_and_the_note(http, committed,
 async def test_the_csv_has_states_and_versions_and_no_destination(http, committed, cipher):
     phone = random_mobile()
     sent = submitted_attempt(committed, cipher, phone=phone)
-    await sign_in(http)
+    await sign_in(http, *principal(committed, Role.VIEWER))
     with committed() as session:
-        from ledger.models import Intent
-
         key = session.get(Intent, sent.intent_id).business_key  # type: ignore[union-attr]
     answer = await http.get("/console/intents.csv", params={"key_prefix": key})
     assert answer.status_code == 200 and answer.headers["content-type"].startswith("text/csv")
@@ -223,10 +253,8 @@ async def test_the_csv_has_states_and_versions_and_no_destination(http, committe
 
 async def test_the_list_pages_by_keyset_and_counts_by_state(http, committed, cipher):
     sent = [submitted_attempt(committed, cipher) for _ in range(3)]
-    await sign_in(http)
+    await sign_in(http, *principal(committed, Role.VIEWER))
     with committed() as session:
-        from ledger.models import Intent
-
         keys = [session.get(Intent, s.intent_id).business_key for s in sent]  # type: ignore[union-attr]
     prefix = keys[0].rsplit(":", 1)[0]
     first = await http.get("/console/intents")
@@ -247,5 +275,29 @@ def _actions(session: Session, intent_id: str) -> list[OperatorAction]:
     )
 
 
-def _unused(sessions: sessionmaker[Session]) -> None:
-    return None
+async def test_a_viewer_sees_no_action_and_the_server_refuses_one_anyway(http, committed, cipher):
+    sent = submitted_attempt(committed, cipher)
+    csrf = await sign_in(http, *principal(committed, Role.VIEWER, "vic"))
+    page = await http.get(f"/console/intents/{sent.intent_id}")
+    assert page.status_code == 200
+    assert "Cancel intent" not in page.text and "/cancel" not in page.text
+    assert "Reveal" not in page.text
+    for action, data in (
+        ("cancel", {"reason": "x"}),
+        ("approve-resend", {"reason": "x", "channel": "sms"}),
+        ("reveal", {"reason": "x"}),
+    ):
+        refused = await http.post(
+            f"/console/intents/{sent.intent_id}/{action}", data={**data, "csrf": csrf}
+        )
+        assert refused.status_code == 403 and "operator role" in refused.text
+    with committed() as session:
+        assert not _actions(session, sent.intent_id)
+
+
+async def test_a_revoked_principal_is_signed_out_on_its_next_request(http, committed):
+    name, token = principal(committed, Role.OPERATOR)
+    await sign_in(http, name, token)
+    with committed.begin() as session:
+        principals.revoke(session, name, by=Principal("test", Role.ADMIN), at=datetime.now(UTC))
+    assert (await http.get("/console")).status_code == 303

@@ -119,8 +119,8 @@ async def test_a_422_names_the_problem_but_never_echoes_what_was_sent(http, comm
         (
             "POST",
             "/v1/intents/x/cancel",
-            {"operator": ["ann.lee@example.com"]},
-            ["body", "operator"],
+            {"reason": ["ann.lee@example.com"]},
+            ["body", "reason"],
         ),
     ],
 )

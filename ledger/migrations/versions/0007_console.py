@@ -2,7 +2,7 @@
 indexes its pages read by
 
 Revision ID: 0007
-Revises: 0003
+Revises: 0004
 Create Date: 2026-12-06 20:00:00
 """
 
@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0007"
-down_revision = "0003"
+down_revision = "0004"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,239 @@
+"""Who is calling, and may they: bearer tokens to principals, and every route's role.
+
+A guarded route declares what it does with `Depends(require(Access.X))` (which also hands
+the handler the authenticated :class:`Principal`). Its route class, :class:`GuardedRoute`,
+authenticates before anything else, body parsing included, so a caller without a valid
+token learns nothing (not even that its JSON was malformed): 401 for no, an unknown or a
+revoked token; 403, naming the role needed, for a valid token whose role lacks the right.
+A route that is not guarded must be listed in :data:`PUBLIC_ROUTES` with what protects it
+instead; `create_app` refuses to build an app with a route that is neither.
+
+The token is looked up by its SHA-256 on every request (no cache), so a revoke or a
+rotation takes effect on the next request, in every API process. No token, hash or
+Authorization header is logged here or anywhere else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Callable, Coroutine, Iterable
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Request, Response
+from fastapi.dependencies.models import Dependant
+from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy.orm import Session, sessionmaker
+from starlette.routing import BaseRoute, Route
+
+from api.schemas import Forbidden, Problem
+from domain.principals import BREAK_GLASS_NAME, Access, Principal, Role, roles_for
+from ledger import principals
+from ledger.transactions import in_transaction
+
+BEARER_SCHEME = HTTPBearer(
+    auto_error=False,
+    description="A principal's token (`herald principals add`), or HERALD_OPERATOR_TOKEN "
+    "(break-glass admin).",
+)
+
+PUBLIC_ROUTES: dict[str, str] = {
+    "GET /healthz": "liveness; says nothing",
+    "GET /readyz": "readiness; names a failing dependency, never a secret",
+    "GET /metrics": "aggregates only; no PII in labels",
+    "POST /v1/receipts/sms": "the provider's signature (X-Twilio-Signature)",
+    "POST /v1/inbound/sms": "the provider's signature (X-Twilio-Signature)",
+    "GET /v1/unsubscribe/{value}": "the signed token in the link",
+    "POST /v1/unsubscribe/{value}": "the signed token in the link",
+    "GET /openapi.json": "the API's description",
+    "HEAD /openapi.json": "the API's description",
+    "GET /docs": "the API's description",
+    "HEAD /docs": "the API's description",
+    "GET /docs/oauth2-redirect": "the API's description",
+    "HEAD /docs/oauth2-redirect": "the API's description",
+    "GET /redoc": "the API's description",
+    "HEAD /redoc": "the API's description",
+}
+"""Routes that take no principal's token, each with what protects it instead."""
+
+
+GUARDED: dict[int | str, dict[str, Any]] = {
+    401: {"model": Problem, "description": "No token, or an unknown or revoked one."},
+    403: {"model": Forbidden, "description": "The token's role may not do this."},
+}
+"""The responses every guarded route adds to its own."""
+
+
+class Authenticator:
+    """Tokens to principals: HERALD_OPERATOR_TOKEN (break-glass admin) or the ledger."""
+
+    def __init__(self, sessions: sessionmaker[Session], *, break_glass_token: str | None) -> None:
+        self._sessions = sessions
+        self._break_glass_sha256 = (
+            hashlib.sha256(break_glass_token.encode()).digest() if break_glass_token else None
+        )
+
+    def is_break_glass(self, token: str) -> bool:
+        if self._break_glass_sha256 is None:
+            return False
+        # Hashes of equal length, compared in constant time.
+        offered = hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+        return hmac.compare_digest(offered, self._break_glass_sha256)
+
+    async def principal_of(self, authorization: str | None) -> Principal | None:
+        """The principal an `Authorization` header authenticates, or None."""
+        scheme, _, credentials = (authorization or "").partition(" ")
+        token = credentials.strip()
+        if scheme.lower() != "bearer" or not token:
+            return None
+        return await self.principal_of_token(token)
+
+    async def principal_of_token(self, token: str) -> Principal | None:
+        if self.is_break_glass(token):
+            return Principal(BREAK_GLASS_NAME, Role.ADMIN)
+        now = datetime.now(UTC)
+        return await in_transaction(
+            self._sessions, lambda s: principals.authenticate(s, token, at=now)
+        )
+
+    async def principal_of_name(self, name: str, token: str) -> Principal | None:
+        """A sign-in form's name and token, checked against the ledger (constant-time)."""
+        now = datetime.now(UTC)
+        return await in_transaction(
+            self._sessions, lambda s: principals.authenticate_name(s, name, token, at=now)
+        )
+
+
+class Requirement:
+    """A route's declared access, used as a dependency: it returns the principal that
+    :class:`GuardedRoute` authenticated and checked (the check is the route class's)."""
+
+    def __init__(self, access: Access) -> None:
+        self.access = access
+
+    async def __call__(
+        self,
+        request: Request,
+        # Declared so the OpenAPI document shows the bearer scheme; read by GuardedRoute.
+        _credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER_SCHEME)],
+    ) -> Principal:
+        principal = getattr(request.state, "principal", None)
+        if not isinstance(principal, Principal):
+            raise RuntimeError("a guarded route must use GuardedRoute as its route class")
+        return principal
+
+    def __repr__(self) -> str:
+        return f"require({self.access.name})"
+
+
+_REQUIREMENTS = {access: Requirement(access) for access in Access}
+
+
+def require(access: Access) -> Requirement:
+    """The dependency a route declares its access with (one instance per access)."""
+    return _REQUIREMENTS[access]
+
+
+# A handler's parameter of one of these types declares the route's access and receives
+# the authenticated principal.
+CreatingIntents = Annotated[Principal, Depends(require(Access.CREATE_INTENTS))]
+ReadingIntents = Annotated[Principal, Depends(require(Access.READ_INTENTS))]
+ReadingEvidence = Annotated[Principal, Depends(require(Access.READ_EVIDENCE))]
+Operating = Annotated[Principal, Depends(require(Access.OPERATE))]
+Administering = Annotated[Principal, Depends(require(Access.ADMINISTER))]
+
+
+def _requirements(dependant: Dependant) -> set[Access]:
+    found: set[Access] = set()
+    if isinstance(dependant.call, Requirement):
+        found.add(dependant.call.access)
+    for sub in dependant.dependencies:
+        found |= _requirements(sub)
+    return found
+
+
+def route_access(route: BaseRoute) -> Access | None:
+    """The access a route declares (its one Requirement), or None."""
+    if not isinstance(route, APIRoute):
+        return None
+    declared = _requirements(route.dependant)
+    if len(declared) > 1:
+        raise RuntimeError(f"{route.path} declares more than one access: {sorted(declared)}")
+    return next(iter(declared), None)
+
+
+def route_keys(route: BaseRoute) -> list[str]:
+    """`METHOD path` for each method of a route."""
+    if isinstance(route, APIRoute | Route):
+        return [f"{method} {route.path}" for method in sorted(route.methods or ())]
+    return []
+
+
+def undeclared_routes(routes: Iterable[BaseRoute]) -> list[str]:
+    """Routes that neither declare an access through GuardedRoute nor are public."""
+    missing: list[str] = []
+    for route in routes:
+        access = route_access(route)
+        if access is not None and isinstance(route, GuardedRoute):
+            continue
+        missing += [key for key in route_keys(route) if key not in PUBLIC_ROUTES]
+    return missing
+
+
+def check_every_route_declared(app: FastAPI) -> None:
+    missing = undeclared_routes(app.routes)
+    if missing:
+        raise RuntimeError(
+            "routes without a declared role (Depends(require(...)) on a GuardedRoute, or "
+            f"an entry in api.auth.PUBLIC_ROUTES): {', '.join(missing)}"
+        )
+
+
+def unauthorized() -> JSONResponse:
+    return JSONResponse(
+        {"detail": "a valid bearer token is required"},
+        status_code=401,
+        headers={"WWW-Authenticate": "Bearer"},
+    )
+
+
+def forbidden(access: Access) -> JSONResponse:
+    """403 naming the role needed (and the others that would do), never the caller's token."""
+    allowed = roles_for(access)
+    needed, others = allowed[0], allowed[1:]
+    detail = f"{access.value} needs the {needed.value} role"
+    if others:
+        detail += f" (or {', '.join(r.value for r in others)})"
+    return JSONResponse(
+        {
+            "detail": detail,
+            "needed_role": needed.value,
+            "allowed_roles": [r.value for r in allowed],
+        },
+        status_code=403,
+    )
+
+
+class GuardedRoute(APIRoute):
+    """Authenticates and checks the route's declared access before anything else."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+        access = route_access(self)
+        if access is None:
+            raise RuntimeError(f"{self.path}: a GuardedRoute must declare Depends(require(...))")
+
+        async def checked(request: Request) -> Response:
+            authenticator: Authenticator = request.app.state.authenticator
+            principal = await authenticator.principal_of(request.headers.get("Authorization"))
+            if principal is None:
+                return unauthorized()
+            if not principal.may(access):
+                return forbidden(access)
+            request.state.principal = principal
+            return await handler(request)
+
+        return checked

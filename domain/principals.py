@@ -1,0 +1,106 @@
+"""Who may do what: the four roles, what each grants, and the acting principal.
+
+Pure rules (no I/O): the API, the CLI and the console ask :meth:`Role.may` and name the
+least role that would do (:func:`least_role_for`) when they refuse.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Access(StrEnum):
+    """What a route or a command does, as far as permissions go."""
+
+    CREATE_INTENTS = "create intents"
+    READ_INTENTS = "read intents"
+    """Intents, their timelines (destinations masked)."""
+    READ_EVIDENCE = "read evidence"
+    """Consent and suppression records, reconciliation sets."""
+    OPERATE = "act on intents and evidence"
+    """Cancel, approve a resend, resolve a review item, revoke or grant consent, add or
+    lift a suppression."""
+    ADMINISTER = "manage principals and purge"
+
+
+class Role(StrEnum):
+    """A principal's role. `viewer < operator < admin` each add to the one before; `app`
+    stands apart (it creates intents, which people's roles below admin do not)."""
+
+    APP = "app"
+    VIEWER = "viewer"
+    OPERATOR = "operator"
+    ADMIN = "admin"
+
+    @property
+    def grants(self) -> frozenset[Access]:
+        return GRANTS[self]
+
+    def may(self, access: Access) -> bool:
+        return access in GRANTS[self]
+
+
+_VIEWER = frozenset({Access.READ_INTENTS, Access.READ_EVIDENCE})
+_OPERATOR = _VIEWER | {Access.OPERATE}
+GRANTS: dict[Role, frozenset[Access]] = {
+    Role.APP: frozenset({Access.CREATE_INTENTS, Access.READ_INTENTS}),
+    Role.VIEWER: _VIEWER,
+    Role.OPERATOR: _OPERATOR,
+    # Admin may do everything, creating intents included: the break-glass credential
+    # must be able to stand in for any other.
+    Role.ADMIN: frozenset(Access),
+}
+
+ORDER: tuple[Role, ...] = (Role.APP, Role.VIEWER, Role.OPERATOR, Role.ADMIN)
+"""Least to most powerful: the order in which a refusal names the roles that would do."""
+
+
+def roles_for(access: Access) -> tuple[Role, ...]:
+    """Every role that grants `access`, least powerful first."""
+    return tuple(role for role in ORDER if role.may(access))
+
+
+def least_role_for(access: Access) -> Role:
+    """The role a refusal names as needed (every role above it in ORDER would do too)."""
+    return roles_for(access)[0]
+
+
+@dataclass(frozen=True)
+class Principal:
+    """An authenticated caller: what every recorded action names."""
+
+    name: str
+    role: Role
+
+    def may(self, access: Access) -> bool:
+        return self.role.may(access)
+
+
+BREAK_GLASS_NAME = "break-glass"
+"""The principal HERALD_OPERATOR_TOKEN authenticates as (an admin no ledger row holds)."""
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$"
+_NAME = re.compile(NAME_PATTERN)
+
+
+def check_name(name: str) -> str:
+    """The name, or ValueError saying what a principal's name may be. No `@`, so an email
+    address never becomes a name that every audit row and log line repeats."""
+    if not _NAME.match(name):
+        raise ValueError(
+            "a principal's name is 1 to 80 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit"
+        )
+    if name == BREAK_GLASS_NAME:
+        raise ValueError(f"{BREAK_GLASS_NAME!r} is reserved for HERALD_OPERATOR_TOKEN")
+    return name
+
+
+def local_principal_name(user: str) -> str:
+    """A principal name made from a local user name (`herald dev`'s admin)."""
+    cleaned = re.sub(r"[^A-Za-z0-9._-]", "-", user).strip("-._")[:80]
+    if not cleaned or cleaned == BREAK_GLASS_NAME:
+        return "local-admin"
+    return cleaned

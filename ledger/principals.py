@@ -1,0 +1,241 @@
+"""Principals in the ledger: add, authenticate, list, revoke, rotate, and their audit rows.
+
+A token is 32 random bytes, url-safe, shown once to whoever created it and stored nowhere:
+the ledger keeps its SHA-256, and a request's token is looked up by that hash (an index
+lookup on a hash reveals nothing about the token through timing; where two hashes are
+compared, `hmac.compare_digest` does it). A token of that entropy needs no slow hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import func, or_, select, update
+from sqlalchemy.orm import Session
+
+from domain.principals import Principal, Role, check_name
+from ledger.models import AuditEvent, PrincipalRecord
+from ledger.repository import NotFound
+
+TOKEN_BYTES = 32
+LAST_USED_RESOLUTION = timedelta(minutes=1)
+"""`last_used_at` is written at most this often per principal, so a busy app's requests
+do not each write a row."""
+
+
+class PrincipalExists(Exception):
+    """A principal of that name is on record (revoked ones included: names are not reused,
+    so the audit trail of one name is one principal's)."""
+
+
+class PrincipalRevoked(Exception):
+    """The principal is revoked; it cannot be rotated or revoked again."""
+
+
+@dataclass(frozen=True)
+class PrincipalView:
+    """What `principals list` shows: never a token or its hash."""
+
+    name: str
+    role: str
+    created_by: str
+    created_at: datetime
+    last_used_at: datetime | None
+    rotated_at: datetime | None
+    revoked_at: datetime | None
+
+
+@dataclass(frozen=True)
+class IssuedToken:
+    """A principal and its new token: the only time the token exists outside its holder."""
+
+    principal: Principal
+    token: str
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(TOKEN_BYTES)
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _view(row: PrincipalRecord) -> PrincipalView:
+    return PrincipalView(
+        name=row.name,
+        role=row.role,
+        created_by=row.created_by,
+        created_at=row.created_at,
+        last_used_at=row.last_used_at,
+        rotated_at=row.rotated_at,
+        revoked_at=row.revoked_at,
+    )
+
+
+def record_audit(
+    session: Session,
+    *,
+    by: Principal,
+    action: str,
+    subject: str,
+    at: datetime,
+    detail: dict[str, Any] | None = None,
+) -> AuditEvent:
+    row = AuditEvent(
+        at=at,
+        actor=by.name,
+        actor_role=by.role.value,
+        action=action,
+        subject=subject[:240],
+        detail=detail,
+    )
+    session.add(row)
+    session.flush()
+    return row
+
+
+def create(session: Session, name: str, role: Role, *, by: Principal, at: datetime) -> IssuedToken:
+    """Add a principal; its token is returned once. Raises ValueError (a bad name) or
+    PrincipalExists."""
+    check_name(name)
+    role = Role(role)
+    if session.execute(select(PrincipalRecord.id).where(PrincipalRecord.name == name)).first():
+        raise PrincipalExists(f"a principal named {name!r} exists (names are not reused)")
+    token = new_token()
+    session.add(
+        PrincipalRecord(
+            name=name,
+            role=role.value,
+            token_sha256=token_hash(token),
+            created_by=by.name,
+            created_at=at,
+        )
+    )
+    record_audit(
+        session, by=by, action="principal.added", subject=name, at=at, detail={"role": role.value}
+    )
+    return IssuedToken(Principal(name, role), token)
+
+
+def authenticate(session: Session, token: str, *, at: datetime) -> Principal | None:
+    """The live principal holding `token`, or None (unknown or revoked). Touches its
+    `last_used_at` (at most once per LAST_USED_RESOLUTION)."""
+    if not token:
+        return None
+    row = session.execute(
+        select(PrincipalRecord).where(PrincipalRecord.token_sha256 == token_hash(token))
+    ).scalar_one_or_none()
+    if row is None or row.revoked_at is not None:
+        return None
+    touch_last_used(session, row.id, at=at)
+    return Principal(row.name, Role(row.role))
+
+
+def authenticate_name(session: Session, name: str, token: str, *, at: datetime) -> Principal | None:
+    """The live principal `name` if `token` is its token (a sign-in form), else None."""
+    row = session.execute(
+        select(PrincipalRecord).where(PrincipalRecord.name == name)
+    ).scalar_one_or_none()
+    # Hash even when the name is unknown, so both refusals take the same time.
+    offered = token_hash(token or "")
+    stored = row.token_sha256 if row is not None else token_hash(new_token())
+    if not hmac.compare_digest(offered, stored) or row is None or row.revoked_at is not None:
+        return None
+    touch_last_used(session, row.id, at=at)
+    return Principal(row.name, Role(row.role))
+
+
+def touch_last_used(session: Session, principal_id: int, *, at: datetime) -> None:
+    session.execute(
+        update(PrincipalRecord)
+        .where(
+            PrincipalRecord.id == principal_id,
+            or_(
+                PrincipalRecord.last_used_at.is_(None),
+                PrincipalRecord.last_used_at < at - LAST_USED_RESOLUTION,
+            ),
+        )
+        .values(last_used_at=at)
+    )
+
+
+def list_principals(session: Session) -> list[PrincipalView]:
+    rows = session.execute(select(PrincipalRecord).order_by(PrincipalRecord.name)).scalars()
+    return [_view(row) for row in rows]
+
+
+def count_live(session: Session) -> int:
+    return len(
+        session.execute(
+            select(PrincipalRecord.id).where(PrincipalRecord.revoked_at.is_(None))
+        ).all()
+    )
+
+
+def _live_row(session: Session, name: str) -> PrincipalRecord:
+    row = session.execute(
+        select(PrincipalRecord).where(PrincipalRecord.name == name).with_for_update()
+    ).scalar_one_or_none()
+    if row is None:
+        raise NotFound(f"no principal named {name!r}")
+    if row.revoked_at is not None:
+        raise PrincipalRevoked(f"principal {name!r} was revoked at {row.revoked_at.isoformat()}")
+    return row
+
+
+def revoke(session: Session, name: str, *, by: Principal, at: datetime) -> PrincipalView:
+    """Revoke `name`: its token is refused from the next request on. Raises NotFound or
+    PrincipalRevoked."""
+    row = _live_row(session, name)
+    row.revoked_at = at
+    record_audit(
+        session, by=by, action="principal.revoked", subject=name, at=at, detail={"role": row.role}
+    )
+    session.flush()
+    return _view(row)
+
+
+def rotate(session: Session, name: str, *, by: Principal, at: datetime) -> IssuedToken:
+    """A new token for `name`; the old one stops working at once. Raises NotFound or
+    PrincipalRevoked."""
+    row = _live_row(session, name)
+    token = new_token()
+    row.token_sha256 = token_hash(token)
+    row.rotated_at = at
+    record_audit(
+        session, by=by, action="principal.rotated", subject=name, at=at, detail={"role": row.role}
+    )
+    session.flush()
+    return IssuedToken(Principal(row.name, Role(row.role)), token)
+
+
+def audit_events(
+    session: Session, *, subject: str | None = None, limit: int = 200
+) -> list[AuditEvent]:
+    query = select(AuditEvent).order_by(AuditEvent.id.desc()).limit(limit)
+    if subject is not None:
+        query = query.where(AuditEvent.subject == subject)
+    return list(session.execute(query).scalars())
+
+
+BOOTSTRAP_ACTOR = Principal("herald-dev", Role.ADMIN)
+"""Who the audit trail says created `herald dev`'s first admin."""
+
+
+def bootstrap_admin(session: Session, name: str, *, at: datetime) -> IssuedToken | None:
+    """On a ledger with no principal at all, add `name` as an admin and return its token;
+    otherwise None (an existing ledger keeps the principals it has)."""
+    # One bootstrap at a time, even from two processes on one ledger.
+    session.execute(select(func.pg_advisory_xact_lock(BOOTSTRAP_LOCK)))
+    if session.execute(select(PrincipalRecord.id).limit(1)).first() is not None:
+        return None
+    return create(session, name, Role.ADMIN, by=BOOTSTRAP_ACTOR, at=at)
+
+
+BOOTSTRAP_LOCK = 0x48455241  # "HERA"

@@ -30,8 +30,6 @@ from ledger.models import (
     Attempt,
     Consent,
     Intent,
-    Observation,
-    OperatorAction,
     PolicyDecision,
     PolicyVersion,
     ReviewItem,
@@ -417,9 +415,11 @@ def events_of(doc: dict[str, Any]) -> list[Event]:
             )
         )
     for a in doc["operator_actions"]:
-        detail = [("who", a["operator"]), ("why", a["reason"]), ("outcome", a["outcome"])]
+        role = f" ({a['operator_role']})" if a.get("operator_role") else ""
+        detail = [("who", a["operator"] + role), ("why", a["reason"]), ("outcome", a["outcome"])]
         for key, value in (a["detail"] or {}).items():
-            detail.append((key, str(value)))
+            # The refusal's own `why` is the system's, beside the operator's reason.
+            detail.append(("refused because" if key == "why" else key, str(value)))
         events.append(Event(a["at"], "operator", f"{a['action']} by {a['operator']}", detail))
     return sorted(events, key=lambda e: e.at or "")
 
@@ -484,13 +484,6 @@ def outcome_sentence(doc: dict[str, Any]) -> str:
             cancelled += ": no further attempts; nothing had been sent."
         parts.append(cancelled)
     return " ".join(parts) or f"State: {intent['state']}."
-
-
-def destinations_of(session: Session, intent_id: str) -> dict[str, str | None]:
-    """The intent's destination ciphertexts by channel (revealed only with a reason)."""
-    intent = session.get(Intent, intent_id)
-    assert intent is not None
-    return {"sms": intent.sms_destination_ct, "email": intent.email_destination_ct}
 
 
 def mask(channel: str) -> str:
@@ -801,15 +794,3 @@ def templates(session: Session) -> list[TemplateVersionRow]:
             )
         ).scalars()
     )
-
-
-def operator_actions_of(session: Session, intent_id: str) -> list[OperatorAction]:
-    return list(
-        session.execute(
-            select(OperatorAction).where(OperatorAction.intent_id == intent_id)
-        ).scalars()
-    )
-
-
-def observation_count(session: Session) -> int:
-    return session.execute(select(func.count()).select_from(Observation)).scalar_one()

@@ -58,6 +58,10 @@ class Intent(Base):
             postgresql_ops={"business_key": "text_pattern_ops"},
         ),
         Index("ix_intent_category_created", "category", "created_at"),
+        Index(
+            "ix_intent_event_type_created", "event_type", text("created_at DESC"), text("id DESC")
+        ),
+        Index("ix_intent_region_created", "region", text("created_at DESC"), text("id DESC")),
     )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
@@ -108,6 +112,8 @@ class Attempt(Base):
     __table_args__ = (
         UniqueConstraint("token", name="uq_attempt_token"),
         UniqueConstraint("intent_id", "channel", "number", name="uq_attempt_intent_channel_number"),
+        # The console's state filter: intents with an attempt in a given state.
+        Index("ix_attempt_state_intent", "state", "intent_id"),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)

@@ -247,7 +247,7 @@ def console_router(ingress: "Ingress") -> APIRouter:
         except ValueError as err:
             raise HTTPException(400, "after: not a page cursor from this console") from err
 
-        def work(session: Session) -> tuple[reads.IntentList, dict[str, int]]:
+        def work(session: Session) -> tuple[reads.IntentList, reads.StateCounts]:
             return reads.list_page(session, flt, after=cursor), reads.counts_by_state(session, flt)
 
         listed, counts = await ingress.tx(work)
@@ -258,6 +258,7 @@ def console_router(ingress: "Ingress") -> APIRouter:
             flt=flt,
             listed=listed,
             counts=counts,
+            cap=reads.COUNT_CAP,
             params=flt.query_params(),
             next_url=(
                 "/console/intents?" + urlencode({**flt.query_params(), "after": listed.next_cursor})
@@ -442,8 +443,15 @@ def console_router(ingress: "Ingress") -> APIRouter:
     @router.get("/reconciliation", response_class=HTMLResponse)
     async def reconciliation(request: Request, who: Who) -> HTMLResponse:
         now = sessions.now()
-        sets, review = await ingress.tx(lambda s: reads.reconciliation(s, now))
-        return page(request, "reconciliation.html", who, sets=sets, review=review)
+        sets = await ingress.tx(lambda s: reads.reconciliation(s, now))
+        return page(
+            request,
+            "reconciliation.html",
+            who,
+            sets=sets,
+            open_total=sum(s.count for s in sets),
+            shown=reads.MEMBERS_SHOWN,
+        )
 
     @router.post("/review-items/{item_id}/resolve")
     async def resolve(

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, cast, func, literal, or_, select
-from sqlalchemy.dialects.postgresql import JSONB, array_agg
+from sqlalchemy import String, and_, any_, cast, exists, func, literal, or_, select, true
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, array_agg
 from sqlalchemy.orm import Session
 
 from domain.intents import IntentState, derive_intent_state
@@ -39,7 +39,7 @@ from ledger.models import (
 
 PAGE_SIZE = 50
 SCAN_BATCH = 500
-SCAN_PER_PAGE = 5000
+SCAN_PER_PAGE = 2000
 """Rows read per page when a state filter is on (the state is derived, not stored); a page
 that did not fill links on from where the scan stopped, so paging has no cap."""
 STATES = [s.value for s in IntentState]
@@ -103,6 +103,8 @@ class IntentFilter:
         if self.key_prefix:
             escaped = self.key_prefix.replace("\\", "\\\\").replace("%", r"\%").replace("_", r"\_")
             query = query.where(Intent.business_key.like(escaped + "%", escape="\\"))
+        if self.state:
+            query = query.where(could_be(self.state))
         if self.recipient_hmac:
             query = query.where(
                 or_(
@@ -111,6 +113,40 @@ class IntentFilter:
                 )
             )
         return query
+
+
+def _has_attempt(*states: AttemptState) -> Any:
+    return exists().where(
+        Attempt.intent_id == Intent.id, Attempt.state.in_([s.value for s in states])
+    )
+
+
+def _has_decision(outcome: Outcome) -> Any:
+    return exists().where(
+        PolicyDecision.intent_id == Intent.id, PolicyDecision.outcome == outcome.value
+    )
+
+
+def could_be(state: str) -> Any:
+    """A condition every intent in derived `state` meets (most others do not), so a state
+    filter reads few rows; the state itself is still decided by the domain's derivation
+    (domain.intents), row by row, after this narrowing."""
+    necessary: dict[str, Any] = {
+        IntentState.DELIVERED: _has_attempt(AttemptState.DELIVERED),
+        IntentState.SENT: _has_attempt(AttemptState.SENT),
+        IntentState.SENDING: _has_attempt(AttemptState.SUBMITTED, AttemptState.PREPARED),
+        IntentState.UNKNOWN: _has_attempt(AttemptState.UNKNOWN),
+        IntentState.CANCELLED: or_(
+            Intent.cancelled_at.is_not(None), _has_attempt(AttemptState.CANCELLED)
+        ),
+        IntentState.EXPIRED: Intent.expires_at.is_not(None),
+        IntentState.DEFERRED: _has_decision(Outcome.DEFER),
+        IntentState.UNDELIVERED: _has_attempt(AttemptState.UNDELIVERED),
+        IntentState.FAILED: _has_attempt(AttemptState.FAILED),
+        IntentState.DENIED: _has_decision(Outcome.DENY),
+        IntentState.SCHEDULED: Intent.send_at.is_not(None),
+    }
+    return necessary.get(IntentState(state), true())
 
 
 def encode_cursor(intent: Intent) -> str:
@@ -195,64 +231,78 @@ def channel_states(session: Session, intent_ids: list[str]) -> dict[str, dict[st
     return out
 
 
-def counts_by_state(session: Session, flt: IntentFilter) -> dict[str, int]:
-    """How many intents of the filter (its state aside) are in each derived state."""
+@dataclass
+class StateCounts:
+    counts: dict[str, int]
+    capped: bool
+    """The filter matches more than COUNT_CAP intents: the counts are of the newest."""
+
+
+COUNT_CAP = 2000
+"""Counts by state cover at most the newest this-many intents of a filter (the page says
+so; narrowing the filter, e.g. by dates, counts a period exactly): deriving the state of
+every intent of a large ledger on each page would cost a second per page."""
+
+
+def counts_by_state(session: Session, flt: IntentFilter, *, cap: int = COUNT_CAP) -> StateCounts:
+    """How many of the filter's newest `cap` intents (its state aside) are in each state."""
     now = datetime.now(UTC)
+    newest_first = (Intent.created_at.desc(), Intent.id.desc())
+    unfiltered = replace(flt, state=None)
+    # Per intent, through the intent_id indexes (a handful of rows each): its attempts'
+    # distinct states and its latest decision. A join over whole tables costs more here.
+    states = (
+        select(array_agg(func.distinct(Attempt.state)))
+        .where(Attempt.intent_id == Intent.id)
+        .scalar_subquery()
+    )
+    latest = (
+        select(PolicyDecision.outcome)
+        .where(PolicyDecision.intent_id == Intent.id)
+        .order_by(PolicyDecision.id.desc())
+        .limit(1)
+        .scalar_subquery()
+    )
     base = (
-        replace(flt, state=None)
-        .apply(
+        unfiltered.apply(
             select(
-                Intent.id.label("id"),
+                states.label("states"),
+                latest.label("outcome"),
                 (Intent.cancelled_at.is_not(None)).label("cancelled"),
                 and_(Intent.expires_at.is_not(None), Intent.expires_at <= now).label("past_expiry"),
                 and_(Intent.send_at.is_not(None), Intent.send_at > now).label("scheduled"),
+                (func.row_number().over(order_by=newest_first) > cap).label("beyond"),
             )
         )
+        .order_by(*newest_first)
+        .limit(cap + 1)  # one more: whether the filter matches more than `cap`
         .subquery("f")
-    )
-    attempts = (
-        select(
-            Attempt.intent_id,
-            array_agg(func.distinct(Attempt.state)).label("states"),
-        )
-        .where(Attempt.intent_id.in_(select(base.c.id)))
-        .group_by(Attempt.intent_id)
-        .subquery("a")
-    )
-    latest = (
-        select(PolicyDecision.intent_id, func.max(PolicyDecision.id).label("id"))
-        .where(PolicyDecision.intent_id.in_(select(base.c.id)))
-        .group_by(PolicyDecision.intent_id)
-        .subquery("l")
-    )
-    decision = (
-        select(PolicyDecision.intent_id, PolicyDecision.outcome)
-        .join(latest, PolicyDecision.id == latest.c.id)
-        .subquery("d")
     )
     rows = session.execute(
         select(
-            attempts.c.states,
-            decision.c.outcome,
+            base.c.states,
+            base.c.outcome,
             base.c.cancelled,
             base.c.past_expiry,
             base.c.scheduled,
             func.count(),
-        )
-        .select_from(base)
-        .outerjoin(attempts, attempts.c.intent_id == base.c.id)
-        .outerjoin(decision, decision.c.intent_id == base.c.id)
-        .group_by(
-            attempts.c.states,
-            decision.c.outcome,
+            base.c.beyond,
+        ).group_by(
+            base.c.states,
+            base.c.outcome,
             base.c.cancelled,
             base.c.past_expiry,
             base.c.scheduled,
+            base.c.beyond,
         )
     )
     counts: Counter[str] = Counter()
-    for states, outcome, cancelled, past_expiry, scheduled, n in rows:
-        attempt_states = [AttemptState(s) for s in (states or [])]
+    capped = False
+    for names, outcome, cancelled, past_expiry, scheduled, n, beyond in rows:
+        if beyond:
+            capped = True
+            continue
+        attempt_states = [AttemptState(s) for s in (names or [])]
         derived = derive_intent_state(
             attempt_states=attempt_states,
             last_decision=Outcome(outcome) if outcome else None,
@@ -261,7 +311,7 @@ def counts_by_state(session: Session, flt: IntentFilter) -> dict[str, int]:
             scheduled=scheduled,
         )
         counts[derived.value] += n
-    return {s: counts[s] for s in STATES if counts[s]}
+    return StateCounts({s: counts[s] for s in STATES if counts[s]}, capped)
 
 
 CSV_COLUMNS = [
@@ -522,71 +572,87 @@ class SetSummary:
     exposure: list[tuple[str, str, int]]
     """(event type, category, members)."""
     members: list[dict[str, Any]]
+    """The oldest MEMBERS_SHOWN, each an open review item."""
 
 
-def reconciliation(session: Session, now: datetime) -> tuple[list[SetSummary], SetSummary]:
-    """The reconciliation sets as `herald reconcile` finds them, and the open review items."""
-    rows = reconcile.find(session, now=now, limit=200)
-    by_kind: dict[str, list[reconcile.ReviewRow]] = defaultdict(list)
-    for row in rows:
-        by_kind[row.kind].append(row)
-    intent_ids = {r.intent_id for r in rows if r.intent_id}
-    open_items = list(
-        session.execute(
-            select(ReviewItem)
-            .where(ReviewItem.resolved_at.is_(None))
-            .order_by(ReviewItem.found_at, ReviewItem.id)
-            .limit(200)
-        ).scalars()
-    )
-    intent_ids |= {str((i.detail or {}).get("intent_id")) for i in open_items}
-    kinds: dict[str, tuple[str, str]] = {
-        i.id: (i.event_type, i.category)
-        for i in session.execute(
-            select(Intent).where(Intent.id.in_([i for i in intent_ids if i]))
-        ).scalars()
+MEMBERS_SHOWN = 50
+
+
+def reconciliation(session: Session, now: datetime) -> list[SetSummary]:
+    """Each reconciliation set as its open review items: what `ledger.reconcile.find`
+    found (the reconcile sweep records every row it finds as a review item, each kind and
+    subject once, every 5 minutes) and no person has resolved yet.
+
+    Reading the recorded items rather than running `find` on every page keeps the page
+    fast on a large ledger (finding intents without an attempt reads every intent)."""
+    intent_id = ReviewItem.detail["intent_id"].as_string()
+    since = ReviewItem.detail["since"].as_string()
+    open_items = ReviewItem.resolved_at.is_(None)
+    totals = {
+        kind: (n, oldest)
+        for kind, n, oldest in session.execute(
+            select(ReviewItem.kind, func.count(), func.min(ReviewItem.found_at))
+            .where(open_items)
+            .group_by(ReviewItem.kind)
+        )
     }
-
-    def exposure(ids: list[str | None]) -> list[tuple[str, str, int]]:
-        counted = Counter(kinds.get(i or "", ("(none)", "(none)")) for i in ids)
-        return [(e, c, n) for (e, c), n in counted.most_common()]
-
+    # Exposure in two index-friendly steps (a join on the JSON field reads every intent).
+    open_pairs = session.execute(select(ReviewItem.kind, intent_id).where(open_items)).all()
+    ids = list({i for _, i in open_pairs if i})
+    # One array parameter (= ANY), not an IN list of thousands of parameters.
+    kinds_of: dict[str, tuple[str, str]] = {
+        i: (e, c)
+        for i, e, c in session.execute(
+            select(Intent.id, Intent.event_type, Intent.category).where(
+                Intent.id == any_(literal(ids, ARRAY(String)))
+            )
+        )
+    }
+    counted: dict[str, Counter[tuple[str, str]]] = defaultdict(Counter)
+    for kind, i in open_pairs:
+        counted[kind][kinds_of.get(i or "", ("(none)", "(none)"))] += 1
+    exposure = {
+        kind: [(e, c, n) for (e, c), n in counter.most_common()]
+        for kind, counter in counted.items()
+    }
     sets = []
     for kind, title in SET_TITLES.items():
-        members = by_kind.get(kind, [])
+        count, oldest_found = totals.get(kind, (0, None))
+        members = []
+        oldest_since: datetime | None = None
+        if count:
+            for item in session.execute(
+                select(ReviewItem)
+                .where(open_items, ReviewItem.kind == kind)
+                .order_by(since, ReviewItem.id)
+                .limit(MEMBERS_SHOWN)
+            ).scalars():
+                detail = item.detail or {}
+                began = datetime.fromisoformat(detail["since"]) if detail.get("since") else None
+                oldest_since = oldest_since or began
+                members.append(
+                    {
+                        "id": item.id,
+                        "subject": item.subject,
+                        "since": when(began or item.found_at),
+                        "age": reconcile.format_age(now - (began or item.found_at)),
+                        "found_at": when(item.found_at),
+                        "intent_id": detail.get("intent_id"),
+                        "business_key": detail.get("business_key"),
+                    }
+                )
+        oldest = oldest_since or oldest_found
         sets.append(
             SetSummary(
                 kind,
                 title,
-                len(members),
-                reconcile.format_age(members[0].age) if members else None,
-                exposure([m.intent_id for m in members]),
-                [m.as_dict() for m in members],
+                count,
+                reconcile.format_age(now - oldest) if oldest else None,
+                exposure.get(kind, []),
+                members,
             )
         )
-    open_count = session.execute(
-        select(func.count()).select_from(ReviewItem).where(ReviewItem.resolved_at.is_(None))
-    ).scalar_one()
-    review = SetSummary(
-        "review",
-        "Open review items",
-        open_count,
-        reconcile.format_age(now - open_items[0].found_at) if open_items else None,
-        exposure([(i.detail or {}).get("intent_id") for i in open_items]),
-        [
-            {
-                "id": i.id,
-                "kind": i.kind,
-                "subject": i.subject,
-                "found_at": when(i.found_at),
-                "age": reconcile.format_age(now - i.found_at),
-                "intent_id": (i.detail or {}).get("intent_id"),
-                "business_key": (i.detail or {}).get("business_key"),
-            }
-            for i in open_items
-        ],
-    )
-    return sets, review
+    return sets
 
 
 # --- overview ------------------------------------------------------------------------------
@@ -611,7 +677,7 @@ CHART_OUTCOMES = ["delivered", "sent", "unknown", "failed", "undelivered", "canc
 
 def overview(session: Session, now: datetime) -> Overview:
     intents = {
-        name: counts_by_state(session, IntentFilter(created_from=now - span))
+        name: counts_by_state(session, IntentFilter(created_from=now - span), cap=1_000_000).counts
         for name, span in WINDOWS.items()
     }
     attempts: dict[str, dict[str, int]] = {}

@@ -221,6 +221,7 @@ async def test_resolving_a_review_item_records_who_and_the_note(http, committed,
         ).scalar_one()
     name, token = principal(committed, Role.OPERATOR)
     csrf = await sign_in(http, name, token)
+    before = await open_items_metric(http)
     page = await http.get("/console/reconciliation")
     assert f"/console/review-items/{item.id}/resolve" in page.text
     done = await http.post(
@@ -228,6 +229,7 @@ async def test_resolving_a_review_item_records_who_and_the_note(http, committed,
         data={"note": "carrier confirmed delivery by phone", "csrf": csrf},
     )
     assert done.status_code == 303
+    assert await open_items_metric(http) == before - 1
     with committed() as session:
         row = session.get(ReviewItem, item.id)
         assert row is not None and row.resolved_at is not None
@@ -265,6 +267,13 @@ async def test_the_list_pages_by_keyset_and_counts_by_state(http, committed, cip
     bad = await http.get("/console/intents", params={"created_from": "yesterday"})
     assert bad.status_code == 400 and "created from" in bad.text
     assert prefix
+
+
+async def open_items_metric(http: httpx.AsyncClient) -> float:
+    """herald_review_items_open{kind="unknown_outcome"} as /metrics reports it."""
+    text = (await http.get("/metrics")).text
+    found = re.search(r'^herald_review_items_open\{kind="unknown_outcome"\} (\S+)$', text, re.M)
+    return float(found.group(1)) if found else 0.0
 
 
 def _actions(session: Session, intent_id: str) -> list[OperatorAction]:

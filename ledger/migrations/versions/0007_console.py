@@ -40,6 +40,17 @@ def upgrade() -> None:
     )
     op.create_index("ix_intent_category_created", "intent", ["category", "created_at"])
     op.create_index(
+        "ix_intent_event_type_created",
+        "intent",
+        ["event_type", sa.text("created_at DESC"), sa.text("id DESC")],
+    )
+    op.create_index(
+        "ix_intent_region_created",
+        "intent",
+        ["region", sa.text("created_at DESC"), sa.text("id DESC")],
+    )
+    op.create_index("ix_attempt_state_intent", "attempt", ["state", "intent_id"])
+    op.create_index(
         "ix_review_item_open",
         "review_item",
         ["kind"],
@@ -49,6 +60,9 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_index("ix_review_item_open", table_name="review_item")
+    op.drop_index("ix_attempt_state_intent", table_name="attempt")
+    op.drop_index("ix_intent_region_created", table_name="intent")
+    op.drop_index("ix_intent_event_type_created", table_name="intent")
     op.drop_index("ix_intent_category_created", table_name="intent")
     op.drop_index("ix_intent_business_key_prefix", table_name="intent")
     op.drop_index("ix_intent_created_id", table_name="intent")

@@ -17,17 +17,17 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterator
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Request, Response
 from fastapi.dependencies.models import Dependant
 from fastapi.responses import JSONResponse
-from fastapi.routing import APIRoute
+from fastapi.routing import APIRoute, iter_route_contexts
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session, sessionmaker
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute
 
 from api.schemas import Forbidden, Problem
 from domain.principals import BREAK_GLASS_NAME, Access, Principal, Role, roles_for
@@ -165,26 +165,30 @@ def route_access(route: BaseRoute) -> Access | None:
     return next(iter(declared), None)
 
 
-def route_keys(route: BaseRoute) -> list[str]:
-    """`METHOD path` for each method of a route."""
-    if isinstance(route, APIRoute | Route):
-        return [f"{method} {route.path}" for method in sorted(route.methods or ())]
-    return []
-
-
-def undeclared_routes(routes: Iterable[BaseRoute]) -> list[str]:
-    """Routes that neither declare an access through GuardedRoute nor are public."""
-    missing: list[str] = []
-    for route in routes:
-        access = route_access(route)
-        if access is not None and isinstance(route, GuardedRoute):
+def app_routes(app: FastAPI) -> Iterator[tuple[str, str, BaseRoute]]:
+    """(method, full path, the route as declared) for every route the app serves,
+    included routers' routes too (FastAPI keeps those nested)."""
+    for context in iter_route_contexts(app.routes):
+        path = context.path
+        if path is None:
             continue
-        missing += [key for key in route_keys(route) if key not in PUBLIC_ROUTES]
-    return missing
+        for method in sorted(context.methods or ()):
+            yield method, path, context.original_route
+
+
+def undeclared_routes(app: FastAPI) -> list[str]:
+    """`METHOD path` of routes that neither declare an access through GuardedRoute nor
+    are public."""
+    return [
+        f"{method} {path}"
+        for method, path, route in app_routes(app)
+        if not (isinstance(route, GuardedRoute) and route_access(route) is not None)
+        and f"{method} {path}" not in PUBLIC_ROUTES
+    ]
 
 
 def check_every_route_declared(app: FastAPI) -> None:
-    missing = undeclared_routes(app.routes)
+    missing = undeclared_routes(app)
     if missing:
         raise RuntimeError(
             "routes without a declared role (Depends(require(...)) on a GuardedRoute, or "

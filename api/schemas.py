@@ -207,6 +207,9 @@ class AttemptView(BaseModel):
     submitted_at: datetime | None
     terminal_at: datetime | None
     pii_readable: bool
+    destination_masked: str | None = None
+    """The destination masked (`+44********42`, `a***@example.com`); null once purged.
+    No role reads a destination in full through the API."""
 
 
 class ObservationView(BaseModel):

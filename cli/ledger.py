@@ -106,11 +106,14 @@ def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
 
 
 async def cmd_purge(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
+    from cli.main import _acting
+    from domain.principals import Access
     from ledger import retention
 
     now = _when(args.now, "--now") or datetime.now(UTC)
     if args.batch < 1:
         raise CliError("--batch must be at least 1")
+    _acting(cfg, Access.ADMINISTER)
     total = retention.purge_in_batches(lambda: _session(cfg, write=True), now=now, batch=args.batch)
     report = total.as_dict()
     del report["more"]
@@ -128,16 +131,20 @@ async def cmd_purge(args: argparse.Namespace, cfg: settings_module.Settings) -> 
 
 
 async def cmd_legal_hold(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
+    from cli.main import _acting
+    from domain.principals import Access
     from ledger import repository as repo
     from ledger import retention
 
+    by = _acting(cfg, Access.ADMINISTER)
     with _session(cfg, write=True) as session:
         try:
             result = retention.set_legal_hold(
                 session,
                 args.intent,
                 args.on,
-                operator=args.operator,
+                operator=by.name,
+                operator_role=by.role.value,
                 reason=args.reason,
                 at=datetime.now(UTC),
             )
@@ -416,6 +423,8 @@ def _suppression(row: Any) -> dict[str, Any]:
 async def cmd_suppression(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
     """What the `/v1/suppressions` API does, from an operator's terminal; the destination
     is taken as an argument and never printed back (only the suppression's id)."""
+    from cli.main import _acting
+    from domain.principals import Access
     from ledger import evidence
     from ledger import repository as repo
 
@@ -426,10 +435,12 @@ async def cmd_suppression(args: argparse.Namespace, cfg: settings_module.Setting
     if args.suppression_command == "add":
         if not _REASON.match(args.reason):
             raise CliError("--reason: a machine word (a-z, 0-9, _; at most 60), e.g. operator")
+        by = _acting(cfg, Access.OPERATE)
         lookup = _lookup(cfg, args.destination, args.channel)
         with _session(cfg, write=True) as session:
-            row, created = evidence.suppress(
+            row, created = evidence.suppress_by(
                 session,
+                by,
                 destination_hmac=lookup,
                 channel=args.channel,
                 reason=args.reason,
@@ -469,9 +480,12 @@ async def cmd_suppression(args: argparse.Namespace, cfg: settings_module.Setting
             ),
         )
     else:
+        by = _acting(cfg, Access.OPERATE)
         with _session(cfg, write=True) as session:
             try:
-                row, changed = evidence.lift_suppression(session, args.id, source=source, at=now)
+                row, changed = evidence.lift_suppression_by(
+                    session, by, args.id, source=source, at=now
+                )
             except repo.NotFound as err:
                 raise CliError(f"no suppression {args.id}") from err
             out = {**_suppression(row), "changed": changed}
@@ -500,7 +514,6 @@ def register(add: Callable[..., argparse.ArgumentParser]) -> dict[str, Command]:
     switch = hold.add_mutually_exclusive_group(required=True)
     switch.add_argument("--on", dest="on", action="store_true", help="place the hold")
     switch.add_argument("--off", dest="on", action="store_false", help="lift the hold")
-    hold.add_argument("--operator", required=True, help="who asks (recorded)")
     hold.add_argument("--reason", required=True, help="why (recorded)")
 
     rec = add("reconcile", "list what needs review, with ages; --record files review items")

@@ -225,9 +225,12 @@ async def cmd_consent(args: argparse.Namespace, cfg: settings_module.Settings) -
     ):
         if not value or len(value) > most or "\x00" in value:
             raise CliError(f"{name}: required, at most {most} characters")
+    from domain.principals import Access
+
+    by = _acting(cfg, Access.OPERATE)
     now = datetime.now(UTC)
     # A ledger that cannot be reached is reported by `operational_error`, like every command.
-    out = _consent(evidence, _sessions(cfg), args, now)
+    out = _consent(evidence, _sessions(cfg), args, now, by)
 
     def render(o: dict[str, Any]) -> str:
         if not o["revoked"]:
@@ -245,12 +248,13 @@ async def cmd_consent(args: argparse.Namespace, cfg: settings_module.Settings) -
 
 
 def _consent(
-    evidence: Any, sessions: Any, args: argparse.Namespace, now: datetime
+    evidence: Any, sessions: Any, args: argparse.Namespace, now: datetime, by: Any
 ) -> dict[str, Any]:
     with sessions.begin() as session:
         if args.revoke:
-            ended = evidence.revoke_consent(
+            ended = evidence.revoke_consent_by(
                 session,
+                by,
                 recipient_ref=args.recipient,
                 channel=args.channel,
                 purpose=args.purpose,
@@ -266,8 +270,9 @@ def _consent(
                 "ended": [{"id": c.id, "channel": c.channel} for c in ended],
             }
         else:
-            row = evidence.record_consent(
+            row = evidence.record_consent_by(
                 session,
+                by,
                 recipient_ref=args.recipient,
                 channel=args.channel,
                 purpose=args.purpose,
@@ -333,6 +338,7 @@ COMMAND_MODULES = [
     "cli.ops",
     "cli.bench",
     "cli.maint",
+    "cli.principals",
 ]
 
 

@@ -78,7 +78,7 @@ class Addresses:
                 if self.worker_herald_metrics
                 else "(off)",
             ),
-            ("Admin token (file)", self.operator_token_file),
+            ("Operator token", self.operator_token_file),
         ]
         width = max(len(name) for name, _ in rows)
         return "\n".join(f"  {name:<{width}}  {value}" for name, value in rows)

@@ -214,3 +214,16 @@ def normalized_destination(raw: str, channel: str | None) -> str:
     except InvalidDestination as err:
         # The domain's messages describe the problem without repeating the address.
         raise ValueError(str(err)) from err
+
+
+def masked(destination: str) -> str:
+    """A destination as support and auditors see it: enough to confirm with the person
+    ("ends in 42, at example.com"), not enough to contact them.
+
+    `+447400000142` -> `+44********42`; `ann.lee@example.com` -> `a***@example.com`.
+    """
+    if "@" in destination:
+        local, _, domain = destination.rpartition("@")
+        return f"{local[:1]}***@{domain}"
+    hidden = max(len(destination) - 5, 1)
+    return destination[:3] + "*" * hidden + destination[-2:]

@@ -276,6 +276,7 @@ def set_legal_hold(
     operator: str | None = None,
     reason: str | None = None,
     at: datetime | None = None,
+    operator_role: str | None = None,
 ) -> LegalHoldResult:
     """Put an intent on legal hold (exempt from purge) or lift the hold.
 
@@ -314,6 +315,7 @@ def set_legal_hold(
             intent_id=intent.id,
             action=LEGAL_HOLD_ACTION,
             operator=operator,
+            operator_role=operator_role,
             reason=reason or "",
             outcome="accepted",
             at=at,

@@ -9,9 +9,11 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from domain.destinations import masked
 from ledger import repository as repo
+from ledger.crypto import FieldCipher
 from ledger.listing import derive_states
-from ledger.models import Observation, OperatorAction, PolicyDecision
+from ledger.models import Attempt, Observation, OperatorAction, PolicyDecision
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -24,8 +26,17 @@ def derived_state(session: Session, intent_id: str, *, now: datetime | None = No
     return derive_states(session, [intent], now or datetime.now(UTC))[intent_id]
 
 
-def timeline(session: Session, id_or_key: str) -> dict[str, Any]:
-    """Everything the ledger knows about an intent, without any PII."""
+def _masked_destination(cipher: FieldCipher | None, attempt: Attempt) -> str | None:
+    if cipher is None or attempt.destination_ct is None:
+        return None  # no key at hand, or the readable copy was purged
+    return masked(cipher.decrypt(attempt.destination_ct, context=attempt.token))
+
+
+def timeline(
+    session: Session, id_or_key: str, *, cipher: FieldCipher | None = None
+) -> dict[str, Any]:
+    """Everything the ledger knows about an intent, without any PII. With `cipher`, each
+    attempt carries its destination masked (`+44********42`), never readable."""
     intent = repo.get_intent(session, id_or_key)
     attempts = repo.attempts_of(session, intent.id)
     decisions = session.execute(
@@ -101,6 +112,7 @@ def timeline(session: Session, id_or_key: str) -> dict[str, Any]:
                 "submitted_at": _iso(a.submitted_at),
                 "terminal_at": _iso(a.terminal_at),
                 "pii_readable": a.destination_ct is not None,
+                "destination_masked": _masked_destination(cipher, a),
             }
             for a in attempts
         ],

@@ -309,7 +309,7 @@ class HeraldClient:
 
     def timeline(self, id_or_key: str) -> dict[str, Any]:
         with self.sessions() as session:
-            return timeline.timeline(session, id_or_key)
+            return timeline.timeline(session, id_or_key, cipher=self._cipher)
 
     async def _record_action(
         self,

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,8 @@ class Run:
 
 @pytest.fixture(scope="module")
 def cli_ledger(pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ledger]:
-    from ledger import migrate
+    from domain.principals import Role
+    from ledger import migrate, principals
     from ledger.templates import seed_packaged
     from tests.conftest import fresh_database
 
@@ -48,13 +50,22 @@ def cli_ledger(pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     sessions = sessionmaker(engine, expire_on_commit=False)
     with sessions.begin() as session:
         seed_packaged(session, "default")
-    yield Ledger(url, sessions, tmp_path_factory.mktemp("herald-cli"))
+        # The CLI acts as a principal: an admin whose token is where `herald dev` puts it.
+        issued = principals.create(
+            session, "cli-admin", Role.ADMIN, by=principals.BOOTSTRAP_ACTOR, at=datetime.now(UTC)
+        )
+    data_dir = tmp_path_factory.mktemp("herald-cli")
+    (data_dir / "operator.token").write_text(issued.token)
+    yield Ledger(url, sessions, data_dir)
     engine.dispose()
 
 
-def run_herald(*args: str, database_url: str, data_dir: Path) -> Run:
+def run_herald(
+    *args: str, database_url: str, data_dir: Path, settings: dict[str, str] | None = None
+) -> Run:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HERALD_")}
     env.update(HERALD_DATABASE_URL=database_url, HERALD_DATA_DIR=str(data_dir))
+    env.update(settings or {})
     done = subprocess.run(
         [sys.executable, "-m", "cli", *args],
         cwd=ROOT,

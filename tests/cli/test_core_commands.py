@@ -31,6 +31,8 @@ def herald(stack: Any, *args: str, timeout: float = 120) -> subprocess.Completed
         HERALD_TEMPORAL_ADDRESS=cfg.temporal_target,
         HERALD_DATA_KEY=TEST_KEYRING,
         HERALD_TASK_QUEUE=cfg.task_queue,
+        # The stack's local admin (`herald dev` wrote its token on the fresh ledger).
+        HERALD_TOKEN=cfg.token_file.read_text(),
     )
     return subprocess.run(
         [sys.executable, "-m", "cli", *args],
@@ -81,13 +83,9 @@ async def test_send_show_and_cancel_through_the_cli(stack):
     text = herald(stack, "show", key)
     assert text.returncode == 0 and "delivered" in text.stdout and PHONE not in text.stdout
 
-    cancelled = as_json(
-        herald(stack, "cancel", key, "--operator", "ops@x", "--reason", "seat filled", "--json")
-    )
+    cancelled = as_json(herald(stack, "cancel", key, "--reason", "seat filled", "--json"))
     assert cancelled["accepted"] is True and "nothing recalled" in cancelled["message"]
-    refused = herald(
-        stack, "approve-resend", key, "--operator", "ops@x", "--reason", "again", "--json"
-    )
+    refused = herald(stack, "approve-resend", key, "--reason", "again", "--json")
     assert refused.returncode == 3 and json.loads(refused.stdout)["accepted"] is False
     actions = as_json(herald(stack, "show", key, "--json"))["operator_actions"]
     assert [(a["action"], a["outcome"]) for a in actions] == [

@@ -57,8 +57,6 @@ def test_purge_removes_pii_past_its_window_and_a_legal_hold_exempts_an_intent(
         "legal-hold",
         held,
         "--on",
-        "--operator",
-        "dpo@example.org",
         "--reason",
         "case 41",
         "--json",
@@ -82,13 +80,11 @@ def test_purge_removes_pii_past_its_window_and_a_legal_hold_exempts_an_intent(
     assert by_key[held].sms_destination_ct is not None
     assert (action.action, action.operator, action.reason) == (
         "legal-hold",
-        "dpo@example.org",
+        "cli-admin",  # the authenticated principal, never a flag
         "case 41",
     )
 
-    lifted = herald(
-        "legal-hold", held, "--off", "--operator", "dpo@example.org", "--reason", "closed"
-    )
+    lifted = herald("legal-hold", held, "--off", "--reason", "closed")
     assert lifted.returncode == 0 and "legal hold off" in lifted.stdout
     assert by_key[held].id in herald("purge", "--now", LATER, "--json").json()["intent_ids"]
     text = herald("purge")
@@ -100,11 +96,11 @@ def test_purge_and_legal_hold_refuse_bad_arguments_on_stderr(herald):
     assert done.returncode == 2 and "--now: 'yesterday' is not an ISO 8601 time" in done.stderr
     naive = herald("purge", "--now", "2030-01-01T00:00:00")
     assert naive.returncode == 2 and "needs a timezone" in naive.stderr
-    missing = herald("legal-hold", "no-such:key", "--on", "--operator", "o", "--reason", "r")
+    missing = herald("legal-hold", "no-such:key", "--on", "--reason", "r")
     assert missing.returncode == 2
     assert "no intent with id or business key 'no-such:key'" in missing.stderr
     assert "Traceback" not in missing.stderr
-    neither = herald("legal-hold", "k:1", "--operator", "o", "--reason", "r")
+    neither = herald("legal-hold", "k:1", "--reason", "r")
     assert neither.returncode == 2 and "--on" in neither.stderr
 
 

@@ -14,7 +14,7 @@ from tests.cli.conftest import Ledger, assert_one_line_error, run_installed_hera
 KEY = "class-opening:c-9081:m-1842"
 SEND = ["--key", KEY, "--recipient", "m-1842", "--template", "class-opening"]
 SEND += ["--phone", "+447400000100"]
-OPERATOR = ["--operator", "front-desk", "--reason", "seat filled"]
+OPERATOR = ["--reason", "seat filled"]
 
 
 @pytest.mark.parametrize(

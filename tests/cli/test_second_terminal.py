@@ -5,6 +5,7 @@ terminal does; then SIGTERM stops the stack and nothing of it is left running.""
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import signal
@@ -23,6 +24,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from devstack import EmbeddedPostgres, free_port, no_orphans, port_in_use
+from domain.principals import local_principal_name
 from settings import Settings
 from tests.cli.conftest import HERALD, Run, assert_one_line_error, run_installed_herald
 
@@ -184,7 +186,7 @@ def test_send_show_list_cancel_and_a_refused_resend_from_another_terminal(dev: S
     assert [a["state"] for a in doc["attempts"]] == ["delivered"]
 
     # Sent long ago in the ledger's terms: a resend is refused, in one line, exit 3.
-    refused = dev.herald("approve-resend", key, "--operator", "desk", "--reason", "again")
+    refused = dev.herald("approve-resend", key, "--reason", "again")
     assert refused.returncode == 3, refused.stderr
     assert refused.stdout.strip().splitlines() == [
         "refused: the intent's workflow has finished; record a new intent instead"
@@ -193,7 +195,7 @@ def test_send_show_list_cancel_and_a_refused_resend_from_another_terminal(dev: S
     later = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
     scheduled = f"class-opening:c-9082:{recipient}"
     dev.herald("send", "--key", scheduled, *send, "--send-at", later).json()
-    cancel = dev.herald("cancel", scheduled, "--operator", "desk", "--reason", "seat filled")
+    cancel = dev.herald("cancel", scheduled, "--reason", "seat filled")
     assert cancel.returncode == 0 and cancel.stdout.strip() == "future work closed", cancel
     assert _show(dev, scheduled)["intent"]["state"] == "cancelled"
 
@@ -215,7 +217,7 @@ def test_demo_runs_its_story_on_the_running_stack(dev: Stack) -> None:
 
 @pytest.mark.parametrize("command", ["cancel", "approve-resend"])
 def test_an_operator_action_on_an_unknown_key_is_one_line(dev: Stack, command: str) -> None:
-    done = dev.herald(command, "no-such:key-1", "--operator", "desk", "--reason", "why")
+    done = dev.herald(command, "no-such:key-1", "--reason", "why")
     line = assert_one_line_error(done, command)
     assert "no intent with id or business key 'no-such:key-1'" in line
 
@@ -258,6 +260,62 @@ def test_a_second_stack_on_a_taken_port_names_the_port_and_its_setting(
         EmbeddedPostgres(data, port=free_port()).destroy()
     # The first stack is untouched.
     assert httpx.get(f"{dev.addresses['api']}/readyz", timeout=5).status_code == 200
+
+
+def test_principals_from_another_terminal_add_use_over_http_revoke(dev: Stack) -> None:
+    """`herald dev` made an admin for the local user on its fresh data folder and wrote
+    its token where a second terminal's CLI finds it; with it: add a viewer, use its
+    printed token over HTTP, revoke it, and the next request is 401."""
+    token_file = dev.data / "operator.token"
+    assert token_file.stat().st_mode & 0o777 == 0o600
+    local = local_principal_name(getpass.getuser())
+    before = {p["name"]: p for p in dev.herald("principals", "list", "--json").json()}
+    assert before[local]["role"] == "admin" and before[local]["created_by"] == "herald-dev"
+
+    name = f"support-{uuid.uuid4().hex[:8]}"
+    added = dev.herald("principals", "add", name, "--role", "viewer")
+    assert added.returncode == 0, added.stderr
+    token = added.stdout.strip()
+    assert len(token) == 43 and "will not show it again" in added.stderr
+    bearer = {"Authorization": f"Bearer {token}"}
+    api = dev.addresses["api"]
+    after_printed: list[str] = []
+
+    read = httpx.get(f"{api}/v1/intents?limit=1", headers=bearer, timeout=10)
+    assert read.status_code == 200, read.text
+    cancel = httpx.post(
+        f"{api}/v1/intents/no-such:key/cancel", json={"reason": "r"}, headers=bearer, timeout=10
+    )
+    assert cancel.status_code == 403 and cancel.json()["needed_role"] == "operator"
+    after_printed += [read.text, cancel.text]
+    # The CLI acts as whoever HERALD_TOKEN names: a viewer may not cancel.
+    as_viewer = run_installed_herald(
+        "cancel",
+        "no-such:key",
+        "--reason",
+        "r",
+        settings={"HERALD_DATA_DIR": str(dev.data), "HERALD_TOKEN": token},
+        cwd=dev.home,
+    )
+    assert "needs the operator role" in assert_one_line_error(as_viewer, "cancel")
+    after_printed += [as_viewer.stdout, as_viewer.stderr]
+
+    listed = dev.herald("principals", "list")
+    assert listed.returncode == 0 and name in listed.stdout
+    shown = {p["name"]: p for p in dev.herald("principals", "list", "--json").json()}
+    assert shown[name]["last_used_at"] is not None and shown[name]["revoked_at"] is None
+    revoked = dev.herald("principals", "revoke", name)
+    assert revoked.returncode == 0 and revoked.stdout.strip() == f"principal {name} revoked"
+    refused = httpx.get(f"{api}/v1/intents?limit=1", headers=bearer, timeout=10)
+    assert refused.status_code == 401
+    after_printed += [listed.stdout, listed.stderr, revoked.stdout, refused.text]
+
+    # Nowhere after it was printed: not in an answer, not in any log or file of the stack.
+    assert all(token not in text for text in after_printed)
+    assert token not in dev.output()
+    for path in dev.data.rglob("*"):
+        if path.is_file() and path.stat().st_size < 20_000_000:
+            assert token.encode() not in path.read_bytes(), path
 
 
 def test_zz_sigterm_stops_the_stack_and_leaves_no_process(dev: Stack) -> None:

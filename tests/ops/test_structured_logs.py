@@ -157,7 +157,7 @@ async def test_a_scenario_leaves_json_logs_with_ids_and_no_pii_in_worker_and_api
                 await asyncio.sleep(0.2)
             else:
                 raise AssertionError(api_log.read_text()[-2000:])
-            token = stack.cfg.resolved_operator_token()
+            token = stack.cfg.token_file.read_text()
             answer = await http.post(
                 "/v1/intents",
                 headers={"Authorization": f"Bearer {token}"},

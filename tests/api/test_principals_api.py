@@ -1,0 +1,280 @@
+"""Principals and roles over the API: every route's role, read from the app's own routes,
+against no token, a revoked one and each role; what an app or a viewer may not do; the
+recorded operator is the authenticated principal; a token is never logged or shown twice."""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from api.auth import PUBLIC_ROUTES, app_routes, route_access, undeclared_routes
+from domain.principals import Role, least_role_for
+from ledger import principals
+from ledger.models import AuditEvent, OperatorAction, PrincipalRecord
+from tests.api.conftest import BEARER, submitted_attempt
+from tests.conftest import unique
+
+PHONE = "+447400000142"
+CREDENTIALS = ("none", "revoked", *(role.value for role in Role))
+EVERYONE = {"app", "viewer", "operator", "admin"}
+PEOPLE = {"viewer", "operator", "admin"}
+ACTORS = {"operator", "admin"}
+ROLE_TABLE: dict[str, set[str]] = {
+    "POST /v1/intents": {"app", "admin"},
+    "GET /v1/intents": EVERYONE,
+    "GET /v1/intents/{id_or_key}": EVERYONE,
+    "POST /v1/intents/{id_or_key}/cancel": ACTORS,
+    "POST /v1/intents/{id_or_key}/approve-resend": ACTORS,
+    "POST /v1/consents": ACTORS,
+    "POST /v1/consents/revoke": ACTORS,
+    "POST /v1/consents/search": PEOPLE,
+    "POST /v1/suppressions": ACTORS,
+    "POST /v1/suppressions/search": PEOPLE,
+    "POST /v1/suppressions/{suppression_id}/lift": ACTORS,
+    "GET /v1/principals": {"admin"},
+    "POST /v1/principals": {"admin"},
+    "POST /v1/principals/{name}/revoke": {"admin"},
+    "POST /v1/principals/{name}/rotate": {"admin"},
+}
+"""docs/api.md's role table: who may call each guarded route. A route the app serves
+that is in neither this table nor PUBLIC_ROUTES fails the matrix."""
+
+
+@dataclass(frozen=True)
+class Tokens:
+    by_credential: dict[str, str | None]
+    names: dict[str, str]
+
+    def header(self, credential: str) -> dict[str, str]:
+        token = self.by_credential[credential]
+        return {} if token is None else {"Authorization": f"Bearer {token}"}
+
+
+@pytest.fixture
+def tokens(committed: sessionmaker[Session]) -> Tokens:
+    """One live principal of each role and one revoked, under fresh names."""
+    now = datetime.now(UTC)
+    admin = principals.BOOTSTRAP_ACTOR
+    by_credential: dict[str, str | None] = {"none": None}
+    names: dict[str, str] = {}
+    with committed.begin() as session:
+        for role in Role:
+            name = unique(f"p-{role.value}")
+            by_credential[role.value] = principals.create(
+                session, name, role, by=admin, at=now
+            ).token
+            names[role.value] = name
+        revoked = unique("p-revoked")
+        by_credential["revoked"] = principals.create(
+            session, revoked, Role.ADMIN, by=admin, at=now
+        ).token
+        principals.revoke(session, revoked, by=admin, at=now)
+        names["revoked"] = revoked
+    return Tokens(by_credential, names)
+
+
+def _concrete(path: str) -> str:
+    """A path of the route with its parameters filled with values that name nothing."""
+    return (
+        path.replace("{id_or_key}", "no-such:key-1")
+        .replace("{suppression_id}", str(2**62))
+        .replace("{name}", "no-such-principal")
+        .replace("{value}", "not-a-signed-link")
+    )
+
+
+def test_every_route_of_the_app_declares_its_role_or_is_public(app: FastAPI) -> None:
+    assert undeclared_routes(app) == []
+    for method, path, route in app_routes(app):
+        if route_access(route) is None:
+            assert f"{method} {path}" in PUBLIC_ROUTES, f"{method} {path} declares no role"
+
+
+def test_docs_api_md_names_the_same_roles_for_every_guarded_route() -> None:
+    """The route table in docs/api.md is the role table people read: it must agree."""
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text()
+    documented: dict[str, set[str]] = {}
+    for method, path, roles in re.findall(
+        r"^\| `(\w+) (/[^`]*)` \| bearer: ([^|]+) \|", docs, re.M
+    ):
+        named = EVERYONE if roles.strip() == "any role" else set(roles.strip().split(", "))
+        documented[f"{method} {re.sub(r'{[^}]*}', '{}', path)}"] = named
+    expected = {re.sub(r"{[^}]*}", "{}", key): roles for key, roles in ROLE_TABLE.items()}
+    assert documented == expected
+
+
+def test_a_route_added_without_a_role_is_refused(app: FastAPI) -> None:
+    @app.get("/v1/undeclared")
+    async def undeclared() -> dict[str, str]:
+        return {}
+
+    assert undeclared_routes(app) == ["GET /v1/undeclared"]
+    from api.auth import check_every_route_declared
+
+    with pytest.raises(RuntimeError, match="GET /v1/undeclared"):
+        check_every_route_declared(app)
+
+
+async def test_the_role_matrix_over_every_route(
+    app: FastAPI, http: httpx.AsyncClient, tokens: Tokens
+) -> None:
+    checked = 0
+    served = {f"{m} {p}" for m, p, route in app_routes(app) if route_access(route) is not None}
+    assert served == set(ROLE_TABLE), "a guarded route is missing from the role table"
+    for method, path, route in app_routes(app):
+        if method == "HEAD":
+            continue
+        access = route_access(route)
+        allowed = ROLE_TABLE.get(f"{method} {path}", set())
+        url = _concrete(path)
+        statuses = {}
+        for credential in CREDENTIALS:
+            answer = await http.request(method, url, headers=tokens.header(credential), json={})
+            statuses[credential] = answer.status_code
+            if access is None:
+                continue  # public: checked below, all alike
+            if credential in ("none", "revoked"):
+                expected = 401
+            elif credential in allowed:
+                assert answer.status_code not in (401, 403), (method, path, credential)
+                continue
+            else:
+                expected = 403
+                body = answer.json()
+                assert body["needed_role"] == least_role_for(access).value, (method, path)
+                assert least_role_for(access).value in body["detail"]
+                assert tokens.by_credential[credential] not in answer.text
+            assert answer.status_code == expected, (method, path, credential, answer.text)
+        if access is None:
+            assert len(set(statuses.values())) == 1 and 401 not in statuses.values(), (
+                method,
+                path,
+                statuses,
+            )
+        checked += 1
+    # Intents (5), evidence (6), principals (4), and the public routes.
+    assert checked >= 15 + len({k for k in PUBLIC_ROUTES if not k.startswith("HEAD")}) - 1
+
+
+async def test_an_app_token_cannot_cancel_approve_a_resend_or_read_consent_evidence(
+    http: httpx.AsyncClient, tokens: Tokens
+) -> None:
+    app_token = tokens.header("app")
+    for path, body, needed in (
+        ("/v1/intents/k:1/cancel", {"reason": "r"}, "operator"),
+        ("/v1/intents/k:1/approve-resend", {"reason": "r"}, "operator"),
+        ("/v1/consents/search", {"recipient_ref": "m-1"}, "viewer"),
+    ):
+        answer = await http.post(path, json=body, headers=app_token)
+        assert answer.status_code == 403, (path, answer.text)
+        assert answer.json()["needed_role"] == needed
+    # What an app is for still works.
+    assert (await http.get("/v1/intents?limit=1", headers=app_token)).status_code == 200
+
+
+async def test_a_viewer_sees_destinations_masked_only(
+    http: httpx.AsyncClient, tokens: Tokens, committed: sessionmaker[Session], cipher
+) -> None:
+    sent = submitted_attempt(committed, cipher, phone=PHONE)
+    answer = await http.get(f"/v1/intents/{sent.intent_id}", headers=tokens.header("viewer"))
+    assert answer.status_code == 200, answer.text
+    attempt = answer.json()["attempts"][0]
+    assert attempt["destination_masked"] == "+44********42"
+    assert PHONE not in answer.text and PHONE[1:] not in answer.text
+
+
+async def test_a_cancel_records_the_authenticated_name_whatever_the_body_says(
+    http: httpx.AsyncClient, tokens: Tokens, committed: sessionmaker[Session], cipher
+) -> None:
+    sent = submitted_attempt(committed, cipher)
+    answer = await http.post(
+        f"/v1/intents/{sent.intent_id}/cancel",
+        json={"operator": "someone-else", "reason": "seat filled"},
+        headers=tokens.header("operator"),
+    )
+    assert answer.status_code == 200, answer.text
+    operator = tokens.names["operator"]
+    assert answer.json()["operator"] == operator
+    with committed() as session:
+        action = session.execute(
+            select(OperatorAction).where(OperatorAction.intent_id == sent.intent_id)
+        ).scalar_one()
+    assert (action.operator, action.operator_role) == (operator, "operator")
+    timeline = (await http.get(f"/v1/intents/{sent.intent_id}", headers=BEARER)).json()
+    assert [(a["operator"], a["operator_role"]) for a in timeline["operator_actions"]] == [
+        (operator, "operator")
+    ]
+
+
+async def test_principals_over_the_api_and_the_token_shown_once_and_never_logged(
+    http: httpx.AsyncClient, committed: sessionmaker[Session], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    name = unique("support")
+    added = await http.post("/v1/principals", json={"name": name, "role": "viewer"}, headers=BEARER)
+    assert added.status_code == 201, added.text
+    token = added.json()["token"]
+    assert re.fullmatch(r"[A-Za-z0-9_-]{43}", token)  # 32 random bytes, url-safe
+    later: list[httpx.Response] = []
+
+    as_viewer = {"Authorization": f"Bearer {token}"}
+    later.append(await http.get("/v1/intents?limit=1", headers=as_viewer))
+    assert later[-1].status_code == 200
+    later.append(await http.post("/v1/intents/k:1/cancel", json={"reason": "r"}, headers=as_viewer))
+    assert later[-1].status_code == 403
+    later.append(await http.get("/v1/principals", headers=BEARER))
+    listed = {p["name"]: p for p in later[-1].json()["items"]}
+    assert listed[name]["role"] == "viewer" and listed[name]["last_used_at"] is not None
+    assert listed[name]["revoked_at"] is None
+    later.append(
+        await http.post("/v1/principals", json={"name": name, "role": "admin"}, headers=BEARER)
+    )
+    assert later[-1].status_code == 409
+
+    # Rotate: the old token stops at once, the new one works.
+    rotated = await http.post(f"/v1/principals/{name}/rotate", headers=BEARER)
+    new_token = rotated.json()["token"]
+    assert new_token != token
+    later.append(await http.get("/v1/intents?limit=1", headers=as_viewer))
+    assert later[-1].status_code == 401
+    as_rotated = {"Authorization": f"Bearer {new_token}"}
+    assert (await http.get("/v1/intents?limit=1", headers=as_rotated)).status_code == 200
+
+    # Revoke: the next request is refused, with no restart.
+    later.append(await http.post(f"/v1/principals/{name}/revoke", headers=BEARER))
+    assert later[-1].status_code == 200 and later[-1].json()["revoked_at"]
+    later.append(await http.get("/v1/intents?limit=1", headers=as_rotated))
+    assert later[-1].status_code == 401
+
+    with committed() as session:
+        row = session.execute(
+            select(PrincipalRecord).where(PrincipalRecord.name == name)
+        ).scalar_one()
+        audit = session.execute(
+            select(AuditEvent.action, AuditEvent.actor, AuditEvent.actor_role)
+            .where(AuditEvent.subject == name)
+            .order_by(AuditEvent.id)
+        ).all()
+    assert token not in row.token_sha256 and row.token_sha256 == principals.token_hash(new_token)
+    assert [tuple(a) for a in audit] == [
+        ("principal.added", "break-glass", "admin"),
+        ("principal.rotated", "break-glass", "admin"),
+        ("principal.revoked", "break-glass", "admin"),
+    ]
+    for answer in later:
+        assert token not in answer.text and row.token_sha256 not in answer.text
+    logged = "\n".join(
+        f"{r.getMessage()} {r.args!r} {getattr(r, '__dict__', {})!r}" for r in caplog.records
+    )
+    assert caplog.records, "the API logs what principals did"
+    for secret in (token, new_token, principals.token_hash(token), "Bearer"):
+        assert secret not in logged

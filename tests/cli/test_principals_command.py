@@ -1,0 +1,56 @@
+"""`herald principals` through the real entry point, against the CLI's own ledger: the
+break-glass HERALD_OPERATOR_TOKEN, the token file's admin, HERALD_TOKEN, rotate and revoke,
+the audit trail, and one-line refusals."""
+
+from __future__ import annotations
+
+import uuid
+
+from sqlalchemy import select
+
+from ledger.models import AuditEvent
+from tests.cli.conftest import Ledger, Run, assert_one_line_error, run_herald
+
+
+def _herald(cli_ledger: Ledger, *args: str, **settings: str) -> Run:
+    return run_herald(
+        *args, database_url=cli_ledger.url, data_dir=cli_ledger.data_dir, settings=settings
+    )
+
+
+def test_add_as_break_glass_rotate_revoke_and_refusals_in_one_line(cli_ledger: Ledger) -> None:
+    glass = "break-glass-" + uuid.uuid4().hex
+    name = f"app-{uuid.uuid4().hex[:8]}"
+    added = _herald(
+        cli_ledger,
+        *("principals", "add", name, "--role", "app", "--json"),
+        HERALD_OPERATOR_TOKEN=glass,
+        HERALD_TOKEN=glass,
+    ).json()
+    assert added["role"] == "app" and len(added["token"]) == 43
+
+    # An app's token may not manage principals; the refusal names the role needed.
+    as_app = _herald(cli_ledger, "principals", "list", HERALD_TOKEN=added["token"])
+    assert "needs the admin role" in assert_one_line_error(as_app, "principals")
+    bad = _herald(cli_ledger, "principals", "add", "ann@example.com", "--role", "viewer")
+    assert "letters, digits" in assert_one_line_error(bad, "principals")
+
+    # The token file's admin (what `herald dev` writes) rotates and revokes.
+    rotated = _herald(cli_ledger, "principals", "rotate", name)
+    assert rotated.returncode == 0 and rotated.stdout.strip() != added["token"]
+    assert _herald(cli_ledger, "principals", "revoke", name).returncode == 0
+
+    listed = {p["name"]: p for p in _herald(cli_ledger, "principals", "list", "--json").json()}
+    assert listed[name]["revoked_at"] and listed[name]["rotated_at"]
+    assert not any(added["token"] in str(p) for p in listed.values())
+    with cli_ledger.sessions() as session:
+        trail = session.execute(
+            select(AuditEvent.action, AuditEvent.actor, AuditEvent.actor_role)
+            .where(AuditEvent.subject == name)
+            .order_by(AuditEvent.id)
+        ).all()
+    assert [tuple(row) for row in trail] == [
+        ("principal.added", "break-glass", "admin"),
+        ("principal.rotated", "cli-admin", "admin"),
+        ("principal.revoked", "cli-admin", "admin"),
+    ]

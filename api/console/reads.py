@@ -189,32 +189,38 @@ def list_page(
     """Newest first, keyset paged on (created_at, id)."""
     query = flt.apply(select(Intent)).order_by(Intent.created_at.desc(), Intent.id.desc())
     now = datetime.now(UTC)
-    items: list[ListedIntent] = []
+    matched: list[tuple[Intent, str]] = []
     scanned = 0
     last: Intent | None = None
-    while len(items) < size and scanned < scan_limit:
+    # With a state filter the SQL narrowing (could_be) lets most rows through: start at
+    # twice the page and grow, rather than reading a large batch for a few rows.
+    batch = size if flt.state is None else size * 2
+    exhausted = False
+    while len(matched) < size and scanned < scan_limit:
         batch_query = query
         if after is not None:
             batch_query = batch_query.where(
                 func.row(Intent.created_at, Intent.id) < func.row(literal(after[0]), after[1])
             )
-        batch = size if flt.state is None else SCAN_BATCH
         rows = list(session.execute(batch_query.limit(batch)).scalars())
-        if not rows:
-            return IntentList(items, None, scanned)
         states = derive_states(session, rows, now)
-        channels = channel_states(session, [r.id for r in rows])
         for intent in rows:
             scanned += 1
             last = intent
             after = (intent.created_at, intent.id)
             if flt.state is None or states[intent.id] == flt.state:
-                items.append(ListedIntent(intent, states[intent.id], channels[intent.id]))
-                if len(items) == size:
+                matched.append((intent, states[intent.id]))
+                if len(matched) == size:
                     break
-        if len(rows) < batch and (len(items) < size or last is rows[-1]):
-            return IntentList(items, None, scanned)
-    return IntentList(items, encode_cursor(last) if last is not None else None, scanned)
+        if len(rows) < batch:
+            # Nothing beyond these rows, unless the page filled before the last of them.
+            exhausted = not rows or last is rows[-1]
+            break
+        batch = min(batch * 4, SCAN_BATCH)
+    channels = channel_states(session, [intent.id for intent, _ in matched])
+    items = [ListedIntent(intent, state, channels[intent.id]) for intent, state in matched]
+    cursor = encode_cursor(last) if last is not None and not exhausted else None
+    return IntentList(items, cursor, scanned)
 
 
 def channel_states(session: Session, intent_ids: list[str]) -> dict[str, dict[str, str]]:
@@ -238,7 +244,7 @@ class StateCounts:
     """The filter matches more than COUNT_CAP intents: the counts are of the newest."""
 
 
-COUNT_CAP = 2000
+COUNT_CAP = 1000
 """Counts by state cover at most the newest this-many intents of a filter (the page says
 so; narrowing the filter, e.g. by dates, counts a period exactly): deriving the state of
 every intent of a large ledger on each page would cost a second per page."""

@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from api.console import reads
 from domain.principals import BREAK_GLASS_NAME, Principal, Role
 from ledger import principals, reconcile
 from ledger.models import ConsoleSession, Intent, OperatorAction, ReviewItem
@@ -253,35 +254,39 @@ async def test_the_csv_has_states_and_versions_and_no_destination(http, committe
     assert phone not in answer.text
 
 
-async def test_the_list_pages_by_keyset_and_counts_by_state(http, committed, cipher):
+async def test_the_list_pages_by_keyset_with_no_gap_and_counts_by_state(http, committed, cipher):
     sent = [submitted_attempt(committed, cipher) for _ in range(3)]
-    await sign_in(http, *principal(committed, Role.VIEWER))
     with committed() as session:
         keys = [session.get(Intent, s.intent_id).business_key for s in sent]  # type: ignore[union-attr]
-    prefix = keys[0].rsplit(":", 1)[0]
-    first = await http.get("/console/intents")
-    assert first.status_code == 200
-    assert keys[-1] in first.text  # newest first
-    state = await http.get("/console/intents", params={"state": "sending"})
-    assert state.status_code == 200 and "sending" in state.text
+        # One shared prefix for just these three: re-key them under a fresh one.
+        prefix = unique("order-created:page")
+        for n, s in enumerate(sent):
+            session.get(Intent, s.intent_id).business_key = f"{prefix}:{n}"  # type: ignore[union-attr]
+        session.commit()
+        for state in (None, "sending"):
+            flt = reads.IntentFilter(key_prefix=prefix, state=state)
+            first = reads.list_page(session, flt, size=2)
+            assert [i.intent.business_key for i in first.items] == [f"{prefix}:2", f"{prefix}:1"]
+            assert first.next_cursor
+            second = reads.list_page(
+                session, flt, after=reads.decode_cursor(first.next_cursor), size=2
+            )
+            assert [i.intent.business_key for i in second.items] == [f"{prefix}:0"]
+            assert second.next_cursor is None
+        assert (
+            reads.list_page(session, reads.IntentFilter(key_prefix=prefix, state="delivered")).items
+            == []
+        )
+        counted = reads.counts_by_state(session, reads.IntentFilter(key_prefix=prefix))
+        assert counted.counts == {"sending": 3} and not counted.capped
+        capped = reads.counts_by_state(session, reads.IntentFilter(key_prefix=prefix), cap=2)
+        assert capped.counts == {"sending": 2} and capped.capped
+    assert keys
+    await sign_in(http, *principal(committed, Role.VIEWER))
+    page = await http.get("/console/intents", params={"key_prefix": prefix, "state": "sending"})
+    assert page.status_code == 200 and f"{prefix}:0" in page.text
     bad = await http.get("/console/intents", params={"created_from": "yesterday"})
     assert bad.status_code == 400 and "created from" in bad.text
-    assert prefix
-
-
-async def open_items_metric(http: httpx.AsyncClient) -> float:
-    """herald_review_items_open{kind="unknown_outcome"} as /metrics reports it."""
-    text = (await http.get("/metrics")).text
-    found = re.search(r'^herald_review_items_open\{kind="unknown_outcome"\} (\S+)$', text, re.M)
-    return float(found.group(1)) if found else 0.0
-
-
-def _actions(session: Session, intent_id: str) -> list[OperatorAction]:
-    return list(
-        session.execute(
-            select(OperatorAction).where(OperatorAction.intent_id == intent_id)
-        ).scalars()
-    )
 
 
 async def test_a_viewer_sees_no_action_and_the_server_refuses_one_anyway(http, committed, cipher):
@@ -310,3 +315,18 @@ async def test_a_revoked_principal_is_signed_out_on_its_next_request(http, commi
     with committed.begin() as session:
         principals.revoke(session, name, by=Principal("test", Role.ADMIN), at=datetime.now(UTC))
     assert (await http.get("/console")).status_code == 303
+
+
+async def open_items_metric(http: httpx.AsyncClient) -> float:
+    """herald_review_items_open{kind="unknown_outcome"} as /metrics reports it."""
+    text = (await http.get("/metrics")).text
+    found = re.search(r'^herald_review_items_open\{kind="unknown_outcome"\} (\S+)$', text, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+def _actions(session: Session, intent_id: str) -> list[OperatorAction]:
+    return list(
+        session.execute(
+            select(OperatorAction).where(OperatorAction.intent_id == intent_id)
+        ).scalars()
+    )

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import String, and_, any_, cast, exists, func, literal, or_, select, true
+from sqlalchemy import String, and_, any_, case, cast, exists, func, literal, or_, select, true
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, array_agg
 from sqlalchemy.orm import Session
 
@@ -602,21 +602,33 @@ def reconciliation(session: Session, now: datetime) -> list[SetSummary]:
             .group_by(ReviewItem.kind)
         )
     }
-    # Exposure in two index-friendly steps (a join on the JSON field reads every intent).
-    open_pairs = session.execute(select(ReviewItem.kind, intent_id).where(open_items)).all()
-    ids = list({i for _, i in open_pairs if i})
-    # One array parameter (= ANY), not an IN list of thousands of parameters.
-    kinds_of: dict[str, tuple[str, str]] = {
-        i: (e, c)
-        for i, e, c in session.execute(
-            select(Intent.id, Intent.event_type, Intent.category).where(
-                Intent.id == any_(literal(ids, ARRAY(String)))
-            )
-        )
-    }
+    # Exposure from the items themselves (the sweep records each one's event type and
+    # category); items recorded before it did are looked up by their intent.
     counted: dict[str, Counter[tuple[str, str]]] = defaultdict(Counter)
-    for kind, i in open_pairs:
-        counted[kind][kinds_of.get(i or "", ("(none)", "(none)"))] += 1
+    missing: list[tuple[str, str | None, int]] = []
+    recorded_type = ReviewItem.detail["event_type"].as_string()
+    recorded_category = ReviewItem.detail["category"].as_string()
+    owner_if_unrecorded = case((recorded_type.is_(None), intent_id))
+    for kind, event_type, category, owner, n in session.execute(
+        select(ReviewItem.kind, recorded_type, recorded_category, owner_if_unrecorded, func.count())
+        .where(open_items)
+        .group_by(ReviewItem.kind, recorded_type, recorded_category, owner_if_unrecorded)
+    ):
+        if event_type is None and owner is not None:
+            missing.append((kind, owner, n))
+        else:
+            counted[kind][(event_type or "(none)", category or "(none)")] += n
+    if missing:
+        found = {
+            i: (e, c)
+            for i, e, c in session.execute(
+                select(Intent.id, Intent.event_type, Intent.category).where(
+                    Intent.id == any_(literal([o for _, o, _ in missing], ARRAY(String)))
+                )
+            )
+        }
+        for kind, owner, n in missing:
+            counted[kind][found.get(owner or "", ("(none)", "(none)"))] += n
     exposure = {
         kind: [(e, c, n) for (e, c), n in counter.most_common()]
         for kind, counter in counted.items()

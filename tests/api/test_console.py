@@ -225,6 +225,9 @@ async def test_resolving_a_review_item_records_who_and_the_note(http, committed,
     before = await open_items_metric(http)
     page = await http.get("/console/reconciliation")
     assert f"/console/review-items/{item.id}/resolve" in page.text
+    # The sweep recorded the item's event type and category: the set's exposure.
+    assert (item.detail or {}).get("event_type") == "order-created"
+    assert f"order-created · {item.detail['category']}: " in page.text  # type: ignore[index]
     done = await http.post(
         f"/console/review-items/{item.id}/resolve",
         data={"note": "carrier confirmed delivery by phone", "csrf": csrf},

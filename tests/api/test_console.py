@@ -15,8 +15,15 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from api.console import reads
 from domain.principals import BREAK_GLASS_NAME, Principal, Role
-from ledger import principals, reconcile
-from ledger.models import ConsoleSession, Intent, OperatorAction, ReviewItem
+from ledger import evidence, principals, reconcile
+from ledger.models import (
+    Consent,
+    ConsoleSession,
+    Intent,
+    OperatorAction,
+    ReviewItem,
+    Suppression,
+)
 from tests.api.conftest import OPERATOR_TOKEN, random_mobile, submitted_attempt
 from tests.conftest import unique
 
@@ -333,3 +340,74 @@ def _actions(session: Session, intent_id: str) -> list[OperatorAction]:
             select(OperatorAction).where(OperatorAction.intent_id == intent_id)
         ).scalars()
     )
+
+
+async def test_an_operator_revokes_consent_and_lifts_a_suppression_from_the_recipients_page(
+    http, committed, cipher
+):
+    phone = random_mobile()
+    sent = submitted_attempt(committed, cipher, phone=phone)
+    with committed.begin() as session:
+        ref = session.get(Intent, sent.intent_id).recipient_ref  # type: ignore[union-attr]
+        grant = evidence.record_consent(
+            session,
+            recipient_ref=ref,
+            channel="sms",
+            purpose="service",
+            source="booking app",
+            at=datetime.now(UTC),
+        )
+        stop, _ = evidence.suppress(
+            session,
+            destination_hmac=cipher.lookup_hmac(phone),
+            channel="sms",
+            reason="opted_out",
+            source="keyword:STOP",
+            at=datetime.now(UTC),
+        )
+    name, token = principal(committed, Role.OPERATOR)
+    csrf = await sign_in(http, name, token)
+    page = await http.post("/console/recipient", data={"recipient_ref": ref, "csrf": csrf})
+    assert page.status_code == 200
+    assert "booking app" in page.text and "keyword:STOP" in page.text
+    assert phone not in page.text
+    revoked = await http.post(
+        "/console/recipient/consent",
+        data={
+            "recipient_ref": ref,
+            "action": "revoke",
+            "channel": "sms",
+            "purpose": "service",
+            "reason": "asked by phone",
+            "csrf": csrf,
+        },
+    )
+    assert revoked.status_code == 200 and "grant(s) ended" in revoked.text
+    lifted = await http.post(
+        "/console/recipient/lift",
+        data={
+            "recipient_ref": ref,
+            "suppression_id": str(stop.id),
+            "reason": "texted START",
+            "csrf": csrf,
+        },
+    )
+    assert lifted.status_code == 200 and "Suppression lifted." in lifted.text
+    with committed() as session:
+        consent = session.get(Consent, grant.id)
+        suppression = session.get(Suppression, stop.id)
+        assert consent is not None and consent.revoked_at is not None
+        assert consent.revoked_source == f"console:{name}: asked by phone"
+        assert suppression is not None and suppression.lifted_at is not None
+        assert suppression.lifted_source.startswith(f"operator:{name}")  # type: ignore[union-attr]
+
+
+async def test_the_policy_page_shows_the_active_version_and_its_hash(http, committed):
+    with committed() as session:
+        from ledger import repository as repo
+
+        active = repo.active_policy(session)
+    await sign_in(http, *principal(committed, Role.VIEWER))
+    page = await http.get("/console/policy")
+    assert page.status_code == 200
+    assert f"Policy {active.version} (active)" in page.text and active.sha256 in page.text

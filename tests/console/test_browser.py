@@ -199,13 +199,21 @@ async def test_an_operator_and_a_viewer_work_the_console_in_a_browser(stack, con
             )
             await shot(page, "intent")
 
-            # Cancel another intent (scheduled for later: its workflow is waiting).
+            # Cancel another intent (scheduled for later: its workflow is waiting). A second
+            # tab left open on it refreshes itself (console.js) and shows the cancel.
+            watching = await context.new_page()
+            await watching.goto(f"{console.base}/console/intents/{later.intent_id}")
+            assert await watching.locator("body").get_attribute("data-refresh")
             await page.goto(f"{console.base}/console/intents/{later.intent_id}")
             await page.get_by_label("Reason for cancelling").fill("class cancelled")
             await page.get_by_role("button", name="Cancel intent").click()
             await expect(page.locator("#outcome")).to_contain_text(
                 f"by {console.operator[0]}: no further attempts; nothing had been sent."
             )
+            await expect(watching.locator("#outcome")).to_contain_text(
+                "nothing had been sent.", timeout=15_000
+            )
+            assert watching.url.endswith(later.intent_id)  # refreshed in place, not reloaded
 
             # Resolve the review item; it leaves the open list.
             await page.get_by_role("link", name="Reconciliation").click()

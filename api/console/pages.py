@@ -47,7 +47,6 @@ HEADERS = {
     "Referrer-Policy": "no-referrer",
     "X-Content-Type-Options": "nosniff",
 }
-Text = Annotated[str, Form(max_length=500)]
 Reason = Annotated[str, Form(min_length=1, max_length=500)]
 
 

@@ -222,7 +222,20 @@ def forbidden(access: Access) -> JSONResponse:
 
 
 class GuardedRoute(APIRoute):
-    """Authenticates and checks the route's declared access before anything else."""
+    """Authenticates and checks the route's declared access before anything else.
+
+    A subclass may find the principal elsewhere (a session cookie) and answer a refusal
+    otherwise (a redirect to a sign-in page) by overriding the three methods below."""
+
+    async def principal_of(self, request: Request) -> Principal | None:
+        authenticator: Authenticator = request.app.state.authenticator
+        return await authenticator.principal_of(request.headers.get("Authorization"))
+
+    def unauthenticated(self, request: Request) -> Response:
+        return unauthorized()
+
+    def not_allowed(self, request: Request, access: Access) -> Response:
+        return forbidden(access)
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
@@ -231,12 +244,11 @@ class GuardedRoute(APIRoute):
             raise RuntimeError(f"{self.path}: a GuardedRoute must declare Depends(require(...))")
 
         async def checked(request: Request) -> Response:
-            authenticator: Authenticator = request.app.state.authenticator
-            principal = await authenticator.principal_of(request.headers.get("Authorization"))
+            principal = await self.principal_of(request)
             if principal is None:
-                return unauthorized()
+                return self.unauthenticated(request)
             if not principal.may(access):
-                return forbidden(access)
+                return self.not_allowed(request, access)
             request.state.principal = principal
             return await handler(request)
 

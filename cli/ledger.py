@@ -108,15 +108,24 @@ def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
 async def cmd_purge(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
     from cli.main import _acting
     from domain.principals import Access
-    from ledger import retention
+    from ledger import principals, retention
 
     now = _when(args.now, "--now") or datetime.now(UTC)
     if args.batch < 1:
         raise CliError("--batch must be at least 1")
-    _acting(cfg, Access.ADMINISTER)
+    by = _acting(cfg, Access.ADMINISTER)
     total = retention.purge_in_batches(lambda: _session(cfg, write=True), now=now, batch=args.batch)
     report = total.as_dict()
     del report["more"]
+    with _session(cfg, write=True) as session:
+        principals.record_audit(
+            session,
+            by=by,
+            action="purge.run",
+            subject="pii",
+            at=datetime.now(UTC),
+            detail={k: report[k] for k in ("now", "intents_purged", "attempts_purged", "held")},
+        )
     _emit(
         report,
         args.json,

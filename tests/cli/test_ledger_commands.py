@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import select
 
 from ledger import repository as repo
-from ledger.models import Intent, OperatorAction
+from ledger.models import AuditEvent, Intent, OperatorAction
 from tests.cli.conftest import run_herald
 from tests.conftest import unique
 from tests.ledger.conftest import fields
@@ -74,13 +74,27 @@ def test_purge_removes_pii_past_its_window_and_a_legal_hold_exempts_an_intent(
         action = session.execute(
             select(OperatorAction).where(OperatorAction.intent_id == by_key[held].id)
         ).scalar_one()
+        purge_run = (
+            session.execute(
+                select(AuditEvent)
+                .where(AuditEvent.action == "purge.run")
+                .order_by(AuditEvent.id.desc())
+            )
+            .scalars()
+            .first()
+        )
+    assert purge_run is not None and (purge_run.actor, purge_run.actor_role) == (
+        "cli-admin",
+        "admin",
+    )
     assert by_key[free].id in report["intent_ids"]
     assert by_key[held].id not in report["intent_ids"] and report["held"] >= 1
     assert by_key[free].sms_destination_ct is None and by_key[free].pii_purged_at is not None
     assert by_key[held].sms_destination_ct is not None
-    assert (action.action, action.operator, action.reason) == (
+    assert (action.action, action.operator, action.operator_role, action.reason) == (
         "legal-hold",
         "cli-admin",  # the authenticated principal, never a flag
+        "admin",
         "case 41",
     )
 

@@ -4,7 +4,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint dev clean
+.PHONY: demo test test-fast lint dev clean chromium
+
+# The browser tier (tests/console) drives Debian's Chromium through Playwright;
+# `playwright install` is never run (it downloads a browser build). Root on every machine
+# here, CI included; elsewhere install the `chromium` package yourself.
+CHROMIUM := /usr/bin/chromium
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -18,7 +23,10 @@ demo: $(STAMP)
 dev: $(STAMP)
 	$(BIN)/herald dev
 
-test: lint
+chromium:
+	test -x $(CHROMIUM) || (apt-get update -qq && apt-get install -y -qq chromium)
+
+test: lint chromium
 	$(BIN)/pytest -q
 
 # unit and ledger tiers only: no Temporal server at all

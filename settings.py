@@ -47,6 +47,9 @@ class Settings(BaseSettings):
     temporal_namespace: str = "default"
     temporal_port: int = 57233
     temporal_ui_port: int = 58233
+    temporal_ui_url: str | None = None
+    """The Temporal Web UI's base URL, for the console's links to a workflow (`herald dev`
+    uses its own UI's)."""
     task_queue: str = "herald"
     sms_max_per_second: float = 10.0
     """SMS send and poll run on `<task_queue>-sms`, rate limited by the server for the

@@ -33,6 +33,7 @@ from twilio.request_validator import RequestValidator
 from activities.contracts import ReceiptSignal
 from activities.email import verify_unsubscribe_token
 from api.auth import Authenticator, check_every_route_declared
+from api.console import mount_console
 from api.evidence import evidence_router
 from api.intents import INVALID, RETENTION_NOTE, intents_router, validation_problem
 from api.metrics import build_registry
@@ -106,8 +107,11 @@ class Ingress:
         public_base_url: str,
         operator_token: str | None,
         unsubscribe_secret: str,
+        temporal_ui_url: str | None = None,
     ) -> None:
         self.client = client
+        self.temporal_ui_url = temporal_ui_url
+        """The Temporal Web UI's base URL, for the console's link to a workflow."""
         self.validator = RequestValidator(auth_token)
         self.public_base_url = public_base_url.rstrip("/")
         # HERALD_OPERATOR_TOKEN: the break-glass admin (optional in dev).
@@ -591,5 +595,6 @@ def create_app(ingress: Ingress) -> FastAPI:
     app.include_router(intents_router(ingress))
     app.include_router(evidence_router(ingress))
     app.include_router(principals_router(ingress))
+    mount_console(app, ingress)
     check_every_route_declared(app)
     return app

@@ -28,6 +28,7 @@ def build(cfg: settings_module.Settings, client: HeraldClient) -> FastAPI:
             public_base_url=cfg.callback_base_url,
             operator_token=cfg.resolved_operator_token(),
             unsubscribe_secret=cfg.resolved_unsubscribe_secret(),
+            temporal_ui_url=cfg.temporal_ui_url,
         )
     )
 

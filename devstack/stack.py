@@ -53,6 +53,8 @@ class Addresses:
     postgres: str
     namespace: str = "default"
     operator_token_file: str = ""
+    admin_name: str = ""
+    """The local admin principal `herald dev` created (the console's sign-in name)."""
     pids: dict[str, int] = field(default_factory=dict)
     worker_metrics: str = ""
     worker_herald_metrics: str = ""
@@ -62,6 +64,7 @@ class Addresses:
             ("Temporal gRPC", self.temporal),
             ("Temporal Web UI", self.temporal_ui or "(headless)"),
             ("Herald API", self.api),
+            ("Operator console", f"{self.api}/console  (sign in: {self.admin_name or 'admin'})"),
             ("Carrier simulator", self.simulator),
             ("SMTP sink", self.smtp),
             ("Postgres URL", self.postgres),
@@ -252,6 +255,7 @@ class DevStack:
                     public_base_url=cfg.callback_base_url,
                     operator_token=token,
                     unsubscribe_secret=cfg.resolved_unsubscribe_secret(),
+                    temporal_ui_url=self.temporal.ui_url if self.temporal else cfg.temporal_ui_url,
                 )
             ),
             host=cfg.api_host,
@@ -282,6 +286,7 @@ class DevStack:
             postgres=_redact(cfg.resolved_database_url()),
             namespace=cfg.temporal_namespace,
             operator_token_file=str(cfg.token_file),
+            admin_name=local_principal_name(getpass.getuser()),
             worker_metrics=cfg.worker_metrics_address or "",
             worker_herald_metrics=cfg.worker_herald_metrics_address or "",
             pids={

@@ -24,6 +24,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     func,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -47,7 +48,21 @@ class Base(DeclarativeBase):
 
 class Intent(Base):
     __tablename__ = "intent"
-    __table_args__ = (UniqueConstraint("business_key", name="uq_intent_business_key"),)
+    __table_args__ = (
+        UniqueConstraint("business_key", name="uq_intent_business_key"),
+        # The console's list: newest first, keyset paging, a business-key prefix, a category.
+        Index("ix_intent_created_id", text("created_at DESC"), text("id DESC")),
+        Index(
+            "ix_intent_business_key_prefix",
+            "business_key",
+            postgresql_ops={"business_key": "text_pattern_ops"},
+        ),
+        Index("ix_intent_category_created", "category", "created_at"),
+        Index(
+            "ix_intent_event_type_created", "event_type", text("created_at DESC"), text("id DESC")
+        ),
+        Index("ix_intent_region_created", "region", text("created_at DESC"), text("id DESC")),
+    )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
     business_key: Mapped[str] = mapped_column(String(200))
@@ -97,6 +112,8 @@ class Attempt(Base):
     __table_args__ = (
         UniqueConstraint("token", name="uq_attempt_token"),
         UniqueConstraint("intent_id", "channel", "number", name="uq_attempt_intent_channel_number"),
+        # The console's state filter: intents with an attempt in a given state.
+        Index("ix_attempt_state_intent", "state", "intent_id"),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
@@ -265,7 +282,10 @@ class OperatorAction(Base):
 
 class ReviewItem(Base):
     __tablename__ = "review_item"
-    __table_args__ = (UniqueConstraint("kind", "subject", name="uq_review_item_kind_subject"),)
+    __table_args__ = (
+        UniqueConstraint("kind", "subject", name="uq_review_item_kind_subject"),
+        Index("ix_review_item_open", "kind", postgresql_where=text("resolved_at IS NULL")),
+    )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
     kind: Mapped[str] = mapped_column(String(40))
@@ -273,6 +293,25 @@ class ReviewItem(Base):
     detail: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     found_at: Mapped[datetime]
     resolved_at: Mapped[datetime | None]
+    resolved_by: Mapped[str | None] = mapped_column(String(120))
+    """The signed-in principal who resolved it (the console)."""
+    resolution_note: Mapped[str | None] = mapped_column(Text)
+
+
+class ConsoleSession(Base):
+    """A signed-in console session. The cookie holds a random id; only its hash is kept."""
+
+    __tablename__ = "console_session"
+
+    id_sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    principal: Mapped[str] = mapped_column(String(120))
+    role: Mapped[str] = mapped_column(String(20))
+    csrf_token: Mapped[str] = mapped_column(String(64))
+    """Sent back in a hidden field of every form; a POST without it is refused."""
+    created_at: Mapped[datetime]
+    last_seen_at: Mapped[datetime]
+    """Refreshed on each request; past the idle limit the session is over."""
+    ended_at: Mapped[datetime | None]
 
 
 class IdempotencyRecord(Base):

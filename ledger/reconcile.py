@@ -177,6 +177,15 @@ def record_review_items(session: Session, rows: list[ReviewRow], now: datetime) 
     """Insert a review item per row unless one exists for its (kind, subject); count new ones."""
     if not rows:
         return 0
+    # Each item carries its intent's event type and category, so the console shows a
+    # set's exposure from the items alone (no join over the intents on every page).
+    intent_ids = list({row.intent_id for row in rows if row.intent_id})
+    exposure = {
+        i: (event_type, category)
+        for i, event_type, category in session.execute(
+            select(Intent.id, Intent.event_type, Intent.category).where(Intent.id.in_(intent_ids))
+        )
+    }
     values = [
         {
             "kind": row.kind,
@@ -186,6 +195,8 @@ def record_review_items(session: Session, rows: list[ReviewRow], now: datetime) 
                 "intent_id": row.intent_id,
                 "business_key": row.business_key,
                 "since": _iso(row.since),
+                "event_type": exposure.get(row.intent_id or "", (None, None))[0],
+                "category": exposure.get(row.intent_id or "", (None, None))[1],
             },
             "found_at": now,
         }

@@ -276,6 +276,10 @@ class HeraldClient:
     def lookup_hmac(self, normalized_destination: str) -> str:
         return self._cipher.lookup_hmac(normalized_destination)
 
+    def decrypt_field(self, ciphertext: str, *, context: str) -> str:
+        """A ledger field in clear (the console's recorded reveal of a destination)."""
+        return self._cipher.decrypt(ciphertext, context=context)
+
     def _read_start_options(self, intent_id: str) -> StartOptions:
         with self.sessions() as session:
             intent = session.get(Intent, intent_id)

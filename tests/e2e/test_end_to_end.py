@@ -156,6 +156,10 @@ def test_herald_dev_serves_the_web_ui_and_leaves_no_process_after_sigterm(tmp_pa
         addresses = json.loads(state.read_text())
         assert httpx.get(addresses["temporal_ui"], timeout=10).status_code == 200
         assert httpx.get(f"{addresses['api']}/healthz", timeout=5).status_code == 200
+        # The table names the console; `GET /` leads to it (its sign-in page, no session).
+        assert f"{addresses['api']}/console" in "".join(lines)
+        console = httpx.get(f"{addresses['api']}/", timeout=5, follow_redirects=True)
+        assert console.status_code == 200 and console.url.path == "/console/sign-in"
         second = subprocess.run(
             [sys.executable, "-m", "cli", "dev"],
             env=env,

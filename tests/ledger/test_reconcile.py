@@ -17,7 +17,9 @@ from tests.ledger.conftest import fields, make_attempt
 
 pytestmark = pytest.mark.ledger
 
-T0 = datetime.now(UTC)
+# An hour ahead of the wall clock: make_attempt stamps prepared_at with the real time, which
+# must stay before T0's observations however late in a long suite this module runs.
+T0 = datetime.now(UTC) + timedelta(hours=1)
 LATER = T0 + timedelta(hours=2)
 """`find` runs two hours after everything below was recorded."""
 

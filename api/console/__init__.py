@@ -1,0 +1,57 @@
+"""The operator console served by `herald api` at /console (see docs/console.md)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from fastapi import FastAPI, Request
+from fastapi.dependencies.models import Dependant
+from fastapi.responses import RedirectResponse, Response
+from fastapi.routing import APIRoute
+from fastapi.staticfiles import StaticFiles
+
+from api import auth
+from api.console.pages import HERE, OPEN_PAGES, SignInNeeded, console_router
+
+if TYPE_CHECKING:
+    from api.app import Ingress
+
+SESSION_GUARD = "the console's signed-in session (api.console); actions check the role"
+
+
+async def _to_sign_in(request: Request, exc: Exception) -> Response:
+    return RedirectResponse("/console/sign-in", status_code=303)
+
+
+def _needs_session(dependant: Dependant) -> bool:
+    return any(
+        getattr(sub.call, "__name__", "") == "signed_in" or _needs_session(sub)
+        for sub in dependant.dependencies
+    )
+
+
+def mount_console(app: FastAPI, ingress: Ingress) -> None:
+    """The console's pages and static files, and `GET /` leading to it.
+
+    Every console route but the sign-in page depends on the signed-in session; it is
+    checked here (a route without it refuses to mount) and registered in
+    `api.auth.PUBLIC_ROUTES` as guarded by the session rather than a bearer token.
+    """
+    router = console_router(ingress)
+    for route in router.routes:
+        assert isinstance(route, APIRoute)
+        keys = [f"{method} {route.path}" for method in sorted(route.methods or ())]
+        if not _needs_session(route.dependant) and not set(keys) <= OPEN_PAGES:
+            raise RuntimeError(f"console route {route.path} does not require a session")
+        for key in keys:
+            auth.PUBLIC_ROUTES.setdefault(
+                key, "the sign-in form" if key in OPEN_PAGES else SESSION_GUARD
+            )
+    auth.PUBLIC_ROUTES.setdefault("GET /", "a redirect to the console")
+    app.include_router(router)
+    app.mount("/console/static", StaticFiles(directory=HERE / "static"), name="console-static")
+    app.add_exception_handler(SignInNeeded, _to_sign_in)
+
+    @app.get("/", include_in_schema=False)
+    async def root() -> Response:
+        return RedirectResponse("/console", status_code=303)

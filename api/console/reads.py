@@ -1,0 +1,880 @@
+"""What the console's pages show, read from the ledger.
+
+The derived intent state comes from `ledger.listing.derive_states` (the same projection
+`herald list` and GET /v1/intents use); counts by state group the ledger's facts in SQL
+first and derive each distinct combination once, so they cost one query whatever the
+number of intents.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import io
+import json
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import String, and_, any_, case, cast, exists, func, literal, or_, select, true
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, array_agg
+from sqlalchemy.orm import Session
+
+from domain.intents import IntentState, derive_intent_state
+from domain.policy import Outcome
+from domain.states import AttemptState
+from ledger import reconcile
+from ledger.listing import derive_states
+from ledger.models import (
+    Attempt,
+    Consent,
+    Intent,
+    PolicyDecision,
+    PolicyVersion,
+    ReviewItem,
+    Suppression,
+    TemplateVersionRow,
+)
+
+PAGE_SIZE = 50
+SCAN_BATCH = 500
+SCAN_PER_PAGE = 2000
+"""Rows read per page when a state filter is on (the state is derived, not stored); a page
+that did not fill links on from where the scan stopped, so paging has no cap."""
+STATES = [s.value for s in IntentState]
+
+
+def when(value: datetime | str | None, *, with_date: bool = True) -> str:
+    """A time as the console shows it: always with its zone."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    value = value.astimezone(UTC)
+    return value.strftime("%Y-%m-%d %H:%M:%S UTC" if with_date else "%H:%M:%S UTC")
+
+
+# --- the list ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class IntentFilter:
+    state: str | None = None
+    channel: str | None = None
+    event_type: str | None = None
+    region: str | None = None
+    category: str | None = None
+    created_from: datetime | None = None
+    created_to: datetime | None = None
+    key_prefix: str | None = None
+    recipient_hmac: str | None = None
+    """From the POST search only: never in a URL."""
+
+    def query_params(self) -> dict[str, str]:
+        """The filter as URL parameters (links, paging, CSV); no recipient in them."""
+        out = {
+            "state": self.state,
+            "channel": self.channel,
+            "event_type": self.event_type,
+            "region": self.region,
+            "category": self.category,
+            "created_from": self.created_from.isoformat() if self.created_from else None,
+            "created_to": self.created_to.isoformat() if self.created_to else None,
+            "key_prefix": self.key_prefix,
+        }
+        return {k: v for k, v in out.items() if v}
+
+    def apply(self, query: Any) -> Any:
+        if self.channel:
+            query = query.where(
+                cast(Intent.channel_plan, JSONB).contains({"channels": [self.channel]})
+            )
+        if self.event_type:
+            query = query.where(Intent.event_type == self.event_type)
+        if self.region:
+            query = query.where(Intent.region == self.region)
+        if self.category:
+            query = query.where(Intent.category == self.category)
+        if self.created_from:
+            query = query.where(Intent.created_at >= self.created_from)
+        if self.created_to:
+            query = query.where(Intent.created_at < self.created_to)
+        if self.key_prefix:
+            escaped = self.key_prefix.replace("\\", "\\\\").replace("%", r"\%").replace("_", r"\_")
+            query = query.where(Intent.business_key.like(escaped + "%", escape="\\"))
+        if self.state:
+            query = query.where(could_be(self.state))
+        if self.recipient_hmac:
+            query = query.where(
+                or_(
+                    Intent.sms_destination_hmac == self.recipient_hmac,
+                    Intent.email_destination_hmac == self.recipient_hmac,
+                )
+            )
+        return query
+
+
+def _has_attempt(*states: AttemptState) -> Any:
+    return exists().where(
+        Attempt.intent_id == Intent.id, Attempt.state.in_([s.value for s in states])
+    )
+
+
+def _has_decision(outcome: Outcome) -> Any:
+    return exists().where(
+        PolicyDecision.intent_id == Intent.id, PolicyDecision.outcome == outcome.value
+    )
+
+
+def could_be(state: str) -> Any:
+    """A condition every intent in derived `state` meets (most others do not), so a state
+    filter reads few rows; the state itself is still decided by the domain's derivation
+    (domain.intents), row by row, after this narrowing."""
+    necessary: dict[str, Any] = {
+        IntentState.DELIVERED: _has_attempt(AttemptState.DELIVERED),
+        IntentState.SENT: _has_attempt(AttemptState.SENT),
+        IntentState.SENDING: _has_attempt(AttemptState.SUBMITTED, AttemptState.PREPARED),
+        IntentState.UNKNOWN: _has_attempt(AttemptState.UNKNOWN),
+        IntentState.CANCELLED: or_(
+            Intent.cancelled_at.is_not(None), _has_attempt(AttemptState.CANCELLED)
+        ),
+        IntentState.EXPIRED: Intent.expires_at.is_not(None),
+        IntentState.DEFERRED: _has_decision(Outcome.DEFER),
+        IntentState.UNDELIVERED: _has_attempt(AttemptState.UNDELIVERED),
+        IntentState.FAILED: _has_attempt(AttemptState.FAILED),
+        IntentState.DENIED: _has_decision(Outcome.DENY),
+        IntentState.SCHEDULED: Intent.send_at.is_not(None),
+    }
+    return necessary.get(IntentState(state), true())
+
+
+def encode_cursor(intent: Intent) -> str:
+    raw = json.dumps([intent.created_at.isoformat(), intent.id])
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_cursor(value: str) -> tuple[datetime, str]:
+    """(created_at, id) of the last row seen; ValueError for anything else."""
+    try:
+        raw = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4))
+        created, intent_id = json.loads(raw)
+        return datetime.fromisoformat(created), str(intent_id)
+    except (ValueError, TypeError) as err:
+        raise ValueError("not a page cursor") from err
+
+
+@dataclass
+class ListedIntent:
+    intent: Intent
+    state: str
+    channel_states: dict[str, str]
+
+
+@dataclass
+class IntentList:
+    items: list[ListedIntent]
+    next_cursor: str | None
+    scanned: int
+
+
+def list_page(
+    session: Session,
+    flt: IntentFilter,
+    *,
+    after: tuple[datetime, str] | None = None,
+    size: int = PAGE_SIZE,
+    scan_limit: int = SCAN_PER_PAGE,
+) -> IntentList:
+    """Newest first, keyset paged on (created_at, id)."""
+    query = flt.apply(select(Intent)).order_by(Intent.created_at.desc(), Intent.id.desc())
+    now = datetime.now(UTC)
+    matched: list[tuple[Intent, str]] = []
+    scanned = 0
+    last: Intent | None = None
+    # With a state filter the SQL narrowing (could_be) lets most rows through: start at
+    # twice the page and grow, rather than reading a large batch for a few rows.
+    batch = size if flt.state is None else size * 2
+    exhausted = False
+    while len(matched) < size and scanned < scan_limit:
+        batch_query = query
+        if after is not None:
+            batch_query = batch_query.where(
+                func.row(Intent.created_at, Intent.id) < func.row(literal(after[0]), after[1])
+            )
+        rows = list(session.execute(batch_query.limit(batch)).scalars())
+        states = derive_states(session, rows, now)
+        for intent in rows:
+            scanned += 1
+            last = intent
+            after = (intent.created_at, intent.id)
+            if flt.state is None or states[intent.id] == flt.state:
+                matched.append((intent, states[intent.id]))
+                if len(matched) == size:
+                    break
+        if len(rows) < batch:
+            # Nothing beyond these rows, unless the page filled before the last of them.
+            exhausted = not rows or last is rows[-1]
+            break
+        batch = min(batch * 4, SCAN_BATCH)
+    channels = channel_states(session, [intent.id for intent, _ in matched])
+    items = [ListedIntent(intent, state, channels[intent.id]) for intent, state in matched]
+    cursor = encode_cursor(last) if last is not None and not exhausted else None
+    return IntentList(items, cursor, scanned)
+
+
+def channel_states(session: Session, intent_ids: list[str]) -> dict[str, dict[str, str]]:
+    """The latest attempt's state per channel, per intent."""
+    out: dict[str, dict[str, str]] = defaultdict(dict)
+    if not intent_ids:
+        return out
+    for intent_id, channel, state in session.execute(
+        select(Attempt.intent_id, Attempt.channel, Attempt.state)
+        .where(Attempt.intent_id.in_(intent_ids))
+        .order_by(Attempt.intent_id, Attempt.channel, Attempt.number)
+    ):
+        out[intent_id][channel] = state
+    return out
+
+
+@dataclass
+class StateCounts:
+    counts: dict[str, int]
+    capped: bool
+    """The filter matches more than COUNT_CAP intents: the counts are of the newest."""
+
+
+COUNT_CAP = 1000
+"""Counts by state cover at most the newest this-many intents of a filter (the page says
+so; narrowing the filter, e.g. by dates, counts a period exactly): deriving the state of
+every intent of a large ledger on each page would cost a second per page."""
+
+
+def counts_by_state(session: Session, flt: IntentFilter, *, cap: int = COUNT_CAP) -> StateCounts:
+    """How many of the filter's newest `cap` intents (its state aside) are in each state."""
+    now = datetime.now(UTC)
+    newest_first = (Intent.created_at.desc(), Intent.id.desc())
+    unfiltered = replace(flt, state=None)
+    # Per intent, through the intent_id indexes (a handful of rows each): its attempts'
+    # distinct states and its latest decision. A join over whole tables costs more here.
+    states = (
+        select(array_agg(func.distinct(Attempt.state)))
+        .where(Attempt.intent_id == Intent.id)
+        .scalar_subquery()
+    )
+    latest = (
+        select(PolicyDecision.outcome)
+        .where(PolicyDecision.intent_id == Intent.id)
+        .order_by(PolicyDecision.id.desc())
+        .limit(1)
+        .scalar_subquery()
+    )
+    base = (
+        unfiltered.apply(
+            select(
+                states.label("states"),
+                latest.label("outcome"),
+                (Intent.cancelled_at.is_not(None)).label("cancelled"),
+                and_(Intent.expires_at.is_not(None), Intent.expires_at <= now).label("past_expiry"),
+                and_(Intent.send_at.is_not(None), Intent.send_at > now).label("scheduled"),
+                (func.row_number().over(order_by=newest_first) > cap).label("beyond"),
+            )
+        )
+        .order_by(*newest_first)
+        .limit(cap + 1)  # one more: whether the filter matches more than `cap`
+        .subquery("f")
+    )
+    rows = session.execute(
+        select(
+            base.c.states,
+            base.c.outcome,
+            base.c.cancelled,
+            base.c.past_expiry,
+            base.c.scheduled,
+            func.count(),
+            base.c.beyond,
+        ).group_by(
+            base.c.states,
+            base.c.outcome,
+            base.c.cancelled,
+            base.c.past_expiry,
+            base.c.scheduled,
+            base.c.beyond,
+        )
+    )
+    counts: Counter[str] = Counter()
+    capped = False
+    for names, outcome, cancelled, past_expiry, scheduled, n, beyond in rows:
+        if beyond:
+            capped = True
+            continue
+        attempt_states = [AttemptState(s) for s in (names or [])]
+        derived = derive_intent_state(
+            attempt_states=attempt_states,
+            last_decision=Outcome(outcome) if outcome else None,
+            cancelled=cancelled,
+            expired=past_expiry and not attempt_states,
+            scheduled=scheduled,
+        )
+        counts[derived.value] += n
+    return StateCounts({s: counts[s] for s in STATES if counts[s]}, capped)
+
+
+CSV_COLUMNS = [
+    "intent_id",
+    "business_key",
+    "event_type",
+    "category",
+    "region",
+    "state",
+    "sms_state",
+    "email_state",
+    "created_at",
+    "send_at",
+    "cancelled_at",
+    "policy_versions",
+    "template_key",
+    "template_versions",
+]
+
+
+def csv_rows(session: Session, flt: IntentFilter) -> Any:
+    """The CSV of the filter, page by page: ids, keys, states and versions; never a
+    destination or a body."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(CSV_COLUMNS)
+    yield buffer.getvalue()
+    after: tuple[datetime, str] | None = None
+    while True:
+        page = list_page(session, flt, after=after, size=1000, scan_limit=20_000)
+        ids = [item.intent.id for item in page.items]
+        policies: dict[str, set[str]] = defaultdict(set)
+        templates: dict[str, set[int]] = defaultdict(set)
+        if ids:
+            for intent_id, policy_version in session.execute(
+                select(PolicyDecision.intent_id, PolicyDecision.policy_version).where(
+                    PolicyDecision.intent_id.in_(ids)
+                )
+            ):
+                policies[intent_id].add(policy_version)
+            for intent_id, template_version in session.execute(
+                select(Attempt.intent_id, Attempt.template_version).where(
+                    Attempt.intent_id.in_(ids)
+                )
+            ):
+                templates[intent_id].add(template_version)
+        buffer.seek(0)
+        buffer.truncate()
+        for item in page.items:
+            i = item.intent
+            writer.writerow(
+                [
+                    i.id,
+                    i.business_key,
+                    i.event_type,
+                    i.category,
+                    i.region,
+                    item.state,
+                    item.channel_states.get("sms", ""),
+                    item.channel_states.get("email", ""),
+                    i.created_at.astimezone(UTC).isoformat(),
+                    i.send_at.astimezone(UTC).isoformat() if i.send_at else "",
+                    i.cancelled_at.astimezone(UTC).isoformat() if i.cancelled_at else "",
+                    " ".join(sorted(policies[i.id])),
+                    i.template_key,
+                    " ".join(str(v) for v in sorted(templates[i.id])),
+                ]
+            )
+        yield buffer.getvalue()
+        if page.next_cursor is None:
+            return
+        after = decode_cursor(page.next_cursor)
+
+
+# --- one intent ----------------------------------------------------------------------------
+
+
+@dataclass
+class Event:
+    at: str | None
+    kind: str
+    """decision, attempt, observation, operator."""
+    title: str
+    detail: list[tuple[str, str]] = field(default_factory=list)
+    flag: str | None = None
+
+
+def events_of(doc: dict[str, Any]) -> list[Event]:
+    """The timeline of `ledger.timeline.timeline` as one list in time order."""
+    events: list[Event] = []
+    for d in doc["decisions"]:
+        detail = [
+            ("rule", d["rule"]),
+            ("policy version", d["policy_version"]),
+            ("reason", d["reason"]),
+        ]
+        if d["next_eligible_at"]:
+            detail.append(("next eligible", when(d["next_eligible_at"])))
+        events.append(
+            Event(d["decided_at"], "decision", f"Policy {d['outcome']}: {d['channel']}", detail)
+        )
+    for a in doc["attempts"]:
+        detail = [
+            ("token", a["token"]),
+            ("template", f"{a['template_key']} v{a['template_version']}"),
+            ("content sha256", a["content_sha256"]),
+            ("state now", a["state"]),
+        ]
+        if a["remote_id"]:
+            detail.append(("remote id", a["remote_id"]))
+        if a["message_id"]:
+            detail.append(("Message-ID", a["message_id"]))
+        if a["error_code"]:
+            detail.append(("error code", a["error_code"]))
+        events.append(
+            Event(
+                a["prepared_at"],
+                "attempt",
+                f"{a['channel'].upper()} attempt #{a['number']} prepared",
+                detail,
+            )
+        )
+        if a["submitted_at"]:
+            events.append(
+                Event(
+                    a["submitted_at"],
+                    "attempt",
+                    f"{a['channel'].upper()} attempt #{a['number']} handed to the "
+                    + ("carrier" if a["channel"] == "sms" else "mail relay"),
+                )
+            )
+    for o in doc["observations"]:
+        detail = [
+            ("source", o["source"]),
+            ("raw status", o["raw_status"]),
+            ("provider time", when(o["provider_at"]) or "not given"),
+            ("observed at", when(o["observed_at"])),
+        ]
+        if o["provider_code"]:
+            detail.append(("provider code", o["provider_code"]))
+        flag = "applied" if o["applied"] else "kept as evidence, not applied (stale)"
+        if o["conflict"]:
+            flag = "conflict: flagged for review"
+        events.append(
+            Event(
+                o["observed_at"],
+                "observation",
+                f"Observed {o['normalized_status'] or o['raw_status']} ({o['attempt']})",
+                detail,
+                flag,
+            )
+        )
+    for a in doc["operator_actions"]:
+        role = f" ({a['operator_role']})" if a.get("operator_role") else ""
+        detail = [("who", a["operator"] + role), ("why", a["reason"]), ("outcome", a["outcome"])]
+        for key, value in (a["detail"] or {}).items():
+            # The refusal's own `why` is the system's, beside the operator's reason.
+            detail.append(("refused because" if key == "why" else key, str(value)))
+        events.append(Event(a["at"], "operator", f"{a['action']} by {a['operator']}", detail))
+    return sorted(events, key=lambda e: e.at or "")
+
+
+def outcome_sentence(doc: dict[str, Any]) -> str:
+    """What happened, in one plain sentence (or two), for support."""
+    attempts = doc["attempts"]
+    intent = doc["intent"]
+    parts: list[str] = []
+    by_state = {a["state"]: a for a in attempts}
+    delivered = by_state.get("delivered")
+    if delivered:
+        parts.append(
+            f"Delivered by {delivered['channel'].upper()} at "
+            f"{when(delivered['terminal_at'], with_date=False)}."
+        )
+    elif "sent" in by_state:
+        sent = by_state["sent"]
+        parts.append(
+            f"Sent by {sent['channel'].upper()} at "
+            f"{when(sent['submitted_at'], with_date=False)}; no delivery receipt yet."
+        )
+    elif "unknown" in by_state:
+        parts.append(
+            "Outcome unknown: the provider took the message but never said whether it "
+            "arrived; it may have reached the person."
+        )
+    elif intent["state"] in ("failed", "undelivered"):
+        failed = by_state.get("failed") or by_state.get("undelivered") or {}
+        code = f" (code {failed.get('error_code')})" if failed.get("error_code") else ""
+        parts.append(f"Not delivered: the last attempt {intent['state']}{code}.")
+    elif intent["state"] == "denied":
+        reason = doc["decisions"][-1]["reason"] if doc["decisions"] else "policy"
+        parts.append(f"Not sent: the policy denied it ({reason}).")
+    elif intent["state"] == "deferred":
+        last = doc["decisions"][-1]
+        parts.append(
+            f"Waiting: deferred by the policy until {when(last['next_eligible_at'])} "
+            f"({last['reason']})."
+        )
+    elif intent["state"] in ("sending", "pending", "scheduled"):
+        parts.append(f"In progress ({intent['state']}).")
+    elif intent["state"] == "expired":
+        parts.append("Expired before anything was sent.")
+    cancels = [
+        a for a in doc["operator_actions"] if a["action"] == "cancel" and a["outcome"] == "accepted"
+    ]
+    if intent["cancelled_at"]:
+        who = f" by {cancels[0]['operator']}" if cancels else ""
+        cancelled = f"Cancelled at {when(intent['cancelled_at'], with_date=False)}{who}"
+        handed = [
+            a for a in attempts if a["submitted_at"] and a["submitted_at"] <= intent["cancelled_at"]
+        ]
+        if handed:
+            first = handed[0]
+            to = "carrier" if first["channel"] == "sms" else "mail relay"
+            cancelled += (
+                f": no further attempts; the {first['channel'].upper()} was handed to the {to} "
+                f"at {when(first['submitted_at'], with_date=False)} and cannot be recalled."
+            )
+        else:
+            cancelled += ": no further attempts; nothing had been sent."
+        parts.append(cancelled)
+    return " ".join(parts) or f"State: {intent['state']}."
+
+
+def mask(channel: str) -> str:
+    return "+•• ••• ••• ••••" if channel == "sms" else "•••@•••"
+
+
+def review_items_of(session: Session, intent_id: str) -> list[ReviewItem]:
+    return list(
+        session.execute(
+            select(ReviewItem)
+            .where(ReviewItem.detail["intent_id"].as_string() == intent_id)
+            .order_by(ReviewItem.id)
+        ).scalars()
+    )
+
+
+# --- reconciliation ------------------------------------------------------------------------
+
+SET_TITLES = {
+    reconcile.INTENT_WITHOUT_ATTEMPT: "Intents with no attempt",
+    reconcile.PREPARED_WITHOUT_REMOTE_ID: "Prepared attempts with no remote id",
+    reconcile.SUBMITTED_PAST_CHECK: "Submitted attempts past their next check",
+    reconcile.CONFLICTING_OBSERVATION: "Conflicting terminal observations",
+    reconcile.CANCELLED_THEN_DELIVERED: "Cancelled intents that later produced a delivery",
+    reconcile.UNKNOWN_OUTCOME: "Unknown outcomes",
+    reconcile.ORPHAN_OBSERVATION: "Observations with no attempt",
+}
+
+
+@dataclass
+class SetSummary:
+    kind: str
+    title: str
+    count: int
+    oldest_age: str | None
+    exposure: list[tuple[str, str, int]]
+    """(event type, category, members)."""
+    members: list[dict[str, Any]]
+    """The oldest MEMBERS_SHOWN, each an open review item."""
+
+
+MEMBERS_SHOWN = 50
+
+
+def reconciliation(session: Session, now: datetime) -> list[SetSummary]:
+    """Each reconciliation set as its open review items: what `ledger.reconcile.find`
+    found (the reconcile sweep records every row it finds as a review item, each kind and
+    subject once, every 5 minutes) and no person has resolved yet.
+
+    Reading the recorded items rather than running `find` on every page keeps the page
+    fast on a large ledger (finding intents without an attempt reads every intent)."""
+    intent_id = ReviewItem.detail["intent_id"].as_string()
+    since = ReviewItem.detail["since"].as_string()
+    open_items = ReviewItem.resolved_at.is_(None)
+    totals = {
+        kind: (n, oldest)
+        for kind, n, oldest in session.execute(
+            select(ReviewItem.kind, func.count(), func.min(ReviewItem.found_at))
+            .where(open_items)
+            .group_by(ReviewItem.kind)
+        )
+    }
+    # Exposure from the items themselves (the sweep records each one's event type and
+    # category); items recorded before it did are looked up by their intent.
+    counted: dict[str, Counter[tuple[str, str]]] = defaultdict(Counter)
+    missing: list[tuple[str, str | None, int]] = []
+    recorded_type = ReviewItem.detail["event_type"].as_string()
+    recorded_category = ReviewItem.detail["category"].as_string()
+    owner_if_unrecorded = case((recorded_type.is_(None), intent_id))
+    for kind, event_type, category, owner, n in session.execute(
+        select(ReviewItem.kind, recorded_type, recorded_category, owner_if_unrecorded, func.count())
+        .where(open_items)
+        .group_by(ReviewItem.kind, recorded_type, recorded_category, owner_if_unrecorded)
+    ):
+        if event_type is None and owner is not None:
+            missing.append((kind, owner, n))
+        else:
+            counted[kind][(event_type or "(none)", category or "(none)")] += n
+    if missing:
+        found = {
+            i: (e, c)
+            for i, e, c in session.execute(
+                select(Intent.id, Intent.event_type, Intent.category).where(
+                    Intent.id == any_(literal([o for _, o, _ in missing], ARRAY(String)))
+                )
+            )
+        }
+        for kind, owner, n in missing:
+            counted[kind][found.get(owner or "", ("(none)", "(none)"))] += n
+    exposure = {
+        kind: [(e, c, n) for (e, c), n in counter.most_common()]
+        for kind, counter in counted.items()
+    }
+    sets = []
+    for kind, title in SET_TITLES.items():
+        count, oldest_found = totals.get(kind, (0, None))
+        members = []
+        oldest_since: datetime | None = None
+        if count:
+            for item in session.execute(
+                select(ReviewItem)
+                .where(open_items, ReviewItem.kind == kind)
+                .order_by(since, ReviewItem.id)
+                .limit(MEMBERS_SHOWN)
+            ).scalars():
+                detail = item.detail or {}
+                began = datetime.fromisoformat(detail["since"]) if detail.get("since") else None
+                oldest_since = oldest_since or began
+                members.append(
+                    {
+                        "id": item.id,
+                        "subject": item.subject,
+                        "since": when(began or item.found_at),
+                        "age": reconcile.format_age(now - (began or item.found_at)),
+                        "found_at": when(item.found_at),
+                        "intent_id": detail.get("intent_id"),
+                        "business_key": detail.get("business_key"),
+                    }
+                )
+        oldest = oldest_since or oldest_found
+        sets.append(
+            SetSummary(
+                kind,
+                title,
+                count,
+                reconcile.format_age(now - oldest) if oldest else None,
+                exposure.get(kind, []),
+                members,
+            )
+        )
+    return sets
+
+
+# --- overview ------------------------------------------------------------------------------
+
+
+@dataclass
+class Overview:
+    intents: dict[str, dict[str, int]]
+    """window -> state -> count."""
+    attempts: dict[str, dict[str, int]]
+    unknown_share: float | None
+    fallback_rate: float | None
+    p50_seconds: float | None
+    p95_seconds: float | None
+    hours: list[dict[str, Any]]
+    """The last 24 hours, oldest first: {start, counts by outcome}."""
+
+
+WINDOWS = {"hour": timedelta(hours=1), "day": timedelta(days=1)}
+CHART_OUTCOMES = ["delivered", "sent", "unknown", "failed", "undelivered", "cancelled", "other"]
+
+
+def overview(session: Session, now: datetime) -> Overview:
+    intents = {
+        name: counts_by_state(session, IntentFilter(created_from=now - span), cap=1_000_000).counts
+        for name, span in WINDOWS.items()
+    }
+    attempts: dict[str, dict[str, int]] = {}
+    for name, span in WINDOWS.items():
+        attempts[name] = dict(
+            session.execute(
+                select(Attempt.state, func.count())
+                .where(Attempt.prepared_at >= now - span)
+                .group_by(Attempt.state)
+            ).all()
+        )
+    day = intents["day"]
+    total = sum(day.values())
+    unknown_share = day.get("unknown", 0) / total if total else None
+    with_email = session.execute(
+        select(func.count(func.distinct(Attempt.intent_id))).where(
+            Attempt.prepared_at >= now - WINDOWS["day"], Attempt.channel == "email"
+        )
+    ).scalar_one()
+    with_sms = session.execute(
+        select(func.count(func.distinct(Attempt.intent_id))).where(
+            Attempt.prepared_at >= now - WINDOWS["day"], Attempt.channel == "sms"
+        )
+    ).scalar_one()
+    both = session.execute(
+        select(func.count()).select_from(
+            select(Attempt.intent_id)
+            .where(Attempt.prepared_at >= now - WINDOWS["day"])
+            .group_by(Attempt.intent_id)
+            .having(func.count(func.distinct(Attempt.channel)) > 1)
+            .subquery()
+        )
+    ).scalar_one()
+    fallback_rate = both / with_sms if with_sms else (None if not with_email else 0.0)
+    latency = session.execute(
+        select(
+            func.percentile_cont(0.5).within_group(
+                func.extract("epoch", Attempt.terminal_at - Intent.created_at)
+            ),
+            func.percentile_cont(0.95).within_group(
+                func.extract("epoch", Attempt.terminal_at - Intent.created_at)
+            ),
+        )
+        .join(Intent, Intent.id == Attempt.intent_id)
+        .where(Attempt.state == "delivered", Intent.created_at >= now - WINDOWS["day"])
+    ).one()
+    start = now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=23)
+    hours: list[dict[str, Any]] = [
+        {"start": start + timedelta(hours=h), "counts": Counter()} for h in range(24)
+    ]
+    recent = list(
+        session.execute(
+            select(Intent).where(Intent.created_at >= start).order_by(Intent.created_at)
+        ).scalars()
+    )
+    states = derive_states(session, recent, now)
+    for intent in recent:
+        slot = int((intent.created_at - start).total_seconds() // 3600)
+        outcome = states[intent.id]
+        hours[min(max(slot, 0), 23)]["counts"][
+            outcome if outcome in CHART_OUTCOMES else "other"
+        ] += 1
+    return Overview(
+        intents,
+        attempts,
+        unknown_share,
+        fallback_rate,
+        float(latency[0]) if latency[0] is not None else None,
+        float(latency[1]) if latency[1] is not None else None,
+        hours,
+    )
+
+
+# --- recipients ----------------------------------------------------------------------------
+
+
+@dataclass
+class Recipient:
+    recipient_ref: str
+    consents: list[Consent]
+    suppressions: list[tuple[str, Suppression]]
+    """(channel of the destination, suppression)."""
+    intents: list[ListedIntent]
+
+
+def recipient_refs_for(session: Session, lookup_hmac: str) -> list[str]:
+    return list(
+        session.execute(
+            select(Intent.recipient_ref)
+            .where(
+                or_(
+                    Intent.sms_destination_hmac == lookup_hmac,
+                    Intent.email_destination_hmac == lookup_hmac,
+                )
+            )
+            .distinct()
+            .limit(20)
+        ).scalars()
+    )
+
+
+def recipient(session: Session, recipient_ref: str) -> Recipient:
+    consents = list(
+        session.execute(
+            select(Consent)
+            .where(Consent.recipient_ref == recipient_ref)
+            .order_by(Consent.granted_at, Consent.id)
+        ).scalars()
+    )
+    intents = list(
+        session.execute(
+            select(Intent)
+            .where(Intent.recipient_ref == recipient_ref)
+            .order_by(Intent.created_at.desc(), Intent.id.desc())
+            .limit(100)
+        ).scalars()
+    )
+    hmacs = {i.sms_destination_hmac for i in intents if i.sms_destination_hmac} | {
+        i.email_destination_hmac for i in intents if i.email_destination_hmac
+    }
+    suppressions = list(
+        session.execute(
+            select(Suppression)
+            .where(Suppression.destination_hmac.in_(hmacs or {""}))
+            .order_by(Suppression.at, Suppression.id)
+        ).scalars()
+    )
+    states = derive_states(session, intents, datetime.now(UTC))
+    channels = channel_states(session, [i.id for i in intents])
+    return Recipient(
+        recipient_ref,
+        consents,
+        [(s.channel, s) for s in suppressions],
+        [ListedIntent(i, states[i.id], channels[i.id]) for i in intents],
+    )
+
+
+def suppression_belongs_to(session: Session, suppression_id: int, recipient_ref: str) -> bool:
+    """A lift from a recipient's page concerns one of that recipient's destinations."""
+    row = session.get(Suppression, suppression_id)
+    if row is None:
+        return False
+    return (
+        session.execute(
+            select(func.count())
+            .select_from(Intent)
+            .where(
+                Intent.recipient_ref == recipient_ref,
+                or_(
+                    Intent.sms_destination_hmac == row.destination_hmac,
+                    Intent.email_destination_hmac == row.destination_hmac,
+                ),
+            )
+        ).scalar_one()
+        > 0
+    )
+
+
+# --- policy and templates ------------------------------------------------------------------
+
+
+def policies(session: Session) -> list[PolicyVersion]:
+    return list(
+        session.execute(
+            select(PolicyVersion).order_by(
+                PolicyVersion.active.desc(), PolicyVersion.created_at.desc()
+            )
+        ).scalars()
+    )
+
+
+def templates(session: Session) -> list[TemplateVersionRow]:
+    return list(
+        session.execute(
+            select(TemplateVersionRow).order_by(
+                TemplateVersionRow.key,
+                TemplateVersionRow.channel,
+                TemplateVersionRow.locale,
+                TemplateVersionRow.version.desc(),
+            )
+        ).scalars()
+    )

@@ -1,0 +1,104 @@
+"""Console sign-in: who may sign in (the principals seam), the session cookie and CSRF.
+
+The cookie carries 32 random bytes; the ledger keeps only their SHA-256 beside the
+principal's name and role, the session's CSRF token and when it was last used, so a
+session ends on sign-out or after `IDLE_LIMIT` without use, and any API process can
+check it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from domain.principals import BREAK_GLASS_NAME, Access, Principal, Role
+from ledger.models import ConsoleSession, PrincipalRecord
+
+COOKIE = "herald_console"
+IDLE_LIMIT = timedelta(minutes=30)
+"""A session unused this long is over; the next request goes to the sign-in page."""
+SEEN_EVERY = timedelta(seconds=30)
+"""`last_seen_at` is written at most this often (every page would otherwise write)."""
+
+
+@dataclass(frozen=True)
+class SignedIn:
+    principal: Principal
+    csrf_token: str
+
+    @property
+    def may_act(self) -> bool:
+        """Cancel, approve a resend, resolve a review item, grant or revoke consent, lift a
+        suppression, reveal a destination: the operator's rights (ledger principals)."""
+        return self.principal.may(Access.OPERATE)
+
+
+def may_sign_in(principal: Principal) -> bool:
+    """The console shows evidence and reconciliation sets: viewers and up, not apps."""
+    return principal.may(Access.READ_EVIDENCE)
+
+
+def _digest(value: str) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()
+
+
+def start(session: Session, principal: Principal, now: datetime) -> tuple[str, str]:
+    """A new session for `principal`: (cookie value, CSRF token)."""
+    value = secrets.token_urlsafe(32)
+    csrf = secrets.token_urlsafe(32)
+    session.add(
+        ConsoleSession(
+            id_sha256=_digest(value),
+            principal=principal.name,
+            role=principal.role.value,
+            csrf_token=csrf,
+            created_at=now,
+            last_seen_at=now,
+        )
+    )
+    return value, csrf
+
+
+def resume(session: Session, value: str | None, now: datetime) -> SignedIn | None:
+    """The live session the cookie names, its idle clock restarted; None when there is
+    none (no cookie, signed out, idle too long)."""
+    if not value:
+        return None
+    row = session.get(ConsoleSession, _digest(value))
+    if row is None or row.ended_at is not None or now - row.last_seen_at > IDLE_LIMIT:
+        return None
+    role = Role(row.role)
+    if row.principal != BREAK_GLASS_NAME:
+        # A revoke (or a role change) takes effect on the session's next request.
+        record = session.execute(
+            select(PrincipalRecord).where(PrincipalRecord.name == row.principal)
+        ).scalar_one_or_none()
+        if record is None or record.revoked_at is not None:
+            row.ended_at = now
+            return None
+        role = Role(record.role)
+    if now - row.last_seen_at > SEEN_EVERY:
+        row.last_seen_at = now
+    return SignedIn(Principal(row.principal, role), row.csrf_token)
+
+
+def end(session: Session, value: str, now: datetime) -> None:
+    session.execute(
+        update(ConsoleSession)
+        .where(ConsoleSession.id_sha256 == _digest(value), ConsoleSession.ended_at.is_(None))
+        .values(ended_at=now)
+    )
+
+
+def csrf_ok(expected: str, sent: str | None) -> bool:
+    return bool(sent) and hmac.compare_digest(expected.encode(), (sent or "").encode())
+
+
+def now() -> datetime:
+    return datetime.now(UTC)

@@ -1,0 +1,413 @@
+"""The operator console over HTTP (ASGI, real Postgres): sign-in, sessions, CSRF, the pages
+and the actions, and that contact data stays out of URLs and HTML unless revealed."""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from datetime import UTC, datetime
+
+import httpx
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from api.console import reads
+from domain.principals import BREAK_GLASS_NAME, Principal, Role
+from ledger import evidence, principals, reconcile
+from ledger.models import (
+    Consent,
+    ConsoleSession,
+    Intent,
+    OperatorAction,
+    ReviewItem,
+    Suppression,
+)
+from tests.api.conftest import OPERATOR_TOKEN, random_mobile, submitted_attempt
+from tests.conftest import unique
+
+pytestmark = pytest.mark.ledger
+
+CSRF = re.compile(r'name="csrf" value="([^"]+)"')
+
+
+def csrf_of(html: str) -> str:
+    found = CSRF.search(html)
+    assert found, html[:500]
+    return found.group(1)
+
+
+def principal(committed: sessionmaker[Session], role: Role, prefix: str = "ana") -> tuple[str, str]:
+    """A new ledger principal: (name, token)."""
+    name = unique(prefix)
+    with committed.begin() as session:
+        issued = principals.create(
+            session, name, role, by=Principal("test", Role.ADMIN), at=datetime.now(UTC)
+        )
+    return name, issued.token
+
+
+async def sign_in(http: httpx.AsyncClient, name: str, token: str) -> str:
+    """Sign in through the form; the CSRF token of the new session."""
+    form = await http.get("/console/sign-in")
+    done = await http.post(
+        "/console/sign-in", data={"name": name, "token": token, "csrf": csrf_of(form.text)}
+    )
+    assert done.status_code == 303, done.text
+    landing = await http.get("/console")
+    assert landing.status_code == 200, landing.text
+    return csrf_of(landing.text)
+
+
+async def test_nothing_but_sign_in_and_static_without_a_session(http):
+    for path in ("/console", "/console/intents", "/console/reconciliation", "/console/policy"):
+        answer = await http.get(path)
+        assert answer.status_code == 303 and answer.headers["location"] == "/console/sign-in"
+    assert (await http.post("/console/search", data={"destination": "+447400000100"})).headers[
+        "location"
+    ] == "/console/sign-in"
+    assert (await http.get("/console/sign-in")).status_code == 200
+    css = await http.get("/console/static/console.css")
+    assert css.status_code == 200 and "text/css" in css.headers["content-type"]
+    root = await http.get("/")
+    assert root.status_code == 303 and root.headers["location"] == "/console"
+
+
+async def test_a_wrong_token_is_refused_and_the_cookie_is_http_only_and_strict(http, committed):
+    name, token = principal(committed, Role.OPERATOR)
+    other, _ = principal(committed, Role.OPERATOR)
+    for wrong_name, wrong_token in ((name, "nope"), (other, token), ("break-glass", token)):
+        form = await http.get("/console/sign-in")
+        wrong = await http.post(
+            "/console/sign-in",
+            data={"name": wrong_name, "token": wrong_token, "csrf": csrf_of(form.text)},
+        )
+        assert wrong.status_code == 401 and "do not match" in wrong.text
+        assert token not in wrong.text
+    form = await http.get("/console/sign-in")
+    done = await http.post(
+        "/console/sign-in", data={"name": name, "token": token, "csrf": csrf_of(form.text)}
+    )
+    cookie = [
+        v for k, v in done.headers.multi_items() if k == "set-cookie" and "herald_console=" in v
+    ]
+    assert cookie and "HttpOnly" in cookie[0] and "SameSite=strict" in cookie[0]
+    assert "Secure" not in cookie[0]  # served over http here; https sets it
+
+
+async def test_an_app_credential_cannot_sign_in_and_break_glass_can(http, committed):
+    name, token = principal(committed, Role.APP, "shop")
+    form = await http.get("/console/sign-in")
+    refused = await http.post(
+        "/console/sign-in", data={"name": name, "token": token, "csrf": csrf_of(form.text)}
+    )
+    assert refused.status_code == 401
+    await sign_in(http, BREAK_GLASS_NAME, OPERATOR_TOKEN)
+
+
+async def test_sign_in_without_the_form_csrf_is_refused(http, committed):
+    name, token = principal(committed, Role.OPERATOR)
+    await http.get("/console/sign-in")
+    refused = await http.post("/console/sign-in", data={"name": name, "token": token})
+    assert refused.status_code == 403
+    assert "herald_console=" not in refused.headers.get("set-cookie", "")
+
+
+async def test_an_idle_session_ends_and_sign_out_ends_it_at_once(http, committed):
+    name, token = principal(committed, Role.VIEWER)
+    await sign_in(http, name, token)
+    with committed.begin() as session:
+        row = session.execute(
+            select(ConsoleSession).order_by(ConsoleSession.created_at.desc()).limit(1)
+        ).scalar_one()
+        row.last_seen_at = datetime(2000, 1, 1, tzinfo=UTC)
+    assert (await http.get("/console")).status_code == 303
+    csrf = await sign_in(http, name, token)
+    out = await http.post("/console/sign-out", data={"csrf": csrf})
+    assert out.status_code == 303
+    assert (await http.get("/console/intents")).status_code == 303
+
+
+async def test_search_by_phone_finds_the_intent_and_no_page_or_url_carries_the_number(
+    http, committed, cipher
+):
+    phone = random_mobile()
+    sent = submitted_attempt(committed, cipher, phone=phone)
+    csrf = await sign_in(http, *principal(committed, Role.VIEWER))
+    found = await http.post("/console/search", data={"destination": phone, "csrf": csrf})
+    assert found.status_code == 200
+    assert sent.intent_id in found.text
+    assert phone not in found.text and phone[1:] not in found.text
+    page = await http.get(f"/console/intents/{sent.intent_id}")
+    assert page.status_code == 200 and phone not in page.text
+    assert "Content-Security-Policy" in page.headers
+
+
+async def test_a_post_without_the_csrf_token_is_refused_and_changes_nothing(
+    http, committed, cipher
+):
+    sent = submitted_attempt(committed, cipher)
+    await sign_in(http, *principal(committed, Role.OPERATOR))
+    refused = await http.post(f"/console/intents/{sent.intent_id}/cancel", data={"reason": "x"})
+    assert refused.status_code == 403
+    with committed() as session:
+        assert not _actions(session, sent.intent_id)
+
+
+async def test_a_reveal_needs_a_reason_and_is_recorded(http, committed, cipher):
+    phone = random_mobile()
+    sent = submitted_attempt(committed, cipher, phone=phone)
+    name, token = principal(committed, Role.OPERATOR)
+    csrf = await sign_in(http, name, token)
+    no_reason = await http.post(
+        f"/console/intents/{sent.intent_id}/reveal", data={"reason": "", "csrf": csrf}
+    )
+    assert no_reason.status_code == 422 and phone not in no_reason.text
+    shown = await http.post(
+        f"/console/intents/{sent.intent_id}/reveal",
+        data={"reason": "caller verified, ticket 881", "csrf": csrf},
+    )
+    assert shown.status_code == 200 and phone in shown.text
+    with committed() as session:
+        (action,) = _actions(session, sent.intent_id)
+    assert (action.action, action.operator, action.operator_role, action.reason) == (
+        "reveal",
+        name,
+        "operator",
+        "caller verified, ticket 881",
+    )
+
+
+async def test_a_cancel_records_the_signed_in_name_and_the_page_says_so_plainly(
+    http, committed, cipher
+):
+    sent = submitted_attempt(committed, cipher)
+    name, token = principal(committed, Role.OPERATOR)
+    csrf = await sign_in(http, name, token)
+    done = await http.post(
+        f"/console/intents/{sent.intent_id}/cancel", data={"reason": "seller asked", "csrf": csrf}
+    )
+    assert done.status_code == 303
+    page = await http.get(done.headers["location"])
+    assert "Cancel accepted" in page.text
+    with committed() as session:
+        (action,) = _actions(session, sent.intent_id)
+    assert (action.action, action.operator, action.reason) == ("cancel", name, "seller asked")
+
+
+async def test_an_approve_resend_refusal_is_shown_in_words(http, committed, cipher):
+    sent = submitted_attempt(committed, cipher)
+    csrf = await sign_in(http, *principal(committed, Role.OPERATOR))
+    done = await http.post(
+        f"/console/intents/{sent.intent_id}/approve-resend",
+        data={"reason": "try again", "channel": "sms", "csrf": csrf},
+    )
+    page = await http.get(done.headers["location"])
+    assert "Refused: the intent&#39;s workflow has finished" in page.text
+
+
+async def test_resolving_a_review_item_records_who_and_the_note(http, committed, cipher):
+    sent = submitted_attempt(committed, cipher)
+    now = datetime.now(UTC)
+    with committed.begin() as session:
+        reconcile.record_review_items(
+            session,
+            [
+                reconcile.ReviewRow(
+                    kind=reconcile.UNKNOWN_OUTCOME,
+                    subject=f"attempt:{sent.attempt_id}",
+                    since=now,
+                    age=now - now,
+                    intent_id=sent.intent_id,
+                )
+            ],
+            now,
+        )
+        item = session.execute(
+            select(ReviewItem).where(ReviewItem.subject == f"attempt:{sent.attempt_id}")
+        ).scalar_one()
+    name, token = principal(committed, Role.OPERATOR)
+    csrf = await sign_in(http, name, token)
+    before = await open_items_metric(http)
+    page = await http.get("/console/reconciliation")
+    assert f"/console/review-items/{item.id}/resolve" in page.text
+    # The sweep recorded the item's event type and category: the set's exposure.
+    assert (item.detail or {}).get("event_type") == "order-created"
+    assert f"order-created · {item.detail['category']}: " in page.text  # type: ignore[index]
+    done = await http.post(
+        f"/console/review-items/{item.id}/resolve",
+        data={"note": "carrier confirmed delivery by phone", "csrf": csrf},
+    )
+    assert done.status_code == 303
+    assert await open_items_metric(http) == before - 1
+    with committed() as session:
+        row = session.get(ReviewItem, item.id)
+        assert row is not None and row.resolved_at is not None
+        assert (row.resolved_by, row.resolution_note) == (
+            name,
+            "carrier confirmed delivery by phone",
+        )
+
+
+async def test_the_csv_has_states_and_versions_and_no_destination(http, committed, cipher):
+    phone = random_mobile()
+    sent = submitted_attempt(committed, cipher, phone=phone)
+    await sign_in(http, *principal(committed, Role.VIEWER))
+    with committed() as session:
+        key = session.get(Intent, sent.intent_id).business_key  # type: ignore[union-attr]
+    answer = await http.get("/console/intents.csv", params={"key_prefix": key})
+    assert answer.status_code == 200 and answer.headers["content-type"].startswith("text/csv")
+    rows = list(csv.DictReader(io.StringIO(answer.text)))
+    assert [r["intent_id"] for r in rows] == [sent.intent_id]
+    assert rows[0]["sms_state"] == "submitted" and rows[0]["policy_versions"]
+    assert phone not in answer.text
+
+
+async def test_the_list_pages_by_keyset_with_no_gap_and_counts_by_state(http, committed, cipher):
+    sent = [submitted_attempt(committed, cipher) for _ in range(3)]
+    with committed() as session:
+        keys = [session.get(Intent, s.intent_id).business_key for s in sent]  # type: ignore[union-attr]
+        # One shared prefix for just these three: re-key them under a fresh one.
+        prefix = unique("order-created:page")
+        for n, s in enumerate(sent):
+            session.get(Intent, s.intent_id).business_key = f"{prefix}:{n}"  # type: ignore[union-attr]
+        session.commit()
+        for state in (None, "sending"):
+            flt = reads.IntentFilter(key_prefix=prefix, state=state)
+            first = reads.list_page(session, flt, size=2)
+            assert [i.intent.business_key for i in first.items] == [f"{prefix}:2", f"{prefix}:1"]
+            assert first.next_cursor
+            second = reads.list_page(
+                session, flt, after=reads.decode_cursor(first.next_cursor), size=2
+            )
+            assert [i.intent.business_key for i in second.items] == [f"{prefix}:0"]
+            assert second.next_cursor is None
+        assert (
+            reads.list_page(session, reads.IntentFilter(key_prefix=prefix, state="delivered")).items
+            == []
+        )
+        counted = reads.counts_by_state(session, reads.IntentFilter(key_prefix=prefix))
+        assert counted.counts == {"sending": 3} and not counted.capped
+        capped = reads.counts_by_state(session, reads.IntentFilter(key_prefix=prefix), cap=2)
+        assert capped.counts == {"sending": 2} and capped.capped
+    assert keys
+    await sign_in(http, *principal(committed, Role.VIEWER))
+    page = await http.get("/console/intents", params={"key_prefix": prefix, "state": "sending"})
+    assert page.status_code == 200 and f"{prefix}:0" in page.text
+    bad = await http.get("/console/intents", params={"created_from": "yesterday"})
+    assert bad.status_code == 400 and "created from" in bad.text
+
+
+async def test_a_viewer_sees_no_action_and_the_server_refuses_one_anyway(http, committed, cipher):
+    sent = submitted_attempt(committed, cipher)
+    csrf = await sign_in(http, *principal(committed, Role.VIEWER, "vic"))
+    page = await http.get(f"/console/intents/{sent.intent_id}")
+    assert page.status_code == 200
+    assert "Cancel intent" not in page.text and "/cancel" not in page.text
+    assert "Reveal" not in page.text
+    for action, data in (
+        ("cancel", {"reason": "x"}),
+        ("approve-resend", {"reason": "x", "channel": "sms"}),
+        ("reveal", {"reason": "x"}),
+    ):
+        refused = await http.post(
+            f"/console/intents/{sent.intent_id}/{action}", data={**data, "csrf": csrf}
+        )
+        assert refused.status_code == 403 and "operator role" in refused.text
+    with committed() as session:
+        assert not _actions(session, sent.intent_id)
+
+
+async def test_a_revoked_principal_is_signed_out_on_its_next_request(http, committed):
+    name, token = principal(committed, Role.OPERATOR)
+    await sign_in(http, name, token)
+    with committed.begin() as session:
+        principals.revoke(session, name, by=Principal("test", Role.ADMIN), at=datetime.now(UTC))
+    assert (await http.get("/console")).status_code == 303
+
+
+async def open_items_metric(http: httpx.AsyncClient) -> float:
+    """herald_review_items_open{kind="unknown_outcome"} as /metrics reports it."""
+    text = (await http.get("/metrics")).text
+    found = re.search(r'^herald_review_items_open\{kind="unknown_outcome"\} (\S+)$', text, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+def _actions(session: Session, intent_id: str) -> list[OperatorAction]:
+    return list(
+        session.execute(
+            select(OperatorAction).where(OperatorAction.intent_id == intent_id)
+        ).scalars()
+    )
+
+
+async def test_an_operator_revokes_consent_and_lifts_a_suppression_from_the_recipients_page(
+    http, committed, cipher
+):
+    phone = random_mobile()
+    sent = submitted_attempt(committed, cipher, phone=phone)
+    with committed.begin() as session:
+        ref = session.get(Intent, sent.intent_id).recipient_ref  # type: ignore[union-attr]
+        grant = evidence.record_consent(
+            session,
+            recipient_ref=ref,
+            channel="sms",
+            purpose="service",
+            source="booking app",
+            at=datetime.now(UTC),
+        )
+        stop, _ = evidence.suppress(
+            session,
+            destination_hmac=cipher.lookup_hmac(phone),
+            channel="sms",
+            reason="opted_out",
+            source="keyword:STOP",
+            at=datetime.now(UTC),
+        )
+    name, token = principal(committed, Role.OPERATOR)
+    csrf = await sign_in(http, name, token)
+    page = await http.post("/console/recipient", data={"recipient_ref": ref, "csrf": csrf})
+    assert page.status_code == 200
+    assert "booking app" in page.text and "keyword:STOP" in page.text
+    assert phone not in page.text
+    revoked = await http.post(
+        "/console/recipient/consent",
+        data={
+            "recipient_ref": ref,
+            "action": "revoke",
+            "channel": "sms",
+            "purpose": "service",
+            "reason": "asked by phone",
+            "csrf": csrf,
+        },
+    )
+    assert revoked.status_code == 200 and "grant(s) ended" in revoked.text
+    lifted = await http.post(
+        "/console/recipient/lift",
+        data={
+            "recipient_ref": ref,
+            "suppression_id": str(stop.id),
+            "reason": "texted START",
+            "csrf": csrf,
+        },
+    )
+    assert lifted.status_code == 200 and "Suppression lifted." in lifted.text
+    with committed() as session:
+        consent = session.get(Consent, grant.id)
+        suppression = session.get(Suppression, stop.id)
+        assert consent is not None and consent.revoked_at is not None
+        assert consent.revoked_source == f"console:{name}: asked by phone"
+        assert suppression is not None and suppression.lifted_at is not None
+        assert suppression.lifted_source.startswith(f"operator:{name}")  # type: ignore[union-attr]
+
+
+async def test_the_policy_page_shows_the_active_version_and_its_hash(http, committed):
+    with committed() as session:
+        from ledger import repository as repo
+
+        active = repo.active_policy(session)
+    await sign_in(http, *principal(committed, Role.VIEWER))
+    page = await http.get("/console/policy")
+    assert page.status_code == 200
+    assert f"Policy {active.version} (active)" in page.text and active.sha256 in page.text

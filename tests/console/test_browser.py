@@ -1,0 +1,274 @@
+"""The console in a real browser: Debian's Chromium driven by Playwright, against
+`herald api` started as a user starts it (its own process), over the e2e stack's ledger
+and Temporal, with its real worker running the workflows.
+
+Set HERALD_CONSOLE_SCREENSHOTS=docs/console to write the screenshots docs/console.md shows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import io
+import os
+import secrets
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
+import pytest
+import pytest_asyncio
+
+from devstack import free_port
+from devstack.processes import ChildProcess
+from domain.principals import Principal, Role
+from domain.requests import NotificationRequest
+from ledger import evidence, principals, reconcile
+
+pytestmark = [pytest.mark.e2e, pytest.mark.browser]
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = Path("/usr/bin/chromium")
+SHOTS = os.environ.get("HERALD_CONSOLE_SCREENSHOTS")
+CLASS_VARIABLES = {
+    "class_name": "Spin (c-9081)",
+    "starts_at": "18:30",
+    "hold_until": "18:15",
+    "booking_url": "https://studio.example/c/9081",
+}
+
+
+@dataclass
+class Console:
+    base: str
+    operator: tuple[str, str]
+    viewer: tuple[str, str]
+    log: Path
+
+
+@pytest_asyncio.fixture(scope="module")
+async def console(stack, tmp_path_factory) -> AsyncIterator[Console]:  # type: ignore[no-untyped-def]
+    if not CHROMIUM.exists():
+        pytest.fail("/usr/bin/chromium is missing: `make test` installs the chromium package")
+    admin = Principal("test", Role.ADMIN)
+    now = datetime.now(UTC)
+    operator_name, viewer_name = f"ana-{secrets.token_hex(3)}", f"vic-{secrets.token_hex(3)}"
+    with stack.client.sessions.begin() as session:
+        operator = principals.create(session, operator_name, Role.OPERATOR, by=admin, at=now)
+        viewer = principals.create(session, viewer_name, Role.VIEWER, by=admin, at=now)
+    port = free_port()
+    log = tmp_path_factory.mktemp("console") / "api.log"
+    api = ChildProcess(
+        "api",
+        [sys.executable, "-m", "cli", "api", "--port", str(port)],
+        log_path=log,
+        env={**os.environ, **stack.env(), "HERALD_API_PORT": str(port)},
+        cwd=ROOT,
+    )
+    api.start()
+    base = f"http://127.0.0.1:{port}"
+    try:
+        async with httpx.AsyncClient(base_url=base, timeout=5) as http:
+            for _ in range(200):
+                try:
+                    if (await http.get("/healthz")).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                await asyncio.sleep(0.1)
+            else:
+                raise AssertionError(log.read_text()[-2000:])
+        yield Console(
+            base,
+            (operator_name, operator.token),
+            (viewer_name, viewer.token),
+            log,
+        )
+    finally:
+        await asyncio.to_thread(api.stop)
+
+
+async def shot(page, name: str) -> None:  # type: ignore[no-untyped-def]
+    if SHOTS:
+        Path(SHOTS).mkdir(parents=True, exist_ok=True)
+        await page.screenshot(path=str(Path(SHOTS) / f"{name}.png"), full_page=True)
+
+
+async def sign_in(page, base: str, who: tuple[str, str]) -> None:  # type: ignore[no-untyped-def]
+    await page.goto(f"{base}/console")
+    assert page.url.endswith("/console/sign-in")  # nothing without a session
+    await page.get_by_label("Name").fill(who[0])
+    await page.get_by_label("Token").fill(who[1])
+    await page.get_by_role("button", name="Sign in").click()
+    await page.get_by_role("heading", name="Overview").wait_for()
+
+
+async def test_an_operator_and_a_viewer_work_the_console_in_a_browser(stack, console, tmp_path):
+    from playwright.async_api import async_playwright, expect
+
+    suffix = secrets.token_hex(4)
+    member = f"m-1842.{suffix}"
+    phone = f"+4474003{secrets.randbelow(100_000):05d}"
+    with stack.client.sessions.begin() as session:
+        evidence.record_consent(
+            session,
+            recipient_ref=member,
+            channel="sms",
+            purpose="service",
+            source="booking app",
+            at=datetime.now(UTC),
+        )
+    opening = await stack.client.notify(
+        NotificationRequest(
+            business_key=f"class-opening:c-9081:{member}",
+            recipient_ref=member,
+            template_key="class-opening",
+            phone=phone,
+            variables=CLASS_VARIABLES,
+        )
+    )
+    later = await stack.client.notify(
+        NotificationRequest(
+            business_key=f"class-opening:c-9082:{member}",
+            recipient_ref=member,
+            template_key="class-opening",
+            phone=phone,
+            variables=CLASS_VARIABLES,
+            send_at=datetime.now(UTC) + timedelta(hours=1),
+        )
+    )
+    result = await asyncio.wait_for(
+        stack.client.temporal.get_workflow_handle(opening.workflow_id).result(), 60
+    )
+    assert result["outcome"] == "delivered", result
+    with stack.client.sessions.begin() as session:
+        now = datetime.now(UTC)
+        reconcile.record_review_items(
+            session,
+            [
+                reconcile.ReviewRow(
+                    kind=reconcile.UNKNOWN_OUTCOME,
+                    subject=f"intent:{opening.intent_id}:browser",
+                    since=now,
+                    age=timedelta(0),
+                    intent_id=opening.intent_id,
+                    business_key=opening.business_key,
+                )
+            ],
+            now,
+        )
+
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=str(CHROMIUM))
+        try:
+            context = await browser.new_context(
+                viewport={"width": 1280, "height": 900}, accept_downloads=True
+            )
+            page = await context.new_page()
+            await sign_in(page, console.base, console.operator)
+            await shot(page, "overview")
+
+            # Find the class-opening intent by the member's phone number (a POST form).
+            await page.get_by_label("Find a recipient").fill(phone)
+            await page.get_by_role("button", name="Search").click()
+            await page.get_by_role("heading", name="Recipient search").wait_for()
+            assert phone not in page.url and phone not in await page.content()
+            await shot(page, "search")
+            await page.get_by_role("link", name=opening.business_key).click()
+            await page.get_by_role("heading", name=f"Intent {opening.business_key}").wait_for()
+
+            # Cancel after delivery: the sentence says plainly that nothing is recalled.
+            await page.get_by_label("Reason for cancelling").fill("seat filled")
+            await page.get_by_role("button", name="Cancel intent").click()
+            sentence = page.locator("#outcome")
+            await expect(sentence).to_contain_text("Delivered by SMS at")
+            await expect(sentence).to_contain_text(
+                f"by {console.operator[0]}: no further attempts; the SMS was handed to the "
+                "carrier at"
+            )
+            await expect(sentence).to_contain_text("and cannot be recalled.")
+
+            # An approve-resend of a finished intent is refused in words.
+            await page.get_by_label("Reason for the resend").fill("member says nothing came")
+            await page.get_by_role("button", name="Approve resend").click()
+            await expect(page.locator("#notice")).to_contain_text(
+                "Refused: the intent's workflow has finished; record a new intent instead"
+            )
+            await shot(page, "intent")
+
+            # Cancel another intent (scheduled for later: its workflow is waiting). A second
+            # tab left open on it refreshes itself (console.js) and shows the cancel.
+            watching = await context.new_page()
+            await watching.goto(f"{console.base}/console/intents/{later.intent_id}")
+            assert await watching.locator("body").get_attribute("data-refresh")
+            await page.goto(f"{console.base}/console/intents/{later.intent_id}")
+            await page.get_by_label("Reason for cancelling").fill("class cancelled")
+            await page.get_by_role("button", name="Cancel intent").click()
+            await expect(page.locator("#outcome")).to_contain_text(
+                f"by {console.operator[0]}: no further attempts; nothing had been sent."
+            )
+            await expect(watching.locator("#outcome")).to_contain_text(
+                "nothing had been sent.", timeout=15_000
+            )
+            assert watching.url.endswith(later.intent_id)  # refreshed in place, not reloaded
+
+            # Resolve the review item; it leaves the open list.
+            await page.get_by_role("link", name="Reconciliation").click()
+            await shot(page, "reconciliation")
+            item = page.locator("article.item", has_text=opening.business_key)
+            await item.get_by_label("Resolution note").fill("checked with the carrier")
+            await item.get_by_role("button", name="Resolve").click()
+            await expect(page.locator("article.item", has_text=opening.business_key)).to_have_count(
+                0
+            )
+
+            # The CSV of a filter: ids, keys, states; no destination.
+            await page.goto(f"{console.base}/console/intents?key_prefix=class-opening:c-908")
+            await shot(page, "intents")
+            async with page.expect_download() as download_info:
+                await page.get_by_role("link", name="Download CSV of this filter").click()
+            download = await download_info.value
+            body = Path(await download.path()).read_text()
+            rows = {r["business_key"]: r for r in csv.DictReader(io.StringIO(body))}
+            assert rows[opening.business_key]["state"] == "delivered"
+            assert rows[later.business_key]["state"] == "cancelled"
+            assert phone not in body
+
+            # The recipient's page, from the intent's search result (POST form).
+            await page.get_by_label("Find a recipient").fill(phone)
+            await page.get_by_role("button", name="Search").click()
+            await page.get_by_role("button", name=f"Open recipient {member}").click()
+            await page.get_by_role("heading", name=f"Recipient {member}").wait_for()
+            await shot(page, "recipient")
+            await page.get_by_role("link", name="Policy & templates").click()
+            await shot(page, "policy")
+
+            # A POST without the CSRF token is refused, with the session cookie sent.
+            refused = await page.request.post(
+                f"{console.base}/console/intents/{opening.intent_id}/cancel",
+                form={"reason": "no token"},
+            )
+            assert refused.status == 403
+
+            # A viewer sees no cancel button, and the server refuses the POST anyway.
+            viewer_context = await browser.new_context()
+            viewer = await viewer_context.new_page()
+            await sign_in(viewer, console.base, console.viewer)
+            await viewer.goto(f"{console.base}/console/intents/{opening.intent_id}")
+            await expect(viewer.get_by_role("button", name="Cancel intent")).to_have_count(0)
+            csrf = await viewer.locator("input[name=csrf]").first.get_attribute("value")
+            forbidden = await viewer.request.post(
+                f"{console.base}/console/intents/{opening.intent_id}/cancel",
+                form={"reason": "viewer tries", "csrf": csrf or ""},
+            )
+            assert forbidden.status == 403 and "operator role" in await forbidden.text()
+            await shot(viewer, "intent-viewer")
+            await viewer.get_by_role("button", name="Sign out").click()
+            await viewer.get_by_role("heading", name="Sign in to the Herald console").wait_for()
+            await shot(viewer, "sign-in")
+        finally:
+            await browser.close()
+    assert phone not in console.log.read_text()

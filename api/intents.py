@@ -27,7 +27,6 @@ from api.schemas import (
     IntentCreate,
     IntentCreated,
     IntentPage,
-    IntentSummary,
     OperatorBody,
     Problem,
     ResendBody,
@@ -100,27 +99,7 @@ def list_intents(
         limit=limit,
         scan_limit=scan_limit,
     )
-    return IntentPage(
-        items=[
-            IntentSummary(
-                id=intent.id,
-                business_key=intent.business_key,
-                state=IntentState(derived),
-                event_type=intent.event_type,
-                category=intent.category,
-                region=intent.region,
-                channels=list(intent.channel_plan.get("channels", [])),
-                template_key=intent.template_key,
-                template_version=intent.template_version,
-                created_at=intent.created_at,
-                send_at=intent.send_at,
-                cancelled_at=intent.cancelled_at,
-            )
-            for intent, derived in page.items
-        ],
-        scanned=page.scanned,
-        truncated=page.truncated,
-    )
+    return IntentPage.of(page)
 
 
 def bearer_ok(authorization: str | None, token: str) -> bool:

@@ -197,7 +197,7 @@ def test_send_show_list_cancel_and_a_refused_resend_from_another_terminal(dev: S
     assert cancel.returncode == 0 and cancel.stdout.strip() == "future work closed", cancel
     assert _show(dev, scheduled)["intent"]["state"] == "cancelled"
 
-    listed = {i["business_key"]: i["state"] for i in dev.herald("list", "--json").json()["intents"]}
+    listed = {i["business_key"]: i["state"] for i in dev.herald("list", "--json").json()["items"]}
     assert listed[key] == "delivered" and listed[scheduled] == "cancelled"
 
 

@@ -347,9 +347,14 @@ def intents_router(ingress: Ingress) -> APIRouter:
 
 
 def _invalid(err: InvalidRequest) -> HTTPException:
-    """The same shape as FastAPI's own 422, so clients handle one format."""
+    """The same shape as FastAPI's own 422, so clients handle one format: every problem
+    intake found, one issue each."""
     return HTTPException(
-        422, [{"loc": ["body", err.field], "msg": err.problem, "type": "invalid_request"}]
+        422,
+        [
+            {"loc": ["body", field], "msg": problem, "type": "invalid_request"}
+            for field, problem in err.problems
+        ],
     )
 
 

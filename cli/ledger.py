@@ -444,11 +444,22 @@ def _template_show(args: argparse.Namespace, cfg: settings_module.Settings) -> i
             query = query.where(TemplateVersionRow.active.is_(True))
         else:
             query = query.where(TemplateVersionRow.version == args.version)
-        rows = list(
-            session.execute(
+        rows = [
+            (
+                TemplateVersion(
+                    key=row.key,
+                    version=row.version,
+                    channel=row.channel,
+                    locale=row.locale,
+                    body=row.body,
+                    subject=row.subject,
+                ),
+                row.active,
+            )
+            for row in session.execute(
                 query.order_by(TemplateVersionRow.channel, TemplateVersionRow.locale)
             ).scalars()
-        )
+        ]
         if not rows:
             known = sorted(
                 set(
@@ -464,27 +475,19 @@ def _template_show(args: argparse.Namespace, cfg: settings_module.Settings) -> i
                 f"(known versions: {', '.join(map(str, known))})"
             )
     out = []
-    for row in rows:
-        version = TemplateVersion(
-            key=row.key,
-            version=row.version,
-            channel=row.channel,
-            locale=row.locale,
-            body=row.body,
-            subject=row.subject,
-        )
+    for version, active in rows:
         required = missing_variables(version, {})
         out.append(
             {
-                "key": row.key,
-                "channel": row.channel,
-                "locale": row.locale,
-                "version": row.version,
-                "active": row.active,
+                "key": version.key,
+                "channel": version.channel,
+                "locale": version.locale,
+                "version": version.version,
+                "active": active,
                 "required": required,
                 "optional": [v for v in variables_of(version) if v not in required],
-                "subject": row.subject,
-                "body": row.body,
+                "subject": version.subject,
+                "body": version.body,
             }
         )
 

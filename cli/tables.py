@@ -31,7 +31,9 @@ class Clock:
         if self.zone is UTC:
             return "times in UTC"
         here = datetime.now().astimezone()
-        return f"times in the local zone ({here.tzname()}, UTC{here.strftime('%z')}; --utc for UTC)"
+        return (
+            f"times in the local zone ({here.tzname()}, UTC{here.isoformat()[-6:]}; --utc for UTC)"
+        )
 
     def at(self, value: datetime | str | None) -> str:
         """ISO 8601 with the offset, to the millisecond; `-` when there is no time."""
@@ -65,10 +67,11 @@ def table(
     headers: Mapping[str, str] | None = None,
     times: Iterable[str] = (),
     clock: Clock | None = None,
-    empty: str = "(none)",
+    empty: str | None = "(none)",
 ) -> str:
     """Rows under a header row, each column as wide as its widest cell; the columns named
-    in `times` go through `clock`; the last column is not padded."""
+    in `times` go through `clock`; the last column is not padded. Without rows, `empty`
+    (None: the header row alone)."""
     timed = set(times)
     cells = [
         [
@@ -77,10 +80,10 @@ def table(
         ]
         for row in rows
     ]
-    if not cells:
+    if not cells and empty is not None:
         return empty
     heads = [(headers or {}).get(c, c.replace("_", " ").upper()) for c in columns]
-    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(heads)]
+    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(heads)]
     return "\n".join(
         "  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip()
         for line in [heads, *cells]
@@ -112,7 +115,7 @@ def timeline_lines(doc: Mapping[str, Any], clock: Clock) -> list[str]:
     from ledger import timeline
 
     found = timeline.rows(dict(doc), clock.at)
-    text = table(found, TIMELINE_COLUMNS, times=("at",), clock=clock, empty="")
+    text = table(found, TIMELINE_COLUMNS, times=("at",), clock=clock, empty=None)
     return ["  " + line for line in text.splitlines()]
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -104,10 +105,9 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     home = tmp_path_factory.mktemp("terminal")
     data = home / "data"
     # The first terminal: its own ports (so no other stack on this machine is in the way)
-    # and the demo policy, which `herald demo` needs of a running stack.
+    # and the demo policy, which `herald demo` needs of a running stack (`--policy demo`).
     settings = {
         "HERALD_DATA_DIR": str(data),
-        "HERALD_POLICY_NAME": "demo",
         **{
             f"HERALD_{name}_PORT": str(free_port())
             for name in ("POSTGRES", "TEMPORAL", "TEMPORAL_UI", "API", "SIMULATOR", "SMTP")
@@ -116,7 +116,7 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HERALD_")} | settings
     log = open(home / "dev.out", "w")  # a file, not a pipe nobody drains
     process = subprocess.Popen(
-        [str(HERALD), "dev"],
+        [str(HERALD), "dev", "--policy", "demo"],
         cwd=home,
         env=env,
         stdout=log,
@@ -169,7 +169,7 @@ def test_send_show_list_cancel_and_a_refused_resend_from_another_terminal(dev: S
     suffix = uuid.uuid4().hex[:8]
     recipient = f"m-{suffix}"
     consent = dev.herald("consent", recipient, "--channel", "sms", "--json")
-    assert consent.json()["recipient_ref"] == recipient
+    assert (consent.json()["channel"], consent.json()["live"]) == ("sms", True)
     send = ["--recipient", recipient, "--template", "class-opening", "--phone", "+447400000100"]
     send += ["--vars", json.dumps(VARIABLES), "--json"]
 
@@ -258,6 +258,164 @@ def test_a_second_stack_on_a_taken_port_names_the_port_and_its_setting(
         EmbeddedPostgres(data, port=free_port()).destroy()
     # The first stack is untouched.
     assert httpx.get(f"{dev.addresses['api']}/readyz", timeout=5).status_code == 200
+
+
+def test_the_stack_runs_the_policy_its_command_line_names(dev: Stack) -> None:
+    assert "Herald dev stack is up, policy demo" in dev.output()
+    active = [p for p in dev.herald("policy", "list", "--json").json() if p["active"]]
+    assert [p["name"] for p in active] == ["demo"]
+
+
+def test_send_wait_returns_when_the_message_is_delivered(dev: Stack) -> None:
+    recipient = f"m-{uuid.uuid4().hex[:8]}"
+    assert dev.herald("consent", recipient, "--channel", "sms").returncode == 0
+    key = f"class-opening:c-9083:{recipient}"
+    done = dev.herald(
+        "send", "--key", key, "--recipient", recipient, "--template", "class-opening",
+        "--phone", "+447400000100", "--vars", json.dumps(VARIABLES),
+        "--wait", "--timeout", "60", "--utc",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("new intent ") and "times in UTC" in lines
+    # The delivered receipt is a row of the timeline it printed, then where the attempt ended.
+    assert any(" observed " in line and "delivered -> delivered" in line for line in lines)
+    assert lines[-2].startswith("  => sms #1: delivered") and lines[-1] == "  delivered"
+    assert _show(dev, key)["intent"]["state"] == "delivered"
+    _no_python_reprs(done.stdout)
+
+
+def test_show_follow_prints_rows_as_they_happen_until_delivered(dev: Stack) -> None:
+    recipient = f"m-{uuid.uuid4().hex[:8]}"
+    assert dev.herald("consent", recipient, "--channel", "sms").returncode == 0
+    key = f"class-opening:c-9084:{recipient}"
+    sent = dev.herald(
+        "send",
+        "--key",
+        key,
+        "--recipient",
+        recipient,
+        "--template",
+        "class-opening",
+        "--phone",
+        "+447400000005",
+        "--vars",
+        json.dumps(VARIABLES),
+    )  # fmt: skip  (+447400000005: the simulator delays the final receipt)
+    assert sent.returncode == 0, sent.stderr
+    # Started before the receipt comes, so the delivered row is printed as it happens.
+    follow = dev.herald("show", key, "--follow", "--timeout", "60")
+    assert follow.returncode == 0, follow.stdout + follow.stderr
+    lines = follow.stdout.splitlines()
+    assert lines[0].startswith("times in the local zone (")
+    header = next(
+        i for i, line in enumerate(lines) if line.split() == ["AT", "EVENT", "CHANNEL", "DETAIL"]
+    )
+    delivered = [i for i, line in enumerate(lines) if "delivered -> delivered" in line]
+    assert delivered and delivered[0] > header, follow.stdout
+    assert lines[-1] == "  delivered"
+    _no_python_reprs(follow.stdout)
+
+
+def test_show_json_is_the_document_the_api_returns(dev: Stack) -> None:
+    listed = dev.herald("list", "--state", "delivered", "--limit", "1", "--json").json()
+    intent_id = listed["items"][0]["id"]
+    token = (dev.data / "operator.token").read_text().strip()
+    api = httpx.get(
+        f"{dev.addresses['api']}/v1/intents/{intent_id}",
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=10,
+    )
+    assert api.status_code == 200, api.text
+    assert dev.herald("show", intent_id, "--json").json() == api.json()
+    page = httpx.get(
+        f"{dev.addresses['api']}/v1/intents",
+        params={"state": "delivered", "limit": 1},
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=10,
+    )
+    assert listed == page.json()
+
+
+def test_a_retryable_failure_is_shown_waiting_for_an_operator(dev: Stack) -> None:
+    recipient = f"m-{uuid.uuid4().hex[:8]}"
+    assert dev.herald("consent", recipient, "--channel", "sms").returncode == 0
+    key = f"class-opening:c-9085:{recipient}"
+    # +447400030003: undelivered with 30003, which a resend may cure.
+    done = dev.herald(
+        "send", "--key", key, "--recipient", recipient, "--template", "class-opening",
+        "--phone", "+447400030003", "--vars", json.dumps(VARIABLES), "--wait", "--timeout", "60",
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    note = f"herald approve-resend {key} --channel sms --operator NAME --reason TEXT"
+    assert "waiting for an operator's approve-resend (sms)" in done.stdout and note in done.stdout
+    shown = dev.herald("show", key)
+    assert shown.returncode == 0 and note in shown.stdout, shown.stdout + shown.stderr
+
+    approved = dev.herald("approve-resend", key, "--operator", "desk", "--reason", "retry")
+    assert approved.returncode == 0, approved.stdout + approved.stderr
+    doc = _wait_for(
+        dev, key, lambda d: len(d["attempts"]) == 2 and d["attempts"][1]["state"] == "undelivered"
+    )
+    assert doc["attempts"][1]["number"] == 2
+    text = dev.herald("show", key).stdout.splitlines()
+    approval = next(i for i, line in enumerate(text) if "approve-resend by desk: accepted" in line)
+    decisions = [i for i, line in enumerate(text) if " decision " in line]
+    # The approval comes before the decision on the attempt it led to.
+    assert len(decisions) == 2 and decisions[0] < approval < decisions[1], "\n".join(text)
+
+
+def test_a_send_missing_several_variables_is_refused_naming_them_all(dev: Stack) -> None:
+    done = dev.herald(
+        "send", "--key", f"class-opening:c-9086:m-{uuid.uuid4().hex[:8]}", "--recipient", "m-1",
+        "--template", "class-opening", "--phone", "+447400000100",
+        "--vars", json.dumps({"class_name": "Spin"}), "--expires-at", "tomorrow",
+        "--country", "FRA", "--artifact", "not-a-hash",
+    )  # fmt: skip
+    line = assert_one_line_error(done, "send")
+    # Every problem the API's schema finds, at once, before anything is recorded.
+    for option in ("--expires-at:", "--country:", "--artifact:"):
+        assert option in line, line
+    again = dev.herald(
+        "send", "--key", f"class-opening:c-9086:m-{uuid.uuid4().hex[:8]}", "--recipient", "m-1",
+        "--template", "class-opening", "--phone", "+447400000100",
+        "--vars", json.dumps({"class_name": "Spin"}),
+    )  # fmt: skip
+    line = assert_one_line_error(again, "send")
+    assert "--vars: template 'class-opening' needs starts_at, hold_until, booking_url" in line
+
+
+def test_demo_on_a_stack_without_the_demo_policy_prints_the_command_that_works(
+    dev: Stack,
+) -> None:
+    versions = dev.herald("policy", "list", "--json").json()
+    default = next(p["version"] for p in versions if p["name"] == "default")
+    demo = next(p["version"] for p in versions if p["name"] == "demo")
+    assert dev.herald("policy", "activate", default).returncode == 0
+    try:
+        done = dev.herald("demo", "class-opening")
+    finally:
+        assert dev.herald("policy", "activate", demo).returncode == 0
+    assert done.returncode == 2
+    assert (
+        "start it again with `herald dev --policy demo`, then run `herald demo class-opening`"
+        in done.stderr
+    )
+
+
+def _wait_for(stack: Stack, key: str, predicate: Any, within: float = 60) -> dict[str, Any]:
+    deadline = time.monotonic() + within
+    while True:
+        doc = _show(stack, key)
+        if predicate(doc):
+            return doc
+        if time.monotonic() > deadline:
+            pytest.fail(f"{key} did not get there within {within:.0f} s: {doc}")
+        time.sleep(0.5)
+
+
+def _no_python_reprs(text: str) -> None:
+    assert "datetime.datetime(" not in text and not re.search(r"\bNone\b", text), text
 
 
 def test_zz_sigterm_stops_the_stack_and_leaves_no_process(dev: Stack) -> None:

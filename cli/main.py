@@ -625,7 +625,7 @@ def parser() -> argparse.ArgumentParser:
         "scenario",
         nargs="?",
         default=None,
-        choices=[None, *list(DEMO_SCENARIOS)],
+        choices=DEMO_SCENARIOS,
         metavar="SCENARIO",
         help="one of: " + ", ".join(list(DEMO_SCENARIOS)) + " (default: all of them)",
     )

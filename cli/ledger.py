@@ -97,9 +97,13 @@ def _iso(value: datetime | None) -> str | None:
 async def cmd_purge(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
     from ledger import retention
 
-    now = _when(args.now, "--now") or datetime.now(UTC)
-    if args.batch < 1:
-        raise CliError("--batch must be at least 1")
+    problems = [] if args.batch >= 1 else ["--batch must be at least 1"]
+    try:
+        now = _when(args.now, "--now") or datetime.now(UTC)
+    except CliError as err:
+        problems.insert(0, str(err))
+    if problems:
+        raise CliError("; ".join(problems))
     if args.dry_run:
         total = _purge_dry_run(cfg, now, args.batch)
     else:
@@ -233,14 +237,20 @@ async def cmd_list(args: argparse.Namespace, cfg: settings_module.Settings) -> i
     from domain.intents import IntentState
     from ledger import listing
 
+    problems = []
     if args.state is not None and args.state not in {s.value for s in IntentState}:
-        raise CliError(
+        problems.append(
             f"--state: unknown state {args.state!r}; one of "
             + ", ".join(s.value for s in IntentState)
         )
     if args.limit < 1:
-        raise CliError("--limit must be at least 1")
-    since = _when(args.since, "--since")
+        problems.append("--limit must be at least 1")
+    try:
+        since = _when(args.since, "--since")
+    except CliError as err:
+        problems.append(str(err))
+    if problems:
+        raise CliError("; ".join(problems))
     with _session(cfg, write=False) as session:
         page = listing.list_intents(
             session,
@@ -524,10 +534,11 @@ def _lookup(cfg: settings_module.Settings, destination: str, channel: str | None
 
 
 def _suppression(row: Any) -> dict[str, Any]:
+    """The suppression as `/v1/suppressions` shows it (`SuppressionView`)."""
+    from api.schemas import SuppressionView
     from ledger.evidence import suppression_fields
 
-    fields = suppression_fields(row)
-    return {**fields, "at": _iso(fields["at"]), "lifted_at": _iso(fields["lifted_at"])}
+    return SuppressionView.model_validate(suppression_fields(row)).model_dump(mode="json")
 
 
 async def cmd_suppression(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
@@ -565,14 +576,17 @@ async def cmd_suppression(args: argparse.Namespace, cfg: settings_module.Setting
     elif args.suppression_command == "list":
         lookup = _lookup(cfg, args.destination, args.channel)
         with _session(cfg, write=False) as session:
-            out = [
-                _suppression(r)
-                for r in evidence.suppressions_of(session, lookup, channel=args.channel)
-            ]
+            # POST /v1/suppressions/search's document (SuppressionList).
+            out = {
+                "items": [
+                    _suppression(r)
+                    for r in evidence.suppressions_of(session, lookup, channel=args.channel)
+                ]
+            }
         _emit(
             out,
             args.json,
-            lambda rows: (
+            lambda o: (
                 _timed(
                     args,
                     [
@@ -580,12 +594,12 @@ async def cmd_suppression(args: argparse.Namespace, cfg: settings_module.Setting
                             **r,
                             "state": "active" if r["active"] else f"lifted by {r['lifted_source']}",
                         }
-                        for r in rows
+                        for r in o["items"]
                     ],
                     ["id", "channel", "reason", "source", "at", "state", "lifted_at"],
                     ("at", "lifted_at"),
                 )
-                if rows
+                if o["items"]
                 else "no suppression on record for that destination"
             ),
         )

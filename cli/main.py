@@ -174,15 +174,18 @@ async def cmd_show(args: argparse.Namespace, cfg: settings_module.Settings) -> i
 
 
 async def _workflow_phase(client: Any, workflow_id: str) -> tuple[bool, str | None]:
-    """(running, HeraldState) of an intent's workflow; (False, None) when it has none."""
+    """(running, HeraldState) of an intent's workflow; (False, None) when Temporal has
+    none (not started yet, or past the namespace's retention)."""
     from temporalio.client import WorkflowExecutionStatus
-    from temporalio.service import RPCError
+    from temporalio.service import RPCError, RPCStatusCode
 
     from workflows.notification import STATE
 
     try:
         desc = await client.temporal.get_workflow_handle(workflow_id).describe()
-    except RPCError:
+    except RPCError as err:
+        if err.status != RPCStatusCode.NOT_FOUND:
+            raise
         return False, None
     return desc.status == WorkflowExecutionStatus.RUNNING, desc.typed_search_attributes.get(STATE)
 
@@ -254,7 +257,9 @@ async def _watch(
         running, phase = await _workflow_phase(client, doc["intent"]["workflow_id"])
         if phase == AWAITING_OPERATOR and running:
             return doc, AWAITING_OPERATOR
-        if not running and phase is not None and state in FINAL_STATES:
+        # Not running with a final state: finished (or gone from Temporal, where only a
+        # finished workflow can be once the ledger holds a final state).
+        if not running and state in FINAL_STATES:
             return doc, "finished"
         if loop.time() >= deadline:
             raise CliError(

@@ -570,7 +570,9 @@ def output_options(sp: argparse.ArgumentParser) -> None:
     formatter that states defaults (a sub-action's parser is built without it)."""
     sp.formatter_class = HelpFormatter
     sp.add_argument(
-        "--json", action="store_true", help="print the JSON document the HTTP API returns"
+        "--json",
+        action="store_true",
+        help="print JSON (for what the HTTP API also serves, the document it returns)",
     )
     sp.add_argument(
         "--utc", action="store_true", help="print times in UTC (default: the local zone)"

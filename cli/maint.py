@@ -223,7 +223,11 @@ async def cmd_schedules(args: argparse.Namespace, cfg: settings_module.Settings)
 def register(add: Callable[..., argparse.ArgumentParser]) -> dict[str, Command]:
     from activities.maintenance import JOBS
 
-    relay = add("relay", "run the outbox relay on its own (workers also run it)")
+    relay = add(
+        "relay",
+        "run the outbox relay on its own (workers also run it)",
+        example="herald relay --once",
+    )
     relay.add_argument("--once", action="store_true", help="one round, print the count, exit")
     relay.add_argument(
         "--grace",
@@ -232,7 +236,12 @@ def register(add: Callable[..., argparse.ArgumentParser]) -> dict[str, Command]:
         help="with --once: only rows committed at least this many seconds ago (default 2)",
     )
 
-    sched = add("schedules", "list, trigger or ensure the maintenance schedules", json_flag=False)
+    sched = add(
+        "schedules",
+        "list, trigger or ensure the maintenance schedules",
+        json_flag=False,
+        example="herald schedules trigger reconcile --wait",
+    )
     sub = sched.add_subparsers(dest="schedules_command", required=True, metavar="ACTION")
     sched_list = sub.add_parser("list", help="each schedule with its interval and state")
     trigger = sub.add_parser("trigger", help="run one job now through its schedule")

@@ -5,7 +5,6 @@ commands that print data take `--json` (the HTTP API's documents, api/schemas.py
 `--utc`; errors go to stderr with a non-zero exit code; operator commands record
 `--operator` and `--reason`.
 """
-# PYTHON_ARGCOMPLETE_OK  (argcomplete's marker: the script completes its own arguments)
 
 from __future__ import annotations
 
@@ -238,13 +237,14 @@ async def _watch(
 
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    printed: list[dict[str, Any]] = []
+    printed: list[dict[str, Any]] | None = None
     while True:
         doc = await asyncio.to_thread(client.timeline, intent)
         if not quiet:
             lines = timeline_lines(doc, clock)  # header first, then one line per row
-            if not printed:
+            if printed is None:
                 print("\n".join([clock.heading(), *timeline_head(doc, clock), lines[0]]))
+                printed = []
             found = timeline.rows(doc, clock.at)
             for index, row in enumerate(found):
                 if row not in printed:
@@ -325,7 +325,7 @@ def _send_request(args: argparse.Namespace) -> Any:
         "category": args.category,
         "phone": args.phone,
         "email": args.email,
-        "channels": args.channels.split(",") if args.channels else [],
+        "channels": [c.strip() for c in args.channels.split(",")] if args.channels else [],
         "mode": args.mode,
         "template_version": args.template_version,
         "locale": args.locale,

@@ -307,9 +307,11 @@ def test_show_follow_prints_rows_as_they_happen_until_delivered(dev: Stack, memb
     assert follow.returncode == 0, follow.stdout + follow.stderr
     lines = follow.stdout.splitlines()
     assert lines[0].startswith("times in the local zone (")
-    header = next(
+    headers = [
         i for i, line in enumerate(lines) if line.split() == ["AT", "EVENT", "CHANNEL", "DETAIL"]
-    )
+    ]
+    assert len(headers) == 1, follow.stdout  # printed once, then only new rows
+    header = headers[0]
     delivered = [i for i, line in enumerate(lines) if "delivered -> delivered" in line]
     assert delivered and delivered[0] > header, follow.stdout
     assert lines[-1] == "  delivered"

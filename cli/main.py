@@ -66,6 +66,8 @@ def _print_json(doc: Any) -> None:
 
 def _adopt_running(cfg: settings_module.Settings) -> None:
     """Use the addresses of a running `herald dev` for whatever settings leave unset."""
+    if not (cfg.data_path / "dev.json").exists():
+        return  # no stack here: skip importing devstack (Temporal, the API: a second)
     from devstack.stack import read_running
 
     running = read_running(cfg)

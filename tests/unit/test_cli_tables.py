@@ -132,10 +132,13 @@ def test_every_option_of_every_command_has_help_text():
     assert missing == []
 
 
-def test_the_demo_scenarios_the_parser_offers_are_the_scenarios():
+def test_the_demo_scenarios_and_jobs_the_parser_offers_are_the_real_ones():
+    from activities.maintenance import JOBS
+    from cli.maint import MAINTENANCE_JOBS
     from scenarios import SCENARIOS
 
     assert list(DEMO_SCENARIOS) == list(SCENARIOS)
+    assert MAINTENANCE_JOBS == JOBS
 
 
 def test_an_unchanged_document_gives_the_same_rows():

@@ -52,16 +52,7 @@ def _invalid_destination(err: ValueError) -> HTTPException:
 
 
 def consent_view(row: Consent) -> ConsentView:
-    return ConsentView(
-        id=row.id,
-        channel=row.channel,
-        purpose=row.purpose,
-        source=row.source,
-        granted_at=row.granted_at,
-        revoked_at=row.revoked_at,
-        revoked_source=row.revoked_source,
-        live=row.revoked_at is None,
-    )
+    return ConsentView.of(row)
 
 
 def suppression_fields(row: Suppression) -> dict[str, Any]:

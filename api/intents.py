@@ -26,7 +26,6 @@ from api.schemas import (
     IntentCreate,
     IntentCreated,
     IntentPage,
-    IntentSummary,
     OperatorBody,
     Problem,
     ResendBody,
@@ -107,27 +106,7 @@ def list_intents(
         limit=limit,
         scan_limit=scan_limit,
     )
-    return IntentPage(
-        items=[
-            IntentSummary(
-                id=intent.id,
-                business_key=intent.business_key,
-                state=IntentState(derived),
-                event_type=intent.event_type,
-                category=intent.category,
-                region=intent.region,
-                channels=list(intent.channel_plan.get("channels", [])),
-                template_key=intent.template_key,
-                template_version=intent.template_version,
-                created_at=intent.created_at,
-                send_at=intent.send_at,
-                cancelled_at=intent.cancelled_at,
-            )
-            for intent, derived in page.items
-        ],
-        scanned=page.scanned,
-        truncated=page.truncated,
-    )
+    return IntentPage.of(page)
 
 
 def intents_router(ingress: Ingress) -> APIRouter:
@@ -354,9 +333,14 @@ def intents_router(ingress: Ingress) -> APIRouter:
 
 
 def _invalid(err: InvalidRequest) -> HTTPException:
-    """The same shape as FastAPI's own 422, so clients handle one format."""
+    """The same shape as FastAPI's own 422, so clients handle one format: every problem
+    intake found, one issue each."""
     return HTTPException(
-        422, [{"loc": ["body", err.field], "msg": err.problem, "type": "invalid_request"}]
+        422,
+        [
+            {"loc": ["body", field], "msg": problem, "type": "invalid_request"}
+            for field, problem in err.problems
+        ],
     )
 
 

@@ -195,6 +195,31 @@ class IntentPage(BaseModel):
     truncated: bool
     """True when the scan bound was reached before `limit` matches were found."""
 
+    @classmethod
+    def of(cls, page: Any) -> IntentPage:
+        """The page of a `ledger.listing.list_intents` result (the API's and `herald list`'s)."""
+        return cls(
+            items=[
+                IntentSummary(
+                    id=intent.id,
+                    business_key=intent.business_key,
+                    state=IntentState(derived),
+                    event_type=intent.event_type,
+                    category=intent.category,
+                    region=intent.region,
+                    channels=list(intent.channel_plan.get("channels", [])),
+                    template_key=intent.template_key,
+                    template_version=intent.template_version,
+                    created_at=intent.created_at,
+                    send_at=intent.send_at,
+                    cancelled_at=intent.cancelled_at,
+                )
+                for intent, derived in page.items
+            ],
+            scanned=page.scanned,
+            truncated=page.truncated,
+        )
+
 
 class IntentView(BaseModel):
     id: str
@@ -366,6 +391,20 @@ class ConsentView(BaseModel):
     revoked_at: datetime | None
     revoked_source: str | None
     live: bool
+
+    @classmethod
+    def of(cls, row: Any) -> ConsentView:
+        """The view of a `ledger.models.Consent` row (the API's and `herald consent`'s)."""
+        return cls(
+            id=row.id,
+            channel=row.channel,
+            purpose=row.purpose,
+            source=row.source,
+            granted_at=row.granted_at,
+            revoked_at=row.revoked_at,
+            revoked_source=row.revoked_source,
+            live=row.revoked_at is None,
+        )
 
 
 class ConsentRevoked(BaseModel):

@@ -61,26 +61,27 @@ def register(add: Any) -> dict[str, Any]:
         "bench",
         "measure Herald end to end on a throwaway embedded stack, against a bare-Temporal "
         "baseline (or, with --poll-budget, polling against the SMS queue's rate budget)",
+        example="herald bench --intents 200 --rate-sweep",
     )
-    bench.add_argument("--intents", type=int, default=200, help="intents end to end (200)")
-    bench.add_argument("--concurrency", type=int, default=16, help="starts in flight (16)")
-    bench.add_argument("--sample", type=int, default=20, help="histories to inspect (20)")
-    bench.add_argument("--warmup", type=int, default=10, help="warm-up intents (10)")
-    bench.add_argument("--rounds", type=int, default=4, help="alternating rounds (4)")
+    bench.add_argument("--intents", type=int, default=200, help="intents end to end")
+    bench.add_argument("--concurrency", type=int, default=16, help="starts in flight")
+    bench.add_argument("--sample", type=int, default=20, help="histories to inspect")
+    bench.add_argument("--warmup", type=int, default=10, help="warm-up intents")
+    bench.add_argument("--rounds", type=int, default=4, help="alternating rounds")
     bench.add_argument(
         "--poll-budget",
         action="store_true",
         help="measure status lookups/s against the SMS queue's budget instead",
     )
-    bench.add_argument("--open", type=int, default=5000, help="unresolved messages (5000)")
-    bench.add_argument("--budget", type=float, default=20.0, help="SMS activities/s (20)")
+    bench.add_argument("--open", type=int, default=5000, help="unresolved messages")
+    bench.add_argument("--budget", type=float, default=20.0, help="SMS activities/s")
     bench.add_argument(
         "--poll-every",
         type=float,
         default=None,
         help="poll interval per message, s (default: open / (1.25 x budget), at least 10)",
     )
-    bench.add_argument("--window", type=float, default=30.0, help="measurement window, s (30)")
+    bench.add_argument("--window", type=float, default=30.0, help="measurement window, s")
     bench.add_argument(
         "--rate",
         type=float,
@@ -88,7 +89,7 @@ def register(add: Any) -> dict[str, Any]:
         help="open loop: arrivals per second, independent of completions",
     )
     bench.add_argument(
-        "--duration", type=float, default=30.0, help="open loop: seconds of arrivals (30)"
+        "--duration", type=float, default=30.0, help="open loop: seconds of arrivals"
     )
     bench.add_argument(
         "--rate-sweep",
@@ -99,7 +100,7 @@ def register(add: Any) -> dict[str, Any]:
         "--drain",
         type=float,
         default=60.0,
-        help="open loop: seconds to wait for the last intents after the arrivals (60)",
+        help="open loop: seconds to wait for the last intents after the arrivals",
     )
     bench.add_argument(
         "--breakdown",
@@ -107,13 +108,14 @@ def register(add: Any) -> dict[str, Any]:
         nargs="?",
         const=20,
         default=0,
-        help="open loop: median time per history step over N intents (20)",
+        help="open loop: median time per history step over N intents (20 when N is left "
+        "out; default: no breakdown)",
     )
     bench.add_argument(
         "--workers",
         type=int,
         default=1,
-        help="Herald worker processes on the same Temporal and Postgres, any mode (1)",
+        help="Herald worker processes on the same Temporal and Postgres, any mode",
     )
-    bench.add_argument("--out", help="results folder (bench/results)")
+    bench.add_argument("--out", help="results folder (default: bench/results)")
     return {"bench": cmd_bench}

@@ -21,7 +21,8 @@ import settings as settings_module
 if TYPE_CHECKING:
     from cli.main import Command
 
-from cli.main import CliError, no_stack_found
+from cli.main import CliError, no_stack_found, output_options
+from cli.tables import Clock, table
 
 LIST_SCAN_CAP = 5_000
 """`list` reads at most this many intents (newest first) to filter by derived state."""
@@ -101,18 +102,6 @@ def _iso(value: datetime | None) -> str | None:
     return value.astimezone(UTC).isoformat() if value else None
 
 
-def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
-    if not rows:
-        return "(none)"
-    cells = [[str(r.get(c) if r.get(c) is not None else "-") for c in columns] for r in rows]
-    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip()]
-    lines += [
-        "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in cells
-    ]
-    return "\n".join(lines)
-
-
 # --- purge and legal hold -----------------------------------------------------------------
 
 
@@ -121,33 +110,83 @@ async def cmd_purge(args: argparse.Namespace, cfg: settings_module.Settings) -> 
     from domain.principals import Access
     from ledger import principals, retention
 
-    now = _when(args.now, "--now") or datetime.now(UTC)
-    if args.batch < 1:
-        raise CliError("--batch must be at least 1")
+    problems = [] if args.batch >= 1 else ["--batch must be at least 1"]
+    try:
+        now = _when(args.now, "--now") or datetime.now(UTC)
+    except CliError as err:
+        problems.insert(0, str(err))
+    if problems:
+        raise CliError("; ".join(problems))
     by = _acting(cfg, Access.ADMINISTER)
-    total = retention.purge_in_batches(lambda: _session(cfg, write=True), now=now, batch=args.batch)
+    if args.dry_run:
+        total = _purge_dry_run(cfg, now, args.batch)
+    else:
+        total = retention.purge_in_batches(
+            lambda: _session(cfg, write=True), now=now, batch=args.batch
+        )
     report = total.as_dict()
     del report["more"]
-    with _session(cfg, write=True) as session:
-        principals.record_audit(
-            session,
-            by=by,
-            action="purge.run",
-            subject="pii",
-            at=datetime.now(UTC),
-            detail={k: report[k] for k in ("now", "intents_purged", "attempts_purged", "held")},
+    if not args.dry_run:
+        with _session(cfg, write=True) as session:
+            principals.record_audit(
+                session,
+                by=by,
+                action="purge.run",
+                subject="pii",
+                at=datetime.now(UTC),
+                detail={k: report[k] for k in ("now", "intents_purged", "attempts_purged", "held")},
+            )
+    report["dry_run"] = args.dry_run
+    if args.dry_run:
+        report["business_keys"] = _business_keys(cfg, report["intent_ids"])
+    clock = Clock.for_args(args.utc)
+
+    def render(r: dict[str, Any]) -> str:
+        verb, removed = (
+            ("would purge", "would be deleted") if r["dry_run"] else ("purged", "deleted")
         )
-    _emit(
-        report,
-        args.json,
-        lambda r: (
-            f"purged PII of {r['intents_purged']} intent(s) and {r['attempts_purged']} "
-            f"attempt(s) due by {r['now']}; {r['held']} on legal hold, "
+        text = (
+            f"{verb} PII of {r['intents_purged']} intent(s) and {r['attempts_purged']} "
+            f"attempt(s) due by {clock.at(r['now'])}; {r['held']} on legal hold, "
             f"{r['waiting_for_send']} waiting for their send time; "
-            f"{r['idempotency_keys_expired']} expired idempotency key(s) deleted"
-        ),
-    )
+            f"{r['idempotency_keys_expired']} expired idempotency key(s) {removed}"
+        )
+        if r["dry_run"]:
+            keys = r.get("business_keys") or []
+            text += "".join(f"\n  {key}" for key in keys)
+            text += "\n(dry run: nothing was removed)"
+        return text
+
+    _emit(report, args.json, render)
     return 0
+
+
+def _purge_dry_run(cfg: settings_module.Settings, now: datetime, batch: int) -> Any:
+    """What `purge` would remove, found by doing it in one transaction that is rolled back
+    (the same statements, so the same answer), nothing kept."""
+    from ledger import retention
+
+    with _session(cfg, write=False) as session:
+        report = retention.purge(session, now=now)
+        expired = batch
+        while expired == batch:
+            expired = retention.expire_idempotency_keys(session, batch=batch)
+            report.idempotency_keys_expired += expired
+    report.batches = 1
+    return report
+
+
+def _business_keys(cfg: settings_module.Settings, intent_ids: list[str]) -> list[str]:
+    from sqlalchemy import select
+
+    from ledger.models import Intent
+
+    if not intent_ids:
+        return []
+    with _session(cfg, write=False) as session:
+        return sorted(
+            session.execute(select(Intent.business_key).where(Intent.id.in_(intent_ids))).scalars()
+        )
 
 
 async def cmd_legal_hold(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
@@ -207,10 +246,12 @@ async def cmd_reconcile(args: argparse.Namespace, cfg: settings_module.Settings)
     }
 
     def render(o: dict[str, Any]) -> str:
-        table = _table(o["rows"], ["kind", "age", "subject", "business_key"])
+        text = f"needing review at {Clock.for_args(args.utc).at(now)}\n" + table(
+            o["rows"], ["kind", "age", "subject", "business_key"], empty="nothing to review"
+        )
         if o["recorded_new"] is not None:
-            table += f"\n{o['recorded_new']} new review item(s) recorded"
-        return table
+            text += f"\n{o['recorded_new']} new review item(s) recorded"
+        return text
 
     _emit(out, args.json, render)
     return 0
@@ -220,17 +261,24 @@ async def cmd_reconcile(args: argparse.Namespace, cfg: settings_module.Settings)
 
 
 async def cmd_list(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
+    from api.schemas import IntentPage
     from domain.intents import IntentState
     from ledger import listing
 
+    problems = []
     if args.state is not None and args.state not in {s.value for s in IntentState}:
-        raise CliError(
+        problems.append(
             f"--state: unknown state {args.state!r}; one of "
             + ", ".join(s.value for s in IntentState)
         )
     if args.limit < 1:
-        raise CliError("--limit must be at least 1")
-    since = _when(args.since, "--since")
+        problems.append("--limit must be at least 1")
+    try:
+        since = _when(args.since, "--since")
+    except CliError as err:
+        problems.append(str(err))
+    if problems:
+        raise CliError("; ".join(problems))
     with _session(cfg, write=False) as session:
         page = listing.list_intents(
             session,
@@ -242,31 +290,20 @@ async def cmd_list(args: argparse.Namespace, cfg: settings_module.Settings) -> i
             limit=args.limit,
             scan_limit=LIST_SCAN_CAP,
         )
-        found = [
-            {
-                "id": intent.id,
-                "business_key": intent.business_key,
-                "state": state,
-                "event_type": intent.event_type,
-                "region": intent.region,
-                "channels": ",".join(intent.channel_plan.get("channels", [])),
-                "created_at": _iso(intent.created_at),
-            }
-            for intent, state in page.items
-        ]
-    scanned = page.scanned
-    out = {
-        "intents": found,
-        "scanned": scanned,
-        "scan_capped": page.truncated,
-    }
+        # The document GET /v1/intents returns for the same filters.
+        out = IntentPage.of(page).model_dump(mode="json")
+    clock = Clock.for_args(args.utc)
 
     def render(o: dict[str, Any]) -> str:
-        text = _table(
-            o["intents"],
+        text = clock.heading() + "\n"
+        text += table(
+            o["items"],
             ["created_at", "state", "business_key", "channels", "region", "event_type"],
+            times=("created_at",),
+            clock=clock,
+            empty="no intent matches",
         )
-        if o["scan_capped"]:
+        if o["truncated"]:
             text += f"\n(stopped after the newest {LIST_SCAN_CAP} intents; narrow with --since)"
         return text
 
@@ -275,6 +312,14 @@ async def cmd_list(args: argparse.Namespace, cfg: settings_module.Settings) -> i
 
 
 # --- policy -------------------------------------------------------------------------------
+
+
+def _timed(
+    args: argparse.Namespace, rows: list[dict[str, Any]], columns: list[str], times: tuple[str, ...]
+) -> str:
+    """A table whose `times` columns are in the zone `--utc` chose, named above it."""
+    clock = Clock.for_args(args.utc)
+    return clock.heading() + "\n" + table(rows, columns, times=times, clock=clock)
 
 
 async def cmd_policy(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
@@ -302,7 +347,12 @@ async def cmd_policy(args: argparse.Namespace, cfg: settings_module.Settings) ->
         _emit(
             out,
             args.json,
-            lambda o: _table(o, ["version", "name", "owner", "effective_from", "active"]),
+            lambda o: _timed(
+                args,
+                o,
+                ["version", "name", "owner", "effective_from", "active"],
+                ("effective_from",),
+            ),
         )
         return 0
     if args.policy_command == "show":
@@ -359,8 +409,10 @@ async def cmd_template(args: argparse.Namespace, cfg: settings_module.Settings) 
             if args.key:
                 query = query.where(TemplateVersionRow.key == args.key)
             out = [summary(r) for r in session.execute(query).scalars()]
-        _emit(out, args.json, lambda o: _table(o, columns))
+        _emit(out, args.json, lambda o: _timed(args, o, columns, ("created_at",)))
         return 0
+    if args.template_command == "show":
+        return _template_show(args, cfg)
     with _session(cfg, write=True) as session:
         scope = [TemplateVersionRow.key == args.key]
         if args.channel:
@@ -411,8 +463,84 @@ async def cmd_template(args: argparse.Namespace, cfg: settings_module.Settings) 
     _emit(
         out,
         args.json,
-        lambda o: "active now:\n" + _table(o, columns),
+        lambda o: "active now:\n" + _timed(args, o, columns, ("created_at",)),
     )
+    return 0
+
+
+def _template_show(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
+    """Each channel and locale of a template (one version, or the active ones): the
+    variables it needs, those it can do without, and its text."""
+    from sqlalchemy import select
+
+    from domain.templates import TemplateVersion, missing_variables, variables_of
+    from ledger.models import TemplateVersionRow
+
+    with _session(cfg, write=False) as session:
+        query = select(TemplateVersionRow).where(TemplateVersionRow.key == args.key)
+        if args.version is None:
+            query = query.where(TemplateVersionRow.active.is_(True))
+        else:
+            query = query.where(TemplateVersionRow.version == args.version)
+        rows = [
+            (
+                TemplateVersion(
+                    key=row.key,
+                    version=row.version,
+                    channel=row.channel,
+                    locale=row.locale,
+                    body=row.body,
+                    subject=row.subject,
+                ),
+                row.active,
+            )
+            for row in session.execute(
+                query.order_by(TemplateVersionRow.channel, TemplateVersionRow.locale)
+            ).scalars()
+        ]
+        if not rows:
+            known = sorted(
+                set(
+                    session.execute(
+                        select(TemplateVersionRow.version).where(TemplateVersionRow.key == args.key)
+                    ).scalars()
+                )
+            )
+            raise CliError(
+                f"no template {args.key!r} (see `herald template list`)"
+                if not known
+                else f"template {args.key!r} has no version {args.version} "
+                f"(known versions: {', '.join(map(str, known))})"
+            )
+    out = []
+    for version, active in rows:
+        required = missing_variables(version, {})
+        out.append(
+            {
+                "key": version.key,
+                "channel": version.channel,
+                "locale": version.locale,
+                "version": version.version,
+                "active": active,
+                "required": required,
+                "optional": [v for v in variables_of(version) if v not in required],
+                "subject": version.subject,
+                "body": version.body,
+            }
+        )
+
+    def render(shown: list[dict[str, Any]]) -> str:
+        lines = [
+            table(shown, ["channel", "locale", "version", "active", "required", "optional"]),
+        ]
+        for t in shown:
+            lines.append(f"\n{t['channel']}/{t['locale']} v{t['version']}:")
+            if t["subject"] is not None:
+                lines.append(f"  subject: {t['subject']}")
+            lines += ["  | " + line for line in t["body"].rstrip().splitlines()]
+        return "\n".join(lines)
+
+    _emit(out, args.json, render)
     return 0
 
 
@@ -436,10 +564,11 @@ def _lookup(cfg: settings_module.Settings, destination: str, channel: str | None
 
 
 def _suppression(row: Any) -> dict[str, Any]:
+    """The suppression as `/v1/suppressions` shows it (`SuppressionView`)."""
+    from api.schemas import SuppressionView
     from ledger.evidence import suppression_fields
 
-    fields = suppression_fields(row)
-    return {**fields, "at": _iso(fields["at"]), "lifted_at": _iso(fields["lifted_at"])}
+    return SuppressionView.model_validate(suppression_fields(row)).model_dump(mode="json")
 
 
 async def cmd_suppression(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
@@ -481,24 +610,31 @@ async def cmd_suppression(args: argparse.Namespace, cfg: settings_module.Setting
     elif args.suppression_command == "list":
         lookup = _lookup(cfg, args.destination, args.channel)
         with _session(cfg, write=False) as session:
-            out = [
-                _suppression(r)
-                for r in evidence.suppressions_of(session, lookup, channel=args.channel)
-            ]
+            # POST /v1/suppressions/search's document (SuppressionList).
+            out = {
+                "items": [
+                    _suppression(r)
+                    for r in evidence.suppressions_of(session, lookup, channel=args.channel)
+                ]
+            }
         _emit(
             out,
             args.json,
-            lambda rows: (
-                "\n".join(
-                    f"{r['id']:>6}  {r['channel']:<5}  {r['reason']:<16}  "
-                    + (
-                        "active"
-                        if r["active"]
-                        else f"lifted {r['lifted_at']} by {r['lifted_source']}"
-                    )
-                    for r in rows
+            lambda o: (
+                _timed(
+                    args,
+                    [
+                        {
+                            **r,
+                            "state": "active" if r["active"] else f"lifted by {r['lifted_source']}",
+                        }
+                        for r in o["items"]
+                    ],
+                    ["id", "channel", "reason", "source", "at", "state", "lifted_at"],
+                    ("at", "lifted_at"),
                 )
-                or "no suppression on record for that destination"
+                if o["items"]
+                else "no suppression on record for that destination"
             ),
         )
     else:
@@ -523,26 +659,49 @@ async def cmd_suppression(args: argparse.Namespace, cfg: settings_module.Setting
 
 
 def register(add: Callable[..., argparse.ArgumentParser]) -> dict[str, Command]:
-    purge = add("purge", "remove readable PII whose retention has passed (legal holds exempt)")
+    purge = add(
+        "purge",
+        "remove readable PII whose retention has passed (legal holds exempt)",
+        example="herald purge --dry-run",
+    )
     purge.add_argument(
-        "--now", help="compare purge-after times against this ISO 8601 time (default: now)"
+        "--now",
+        metavar="TIME",
+        help="compare purge-after times against this ISO 8601 time with its zone (default: now)",
     )
     purge.add_argument(
         "--batch", type=int, default=1000, help="intents per transaction (default 1000)"
     )
+    purge.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="say what would be removed (intents by business key, counts) and remove nothing",
+    )
 
-    hold = add("legal-hold", "put an intent on legal hold (exempt from purge) or lift it")
+    hold = add(
+        "legal-hold",
+        "put an intent on legal hold (exempt from purge) or lift it",
+        example="herald legal-hold order-created:o-77 --on --operator ada --reason 'case 12'",
+    )
     hold.add_argument("intent", help="intent id or business key")
     switch = hold.add_mutually_exclusive_group(required=True)
     switch.add_argument("--on", dest="on", action="store_true", help="place the hold")
     switch.add_argument("--off", dest="on", action="store_false", help="lift the hold")
     hold.add_argument("--reason", required=True, help="why (recorded)")
 
-    rec = add("reconcile", "list what needs review, with ages; --record files review items")
+    rec = add(
+        "reconcile",
+        "list what needs review, with ages; --record files review items",
+        example="herald reconcile --record",
+    )
     rec.add_argument(
         "--record", action="store_true", help="record each row as a review item (once)"
     )
-    rec.add_argument("--now", help="evaluate ages at this ISO 8601 time (default: now)")
+    rec.add_argument(
+        "--now",
+        metavar="TIME",
+        help="evaluate ages at this ISO 8601 time with its zone (default: now)",
+    )
     rec.add_argument(
         "--grace-minutes",
         type=float,
@@ -562,31 +721,59 @@ def register(add: Callable[..., argparse.ArgumentParser]) -> dict[str, Command]:
         help="age after which an unknown outcome is listed (default 60)",
     )
 
-    lst = add("list", "list intents, newest first, with their derived state")
-    lst.add_argument("--state", help="derived intent state, e.g. delivered, unknown, denied")
+    lst = add(
+        "list",
+        "list intents, newest first, with their derived state",
+        example="herald list --state failed --since 2026-12-01T00:00:00+01:00",
+    )
+    from domain.intents import IntentState
+
+    lst.add_argument(
+        "--state",
+        metavar="STATE",
+        help="derived intent state, one of: " + ", ".join(s.value for s in IntentState),
+    )
     lst.add_argument("--channel", choices=["sms", "email"], help="channel in the intent's plan")
     lst.add_argument("--region", help="region code, e.g. EU")
-    lst.add_argument("--event-type", help="the business key's event type")
-    lst.add_argument("--since", help="created at or after this ISO 8601 time")
+    lst.add_argument("--event-type", help="the business key's event type, e.g. order-created")
+    lst.add_argument(
+        "--since",
+        metavar="TIME",
+        help="created at or after this ISO 8601 time, which must carry its zone "
+        "(e.g. 2026-12-01T09:00:00+01:00 or ...Z); a time without one is refused, not guessed",
+    )
     lst.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
 
-    pol = add("policy", "list, show or activate policy versions", json_flag=False)
-    pol_sub = pol.add_subparsers(dest="policy_command", required=True)
+    pol = add(
+        "policy",
+        "list, show or activate policy versions",
+        json_flag=False,
+        example="herald policy activate 2026-12-01.1",
+    )
+    pol_sub = pol.add_subparsers(dest="policy_command", required=True, metavar="ACTION")
     pol_list = pol_sub.add_parser("list", help="every version with name, owner and dates")
     pol_show = pol_sub.add_parser("show", help="print one version's document")
-    pol_show.add_argument("version")
+    pol_show.add_argument("version", help="the policy version (`herald policy list`)")
     pol_act = pol_sub.add_parser("activate", help="make a version the active one")
-    pol_act.add_argument("version")
+    pol_act.add_argument("version", help="the policy version (`herald policy list`)")
     for sp in (pol_list, pol_show, pol_act):
-        sp.add_argument("--json", action="store_true", help="print JSON")
+        output_options(sp)
 
     sup = add(
-        "suppression", "suppress a destination, list its suppressions, lift one", json_flag=False
+        "suppression",
+        "suppress a destination, list its suppressions, lift one",
+        json_flag=False,
+        example="herald suppression add +447400000100 --channel sms",
     )
-    sup_sub = sup.add_subparsers(dest="suppression_command", required=True)
+    sup_sub = sup.add_subparsers(dest="suppression_command", required=True, metavar="ACTION")
     sup_add = sup_sub.add_parser("add", help="suppress a destination on a channel ('*': all)")
     sup_add.add_argument("destination", help="a phone number (E.164) or an email address")
-    sup_add.add_argument("--channel", required=True, choices=["sms", "email", "*"])
+    sup_add.add_argument(
+        "--channel",
+        required=True,
+        choices=["sms", "email", "*"],
+        help="channel suppressed ('*': every channel)",
+    )
     sup_add.add_argument(
         "--reason",
         default="operator",
@@ -596,25 +783,39 @@ def register(add: Callable[..., argparse.ArgumentParser]) -> dict[str, Command]:
     sup_list.add_argument("destination", help="a phone number (E.164) or an email address")
     sup_list.add_argument("--channel", choices=["sms", "email", "*"], help="only those applying")
     sup_lift = sup_sub.add_parser("lift", help="lift one suppression by id (kept as history)")
-    sup_lift.add_argument("id", type=int)
+    sup_lift.add_argument("id", type=int, help="the suppression's id (`suppression list`)")
     for sp in (sup_add, sup_lift):
         sp.add_argument("--source", default="cli", help="who or what asks (recorded)")
     for sp in (sup_add, sup_list, sup_lift):
-        sp.add_argument("--json", action="store_true", help="print JSON")
+        output_options(sp)
 
-    tpl = add("template", "list template versions or activate one (rollback)", json_flag=False)
-    tpl_sub = tpl.add_subparsers(dest="template_command", required=True)
+    tpl = add(
+        "template",
+        "list or show template versions, or activate one (rollback)",
+        json_flag=False,
+        example="herald template show class-opening",
+    )
+    tpl_sub = tpl.add_subparsers(dest="template_command", required=True, metavar="ACTION")
     tpl_list = tpl_sub.add_parser("list", help="every version, with the active ones marked")
     tpl_list.add_argument("--key", help="only this template key")
+    tpl_show = tpl_sub.add_parser(
+        "show", help="the variables a template needs (and may use), and its text"
+    )
+    tpl_show.add_argument("key", help="template key, e.g. class-opening")
+    tpl_show.add_argument(
+        "--version", type=int, metavar="N", help="this version (default: the active ones)"
+    )
     tpl_act = tpl_sub.add_parser(
         "activate", help="make a version active; activating an older one is a rollback"
     )
-    tpl_act.add_argument("key")
-    tpl_act.add_argument("--version", type=int, required=True)
-    tpl_act.add_argument("--channel", choices=["sms", "email"])
-    tpl_act.add_argument("--locale")
-    for sp in (tpl_list, tpl_act):
-        sp.add_argument("--json", action="store_true", help="print JSON")
+    tpl_act.add_argument("key", help="template key, e.g. class-opening")
+    tpl_act.add_argument("--version", type=int, required=True, metavar="N", help="the version")
+    tpl_act.add_argument(
+        "--channel", choices=["sms", "email"], help="only this channel (default: every channel)"
+    )
+    tpl_act.add_argument("--locale", help="only this locale (default: every locale)")
+    for sp in (tpl_list, tpl_show, tpl_act):
+        output_options(sp)
 
     return {
         "purge": cmd_purge,

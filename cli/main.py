@@ -1,7 +1,9 @@
 """`herald`: the command line for developers and operators.
 
-Every command has `--help`; commands that print data take `--json`; errors go to stderr
-with a non-zero exit code; operator commands record `--operator` and `--reason`.
+Every command has `--help` with an example; every option says its default and choices;
+commands that print data take `--json` (the HTTP API's documents, api/schemas.py) and
+`--utc`; errors go to stderr with a non-zero exit code; operator commands are recorded
+under the CLI's principal (HERALD_TOKEN or the data folder's operator.token) with `--reason`.
 """
 
 from __future__ import annotations
@@ -17,10 +19,26 @@ import sys
 from collections.abc import Callable, Coroutine
 from dataclasses import asdict, is_dataclass
 from datetime import UTC, datetime
-from typing import Any
+from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
 
 import settings as settings_module
+from cli.tables import Clock, table, timeline_head, timeline_lines, timeline_text
 from runtime.loop import run
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+FINAL_STATES = frozenset(
+    {"delivered", "sent", "undelivered", "failed", "denied", "cancelled", "expired", "unknown"}
+)
+"""Intent states a finished workflow can leave (see domain.intents)."""
+REACHED = frozenset({"delivered", "sent"})
+"""What `send --wait` counts as success: delivered, or (email) accepted by the relay."""
+AWAITING_OPERATOR = "awaiting-operator"
+"""The workflow's HeraldState while it waits for an operator's approve-resend."""
+FOLLOW_EVERY = 0.5
+"""Seconds between two reads of the ledger while following an intent."""
 
 
 class CliError(Exception):
@@ -45,9 +63,25 @@ def no_stack_found(cfg: settings_module.Settings) -> CliError:
     )
 
 
+def api_document(schema: type[BaseModel], value: Any) -> dict[str, Any]:
+    """`value` as the HTTP API returns it under `schema` (the same validation and the same
+    JSON: field names, shapes, times as ISO 8601), so a script reads both alike."""
+    plain = asdict(value) if is_dataclass(value) and not isinstance(value, type) else value
+    return schema.model_validate(plain).model_dump(mode="json")
+
+
+def _print_json(doc: Any) -> None:
+    print(json.dumps(doc, indent=2))
+
+
 def _adopt_running(cfg: settings_module.Settings, *, writes: bool = False) -> None:
     """Use the addresses of a running `herald dev` for whatever settings leave unset; a
     command that `writes` refuses to go on with neither that nor a configured database."""
+    if not (cfg.data_path / "dev.json").exists():
+        # No stack here: skip importing devstack (Temporal, the API: a second).
+        if writes and cfg.database_url is None:
+            raise no_stack_found(cfg)
+        return
     from devstack.stack import read_running
 
     running = read_running(cfg)
@@ -128,6 +162,8 @@ def _acting(cfg: settings_module.Settings, access: Any) -> Any:
 async def cmd_dev(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
     from devstack.stack import AlreadyRunning, DevStack
 
+    if args.policy is not None:
+        cfg.policy_name = args.policy
     try:
         cfg.sender_book()  # the worker it starts would refuse them: say so before starting
     except RuntimeError as err:
@@ -137,7 +173,7 @@ async def cmd_dev(args: argparse.Namespace, cfg: settings_module.Settings) -> in
         addresses = await stack.start()
     except AlreadyRunning as err:
         raise CliError(str(err)) from err
-    print("Herald dev stack is up (Ctrl-C to stop):")
+    print(f"Herald dev stack is up, policy {cfg.policy_name} (Ctrl-C to stop):")
     print(addresses.table())
     sys.stdout.flush()
     stop = asyncio.Event()
@@ -166,59 +202,258 @@ async def cmd_demo(args: argparse.Namespace, cfg: settings_module.Settings) -> i
 
 
 async def cmd_show(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
+    from api.schemas import Timeline
     from ledger import timeline
 
+    if args.timeout <= 0:
+        raise CliError("--timeout: must be more than 0 seconds")
+    clock = Clock.for_args(args.utc)
+    if args.follow:
+        client = await _client(cfg)
+        doc, finished = await _watch(client, args.intent, args.timeout, clock, quiet=args.json)
+        if args.json:
+            _print_json(api_document(Timeline, doc))
+        else:
+            print(_ending(doc, finished))
+        return 0
     # An unknown key or an unreachable ledger is reported by `operational_error`.
     with _sessions(cfg)() as session:
         doc = timeline.timeline(session, args.intent)
-    _print(doc, args.json, timeline.render)
+    if args.json:
+        _print_json(api_document(Timeline, doc))
+        return 0
+    text = timeline_text(doc, clock)
+    waiting = await _awaiting_operator_note(cfg, doc)
+    print(text + (f"\n{waiting}" if waiting else ""))
     return 0
 
 
+async def _workflow_phase(client: Any, workflow_id: str) -> tuple[bool, str | None]:
+    """(running, HeraldState) of an intent's workflow; (False, None) when Temporal has
+    none (not started yet, or past the namespace's retention)."""
+    from temporalio.client import WorkflowExecutionStatus
+    from temporalio.service import RPCError, RPCStatusCode
+
+    from workflows.notification import STATE
+
+    try:
+        desc = await client.temporal.get_workflow_handle(workflow_id).describe()
+    except RPCError as err:
+        if err.status != RPCStatusCode.NOT_FOUND:
+            raise
+        return False, None
+    return desc.status == WorkflowExecutionStatus.RUNNING, desc.typed_search_attributes.get(STATE)
+
+
+def _operator_note(doc: dict[str, Any]) -> str:
+    key = doc["intent"]["business_key"]
+    channels = sorted(
+        {
+            a["channel"]
+            for a in doc["attempts"]
+            if a["state"] in ("failed", "undelivered", "unknown")
+        }
+    ) or ["sms"]
+    return (
+        f"  waiting for an operator's approve-resend ({', '.join(channels)}): "
+        f"herald approve-resend {key} --channel {channels[0]} --reason TEXT"
+    )
+
+
+async def _awaiting_operator_note(cfg: settings_module.Settings, doc: dict[str, Any]) -> str:
+    """The line saying the intent waits for an operator, when its workflow says so.
+
+    Only asked of Temporal when the ledger allows it (a retryable failure or an unknown),
+    and only as an addition: `herald show` works from the ledger alone when Temporal is
+    down, without this line."""
+    from temporalio.service import RPCError
+
+    if doc["intent"]["state"] not in ("failed", "undelivered", "unknown"):
+        return ""
+    try:
+        client = await asyncio.wait_for(_client(cfg), timeout=5)
+        _, phase = await asyncio.wait_for(
+            _workflow_phase(client, doc["intent"]["workflow_id"]), timeout=5
+        )
+    except (CliError, RuntimeError, RPCError, TimeoutError):
+        return ""
+    return _operator_note(doc) if phase == AWAITING_OPERATOR else ""
+
+
+async def _watch(
+    client: Any, intent: str, timeout: float, clock: Clock, *, quiet: bool
+) -> tuple[dict[str, Any], str]:
+    """Print the timeline, then each new row as the ledger records it, until the intent
+    is delivered, its workflow has finished or waits for an operator; the last timeline
+    and which of those ended it. Past `timeout` seconds, a CliError says where it stood.
+
+    Each row is a fact that never changes (`timeline.rows`), so a row is new when it was
+    not printed before."""
+    from ledger import timeline
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    printed: list[dict[str, Any]] | None = None
+    while True:
+        doc = await asyncio.to_thread(client.timeline, intent)
+        if not quiet:
+            lines = timeline_lines(doc, clock)  # header first, then one line per row
+            if printed is None:
+                print("\n".join([clock.heading(), *timeline_head(doc, clock), lines[0]]))
+                printed = []
+            found = timeline.rows(doc, clock.at)
+            for index, row in enumerate(found):
+                if row not in printed:
+                    print(lines[index + 1])
+                    printed.append(row)
+            sys.stdout.flush()
+        state = doc["intent"]["state"]
+        if state == "delivered":
+            return doc, "delivered"
+        running, phase = await _workflow_phase(client, doc["intent"]["workflow_id"])
+        if phase == AWAITING_OPERATOR and running:
+            return doc, AWAITING_OPERATOR
+        # Not running with a final state: finished (or gone from Temporal, where only a
+        # finished workflow can be once the ledger holds a final state).
+        if not running and state in FINAL_STATES:
+            return doc, "finished"
+        if loop.time() >= deadline:
+            raise CliError(
+                f"{doc['intent']['business_key']} is still {state} after {timeout:g} s "
+                f"(`herald show {doc['intent']['business_key']} --follow` keeps watching)"
+            )
+        await asyncio.sleep(FOLLOW_EVERY)
+
+
+def _ending(doc: dict[str, Any], finished: str) -> str:
+    from ledger import timeline
+
+    lines = ["  " + line for line in timeline.summary(doc)]
+    if finished == AWAITING_OPERATOR:
+        lines.append(_operator_note(doc))
+    else:
+        lines.append(
+            f"  {doc['intent']['state']}"
+            + (": its workflow has finished" if finished == "finished" else "")
+        )
+    return "\n".join(lines)
+
+
+SEND_OPTIONS = {
+    "business_key": "--key",
+    "recipient_ref": "--recipient",
+    "template_key": "--template",
+    "template_version": "--template-version",
+    "variables": "--vars",
+    "artifact_sha256": "--artifact",
+    "send_at": "--send-at",
+    "expires_at": "--expires-at",
+}
+"""`herald send` options whose name is not the API field's."""
+
+
+def _option(field: str) -> str:
+    return SEND_OPTIONS.get(field, "--" + field.replace("_", "-"))
+
+
+def _send_request(args: argparse.Namespace) -> Any:
+    """The request through the API's own schema (`IntentCreate`): the same fields, limits
+    and parsing as `POST /v1/intents`, and every problem named at once."""
+    from pydantic import ValidationError
+
+    from api.schemas import IntentCreate
+
+    problems: list[str] = []
+    variables: Any = {}
+    if args.vars:
+        try:
+            variables = json.loads(args.vars)
+        except json.JSONDecodeError as err:
+            problems.append(f"--vars: not JSON ({err.msg} at character {err.pos})")
+        else:
+            if not isinstance(variables, dict):
+                problems.append('--vars: must be a JSON object, e.g. \'{"name": "Ada"}\'')
+                variables = {}
+    fields = {
+        "business_key": args.key,
+        "recipient_ref": args.recipient,
+        "template_key": args.template,
+        "category": args.category,
+        "phone": args.phone,
+        "email": args.email,
+        "channels": [c.strip() for c in args.channels.split(",")] if args.channels else [],
+        "mode": args.mode,
+        "template_version": args.template_version,
+        "locale": args.locale,
+        "variables": variables,
+        "send_at": args.send_at,
+        "expires_at": args.expires_at,
+        "timezone": args.timezone,
+        "country": args.country,
+        "artifact_sha256": args.artifact,
+    }
+    try:
+        body = IntentCreate.model_validate({k: v for k, v in fields.items() if v is not None})
+    except ValidationError as err:
+        for e in err.errors(include_url=False, include_input=False):
+            where = _option(str(e["loc"][0])) if e["loc"] else "request"
+            problems.append(f"{where}: {e['msg']}")
+        body = None
+    if problems or body is None:
+        raise CliError("invalid request: " + "; ".join(problems))
+    return body.to_request()
+
+
 async def cmd_send(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
-    from domain.requests import NotificationRequest
+    from api.schemas import IntentCreated, Timeline
     from ledger.intake import InvalidRequest
 
-    variables = json.loads(args.vars) if args.vars else {}
-    request = NotificationRequest(
-        business_key=args.key,
-        recipient_ref=args.recipient,
-        template_key=args.template,
-        category=args.category,
-        phone=args.phone,
-        email=args.email,
-        channels=tuple(args.channels.split(",")) if args.channels else (),
-        mode=args.mode,
-        variables=variables,
-        locale=args.locale,
-        send_at=datetime.fromisoformat(args.send_at) if args.send_at else None,
-    )
+    if args.timeout <= 0:
+        raise CliError("--timeout: must be more than 0 seconds")
+    request = _send_request(args)
     client = await _client(cfg)
     try:
         ref = await client.notify(request)
     except InvalidRequest as err:
-        raise CliError(f"invalid request: {err}") from err
-    _print(
-        ref,
-        args.json,
-        lambda r: (
-            f"{'existing' if r.existed else 'new'} intent {r.intent_id} workflow {r.workflow_id}"
-        ),
-    )
-    return 0
+        raise CliError(
+            "invalid request: "
+            + "; ".join(f"{_option(field)}: {problem}" for field, problem in err.problems)
+        ) from err
+    recorded = f"{'existing' if ref.existed else 'new'} intent {ref.intent_id} "
+    recorded += f"workflow {ref.workflow_id}"
+    if not args.wait:
+        if args.json:
+            _print_json(api_document(IntentCreated, ref))
+        else:
+            print(recorded)
+        return 0
+    clock = Clock.for_args(args.utc)
+    if not args.json:
+        print(recorded)
+    doc, finished = await _watch(client, ref.intent_id, args.timeout, clock, quiet=args.json)
+    if args.json:
+        _print_json(api_document(Timeline, doc))
+    else:
+        print(_ending(doc, finished))
+    return 0 if doc["intent"]["state"] in REACHED else 1
 
 
 async def cmd_cancel(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
+    from api.schemas import CancelOutcome
     from domain.principals import Access
 
     by = _acting(cfg, Access.OPERATE)
     client = await _client(cfg)
     result = await client.cancel(args.intent, by=by, reason=args.reason)
-    _print(result, args.json, lambda r: r.message)
+    if args.json:
+        _print_json(api_document(CancelOutcome, result))
+    else:
+        print(result.message)
     return 0
 
 
 async def cmd_approve_resend(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
+    from api.schemas import ResendOutcome
     from domain.principals import Access
 
     by = _acting(cfg, Access.OPERATE)
@@ -226,83 +461,107 @@ async def cmd_approve_resend(args: argparse.Namespace, cfg: settings_module.Sett
     result = await client.approve_resend(
         args.intent, channel=args.channel, by=by, reason=args.reason
     )
-    _print(result, args.json, lambda r: ("accepted: " if r.accepted else "refused: ") + r.message)
+    if args.json:
+        _print_json(api_document(ResendOutcome, result))
+    else:
+        print(("accepted: " if result.accepted else "refused: ") + result.message)
     return 0 if result.accepted else 3
 
 
+CONSENT_COLUMNS = ("id", "channel", "purpose", "source", "granted_at", "revoked_at", "live")
+
+
 async def cmd_consent(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
+    """`consent RECIPIENT` records (or `--revoke`s) a grant; `consent list RECIPIENT`
+    lists them. Each prints what `/v1/consents` answers for the same request."""
+    from api.schemas import ConsentList, ConsentRevoked, ConsentView
+    from domain.principals import Access
     from ledger import evidence
 
+    listing = len(args.target) == 2 and args.target[0] == "list"
+    if len(args.target) > 1 and not listing:
+        raise CliError(
+            "give one recipient (`herald consent RECIPIENT --channel sms`), or "
+            "`herald consent list RECIPIENT`"
+        )
+    recipient = args.target[-1]
+    problems = []
     for name, value, most in (
-        ("recipient", args.recipient, 120),
-        ("--purpose", args.purpose, 40),
+        ("recipient", recipient, 120),
+        ("--purpose", args.purpose or "service", 40),
         ("--source", args.source, 120),
     ):
         if not value or len(value) > most or "\x00" in value:
-            raise CliError(f"{name}: required, at most {most} characters")
-    from domain.principals import Access
-
-    by = _acting(cfg, Access.OPERATE)
+            problems.append(f"{name}: required, at most {most} characters")
+    if not listing and args.channel is None:
+        problems.append("--channel: required to record or revoke consent (sms, email or *)")
+    if listing and args.revoke:
+        problems.append("--revoke: not with list")
+    if problems:
+        raise CliError("; ".join(problems))
+    clock = Clock.for_args(args.utc)
     now = datetime.now(UTC)
+    # Reading needs the ledger only; recording or revoking is done as the CLI's principal.
+    by = None if listing else _acting(cfg, Access.OPERATE)
     # A ledger that cannot be reached is reported by `operational_error`, like every command.
-    out = _consent(evidence, _sessions(cfg, writes=True), args, now, by)
-
-    def render(o: dict[str, Any]) -> str:
-        if not o["revoked"]:
-            return f"consent {o['id']} recorded"
-        if not o["ended"]:
-            return (
-                f"no live {o['purpose']!r} consent on {o['channel']} for {o['recipient_ref']}; "
-                "nothing to revoke"
+    with _sessions(cfg, writes=not listing).begin() as session:
+        if listing:
+            rows = evidence.consents_of(
+                session, recipient, channel=args.channel, purpose=args.purpose
             )
-        ids = ", ".join(f"{c['id']} ({c['channel']})" for c in o["ended"])
-        return f"revoked consent {ids} at {o['revoked_at']}"
-
-    _print(out, args.json, render)
-    return 0
-
-
-def _consent(
-    evidence: Any, sessions: Any, args: argparse.Namespace, now: datetime, by: Any
-) -> dict[str, Any]:
-    with sessions.begin() as session:
-        if args.revoke:
+            doc = ConsentList(items=[ConsentView.of(r) for r in rows]).model_dump(mode="json")
+        elif args.revoke:
             ended = evidence.revoke_consent_by(
                 session,
                 by,
-                recipient_ref=args.recipient,
+                recipient_ref=recipient,
                 channel=args.channel,
-                purpose=args.purpose,
+                purpose=args.purpose or "service",
                 source=args.source,
                 at=now,
             )
-            out: dict[str, Any] = {
-                "recipient_ref": args.recipient,
-                "channel": args.channel,
-                "purpose": args.purpose,
-                "revoked": True,
-                "revoked_at": now.isoformat(),
-                "ended": [{"id": c.id, "channel": c.channel} for c in ended],
-            }
+            doc = ConsentRevoked(
+                revoked_at=now, ended=[ConsentView.of(c) for c in ended]
+            ).model_dump(mode="json")
         else:
             row = evidence.record_consent_by(
                 session,
                 by,
-                recipient_ref=args.recipient,
+                recipient_ref=recipient,
                 channel=args.channel,
-                purpose=args.purpose,
+                purpose=args.purpose or "service",
                 source=args.source,
                 at=now,
             )
-            out = {
-                "id": row.id,
-                "recipient_ref": row.recipient_ref,
-                "channel": row.channel,
-                "purpose": row.purpose,
-                "revoked": False,
-                "granted_at": now.isoformat(),
-            }
-    return out
+            doc = ConsentView.of(row).model_dump(mode="json")
+    if args.json:
+        _print_json(doc)
+    elif listing:
+        print(
+            "\n".join(
+                [
+                    f"consent of {recipient}; {clock.heading()}",
+                    table(
+                        doc["items"],
+                        CONSENT_COLUMNS,
+                        times=("granted_at", "revoked_at"),
+                        clock=clock,
+                        empty="no consent on record",
+                    ),
+                ]
+            )
+        )
+    elif args.revoke and not doc["ended"]:
+        print(
+            f"no live {args.purpose or 'service'!r} consent on {args.channel} for "
+            f"{recipient}; nothing to revoke"
+        )
+    elif args.revoke:
+        ids = ", ".join(f"{c['id']} ({c['channel']})" for c in doc["ended"])
+        print(f"revoked consent {ids} at {clock.at(doc['revoked_at'])}")
+    else:
+        print(f"consent {doc['id']} recorded")
+    return 0
 
 
 async def cmd_migrate(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
@@ -359,47 +618,217 @@ COMMAND_MODULES = [
 ]
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="herald", description=__doc__.splitlines()[0])
-    sub = p.add_subparsers(dest="command", required=True)
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Each option's help ends with its default, when it has one worth saying (not when
+    the help already names it, and never a bare `None`); examples keep their lines."""
 
-    def add(name: str, help: str, *, json_flag: bool = True) -> argparse.ArgumentParser:
-        sp = sub.add_parser(name, help=help, description=help)
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if (
+            not action.option_strings
+            or action.default in (None, False, argparse.SUPPRESS)
+            or "default" in text
+        ):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+def output_options(sp: argparse.ArgumentParser) -> None:
+    """`--json` and `--utc`, the same on every command that prints data; and the help
+    formatter that states defaults (a sub-action's parser is built without it)."""
+    sp.formatter_class = HelpFormatter
+    sp.add_argument(
+        "--json",
+        action="store_true",
+        help="print JSON (for what the HTTP API also serves, the document it returns)",
+    )
+    sp.add_argument(
+        "--utc", action="store_true", help="print times in UTC (default: the local zone)"
+    )
+
+
+def herald_version() -> str:
+    try:
+        return version("herald")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="herald",
+        description=__doc__.splitlines()[0],
+        epilog='Shell completion (bash, zsh): eval "$(register-python-argcomplete herald)"',
+        formatter_class=HelpFormatter,
+    )
+    p.add_argument("--version", action="version", version=f"herald {herald_version()}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(
+        name: str, help: str, *, json_flag: bool = True, example: str | None = None
+    ) -> argparse.ArgumentParser:
+        sp = sub.add_parser(
+            name,
+            help=help,
+            description=help,
+            epilog=f"example:\n  {example}" if example else None,
+            formatter_class=HelpFormatter,
+        )
         if json_flag:
-            sp.add_argument("--json", action="store_true", help="print JSON")
+            output_options(sp)
         return sp
 
-    dev = add("dev", "run the embedded stack until Ctrl-C or SIGTERM", json_flag=False)
+    dev = add(
+        "dev",
+        "run the embedded stack until Ctrl-C or SIGTERM",
+        json_flag=False,
+        example="herald dev --policy demo",
+    )
     dev.add_argument("--headless", action="store_true", help="no Temporal Web UI")
-    demo = add("demo", "run a demo scenario end to end (all of them without an argument)")
-    demo.add_argument("scenario", nargs="?", default=None)
-    show = add("show", "an intent's timeline from the ledger")
+    dev.add_argument(
+        "--policy",
+        choices=_policy_names(),
+        help="the packaged policy the stack runs (default: HERALD_POLICY_NAME, else "
+        "default); demo compresses the durations `herald demo` needs",
+    )
+    demo = add(
+        "demo",
+        "run a demo scenario end to end (all of them without an argument)",
+        example="herald demo class-opening",
+    )
+    demo.add_argument(
+        "scenario",
+        nargs="?",
+        default=None,
+        choices=DEMO_SCENARIOS,
+        metavar="SCENARIO",
+        help="one of: " + ", ".join(list(DEMO_SCENARIOS)) + " (default: all of them)",
+    )
+    show = add(
+        "show",
+        "an intent's timeline from the ledger",
+        example="herald show class-opening:c-9081:m-1842 --follow",
+    )
     show.add_argument("intent", help="intent id or business key")
-    send = add("send", "record an intent and start its workflow")
+    show.add_argument(
+        "--follow",
+        action="store_true",
+        help="print new timeline rows as they happen, until the intent is delivered, its "
+        "workflow finishes, or it waits for an operator",
+    )
+    show.add_argument(
+        "--timeout",
+        type=float,
+        default=300,
+        metavar="SECONDS",
+        help="with --follow: give up after this many seconds",
+    )
+    send = add(
+        "send",
+        "record an intent and start its workflow",
+        example="herald send --key class-opening:c-9081:m-1842 --recipient m-1842 "
+        "--template class-opening --phone +447400000100 --vars "
+        """'{"class_name": "Spin"}' --wait""",
+    )
     send.add_argument("--key", required=True, help="business key, e.g. order-created:o-77")
     send.add_argument("--recipient", required=True, help="the app's recipient id")
-    send.add_argument("--template", required=True)
-    send.add_argument("--category", default="transactional")
-    send.add_argument("--phone")
-    send.add_argument("--email")
-    send.add_argument("--channels", help="comma-separated order, e.g. sms,email")
-    send.add_argument("--mode", default="fallback", choices=["fallback", "all"])
-    send.add_argument("--vars", help="template variables as a JSON object")
-    send.add_argument("--locale", default="en")
-    send.add_argument("--send-at", help="ISO 8601 with timezone")
+    send.add_argument(
+        "--template", required=True, help="template key (`herald template list` names them)"
+    )
+    send.add_argument(
+        "--template-version",
+        type=int,
+        metavar="N",
+        help="pin this template version (default: the active one)",
+    )
+    send.add_argument(
+        "--category",
+        default="transactional",
+        choices=["transactional", "operational", "promotional"],
+        help="message category the policy rules on",
+    )
+    send.add_argument("--phone", help="recipient phone number, E.164 (e.g. +447400000100)")
+    send.add_argument("--email", help="recipient email address")
+    send.add_argument(
+        "--channels",
+        help="comma-separated order of sms and email (default: sms then email, for the "
+        "destinations given)",
+    )
+    send.add_argument(
+        "--mode",
+        default="fallback",
+        choices=["fallback", "all"],
+        help="fallback: the next channel only when policy says the previous did not reach; "
+        "all: every channel at once",
+    )
+    send.add_argument("--vars", help="template variables as a JSON object, e.g. '{\"n\": 7}'")
+    send.add_argument("--locale", default="en", help="BCP 47 locale of the message")
+    send.add_argument("--send-at", help="send at this ISO 8601 time with its zone (default: now)")
+    send.add_argument(
+        "--expires-at",
+        help="business expiry, ISO 8601 with its zone: nothing is sent after it (default: none)",
+    )
+    send.add_argument(
+        "--timezone",
+        help="recipient's IANA zone for quiet hours (default: the phone number's, else UTC)",
+    )
+    send.add_argument(
+        "--country",
+        help="recipient's ISO 3166 country, e.g. FR (required for email-only intents)",
+    )
+    send.add_argument(
+        "--artifact",
+        help="SHA-256 of a registered artifact to attach (email only; default: none)",
+    )
+    send.add_argument(
+        "--wait",
+        action="store_true",
+        help="wait until it is delivered, or its workflow finishes, or it waits for an "
+        "operator; exit 0 only when delivered (or sent, for email)",
+    )
+    send.add_argument(
+        "--timeout",
+        type=float,
+        default=120,
+        metavar="SECONDS",
+        help="with --wait: give up after this many seconds",
+    )
     for name, help in (
         ("cancel", "close an intent's future work (nothing sent is recalled)"),
         ("approve-resend", "approve a new attempt after a retryable failure"),
     ):
-        sp = add(name, help)
+        sp = add(
+            name,
+            help,
+            example=f"herald {name} order-created:o-77 --reason 'customer asked'",
+        )
         sp.add_argument("intent", help="intent id or business key")
-        sp.add_argument("--reason", required=True)
+        sp.add_argument("--reason", required=True, help="why (recorded with the action)")
         if name == "approve-resend":
-            sp.add_argument("--channel", default="sms", choices=["sms", "email"])
-    consent = add("consent", "record (or revoke) consent evidence for a recipient")
-    consent.add_argument("recipient")
-    consent.add_argument("--channel", required=True, choices=["sms", "email", "*"])
-    consent.add_argument("--purpose", default="service")
+            sp.add_argument(
+                "--channel", default="sms", choices=["sms", "email"], help="channel to resend on"
+            )
+    consent = add(
+        "consent",
+        "record or revoke consent evidence for a recipient, or list it",
+        example="herald consent m-1842 --channel sms   |   herald consent list m-1842",
+    )
+    consent.add_argument(
+        "target",
+        nargs="+",
+        metavar="RECIPIENT",
+        help="the app's recipient id; `list RECIPIENT` lists its grants, revoked ones too",
+    )
+    consent.add_argument(
+        "--channel",
+        choices=["sms", "email", "*"],
+        help="channel of the grant ('*': every channel); required to record or revoke, a "
+        "filter for list",
+    )
+    consent.add_argument(
+        "--purpose",
+        help="purpose of the grant (default: service; list: every purpose)",
+    )
     consent.add_argument("--source", default="cli", help="where it came from (recorded)")
     consent.add_argument(
         "--revoke",
@@ -407,11 +836,16 @@ def parser() -> argparse.ArgumentParser:
         help="end every live grant for this recipient, purpose and channel (a '*' grant "
         "included); the rows stay as history",
     )
-    add("migrate", "apply ledger migrations and load packaged policies and templates")
+    add(
+        "migrate",
+        "apply ledger migrations and load packaged policies and templates",
+        example="HERALD_DATABASE_URL=postgresql://... herald migrate",
+    )
     add(
         "worker",
         "run a Temporal worker (workflows, ledger, SMS and email activities)",
         json_flag=False,
+        example="HERALD_TEMPORAL_ADDRESS=temporal:7233 herald worker",
     )
     for module_name in COMMAND_MODULES:
         try:
@@ -422,6 +856,24 @@ def parser() -> argparse.ArgumentParser:
             continue
         COMMANDS.update(module.register(add))
     return p
+
+
+def _policy_names() -> list[str]:
+    import policies
+
+    return policies.packaged_names()
+
+
+DEMO_SCENARIOS = (
+    "sms",
+    "class-opening",
+    "order-created",
+    "scheduled-alert",
+    "itinerary-change",
+    "session-report",
+)
+"""`scenarios.SCENARIOS`' names (a test keeps them equal): importing the scenarios takes
+a second and a half, too long to build the parser of every command."""
 
 
 def settings_problem(err: Exception) -> str:
@@ -438,7 +890,12 @@ def settings_problem(err: Exception) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    import argcomplete
+
+    built = parser()
+    # Answers a completing shell (and exits) when it is the one asking; a no-op otherwise.
+    argcomplete.autocomplete(built)
+    args = built.parse_args(argv)
     try:
         cfg = settings_module.load()
     except (RuntimeError, ValueError) as err:

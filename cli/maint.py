@@ -24,10 +24,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import settings as settings_module
-from cli.main import CliError
+from cli.main import CliError, output_options
 
 if TYPE_CHECKING:
     from cli.main import Command
+
+MAINTENANCE_JOBS = ("reconcile", "purge")
+"""`activities.maintenance.JOBS` (a test keeps them equal): importing it pulls in the
+Temporal SDK, most of a second on every `herald` command just to build the parser."""
 
 WAIT_SECONDS = 60.0
 """How long `schedules trigger --wait` waits for the run to start and finish."""
@@ -177,17 +181,25 @@ async def cmd_schedules(args: argparse.Namespace, cfg: settings_module.Settings)
         rows = await _schedules_list(client, cfg)
 
         def render(rows: list[dict[str, Any]]) -> str:
-            lines = []
-            for r in rows:
-                if not r["exists"]:
-                    lines.append(f"{r['schedule_id']}  (missing: start a worker)")
-                    continue
-                lines.append(
-                    f"{r['schedule_id']}  every {r['every_seconds']:.0f}s  "
-                    f"{'paused' if r['paused'] else 'active'}  runs {r['actions']}  "
-                    f"next {r['next_run']}"
-                )
-            return "\n".join(lines)
+            from cli.tables import Clock, table
+
+            clock = Clock.for_args(args.utc)
+            shown = [
+                {
+                    **r,
+                    "every": f"{r['every_seconds']:.0f}s",
+                    "state": "paused" if r["paused"] else "active",
+                }
+                if r["exists"]
+                else {**r, "state": "missing: start a worker"}
+                for r in rows
+            ]
+            columns = ["schedule_id", "every", "state", "actions", "next_run", "last_run"]
+            return (
+                clock.heading()
+                + "\n"
+                + table(shown, columns, times=("next_run", "last_run"), clock=clock)
+            )
 
         _emit(rows, args.json, render)
         return _done(0)
@@ -213,9 +225,11 @@ async def cmd_schedules(args: argparse.Namespace, cfg: settings_module.Settings)
 
 
 def register(add: Callable[..., argparse.ArgumentParser]) -> dict[str, Command]:
-    from activities.maintenance import JOBS
-
-    relay = add("relay", "run the outbox relay on its own (workers also run it)")
+    relay = add(
+        "relay",
+        "run the outbox relay on its own (workers also run it)",
+        example="herald relay --once",
+    )
     relay.add_argument("--once", action="store_true", help="one round, print the count, exit")
     relay.add_argument(
         "--grace",
@@ -224,13 +238,18 @@ def register(add: Callable[..., argparse.ArgumentParser]) -> dict[str, Command]:
         help="with --once: only rows committed at least this many seconds ago (default 2)",
     )
 
-    sched = add("schedules", "list, trigger or ensure the maintenance schedules", json_flag=False)
-    sub = sched.add_subparsers(dest="schedules_command", required=True)
+    sched = add(
+        "schedules",
+        "list, trigger or ensure the maintenance schedules",
+        json_flag=False,
+        example="herald schedules trigger reconcile --wait",
+    )
+    sub = sched.add_subparsers(dest="schedules_command", required=True, metavar="ACTION")
     sched_list = sub.add_parser("list", help="each schedule with its interval and state")
     trigger = sub.add_parser("trigger", help="run one job now through its schedule")
-    trigger.add_argument("job", choices=JOBS, help="which job")
+    trigger.add_argument("job", choices=MAINTENANCE_JOBS, help="which job")
     trigger.add_argument("--wait", action="store_true", help="wait for the run, print result")
     ensure = sub.add_parser("ensure", help="create or update the schedules (workers do this)")
     for sp in (sched_list, trigger, ensure):
-        sp.add_argument("--json", action="store_true", help="print JSON")
+        output_options(sp)
     return {"relay": cmd_relay, "schedules": cmd_schedules}

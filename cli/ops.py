@@ -33,6 +33,7 @@ def register(add: Callable[..., argparse.ArgumentParser]) -> dict[str, Any]:
         "serve the HTTP ingress and operator API (receipts, STOP, unsubscribe, /v1/intents, "
         "/metrics) with uvicorn",
         json_flag=False,
+        example="herald api --host 0.0.0.0 --port 8080",
     )
     api.add_argument("--host", help="bind address (default: HERALD_API_HOST, 127.0.0.1)")
     api.add_argument("--port", type=int, help="port (default: HERALD_API_PORT, 58080)")

@@ -8,11 +8,19 @@ instead of sending "Your seat in  is ready".
 from __future__ import annotations
 
 import functools
+import re
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from jinja2 import StrictUndefined, Template, TemplateSyntaxError, UndefinedError
+from jinja2 import (
+    ChainableUndefined,
+    StrictUndefined,
+    Template,
+    TemplateSyntaxError,
+    UndefinedError,
+)
+from jinja2 import meta as jinja_meta
 from jinja2.sandbox import SandboxedEnvironment, SecurityError
 
 from domain.keys import content_sha256
@@ -174,6 +182,54 @@ def _render_source(source: str, variables: Mapping[str, object], where: str) -> 
         raise TemplateError(f"{where}: missing variable: {exc.message}") from None
     except SecurityError as exc:
         raise TemplateError(f"{where}: unsafe template operation: {exc}") from None
+
+
+_UNDEFINED = re.compile(r"'([^']+)' is undefined")
+
+
+def _sources(template: TemplateVersion) -> list[str]:
+    return [source for source in (template.body, template.subject) if source is not None]
+
+
+def variables_of(template: TemplateVersion) -> list[str]:
+    """Every variable the template mentions (body and subject), sorted; some may be
+    optional (`{{ x | default("") }}`, a branch): see `missing_variables`."""
+    names: set[str] = set()
+    for source in _sources(template):
+        try:
+            names |= jinja_meta.find_undeclared_variables(_ENV.parse(source))
+        except TemplateSyntaxError:
+            continue  # `render` says what is wrong with it
+    return sorted(names)
+
+
+def missing_variables(template: TemplateVersion, variables: Mapping[str, object]) -> list[str]:
+    """The variables the template needs that `variables` lacks, all of them, in the order
+    rendering meets them; `missing_variables(t, {})` is what `t` requires.
+
+    Rendered again with a stand-in for each missing name found (StrictUndefined stops at
+    the first), at most once per variable the template mentions."""
+    missing: list[str] = []
+    for source in _sources(template):
+        try:
+            compiled = _compiled(source)
+        except TemplateSyntaxError:
+            continue
+        given: dict[str, object] = dict(variables)
+        for _ in range(len(variables_of(template)) + 1):
+            try:
+                compiled.render(**given)
+                break
+            except UndefinedError as exc:
+                found = _UNDEFINED.fullmatch(exc.message or "")
+                if found is None or found[1] in given:
+                    break  # an attribute of a value given, or a stand-in misused
+                given[found[1]] = ChainableUndefined(name=found[1])
+                if found[1] not in missing:
+                    missing.append(found[1])
+            except Exception:  # noqa: BLE001 - `render` reports anything else
+                break
+    return missing
 
 
 def render(

@@ -24,10 +24,12 @@ MAX_VARIABLES_BYTES = 16_384
 
 
 class InvalidRequest(ValueError):
-    """A request field is wrong; `field` names it."""
+    """Request fields are wrong: `problems` names each field and what is wrong with it, all
+    of them at once (`field` and `problem` are the first)."""
 
-    def __init__(self, field: str, problem: str) -> None:
-        super().__init__(f"{field}: {problem}")
+    def __init__(self, field: str, problem: str, *more: tuple[str, str]) -> None:
+        self.problems = [(field, problem), *more]
+        super().__init__("; ".join(f"{f}: {p}" for f, p in self.problems))
         self.field = field
         self.problem = problem
 
@@ -42,6 +44,20 @@ def _country_hint(request: NotificationRequest) -> str | None:
     return request.country
 
 
+class _Problems:
+    """What is wrong with a request, gathered so one refusal names all of it."""
+
+    def __init__(self) -> None:
+        self.found: list[tuple[str, str]] = []
+
+    def add(self, field: str, problem: str) -> None:
+        self.found.append((field, problem))
+
+    def raise_any(self) -> None:
+        if self.found:
+            raise InvalidRequest(*self.found[0], *self.found[1:])
+
+
 def validate(
     session: Session,
     request: NotificationRequest,
@@ -50,84 +66,81 @@ def validate(
     now: datetime,
     retention_days: int,
 ) -> repo.IntentFields:
+    problems = _Problems()
     try:
         # Contact data first: the format check would name the part it refuses.
         key_privacy.refuse_contact_data(request.business_key, country=_country_hint(request))
         keys.validate_business_key(request.business_key)
     except keys.InvalidKey as err:
-        raise InvalidRequest("business_key", str(err)) from err
+        problems.add("business_key", str(err))
+    category = mode = None
     try:
         category = Category(request.category)
-    except ValueError as err:
-        raise InvalidRequest("category", f"must be one of {[c.value for c in Category]}") from err
+    except ValueError:
+        problems.add("category", f"must be one of {', '.join(c.value for c in Category)}")
     try:
         mode = PlanMode(request.mode)
-    except ValueError as err:
-        raise InvalidRequest("mode", f"must be one of {[m.value for m in PlanMode]}") from err
+    except ValueError:
+        problems.add("mode", f"must be one of {', '.join(m.value for m in PlanMode)}")
     if not request.recipient_ref or len(request.recipient_ref) > 120:
-        raise InvalidRequest("recipient_ref", "required, at most 120 characters")
+        problems.add("recipient_ref", "required, at most 120 characters")
     plan = request.channel_plan()
     if not plan:
-        raise InvalidRequest("channels", "give a phone number, an email address, or both")
+        problems.add("channels", "give a phone number, an email address, or both")
     for channel in plan:
         if channel not in keys.CHANNELS:
-            raise InvalidRequest("channels", f"unknown channel {channel!r}")
+            problems.add("channels", f"unknown channel {channel!r}")
+    plan = tuple(c for c in plan if c in keys.CHANNELS)
     phone = email = None
     if "sms" in plan:
         if not request.phone:
-            raise InvalidRequest("phone", "required for the sms channel")
-        try:
-            phone = destinations.normalize_phone(request.phone)
-        except destinations.InvalidDestination as err:
-            raise InvalidRequest("phone", str(err)) from err
+            problems.add("phone", "required for the sms channel")
+        else:
+            try:
+                phone = destinations.normalize_phone(request.phone)
+            except destinations.InvalidDestination as err:
+                problems.add("phone", str(err))
     if "email" in plan:
         if not request.email:
-            raise InvalidRequest("email", "required for the email channel")
-        try:
-            email = destinations.normalize_email(request.email)
-        except destinations.InvalidDestination as err:
-            raise InvalidRequest("email", str(err)) from err
+            problems.add("email", "required for the email channel")
+        else:
+            try:
+                email = destinations.normalize_email(request.email)
+            except destinations.InvalidDestination as err:
+                problems.add("email", str(err))
     country = (phone.country if phone else (request.country or "")).upper()
-    if not country:
-        raise InvalidRequest("country", "required when no phone number gives it")
+    if not country and not ("sms" in plan and phone is None):
+        problems.add("country", "required when no phone number gives it")
     tz = request.timezone or (phone.timezone if phone else "UTC")
     try:
         ZoneInfo(tz)
-    except (ZoneInfoNotFoundError, ValueError) as err:
-        raise InvalidRequest("timezone", f"unknown IANA zone {tz!r}") from err
-    available = active_templates(session, pinned=request.template_version, key=request.template_key)
-    for channel in plan:
-        try:
-            chosen = templates.select_template(
-                available,
-                request.template_key,
-                channel,
-                request.locale,
-                version=request.template_version,
-            )
-        except templates.TemplateError as err:
-            raise InvalidRequest("template_key", str(err)) from err
-        try:
-            # Rendered once here so a missing variable is refused at the edge, not later.
-            templates.render(chosen, request.variables)
-        except templates.TemplateError as err:
-            raise InvalidRequest("variables", str(err)) from err
+    except (ZoneInfoNotFoundError, ValueError):
+        problems.add("timezone", f"unknown IANA zone {tz!r}")
+    _check_templates(session, request, plan, problems)
     variables_json = json.dumps(request.variables, sort_keys=True, default=str)
     if len(variables_json.encode()) > MAX_VARIABLES_BYTES:
-        raise InvalidRequest("variables", f"larger than {MAX_VARIABLES_BYTES} bytes")
+        problems.add("variables", f"larger than {MAX_VARIABLES_BYTES} bytes")
     if request.artifact_sha256:
         if "sms" in plan:
             # An attachment never enters the SMS path, not even as a fallback.
-            raise InvalidRequest(
+            problems.add(
                 "artifact_sha256", "attachments go by email only; drop sms from the channels"
             )
-        if session.get(Artifact, request.artifact_sha256) is None:
-            raise InvalidRequest("artifact_sha256", "no artifact registered with that hash")
+        elif session.get(Artifact, request.artifact_sha256) is None:
+            problems.add("artifact_sha256", "no artifact registered with that hash")
     for name, value in (("send_at", request.send_at), ("expires_at", request.expires_at)):
         if value is not None and value.tzinfo is None:
-            raise InvalidRequest(name, "must carry a timezone")
-    if request.send_at and request.expires_at and request.expires_at <= request.send_at:
-        raise InvalidRequest("expires_at", "must be after send_at")
+            problems.add(name, "must carry a timezone")
+    if (
+        request.send_at
+        and request.expires_at
+        and request.send_at.tzinfo is not None
+        and request.expires_at.tzinfo is not None
+        and request.expires_at <= request.send_at
+    ):
+        problems.add("expires_at", "must be after send_at")
+    problems.raise_any()
+    assert category is not None and mode is not None
 
     # The intent id is not known before insert, so destination/variable ciphertexts are
     # bound to the business key (immutable and unique) as associated data.
@@ -156,3 +169,40 @@ def validate(
         # Retention counts from when the message can go out, not from when it was recorded.
         purge_after=max(now, request.send_at or now) + timedelta(days=retention_days),
     )
+
+
+def _check_templates(
+    session: Session, request: NotificationRequest, plan: tuple[str, ...], problems: _Problems
+) -> None:
+    """Each channel's template exists and renders with the variables given; every missing
+    variable of every channel is named in one problem."""
+    available = active_templates(session, pinned=request.template_version, key=request.template_key)
+    missing: list[str] = []
+    for channel in plan:
+        try:
+            chosen = templates.select_template(
+                available,
+                request.template_key,
+                channel,
+                request.locale,
+                version=request.template_version,
+            )
+        except templates.TemplateError as err:
+            problems.add("template_key", str(err))
+            continue
+        missing += [
+            n for n in templates.missing_variables(chosen, request.variables) if n not in missing
+        ]
+        if missing:
+            continue
+        try:
+            # Rendered once here so anything else wrong is refused at the edge, not later.
+            templates.render(chosen, request.variables)
+        except templates.TemplateError as err:
+            problems.add("variables", str(err))
+    if missing:
+        problems.add(
+            "variables",
+            f"template {request.template_key!r} needs {', '.join(missing)}, missing from the "
+            "variables",
+        )

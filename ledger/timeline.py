@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -146,64 +146,109 @@ def timeline(
     }
 
 
-def render(doc: dict[str, Any]) -> str:
-    """A readable timeline for `herald show`."""
-    i = doc["intent"]
-    lines = [
-        f"intent {i['business_key']}  ({i['id']})",
-        f"  state {i['state']}  category {i['category']}  region {i['region']}  "
-        f"plan {i['channel_plan']['mode']}:{','.join(i['channel_plan']['channels'])}",
-        f"  created {i['created_at']}"
-        + (f"  send-at {i['send_at']}" if i["send_at"] else "")
-        + (f"  cancelled {i['cancelled_at']}" if i["cancelled_at"] else ""),
-    ]
-    events: list[tuple[str, str]] = []
-    for d in doc["decisions"]:
-        extra = f" next-eligible {d['next_eligible_at']}" if d["next_eligible_at"] else ""
+def _when(value: str | None) -> datetime:
+    return datetime.fromisoformat(value) if value else datetime.min.replace(tzinfo=UTC)
+
+
+def rows(doc: dict[str, Any], time_text: Callable[[str], str] = str) -> list[dict[str, Any]]:
+    """The timeline's events, oldest first: `at` (ISO 8601), `event` (decision, attempt,
+    observed, operator), `channel` and `detail`, each row a fact that never changes, so a
+    follower can print only the rows it has not printed yet. `time_text` writes a time
+    that appears inside a detail."""
+    events: list[tuple[datetime, int, dict[str, Any]]] = []
+
+    def add(
+        at: str | None, event: str, channel: str | None, detail: str, *, key: datetime | None = None
+    ) -> None:
+        # Ties go to the order of the kinds below: an operator's approval before the
+        # decision it led to.
+        order = ("operator", "decision", "attempt", "observed").index(event)
         events.append(
             (
-                d["decided_at"],
-                f"decision  {d['channel']:<5} {d['outcome']:<6} "
-                f"rule={d['rule']} policy={d['policy_version']}{extra} - {d['reason']}",
+                key or _when(at),
+                order,
+                {"at": at, "event": event, "channel": channel, "detail": detail},
             )
+        )
+
+    prepared = {a["token"]: a["prepared_at"] for a in doc["attempts"]}
+    for d in doc["decisions"]:
+        extra = (
+            f" next-eligible {time_text(d['next_eligible_at'])}" if d["next_eligible_at"] else ""
+        )
+        add(
+            d["decided_at"],
+            "decision",
+            d["channel"],
+            f"{d['outcome']} rule={d['rule']} policy={d['policy_version']}{extra} - {d['reason']}",
         )
     for a in doc["attempts"]:
-        events.append(
-            (
-                a["prepared_at"],
-                f"attempt   {a['channel']:<5} #{a['number']} prepared "
-                f"token={a['token']} template={a['template_key']}@v{a['template_version']} "
-                f"sha256={a['content_sha256'][:12]}",
-            )
+        add(
+            a["prepared_at"],
+            "attempt",
+            a["channel"],
+            f"#{a['number']} prepared token={a['token']} "
+            f"template={a['template_key']}@v{a['template_version']} "
+            f"sha256={a['content_sha256'][:12]}",
         )
+    channel_of = {a["token"]: a["channel"] for a in doc["attempts"]}
     for o in doc["observations"]:
-        flag = "" if o["applied"] else "  (kept as evidence, not applied)"
+        flag = "" if o["applied"] else " (kept as evidence, not applied)"
         if o["conflict"]:
-            flag = "  (CONFLICT: flagged for review)"
+            flag = " (CONFLICT: flagged for review)"
         code = f" code={o['provider_code']}" if o["provider_code"] else ""
-        events.append(
-            (
-                o["observed_at"],
-                f"observed  {o['attempt']}  {o['source']:<9} "
-                f"{o['raw_status']} -> {o['normalized_status']}{code} "
-                f"[{o['verdict']}]{flag}",
-            )
+        add(
+            o["observed_at"],
+            "observed",
+            channel_of.get(o["attempt"] or ""),
+            f"{o['attempt']} {o['source']} {o['raw_status']} -> "
+            f"{o['normalized_status'] or '-'}{code} [{o['verdict'] or '-'}]{flag}",
         )
     for a in doc["operator_actions"]:
-        events.append(
-            (
-                a["at"],
-                f"operator  {a['action']} by {a['operator']}"
-                + (f" ({a['operator_role']})" if a.get("operator_role") else "")
-                + f": {a['outcome']} - {a['reason']} {a['detail'] or ''}".rstrip(),
-            )
+        detail = a["detail"] or {}
+        who = a["operator"] + (f" ({a['operator_role']})" if a.get("operator_role") else "")
+        text = f"{a['action']} by {who}: {a['outcome']} - {a['reason']}"
+        notes = " ".join(f"{k}={v}" for k, v in detail.items() if v not in (None, ""))
+        add(
+            a["at"],
+            "operator",
+            detail.get("channel"),
+            f"{text} ({notes})" if notes else text,
+            key=_approval_time(a, doc, prepared),
         )
-    for at, text in sorted(events, key=lambda e: e[0] or ""):
-        lines.append(f"  {at}  {text}")
-    for a in doc["attempts"]:
-        lines.append(
-            f"  => {a['channel']} #{a['number']}: {a['state']}"
-            + (f" (remote {a['remote_id']})" if a["remote_id"] else "")
-            + (f" (message-id {a['message_id']})" if a["message_id"] else "")
-        )
-    return "\n".join(lines)
+    events.sort(key=lambda e: (e[0], e[1]))
+    return [row for _, _, row in events]
+
+
+def _approval_time(
+    action: dict[str, Any], doc: dict[str, Any], prepared: dict[str, str | None]
+) -> datetime:
+    """When an accepted approve-resend takes its place in the timeline.
+
+    The workflow records the approval and authorizes the new attempt at the same moment,
+    in two activities that may run in either order, so the approval can be written a few
+    milliseconds after the decision it led to. It is placed before the first decision on
+    its channel after the attempt it followed, where it belongs."""
+    at = _when(action["at"])
+    detail = action["detail"] or {}
+    if action["action"] != "approve-resend" or action["outcome"] != "accepted":
+        return at
+    before = prepared.get(str(detail.get("after", "")).rpartition("=")[0])
+    if before is None:
+        return at
+    later = [
+        _when(d["decided_at"])
+        for d in doc["decisions"]
+        if d["channel"] == detail.get("channel") and _when(d["decided_at"]) > _when(before)
+    ]
+    return min([at, *later])
+
+
+def summary(doc: dict[str, Any]) -> list[str]:
+    """One line per attempt: where it ended."""
+    return [
+        f"=> {a['channel']} #{a['number']}: {a['state']}"
+        + (f" (remote {a['remote_id']})" if a["remote_id"] else "")
+        + (f" (message-id {a['message_id']})" if a["message_id"] else "")
+        for a in doc["attempts"]
+    ]

@@ -20,8 +20,8 @@ from typing import Any
 
 import httpx
 
+from cli.tables import Clock, timeline_text
 from devstack.stack import Addresses
-from ledger import timeline
 from ledger.models import Consent
 from starter.client import HeraldClient
 from transports.smtp_sink import SmtpSink
@@ -211,7 +211,7 @@ class DemoContext:
             return
         if title:
             self.out(f"-- {title}")
-        self.out(timeline.render(doc))
+        self.out(timeline_text(doc, Clock(None)))
         url = self.addresses.workflow_url(doc["intent"]["workflow_id"])
         if url:
             self.out(f"  Temporal Web UI: {url}")

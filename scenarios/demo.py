@@ -45,11 +45,12 @@ async def run_demo(
         sink = None
         policy = await asyncio.to_thread(_active_policy_name, client)
         if policy != "demo" and names != ["sms"]:
+            again = "herald demo" + (f" {scenario}" if scenario else "")
             print(
                 f"herald demo: the herald dev running on {cfg.data_path} uses policy "
-                f"{policy!r}; the scenarios need the demo policy's compressed timings. "
-                "Restart it with HERALD_POLICY_NAME=demo, or stop it and `herald demo` "
-                "starts its own stack.",
+                f"{policy!r}; the scenarios need the demo policy's compressed timings: stop "
+                f"it (Ctrl-C) and start it again with `herald dev --policy demo`, then run "
+                f"`{again}` (or, with no stack running, `{again}` starts its own)",
                 file=sys.stderr,
             )
             return 2

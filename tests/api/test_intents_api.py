@@ -98,6 +98,26 @@ async def test_an_invalid_request_is_422_naming_the_field(http, committed, overr
     assert intents_with_key(committed, doc["business_key"]) == 0
 
 
+async def test_every_problem_of_a_request_is_named_at_once(http, committed):
+    doc = body(
+        template_key="class-opening",
+        template_version=None,
+        variables={"class_name": "Spin"},
+        phone="+1 555",
+        timezone="Mars/Olympus",
+    )
+    answer = await http.post("/v1/intents", json=doc, headers=BEARER)
+    assert answer.status_code == 422, answer.text
+    issues = {issue["loc"][-1]: issue["msg"] for issue in answer.json()["detail"]}
+    assert set(issues) == {"phone", "timezone", "variables"}, issues
+    # All three missing variables in one message, not one per try.
+    assert issues["variables"] == (
+        "template 'class-opening' needs starts_at, hold_until, booking_url, missing from the "
+        "variables"
+    )
+    assert intents_with_key(committed, doc["business_key"]) == 0
+
+
 async def test_a_422_names_the_problem_but_never_echoes_what_was_sent(http, committed):
     phone, address = 447400123456, "ann.lee+herald@example.com"
     doc = body(phone=phone, contact=address)

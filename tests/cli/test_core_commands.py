@@ -53,7 +53,7 @@ async def test_send_show_and_cancel_through_the_cli(stack):
     suffix = uuid.uuid4().hex[:8]
     key, recipient = f"demo:cli-{suffix}", f"cli-{suffix}"
     consent = as_json(herald(stack, "consent", recipient, "--channel", "sms", "--json"))
-    assert consent["recipient_ref"] == recipient
+    assert (consent["channel"], consent["live"]) == ("sms", True)
     send = (
         "send",
         "--key",

@@ -136,17 +136,18 @@ def test_reconcile_lists_with_ages_and_records_each_review_item_once(herald, cli
 def test_list_filters_by_derived_state_channel_and_limit(herald, cli_ledger, cipher):
     keys = _record(cli_ledger, cipher, n=2)
     pending = herald("list", "--state", "pending", "--event-type", "class-opening", "--json")
-    found = {i["business_key"]: i for i in pending.json()["intents"]}
+    # GET /v1/intents's document (IntentPage).
+    found = {i["business_key"]: i for i in pending.json()["items"]}
     assert set(keys) <= set(found)
     assert all(i["state"] == "pending" for i in found.values())
-    assert {found[k]["channels"] for k in keys} == {"sms"}
+    assert [found[k]["channels"] for k in keys] == [["sms"], ["sms"]]
 
-    assert herald("list", "--state", "delivered", "--json").json()["intents"] == []
-    by_email = herald("list", "--channel", "email", "--json").json()["intents"]
+    assert herald("list", "--state", "delivered", "--json").json()["items"] == []
+    by_email = herald("list", "--channel", "email", "--json").json()["items"]
     assert not set(keys) & {i["business_key"] for i in by_email}
-    assert len(herald("list", "--limit", "1", "--json").json()["intents"]) == 1
+    assert len(herald("list", "--limit", "1", "--json").json()["items"]) == 1
     since = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
-    assert herald("list", "--since", since, "--json").json()["intents"] == []
+    assert herald("list", "--since", since, "--json").json()["items"] == []
     assert keys[0] in herald("list").stdout
 
     bad = herald("list", "--state", "happy")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import getpass
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -106,10 +107,9 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     home = tmp_path_factory.mktemp("terminal")
     data = home / "data"
     # The first terminal: its own ports (so no other stack on this machine is in the way)
-    # and the demo policy, which `herald demo` needs of a running stack.
+    # and the demo policy, which `herald demo` needs of a running stack (`--policy demo`).
     settings = {
         "HERALD_DATA_DIR": str(data),
-        "HERALD_POLICY_NAME": "demo",
         **{
             f"HERALD_{name}_PORT": str(free_port())
             for name in ("POSTGRES", "TEMPORAL", "TEMPORAL_UI", "API", "SIMULATOR", "SMTP")
@@ -118,7 +118,7 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HERALD_")} | settings
     log = open(home / "dev.out", "w")  # a file, not a pipe nobody drains
     process = subprocess.Popen(
-        [str(HERALD), "dev"],
+        [str(HERALD), "dev", "--policy", "demo"],
         cwd=home,
         env=env,
         stdout=log,
@@ -135,6 +135,14 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         log.close()
         # As root the cluster lives under /var/tmp/herald-pg: remove it with the folder.
         EmbeddedPostgres(data, port=free_port()).destroy()
+
+
+@pytest.fixture(scope="module")
+def member(dev: Stack) -> str:
+    """A recipient with a live SMS consent on the running stack."""
+    recipient = f"m-{uuid.uuid4().hex[:8]}"
+    assert dev.herald("consent", recipient, "--channel", "sms").returncode == 0
+    return recipient
 
 
 def _intent_in_this_stacks_ledger(stack: Stack, intent_id: str) -> bool:
@@ -171,7 +179,7 @@ def test_send_show_list_cancel_and_a_refused_resend_from_another_terminal(dev: S
     suffix = uuid.uuid4().hex[:8]
     recipient = f"m-{suffix}"
     consent = dev.herald("consent", recipient, "--channel", "sms", "--json")
-    assert consent.json()["recipient_ref"] == recipient
+    assert (consent.json()["channel"], consent.json()["live"]) == ("sms", True)
     send = ["--recipient", recipient, "--template", "class-opening", "--phone", "+447400000100"]
     send += ["--vars", json.dumps(VARIABLES), "--json"]
 
@@ -199,7 +207,7 @@ def test_send_show_list_cancel_and_a_refused_resend_from_another_terminal(dev: S
     assert cancel.returncode == 0 and cancel.stdout.strip() == "future work closed", cancel
     assert _show(dev, scheduled)["intent"]["state"] == "cancelled"
 
-    listed = {i["business_key"]: i["state"] for i in dev.herald("list", "--json").json()["intents"]}
+    listed = {i["business_key"]: i["state"] for i in dev.herald("list", "--json").json()["items"]}
     assert listed[key] == "delivered" and listed[scheduled] == "cancelled"
 
 
@@ -408,6 +416,156 @@ def test_principals_from_another_terminal_add_use_over_http_revoke(dev: Stack) -
     for path in dev.data.rglob("*"):
         if path.is_file() and path.stat().st_size < 20_000_000:
             assert token.encode() not in path.read_bytes(), path
+
+
+def test_send_wait_returns_when_the_message_is_delivered(dev: Stack, member: str) -> None:
+    recipient = member
+    key = f"class-opening:c-9083:{recipient}"
+    done = dev.herald(
+        "send", "--key", key, "--recipient", recipient, "--template", "class-opening",
+        "--phone", "+447400000100", "--vars", json.dumps(VARIABLES),
+        "--wait", "--timeout", "60", "--utc",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("new intent ") and "times in UTC" in lines
+    # The delivered receipt is a row of the timeline it printed, then where the attempt ended.
+    assert any(" observed " in line and "delivered -> delivered" in line for line in lines)
+    assert lines[-2].startswith("  => sms #1: delivered") and lines[-1] == "  delivered"
+    _no_python_reprs(done.stdout)
+
+
+def test_show_follow_prints_rows_as_they_happen_until_delivered(dev: Stack, member: str) -> None:
+    recipient = member
+    key = f"class-opening:c-9084:{recipient}"
+    sent = dev.herald(
+        "send",
+        "--key",
+        key,
+        "--recipient",
+        recipient,
+        "--template",
+        "class-opening",
+        "--phone",
+        "+447400000005",
+        "--vars",
+        json.dumps(VARIABLES),
+    )  # fmt: skip  (+447400000005: the simulator delays the final receipt)
+    assert sent.returncode == 0, sent.stderr
+    # Started before the receipt comes, so the delivered row is printed as it happens.
+    follow = dev.herald("show", key, "--follow", "--timeout", "60")
+    assert follow.returncode == 0, follow.stdout + follow.stderr
+    lines = follow.stdout.splitlines()
+    assert lines[0].startswith("times in the local zone (")
+    headers = [
+        i for i, line in enumerate(lines) if line.split() == ["AT", "EVENT", "CHANNEL", "DETAIL"]
+    ]
+    assert len(headers) == 1, follow.stdout  # printed once, then only new rows
+    header = headers[0]
+    delivered = [i for i, line in enumerate(lines) if "delivered -> delivered" in line]
+    assert delivered and delivered[0] > header, follow.stdout
+    assert lines[-1] == "  delivered"
+    _no_python_reprs(follow.stdout)
+
+
+def test_show_json_is_the_document_the_api_returns(dev: Stack) -> None:
+    listed = dev.herald("list", "--state", "delivered", "--limit", "1", "--json").json()
+    intent_id = listed["items"][0]["id"]
+    token = (dev.data / "operator.token").read_text().strip()
+    api = httpx.get(
+        f"{dev.addresses['api']}/v1/intents/{intent_id}",
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=10,
+    )
+    assert api.status_code == 200, api.text
+    assert dev.herald("show", intent_id, "--json").json() == api.json()
+    page = httpx.get(
+        f"{dev.addresses['api']}/v1/intents",
+        params={"state": "delivered", "limit": 1},
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=10,
+    )
+    assert listed == page.json()
+
+
+def test_a_retryable_failure_is_shown_waiting_for_an_operator(dev: Stack, member: str) -> None:
+    recipient = member
+    key = f"class-opening:c-9085:{recipient}"
+    # +447400030003: undelivered with 30003, which a resend may cure.
+    done = dev.herald(
+        "send", "--key", key, "--recipient", recipient, "--template", "class-opening",
+        "--phone", "+447400030003", "--vars", json.dumps(VARIABLES), "--wait", "--timeout", "60",
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    note = f"herald approve-resend {key} --channel sms --reason TEXT"
+    assert "waiting for an operator's approve-resend (sms)" in done.stdout and note in done.stdout
+    shown = dev.herald("show", key)
+    assert shown.returncode == 0 and note in shown.stdout, shown.stdout + shown.stderr
+
+    approved = dev.herald("approve-resend", key, "--reason", "retry")
+    assert approved.returncode == 0, approved.stdout + approved.stderr
+    # The resend's attempt #2 goes the same way (the simulator's number says so).
+    text = _wait_for_text(dev, key, "  => sms #2: undelivered")
+    # Recorded under the CLI's principal: the admin `herald dev` made for the local user.
+    accepted = f"approve-resend by {local_principal_name(getpass.getuser())} (admin): accepted"
+    approval = next(i for i, line in enumerate(text) if accepted in line)
+    decisions = [i for i, line in enumerate(text) if " decision " in line]
+    # The approval comes before the decision on the attempt it led to.
+    assert len(decisions) == 2 and decisions[0] < approval < decisions[1], "\n".join(text)
+
+
+def test_a_send_missing_several_variables_is_refused_naming_them_all(dev: Stack) -> None:
+    done = dev.herald(
+        "send", "--key", f"class-opening:c-9086:m-{uuid.uuid4().hex[:8]}", "--recipient", "m-1",
+        "--template", "class-opening", "--phone", "+447400000100",
+        "--vars", json.dumps({"class_name": "Spin"}), "--expires-at", "tomorrow",
+        "--country", "FRA", "--artifact", "not-a-hash",
+    )  # fmt: skip
+    line = assert_one_line_error(done, "send")
+    # Every problem the API's schema finds, at once, before anything is recorded.
+    for option in ("--expires-at:", "--country:", "--artifact:"):
+        assert option in line, line
+    again = dev.herald(
+        "send", "--key", f"class-opening:c-9086:m-{uuid.uuid4().hex[:8]}", "--recipient", "m-1",
+        "--template", "class-opening", "--phone", "+447400000100",
+        "--vars", json.dumps({"class_name": "Spin"}),
+    )  # fmt: skip
+    line = assert_one_line_error(again, "send")
+    assert "--vars: template 'class-opening' needs starts_at, hold_until, booking_url" in line
+
+
+def test_demo_on_a_stack_without_the_demo_policy_prints_the_command_that_works(
+    dev: Stack,
+) -> None:
+    # `herald dev --policy demo` started it on the demo policy (the demo story above ran).
+    assert "Herald dev stack is up, policy demo" in dev.output()
+    default, demo = "2026-12-01.1", "demo-2026-12-01.1"  # policies/*.toml
+    assert dev.herald("policy", "activate", default).returncode == 0
+    try:
+        done = dev.herald("demo", "class-opening")
+    finally:
+        assert dev.herald("policy", "activate", demo).returncode == 0
+    assert done.returncode == 2
+    assert (
+        "start it again with `herald dev --policy demo`, then run `herald demo class-opening`"
+        in done.stderr
+    )
+
+
+def _wait_for_text(stack: Stack, key: str, line: str, within: float = 60) -> list[str]:
+    """`herald show KEY`'s lines once one of them starts with `line`."""
+    deadline = time.monotonic() + within
+    while True:
+        lines = stack.herald("show", key).stdout.splitlines()
+        if any(each.startswith(line) for each in lines):
+            return lines
+        if time.monotonic() > deadline:
+            pytest.fail(f"no {line!r} for {key} within {within:.0f} s:\n" + "\n".join(lines))
+        time.sleep(0.5)
+
+
+def _no_python_reprs(text: str) -> None:
+    assert "datetime.datetime(" not in text and not re.search(r"\bNone\b", text), text
 
 
 def test_zz_sigterm_stops_the_stack_and_leaves_no_process(dev: Stack) -> None:

@@ -38,7 +38,8 @@ async def test_a_suppression_from_the_cli_denies_until_it_is_lifted(herald, cli_
     again = herald("suppression", "add", PHONE, "--channel", "sms")
     assert again.returncode == 0 and "already active, nothing added" in again.stdout
     listed = herald("suppression", "list", "+44 7400 032002", "--channel", "sms", "--json")
-    assert [(r["id"], r["active"]) for r in listed.json()] == [(added["id"], True)]
+    # POST /v1/suppressions/search's document (SuppressionList).
+    assert [(r["id"], r["active"]) for r in listed.json()["items"]] == [(added["id"], True)]
     assert PHONE not in listed.stdout and "7400" not in listed.stdout
 
     lifted = herald("suppression", "lift", str(added["id"]), "--source", "ops-ada", "--json")
@@ -46,7 +47,7 @@ async def test_a_suppression_from_the_cli_denies_until_it_is_lifted(herald, cli_
     allowed = await ledger.authorize(AuthorizeInput(intent_id, "sms", 2))
     assert allowed.outcome == "allow", allowed
     history = herald("suppression", "list", PHONE, "--json").json()
-    assert [(r["id"], r["active"]) for r in history] == [(added["id"], False)]
+    assert [(r["id"], r["active"]) for r in history["items"]] == [(added["id"], False)]
 
 
 @pytest.mark.parametrize(

@@ -207,3 +207,20 @@ def test_an_empty_render_is_refused() -> None:
 def test_a_bad_catalog_is_refused(text: str, message: str) -> None:
     with pytest.raises(TemplateError, match=message):
         parse_catalog(text)
+
+
+def test_missing_variables_names_every_one_a_render_needs_not_only_the_first():
+    from domain.templates import missing_variables, variables_of
+
+    t = TemplateVersion(
+        "k",
+        1,
+        "email",
+        "en",
+        "Hi {{ a }} {{ b }}{% if c %} {{ d }}{% endif %} {{ e | default('') }}",
+        subject="About {{ f }}",
+    )
+    assert missing_variables(t, {}) == ["a", "b", "c", "f"]
+    assert missing_variables(t, {"a": 1, "c": True}) == ["b", "d", "f"]
+    assert missing_variables(t, {"a": 1, "b": 2, "c": False, "f": 3}) == []
+    assert variables_of(t) == ["a", "b", "c", "d", "e", "f"]

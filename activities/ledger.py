@@ -391,5 +391,7 @@ async def _cancel_requester(prefix: str) -> str:
     for event in response.history.events:
         if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED:
             identity = event.workflow_execution_cancel_requested_event_attributes.identity
-            return f"{prefix}:{identity}" if identity else prefix
+            # operator_action.operator holds 120 characters; a longer identity would be
+            # refused by Postgres on every retry and hold the run open for ever.
+            return f"{prefix}:{identity}"[:120] if identity else prefix
     return prefix

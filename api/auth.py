@@ -83,6 +83,13 @@ class Authenticator:
         offered = hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
         return hmac.compare_digest(offered, self._break_glass_sha256)
 
+    def is_break_glass_digest(self, token_sha256: str) -> bool:
+        """Whether a stored SHA-256 (hex) is that of today's break-glass token: a console
+        session opened with an earlier one ends when the token is changed."""
+        if self._break_glass_sha256 is None:
+            return False
+        return hmac.compare_digest(token_sha256.encode(), self._break_glass_sha256.hex().encode())
+
     async def principal_of(self, authorization: str | None) -> Principal | None:
         """The principal an `Authorization` header authenticates, or None."""
         scheme, _, credentials = (authorization or "").partition(" ")

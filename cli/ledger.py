@@ -681,7 +681,7 @@ def register(add: Callable[..., argparse.ArgumentParser]) -> dict[str, Command]:
     hold = add(
         "legal-hold",
         "put an intent on legal hold (exempt from purge) or lift it",
-        example="herald legal-hold order-created:o-77 --on --operator ada --reason 'case 12'",
+        example="herald legal-hold order-created:o-77 --on --reason 'case 12'",
     )
     hold.add_argument("intent", help="intent id or business key")
     switch = hold.add_mutually_exclusive_group(required=True)

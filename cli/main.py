@@ -29,6 +29,8 @@ from runtime.loop import run
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
+    from domain.principals import Principal
+
 FINAL_STATES = frozenset(
     {"delivered", "sent", "undelivered", "failed", "denied", "cancelled", "expired", "unknown"}
 )
@@ -118,7 +120,7 @@ async def _client(cfg: settings_module.Settings):  # type: ignore[no-untyped-def
         ) from err
 
 
-def _acting(cfg: settings_module.Settings, access: Any) -> Any:
+def _acting(cfg: settings_module.Settings, access: Any) -> Principal:
     """The principal this command acts as: the token in HERALD_TOKEN or the data folder's
     token file, checked like the API checks it (HERALD_OPERATOR_TOKEN is break-glass
     admin). What it does is recorded under that name and role, never under a flag."""
@@ -218,7 +220,7 @@ async def cmd_show(args: argparse.Namespace, cfg: settings_module.Settings) -> i
         return 0
     # An unknown key or an unreachable ledger is reported by `operational_error`.
     with _sessions(cfg)() as session:
-        doc = timeline.timeline(session, args.intent)
+        doc = timeline.timeline(session, args.intent, cipher=_masking_cipher(cfg))
     if args.json:
         _print_json(api_document(Timeline, doc))
         return 0
@@ -438,6 +440,17 @@ async def cmd_send(args: argparse.Namespace, cfg: settings_module.Settings) -> i
     return 0 if doc["intent"]["state"] in REACHED else 1
 
 
+def _masking_cipher(cfg: settings_module.Settings) -> Any:
+    """The cipher that masks destinations in a timeline (`+44********42`), as the API's
+    answer has them; without a data key the timeline is shown without them."""
+    from ledger.crypto import FieldCipher
+
+    try:
+        return FieldCipher(cfg.resolved_data_keys())
+    except settings_module.MissingDataKey:
+        return None
+
+
 async def cmd_cancel(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
     from api.schemas import CancelOutcome
     from domain.principals import Access
@@ -446,7 +459,8 @@ async def cmd_cancel(args: argparse.Namespace, cfg: settings_module.Settings) ->
     client = await _client(cfg)
     result = await client.cancel(args.intent, by=by, reason=args.reason)
     if args.json:
-        _print_json(api_document(CancelOutcome, result))
+        # The API's answer names who it was recorded under; so does the CLI's.
+        _print_json(api_document(CancelOutcome, {**asdict(result), "operator": by.name}))
     else:
         print(result.message)
     return 0
@@ -462,7 +476,7 @@ async def cmd_approve_resend(args: argparse.Namespace, cfg: settings_module.Sett
         args.intent, channel=args.channel, by=by, reason=args.reason
     )
     if args.json:
-        _print_json(api_document(ResendOutcome, result))
+        _print_json(api_document(ResendOutcome, {**asdict(result), "operator": by.name}))
     else:
         print(("accepted: " if result.accepted else "refused: ") + result.message)
     return 0 if result.accepted else 3
@@ -511,6 +525,7 @@ async def cmd_consent(args: argparse.Namespace, cfg: settings_module.Settings) -
             )
             doc = ConsentList(items=[ConsentView.of(r) for r in rows]).model_dump(mode="json")
         elif args.revoke:
+            assert by is not None  # acting, not listing
             ended = evidence.revoke_consent_by(
                 session,
                 by,
@@ -524,6 +539,7 @@ async def cmd_consent(args: argparse.Namespace, cfg: settings_module.Settings) -
                 revoked_at=now, ended=[ConsentView.of(c) for c in ended]
             ).model_dump(mode="json")
         else:
+            assert by is not None  # acting, not listing
             row = evidence.record_consent_by(
                 session,
                 by,

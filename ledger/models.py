@@ -308,6 +308,9 @@ class ConsoleSession(Base):
     role: Mapped[str] = mapped_column(String(20))
     csrf_token: Mapped[str] = mapped_column(String(64))
     """Sent back in a hidden field of every form; a POST without it is refused."""
+    credential_sha256: Mapped[str] = mapped_column(String(64))
+    """SHA-256 of the token signed in with: the session lives only while that token is the
+    principal's (a rotate ends it) or, for break-glass, HERALD_OPERATOR_TOKEN's."""
     created_at: Mapped[datetime]
     last_seen_at: Mapped[datetime]
     """Refreshed on each request; past the idle limit the session is over."""

@@ -77,7 +77,9 @@ def console_router(ingress: "Ingress") -> APIRouter:
         value = request.cookies.get(sessions.COOKIE)
 
         def work(session: Session) -> SignedIn | None:
-            return sessions.resume(session, value, sessions.now())
+            return sessions.resume(
+                session, value, sessions.now(), break_glass=ingress.auth.is_break_glass_digest
+            )
 
         who = await ingress.tx(work) if value else None
         if who is None:
@@ -140,7 +142,9 @@ def console_router(ingress: "Ingress") -> APIRouter:
                 error="That name and token do not match a principal who may use the console.",
                 entered_name=name,
             )
-        value, _ = await ingress.tx(lambda s: sessions.start(s, principal, sessions.now()))
+        value, _ = await ingress.tx(
+            lambda s: sessions.start(s, principal, token.strip(), sessions.now())
+        )
         log.info("console sign-in: %s (%s)", principal.name, principal.role.value)
         response = RedirectResponse("/console", status_code=303)
         response.set_cookie(

@@ -566,6 +566,7 @@ SET_TITLES = {
     reconcile.CANCELLED_THEN_DELIVERED: "Cancelled intents that later produced a delivery",
     reconcile.UNKNOWN_OUTCOME: "Unknown outcomes",
     reconcile.ORPHAN_OBSERVATION: "Observations with no attempt",
+    reconcile.WORKFLOW_CLOSED_INTENT_OPEN: "Open intents whose workflow was closed (terminated)",
 }
 
 

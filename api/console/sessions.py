@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -19,6 +20,7 @@ from sqlalchemy.orm import Session
 
 from domain.principals import BREAK_GLASS_NAME, Access, Principal, Role
 from ledger.models import ConsoleSession, PrincipalRecord
+from ledger.principals import token_hash
 
 COOKIE = "herald_console"
 IDLE_LIMIT = timedelta(minutes=30)
@@ -48,8 +50,9 @@ def _digest(value: str) -> str:
     return hashlib.sha256(value.encode()).hexdigest()
 
 
-def start(session: Session, principal: Principal, now: datetime) -> tuple[str, str]:
-    """A new session for `principal`: (cookie value, CSRF token)."""
+def start(session: Session, principal: Principal, token: str, now: datetime) -> tuple[str, str]:
+    """A new session for `principal`, who signed in with `token`: (cookie value, CSRF
+    token). Only the token's hash is kept, to end the session when the token changes."""
     value = secrets.token_urlsafe(32)
     csrf = secrets.token_urlsafe(32)
     session.add(
@@ -58,6 +61,7 @@ def start(session: Session, principal: Principal, now: datetime) -> tuple[str, s
             principal=principal.name,
             role=principal.role.value,
             csrf_token=csrf,
+            credential_sha256=token_hash(token),
             created_at=now,
             last_seen_at=now,
         )
@@ -65,21 +69,38 @@ def start(session: Session, principal: Principal, now: datetime) -> tuple[str, s
     return value, csrf
 
 
-def resume(session: Session, value: str | None, now: datetime) -> SignedIn | None:
+def resume(
+    session: Session,
+    value: str | None,
+    now: datetime,
+    *,
+    break_glass: Callable[[str], bool],
+) -> SignedIn | None:
     """The live session the cookie names, its idle clock restarted; None when there is
-    none (no cookie, signed out, idle too long)."""
+    none (no cookie, signed out, idle too long, or the token it was opened with is no
+    longer the principal's: revoked or rotated; `break_glass` says whether a hash is that
+    of today's HERALD_OPERATOR_TOKEN)."""
     if not value:
         return None
     row = session.get(ConsoleSession, _digest(value))
     if row is None or row.ended_at is not None or now - row.last_seen_at > IDLE_LIMIT:
         return None
     role = Role(row.role)
-    if row.principal != BREAK_GLASS_NAME:
-        # A revoke (or a role change) takes effect on the session's next request.
+    if row.principal == BREAK_GLASS_NAME:
+        if not break_glass(row.credential_sha256):
+            row.ended_at = now
+            return None
+    else:
+        # A revoke, a rotate (a leaked token's usual answer) or a role change takes effect
+        # on the session's next request.
         record = session.execute(
             select(PrincipalRecord).where(PrincipalRecord.name == row.principal)
         ).scalar_one_or_none()
-        if record is None or record.revoked_at is not None:
+        if (
+            record is None
+            or record.revoked_at is not None
+            or not hmac.compare_digest(record.token_sha256, row.credential_sha256)
+        ):
             row.ended_at = now
             return None
         role = Role(record.role)

@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from api.app import Ingress, create_app
 from api.console import reads
 from domain.principals import BREAK_GLASS_NAME, Principal, Role
 from ledger import evidence, principals, reconcile
@@ -24,7 +25,15 @@ from ledger.models import (
     ReviewItem,
     Suppression,
 )
-from tests.api.conftest import OPERATOR_TOKEN, random_mobile, submitted_attempt
+from starter.client import HeraldClient
+from tests.api.conftest import (
+    AUTH_TOKEN,
+    OPERATOR_TOKEN,
+    PUBLIC_BASE,
+    UNSUBSCRIBE_SECRET,
+    random_mobile,
+    submitted_attempt,
+)
 from tests.conftest import unique
 
 pytestmark = pytest.mark.ledger
@@ -250,6 +259,28 @@ async def test_resolving_a_review_item_records_who_and_the_note(http, committed,
         )
 
 
+async def test_an_intent_whose_workflow_was_terminated_is_its_own_set(http, committed, cipher):
+    sent = submitted_attempt(committed, cipher)
+    now = datetime.now(UTC)
+    row = reconcile.ReviewRow(
+        kind=reconcile.WORKFLOW_CLOSED_INTENT_OPEN,
+        subject=f"intent:{sent.intent_id}",
+        since=now,
+        age=now - now,
+        intent_id=sent.intent_id,
+    )
+    with committed.begin() as session:
+        reconcile.record_review_items(session, [row], now)
+        item = session.execute(
+            select(ReviewItem).where(ReviewItem.subject == f"intent:{sent.intent_id}")
+        ).scalar_one()
+    name, token = principal(committed, Role.VIEWER)
+    await sign_in(http, name, token)
+    page = await http.get("/console/reconciliation")
+    assert "Open intents whose workflow was closed (terminated)" in page.text
+    assert f"/console/intents/{sent.intent_id}" in page.text and str(item.id) in page.text
+
+
 async def test_the_csv_has_states_and_versions_and_no_destination(http, committed, cipher):
     phone = random_mobile()
     sent = submitted_attempt(committed, cipher, phone=phone)
@@ -325,6 +356,39 @@ async def test_a_revoked_principal_is_signed_out_on_its_next_request(http, commi
     with committed.begin() as session:
         principals.revoke(session, name, by=Principal("test", Role.ADMIN), at=datetime.now(UTC))
     assert (await http.get("/console")).status_code == 303
+
+
+async def test_a_rotated_token_ends_the_sessions_opened_with_the_old_one(http, committed):
+    name, token = principal(committed, Role.OPERATOR)
+    await sign_in(http, name, token)
+    with committed.begin() as session:
+        issued = principals.rotate(
+            session, name, by=Principal("test", Role.ADMIN), at=datetime.now(UTC)
+        )
+    assert (await http.get("/console")).status_code == 303
+    await sign_in(http, name, issued.token)  # the new token opens a new one
+    assert (await http.get("/console")).status_code == 200
+
+
+async def test_a_break_glass_session_ends_when_the_break_glass_token_is_changed(
+    http, committed, cipher, temporal
+):
+    await sign_in(http, BREAK_GLASS_NAME, OPERATOR_TOKEN)
+    assert (await http.get("/console")).status_code == 200
+    # The same ledger served by an API restarted with another HERALD_OPERATOR_TOKEN.
+    changed = Ingress(
+        HeraldClient(temporal, committed, cipher),
+        auth_token=AUTH_TOKEN,
+        public_base_url=PUBLIC_BASE,
+        operator_token="a-new-break-glass-token",
+        unsubscribe_secret=UNSUBSCRIBE_SECRET,
+    )
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=create_app(changed)),
+        base_url=str(http.base_url),
+        cookies=http.cookies,
+    ) as restarted:
+        assert (await restarted.get("/console")).status_code == 303
 
 
 async def open_items_metric(http: httpx.AsyncClient) -> float:

@@ -22,6 +22,7 @@ def upgrade() -> None:
         sa.Column("principal", sa.String(length=120), nullable=False),
         sa.Column("role", sa.String(length=20), nullable=False),
         sa.Column("csrf_token", sa.String(length=64), nullable=False),
+        sa.Column("credential_sha256", sa.String(length=64), nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("last_seen_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("ended_at", sa.DateTime(timezone=True), nullable=True),

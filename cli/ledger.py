@@ -325,6 +325,9 @@ def _timed(
 async def cmd_policy(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
     from sqlalchemy import select
 
+    from cli.main import _acting
+    from domain.principals import Access
+    from ledger import principals
     from ledger.models import PolicyVersion
     from ledger.templates import activate_policy
 
@@ -363,11 +366,15 @@ async def cmd_policy(args: argparse.Namespace, cfg: settings_module.Settings) ->
             out = {**summary(row), "document": row.document}
         _emit(out, args.json, lambda o: o["document"].rstrip())
         return 0
+    by = _acting(cfg, Access.ADMINISTER)
     with _session(cfg, write=True) as session:
         try:
             activate_policy(session, args.version)
         except LookupError as err:
             raise CliError(f"{err.args[0]} (see `herald policy list`)") from err
+        principals.record_audit(
+            session, by=by, action="policy.activate", subject=args.version, at=datetime.now(UTC)
+        )
         row = session.get(PolicyVersion, args.version)
         assert row is not None
         session.refresh(row)
@@ -382,6 +389,9 @@ async def cmd_policy(args: argparse.Namespace, cfg: settings_module.Settings) ->
 async def cmd_template(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
     from sqlalchemy import select
 
+    from cli.main import _acting
+    from domain.principals import Access
+    from ledger import principals
     from ledger.models import TemplateVersionRow
     from ledger.templates import activate_template
 
@@ -413,6 +423,7 @@ async def cmd_template(args: argparse.Namespace, cfg: settings_module.Settings) 
         return 0
     if args.template_command == "show":
         return _template_show(args, cfg)
+    by = _acting(cfg, Access.ADMINISTER)
     with _session(cfg, write=True) as session:
         scope = [TemplateVersionRow.key == args.key]
         if args.channel:
@@ -450,6 +461,14 @@ async def cmd_template(args: argparse.Namespace, cfg: settings_module.Settings) 
             )
         except LookupError as err:
             raise CliError(str(err)) from err
+        principals.record_audit(
+            session,
+            by=by,
+            action="template.activate",
+            subject=f"{args.key}@v{args.version}",
+            at=datetime.now(UTC),
+            detail={"channel": args.channel or "*", "locale": args.locale or "*"},
+        )
         session.flush()
         out = [
             summary(r)

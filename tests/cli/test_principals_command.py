@@ -54,3 +54,25 @@ def test_add_as_break_glass_rotate_revoke_and_refusals_in_one_line(cli_ledger: L
         ("principal.rotated", "cli-admin", "admin"),
         ("principal.revoked", "cli-admin", "admin"),
     ]
+
+
+def test_activating_a_policy_needs_an_admin_and_is_audited(cli_ledger: Ledger) -> None:
+    operator = _herald(
+        cli_ledger, "principals", "add", f"op-{uuid.uuid4().hex[:8]}", "--role", "operator",
+        "--json",
+    ).json()  # fmt: skip
+    version = "2026-12-01.1"  # policies/default.toml, the one the CLI's ledger is seeded with
+    refused = _herald(cli_ledger, "policy", "activate", version, HERALD_TOKEN=operator["token"])
+    assert "needs the admin role" in assert_one_line_error(refused, "policy")
+    with cli_ledger.sessions() as session:
+        before = session.execute(
+            select(AuditEvent.id).where(AuditEvent.action == "policy.activate")
+        ).all()
+    assert _herald(cli_ledger, "policy", "activate", version).returncode == 0
+    with cli_ledger.sessions() as session:
+        trail = session.execute(
+            select(AuditEvent.actor, AuditEvent.subject)
+            .where(AuditEvent.action == "policy.activate")
+            .order_by(AuditEvent.id)
+        ).all()
+    assert len(trail) == len(before) + 1 and tuple(trail[-1]) == ("cli-admin", version)

@@ -106,12 +106,18 @@ def register(add: Callable[..., argparse.ArgumentParser]) -> dict[str, Any]:
     sub = top.add_subparsers(dest="principals_command", required=True)
     add_p = sub.add_parser("add", help="add a principal and print its token once")
     add_p.add_argument("name", help="letters, digits, '.', '_' or '-' (at most 80)")
-    add_p.add_argument("--role", required=True, choices=[r.value for r in ORDER])
+    add_p.add_argument(
+        "--role",
+        required=True,
+        choices=[r.value for r in ORDER],
+        help="what it may do (docs/api.md, 'Principals and roles'): app creates and reads "
+        "intents, viewer reads evidence, operator acts, admin manages",
+    )
     list_p = sub.add_parser("list", help="name, role, created, last used, revoked (no tokens)")
     revoke_p = sub.add_parser("revoke", help="revoke a principal: its token stops working")
-    revoke_p.add_argument("name")
+    revoke_p.add_argument("name", help="the principal whose token stops working at once")
     rotate_p = sub.add_parser("rotate", help="a new token; the old one stops working at once")
-    rotate_p.add_argument("name")
+    rotate_p.add_argument("name", help="the principal to give a new token (printed once)")
     for sp in (add_p, list_p, revoke_p, rotate_p):
         sp.add_argument("--json", action="store_true", help="print JSON")
     return {"principals": cmd_principals}

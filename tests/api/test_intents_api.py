@@ -103,7 +103,7 @@ async def test_every_problem_of_a_request_is_named_at_once(http, committed):
         template_key="class-opening",
         template_version=None,
         variables={"class_name": "Spin"},
-        phone="+1 555",
+        phone="+1555000",  # E.164 in form (the schema's pattern), but no such number
         timezone="Mars/Olympus",
     )
     answer = await http.post("/v1/intents", json=doc, headers=BEARER)

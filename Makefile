@@ -8,8 +8,9 @@ STAMP := $(VENV)/.installed
 
 # The browser tier (tests/console) drives Debian's Chromium through Playwright;
 # `playwright install` is never run (it downloads a browser build). Root on every machine
-# here, CI included; elsewhere install the `chromium` package yourself.
+# here, CI included; as another user it asks sudo (or install the `chromium` package yourself).
 CHROMIUM := /usr/bin/chromium
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -24,7 +25,7 @@ dev: $(STAMP)
 	$(BIN)/herald dev
 
 chromium:
-	test -x $(CHROMIUM) || (apt-get update -qq && apt-get install -y -qq chromium)
+	test -x $(CHROMIUM) || ($(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium)
 
 test: lint chromium
 	$(BIN)/pytest -q

@@ -39,6 +39,7 @@ HERE = Path(__file__).resolve().parent
 templates = Jinja2Templates(directory=HERE / "templates")
 templates.env.filters["when"] = reads.when
 templates.env.globals["states"] = reads.STATES
+templates.env.globals["attempt_states"] = reads.ATTEMPT_STATES
 REFRESH_SECONDS = 5
 HEADERS = {
     # Nothing but the app's own files; no inline script; never framed.
@@ -195,6 +196,8 @@ def console_router(ingress: "Ingress") -> APIRouter:
         created_from: str | None,
         created_to: str | None,
         key_prefix: str | None,
+        attempt_state: str | None,
+        attempt_from: str | None,
     ) -> reads.IntentFilter:
         def moment(name: str, value: str | None) -> datetime | None:
             if not value:
@@ -211,6 +214,8 @@ def console_router(ingress: "Ingress") -> APIRouter:
             raise HTTPException(400, f"state: one of {', '.join(reads.STATES)}")
         if channel and channel not in ("sms", "email"):
             raise HTTPException(400, "channel: sms or email")
+        if attempt_state and attempt_state not in reads.ATTEMPT_STATES:
+            raise HTTPException(400, f"attempt state: one of {', '.join(reads.ATTEMPT_STATES)}")
         return reads.IntentFilter(
             state=state or None,
             channel=channel or None,
@@ -220,6 +225,8 @@ def console_router(ingress: "Ingress") -> APIRouter:
             created_from=moment("created from", created_from),
             created_to=moment("created to", created_to),
             key_prefix=key_prefix or None,
+            attempt_state=attempt_state or None,
+            attempt_from=moment("attempt from", attempt_from),
         )
 
     Filter = Annotated[str | None, Query(max_length=200)]
@@ -233,9 +240,20 @@ def console_router(ingress: "Ingress") -> APIRouter:
         created_from: Filter = None,
         created_to: Filter = None,
         key_prefix: Filter = None,
+        attempt_state: Filter = None,
+        attempt_from: Filter = None,
     ) -> reads.IntentFilter:
         return parse_filter(
-            state, channel, event_type, region, category, created_from, created_to, key_prefix
+            state,
+            channel,
+            event_type,
+            region,
+            category,
+            created_from,
+            created_to,
+            key_prefix,
+            attempt_state,
+            attempt_from,
         )
 
     @router.get("/intents", response_class=HTMLResponse)

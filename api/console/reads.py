@@ -58,6 +58,7 @@ SCAN_PER_PAGE = 2000
 """Rows read per page when a state filter is on (the state is derived, not stored); a page
 that did not fill links on from where the scan stopped, so paging has no cap."""
 STATES = [s.value for s in IntentState]
+ATTEMPT_STATES = [s.value for s in AttemptState]
 
 
 def when(value: datetime | str | None, *, with_date: bool = True) -> str:
@@ -83,6 +84,11 @@ class IntentFilter:
     created_from: datetime | None = None
     created_to: datetime | None = None
     key_prefix: str | None = None
+    attempt_state: str | None = None
+    """Intents with an attempt in this state (the overview's attempt counts lead here)."""
+    attempt_from: datetime | None = None
+    """Intents with an attempt prepared at or after this time (with `attempt_state`, the
+    same attempt)."""
     recipient_hmac: str | None = None
     """From the POST search only: never in a URL."""
 
@@ -97,6 +103,8 @@ class IntentFilter:
             "created_from": self.created_from.isoformat() if self.created_from else None,
             "created_to": self.created_to.isoformat() if self.created_to else None,
             "key_prefix": self.key_prefix,
+            "attempt_state": self.attempt_state,
+            "attempt_from": self.attempt_from.isoformat() if self.attempt_from else None,
         }
         return {k: v for k, v in out.items() if v}
 
@@ -118,6 +126,13 @@ class IntentFilter:
         if self.key_prefix:
             escaped = self.key_prefix.replace("\\", "\\\\").replace("%", r"\%").replace("_", r"\_")
             query = query.where(Intent.business_key.like(escaped + "%", escape="\\"))
+        if self.attempt_state or self.attempt_from:
+            attempt = exists().where(Attempt.intent_id == Intent.id)
+            if self.attempt_state:
+                attempt = attempt.where(Attempt.state == self.attempt_state)
+            if self.attempt_from:
+                attempt = attempt.where(Attempt.prepared_at >= self.attempt_from)
+            query = query.where(attempt)
         if self.state:
             query = query.where(could_be(self.state))
         if self.recipient_hmac:

@@ -4,6 +4,7 @@ and the actions, and that contact data stays out of URLs and HTML unless reveale
 from __future__ import annotations
 
 import csv
+import html
 import io
 import re
 from datetime import UTC, datetime
@@ -328,6 +329,38 @@ async def test_the_list_pages_by_keyset_with_no_gap_and_counts_by_state(http, co
     assert page.status_code == 200 and f"{prefix}:0" in page.text
     bad = await http.get("/console/intents", params={"created_from": "yesterday"})
     assert bad.status_code == 400 and "created from" in bad.text
+
+
+async def test_the_overviews_attempt_counts_and_latencies_lead_to_their_intents(
+    http, committed, cipher
+):
+    sent = submitted_attempt(committed, cipher)
+    with committed() as session:
+        key = session.get(Intent, sent.intent_id).business_key  # type: ignore[union-attr]
+    await sign_in(http, *principal(committed, Role.VIEWER))
+    overview = (await http.get("/console")).text
+    links = [
+        html.unescape(href)
+        for href in re.findall(r'href="(/console/intents\?attempt_state=[^"]+)"', overview)
+    ]
+    # The last hour's "submitted" attempt count (the first window) leads to the intents with
+    # such an attempt prepared in that hour; p50 and p95 to the day's delivered intents.
+    submitted = [u for u in links if u.startswith("/console/intents?attempt_state=submitted&")]
+    assert len(submitted) == 2 and "&attempt_from=" in submitted[0]
+    listed = await http.get(submitted[0])
+    assert listed.status_code == 200 and sent.intent_id in listed.text
+    assert len([u for u in links if "attempt_state=delivered&created_from=" in u]) == 2
+    # The filter itself: the intent's only attempt is submitted, prepared just now.
+    for params, shown in (
+        ({"attempt_state": "submitted"}, True),
+        ({"attempt_state": "delivered"}, False),
+        ({"attempt_from": "2999-01-01T00:00"}, False),
+        ({"attempt_state": "submitted", "attempt_from": "2000-01-01T00:00"}, True),
+    ):
+        page = await http.get("/console/intents", params={"key_prefix": key, **params})
+        assert page.status_code == 200 and (sent.intent_id in page.text) == shown, params
+    bad = await http.get("/console/intents", params={"attempt_state": "lost"})
+    assert bad.status_code == 400 and "attempt state" in bad.text
 
 
 async def test_a_viewer_sees_no_action_and_the_server_refuses_one_anyway(http, committed, cipher):

@@ -28,6 +28,7 @@ from sqlalchemy import (
     exists,
     func,
     literal,
+    null,
     or_,
     select,
     text,
@@ -40,7 +41,7 @@ from domain.intents import IntentState, derive_intent_state
 from domain.policy import Outcome
 from domain.states import AttemptState
 from ledger import reconcile
-from ledger.listing import derive_states, state_of
+from ledger.listing import state_of
 from ledger.models import (
     Attempt,
     Consent,
@@ -338,6 +339,19 @@ every intent of a large ledger on each page would cost a second per page."""
 
 def counts_by_state(session: Session, flt: IntentFilter, *, cap: int = COUNT_CAP) -> StateCounts:
     """How many of the filter's newest `cap` intents (its state aside) are in each state."""
+    counted, capped = _counted(session, flt, cap=cap)
+    counts: Counter[str] = Counter()
+    for (_, state), n in counted.items():
+        counts[state] += n
+    return StateCounts({s: counts[s] for s in STATES if counts[s]}, capped)
+
+
+def _counted(
+    session: Session, flt: IntentFilter, *, cap: int, slot: Any = None
+) -> tuple[Counter[tuple[Any, str]], bool]:
+    """(slot, derived state) -> intents, over the filter's newest `cap` intents (its state
+    aside), and whether it matches more. `slot` is an optional SQL expression over Intent
+    grouped too (the overview's hour)."""
     plan_for_these_values(session)
     now = datetime.now(UTC)
     newest_first = (Intent.created_at.desc(), Intent.id.desc())
@@ -365,33 +379,27 @@ def counts_by_state(session: Session, flt: IntentFilter, *, cap: int = COUNT_CAP
                 and_(Intent.expires_at.is_not(None), Intent.expires_at <= now).label("past_expiry"),
                 and_(Intent.send_at.is_not(None), Intent.send_at > now).label("scheduled"),
                 (func.row_number().over(order_by=newest_first) > cap).label("beyond"),
+                (slot if slot is not None else null()).label("slot"),
             )
         )
         .order_by(*newest_first)
         .limit(cap + 1)  # one more: whether the filter matches more than `cap`
         .subquery("f")
     )
-    rows = session.execute(
-        select(
-            base.c.states,
-            base.c.outcome,
-            base.c.cancelled,
-            base.c.past_expiry,
-            base.c.scheduled,
-            func.count(),
-            base.c.beyond,
-        ).group_by(
-            base.c.states,
-            base.c.outcome,
-            base.c.cancelled,
-            base.c.past_expiry,
-            base.c.scheduled,
-            base.c.beyond,
-        )
+    facts = (
+        base.c.states,
+        base.c.outcome,
+        base.c.cancelled,
+        base.c.past_expiry,
+        base.c.scheduled,
+        base.c.beyond,
+        base.c.slot,
     )
-    counts: Counter[str] = Counter()
+    counts: Counter[tuple[Any, str]] = Counter()
     capped = False
-    for names, outcome, cancelled, past_expiry, scheduled, n, beyond in rows:
+    for names, outcome, cancelled, past_expiry, scheduled, beyond, at, n in session.execute(
+        select(*facts, func.count()).group_by(*facts)
+    ):
         if beyond:
             capped = True
             continue
@@ -403,8 +411,8 @@ def counts_by_state(session: Session, flt: IntentFilter, *, cap: int = COUNT_CAP
             expired=past_expiry and not attempt_states,
             scheduled=scheduled,
         )
-        counts[derived.value] += n
-    return StateCounts({s: counts[s] for s in STATES if counts[s]}, capped)
+        counts[(at, derived.value)] += n
+    return counts, capped
 
 
 CSV_COLUMNS = [
@@ -834,18 +842,12 @@ def overview(session: Session, now: datetime) -> Overview:
     hours: list[dict[str, Any]] = [
         {"start": start + timedelta(hours=h), "counts": Counter()} for h in range(24)
     ]
-    recent = list(
-        session.execute(
-            select(Intent).where(Intent.created_at >= start).order_by(Intent.created_at)
-        ).scalars()
-    )
-    states = derive_states(session, recent, now)
-    for intent in recent:
-        slot = int((intent.created_at - start).total_seconds() // 3600)
-        outcome = states[intent.id]
-        hours[min(max(slot, 0), 23)]["counts"][
+    hour_of = func.floor(func.extract("epoch", Intent.created_at - start) / 3600)
+    by_hour, _ = _counted(session, IntentFilter(created_from=start), cap=10_000_000, slot=hour_of)
+    for (slot, outcome), n in by_hour.items():
+        hours[min(max(int(slot), 0), 23)]["counts"][
             outcome if outcome in CHART_OUTCOMES else "other"
-        ] += 1
+        ] += n
     return Overview(
         intents,
         attempts,

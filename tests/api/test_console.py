@@ -7,7 +7,8 @@ import csv
 import html
 import io
 import re
-from datetime import UTC, datetime
+from collections import Counter
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
@@ -361,6 +362,21 @@ async def test_the_overviews_attempt_counts_and_latencies_lead_to_their_intents(
         assert page.status_code == 200 and (sent.intent_id in page.text) == shown, params
     bad = await http.get("/console/intents", params={"attempt_state": "lost"})
     assert bad.status_code == 400 and "attempt state" in bad.text
+
+
+def test_the_overviews_chart_counts_each_new_intent_by_its_derived_state(committed, cipher):
+    # One window for both reads: a minute ahead, so the new intent falls inside it.
+    now = datetime.now(UTC) + timedelta(minutes=1)
+
+    def charted() -> Counter[str]:
+        with committed() as session:
+            hours = reads.overview(session, now).hours
+        return sum((Counter(h["counts"]) for h in hours), Counter())
+
+    before = charted()
+    submitted_attempt(committed, cipher)  # derived state: sending, drawn as "other"
+    after = charted()
+    assert after - before == Counter({"other": 1})
 
 
 async def test_a_viewer_sees_no_action_and_the_server_refuses_one_anyway(http, committed, cipher):

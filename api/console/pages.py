@@ -198,6 +198,7 @@ def console_router(ingress: "Ingress") -> APIRouter:
         key_prefix: str | None,
         attempt_state: str | None,
         attempt_from: str | None,
+        both_channels: str | None,
     ) -> reads.IntentFilter:
         def moment(name: str, value: str | None) -> datetime | None:
             if not value:
@@ -214,6 +215,8 @@ def console_router(ingress: "Ingress") -> APIRouter:
             raise HTTPException(400, f"state: one of {', '.join(reads.STATES)}")
         if channel and channel not in ("sms", "email"):
             raise HTTPException(400, "channel: sms or email")
+        if both_channels not in (None, "", "1"):
+            raise HTTPException(400, "both channels: 1 (or leave it out)")
         if attempt_state and attempt_state not in reads.ATTEMPT_STATES:
             raise HTTPException(400, f"attempt state: one of {', '.join(reads.ATTEMPT_STATES)}")
         return reads.IntentFilter(
@@ -227,6 +230,7 @@ def console_router(ingress: "Ingress") -> APIRouter:
             key_prefix=key_prefix or None,
             attempt_state=attempt_state or None,
             attempt_from=moment("attempt from", attempt_from),
+            both_channels=both_channels == "1",
         )
 
     Filter = Annotated[str | None, Query(max_length=200)]
@@ -242,6 +246,7 @@ def console_router(ingress: "Ingress") -> APIRouter:
         key_prefix: Filter = None,
         attempt_state: Filter = None,
         attempt_from: Filter = None,
+        both_channels: Filter = None,
     ) -> reads.IntentFilter:
         return parse_filter(
             state,
@@ -254,6 +259,7 @@ def console_router(ingress: "Ingress") -> APIRouter:
             key_prefix,
             attempt_state,
             attempt_from,
+            both_channels,
         )
 
     @router.get("/intents", response_class=HTMLResponse)

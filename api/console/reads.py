@@ -90,6 +90,9 @@ class IntentFilter:
     attempt_from: datetime | None = None
     """Intents with an attempt prepared at or after this time (with `attempt_state`, the
     same attempt)."""
+    both_channels: bool = False
+    """Intents with an SMS and an email attempt (with `attempt_from`, both prepared from
+    then): those the overview's fallback rate counts as falling back."""
     recipient_hmac: str | None = None
     """From the POST search only: never in a URL."""
 
@@ -106,6 +109,7 @@ class IntentFilter:
             "key_prefix": self.key_prefix,
             "attempt_state": self.attempt_state,
             "attempt_from": self.attempt_from.isoformat() if self.attempt_from else None,
+            "both_channels": "1" if self.both_channels else None,
         }
         return {k: v for k, v in out.items() if v}
 
@@ -127,13 +131,12 @@ class IntentFilter:
         if self.key_prefix:
             escaped = self.key_prefix.replace("\\", "\\\\").replace("%", r"\%").replace("_", r"\_")
             query = query.where(Intent.business_key.like(escaped + "%", escape="\\"))
-        if self.attempt_state or self.attempt_from:
-            attempt = exists().where(Attempt.intent_id == Intent.id)
-            if self.attempt_state:
-                attempt = attempt.where(Attempt.state == self.attempt_state)
-            if self.attempt_from:
-                attempt = attempt.where(Attempt.prepared_at >= self.attempt_from)
-            query = query.where(attempt)
+        if self.attempt_state:
+            query = query.where(self._attempted().where(Attempt.state == self.attempt_state))
+        elif self.attempt_from and not self.both_channels:
+            query = query.where(self._attempted())
+        if self.both_channels:
+            query = query.where(self._attempted("sms"), self._attempted("email"))
         if self.state:
             query = query.where(could_be(self.state))
         if self.recipient_hmac:
@@ -144,6 +147,15 @@ class IntentFilter:
                 )
             )
         return query
+
+    def _attempted(self, channel: str | None = None) -> Any:
+        """The intent has an attempt (on `channel`) prepared from `attempt_from`."""
+        condition = exists().where(Attempt.intent_id == Intent.id)
+        if channel:
+            condition = condition.where(Attempt.channel == channel)
+        if self.attempt_from:
+            condition = condition.where(Attempt.prepared_at >= self.attempt_from)
+        return condition
 
 
 def _has_attempt(*states: AttemptState) -> Any:

@@ -37,6 +37,7 @@ from tests.api.conftest import (
     submitted_attempt,
 )
 from tests.conftest import unique
+from tests.ledger.conftest import make_attempt
 
 pytestmark = pytest.mark.ledger
 
@@ -332,17 +333,22 @@ async def test_the_list_pages_by_keyset_with_no_gap_and_counts_by_state(http, co
     assert bad.status_code == 400 and "created from" in bad.text
 
 
-async def test_the_overviews_attempt_counts_and_latencies_lead_to_their_intents(
+async def test_the_overviews_attempt_counts_rates_and_latencies_lead_to_their_intents(
     http, committed, cipher
 ):
     sent = submitted_attempt(committed, cipher)
-    with committed() as session:
+    fell_back = submitted_attempt(committed, cipher)
+    with committed.begin() as session:
         key = session.get(Intent, sent.intent_id).business_key  # type: ignore[union-attr]
+        other = session.get(Intent, fell_back.intent_id).business_key  # type: ignore[union-attr]
+        make_attempt(
+            session, cipher, fell_back.intent_id, other, channel="email", destination="a@b.example"
+        )
     await sign_in(http, *principal(committed, Role.VIEWER))
     overview = (await http.get("/console")).text
     links = [
         html.unescape(href)
-        for href in re.findall(r'href="(/console/intents\?attempt_state=[^"]+)"', overview)
+        for href in re.findall(r'href="(/console/intents\?(?:attempt_state|both)[^"]+)"', overview)
     ]
     # The last hour's "submitted" attempt count (the first window) leads to the intents with
     # such an attempt prepared in that hour; p50 and p95 to the day's delivered intents.
@@ -351,12 +357,17 @@ async def test_the_overviews_attempt_counts_and_latencies_lead_to_their_intents(
     listed = await http.get(submitted[0])
     assert listed.status_code == 200 and sent.intent_id in listed.text
     assert len([u for u in links if "attempt_state=delivered&created_from=" in u]) == 2
-    # The filter itself: the intent's only attempt is submitted, prepared just now.
+    # The fallback rate leads to the day's intents attempted by both SMS and email.
+    (fallback,) = [u for u in links if u.startswith("/console/intents?both_channels=1&")]
+    both = (await http.get(fallback)).text
+    assert fell_back.intent_id in both and sent.intent_id not in both
+    # The filters themselves: the intent's only attempt is submitted, prepared just now.
     for params, shown in (
         ({"attempt_state": "submitted"}, True),
         ({"attempt_state": "delivered"}, False),
         ({"attempt_from": "2999-01-01T00:00"}, False),
         ({"attempt_state": "submitted", "attempt_from": "2000-01-01T00:00"}, True),
+        ({"both_channels": "1"}, False),
     ):
         page = await http.get("/console/intents", params={"key_prefix": key, **params})
         assert page.status_code == 200 and (sent.intent_id in page.text) == shown, params

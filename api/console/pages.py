@@ -10,7 +10,7 @@ destination is shown only in the answer to a reveal that names its reason.
 import asyncio
 import logging
 import secrets
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import quote, urlencode
@@ -654,14 +654,21 @@ def _chart(data: reads.Overview) -> dict[str, Any]:
     bars = []
     for index, hour in enumerate(data.hours):
         y = height
+        window = {
+            "created_from": hour["start"].isoformat(),
+            "created_to": (hour["start"] + timedelta(hours=1)).isoformat(),
+        }
         for outcome in reads.CHART_OUTCOMES:
             n = hour["counts"].get(outcome, 0)
             if not n:
                 continue
             h = n / peak * (height - 10)
             y -= h
+            # "other" is several states: its bar leads to the whole hour.
+            state = {} if outcome == "other" else {"state": outcome}
             bars.append(
                 {
+                    "href": "/console/intents?" + urlencode({**state, **window}),
                     "x": index * (width / 24) + 2,
                     "y": round(y, 1),
                     "w": bar,

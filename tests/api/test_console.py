@@ -361,6 +361,13 @@ async def test_the_overviews_attempt_counts_rates_and_latencies_lead_to_their_in
     (fallback,) = [u for u in links if u.startswith("/console/intents?both_channels=1&")]
     both = (await http.get(fallback)).text
     assert fell_back.intent_id in both and sent.intent_id not in both
+    # Each bar of the chart leads to its hour's intents (in its state; "other" is several).
+    hours = [
+        html.unescape(href)
+        for href in re.findall(r'href="(/console/intents\?created_from=[^"]+)"', overview)
+    ]
+    assert hours and all("&created_to=" in u for u in hours)
+    assert any([sent.intent_id in (await http.get(u)).text for u in hours[-2:]])
     # The filters themselves: the intent's only attempt is submitted, prepared just now.
     for params, shown in (
         ({"attempt_state": "submitted"}, True),

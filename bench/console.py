@@ -3,8 +3,8 @@
 Seeds `--intents` intents (default 100,000) with their policy decisions, attempts and
 observations into a fresh embedded Postgres (or `--database-url`), by COPY, spread over
 the last 30 days, then times through the real app (ASGI, the console's own routes and
-templates; the pages never call Temporal) the list, a filtered list, a recipient search,
-an intent page and the reconciliation page, and prints p50/p95 per page.
+templates; the pages never call Temporal) the overview, the list, a filtered list, a
+recipient search, an intent page and the reconciliation page, and prints p50/p95 per page.
 """
 
 from __future__ import annotations
@@ -333,6 +333,7 @@ async def measure(
         assert done.status_code == 303, done.text
         csrf = CSRF.search((await http.get("/console/intents")).text).group(1)  # type: ignore[union-attr]
         pages = {
+            "overview": lambda: http.get("/console"),
             "list": lambda: http.get("/console/intents"),
             "filtered list": lambda: http.get(
                 "/console/intents",

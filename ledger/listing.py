@@ -7,6 +7,7 @@ derivation, page by page, over a bounded number of the newest intents.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -41,18 +42,36 @@ def derive_states(session: Session, intents: list[Intent], now: datetime) -> dic
             .ext(distinct_on(PolicyDecision.intent_id))
         ).all()
     )
-    out = {}
-    for intent in intents:
-        attempts = attempt_states.get(intent.id, [])
-        decision = last.get(intent.id)
-        out[intent.id] = derive_intent_state(
-            attempt_states=attempts,
-            last_decision=Outcome(decision) if decision else None,
-            cancelled=intent.cancelled_at is not None,
-            expired=intent.expires_at is not None and intent.expires_at <= now and not attempts,
-            scheduled=intent.send_at is not None and intent.send_at > now,
-        ).value
-    return out
+    return {
+        intent.id: state_of(
+            attempt_states.get(intent.id, []),
+            last.get(intent.id),
+            cancelled_at=intent.cancelled_at,
+            expires_at=intent.expires_at,
+            send_at=intent.send_at,
+            now=now,
+        )
+        for intent in intents
+    }
+
+
+def state_of(
+    attempts: Sequence[AttemptState],
+    last_decision: str | None,
+    *,
+    cancelled_at: datetime | None,
+    expires_at: datetime | None,
+    send_at: datetime | None,
+    now: datetime,
+) -> str:
+    """The derived state of one intent from its facts as the ledger records them."""
+    return derive_intent_state(
+        attempt_states=attempts,
+        last_decision=Outcome(last_decision) if last_decision else None,
+        cancelled=cancelled_at is not None,
+        expired=expires_at is not None and expires_at <= now and not attempts,
+        scheduled=send_at is not None and send_at > now,
+    ).value
 
 
 @dataclass(frozen=True)

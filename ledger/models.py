@@ -114,6 +114,8 @@ class Attempt(Base):
         UniqueConstraint("intent_id", "channel", "number", name="uq_attempt_intent_channel_number"),
         # The console's state filter: intents with an attempt in a given state.
         Index("ix_attempt_state_intent", "state", "intent_id"),
+        # The console's overview: attempts prepared in the last hour / day.
+        Index("ix_attempt_prepared_at", "prepared_at"),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)

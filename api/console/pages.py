@@ -10,7 +10,7 @@ destination is shown only in the answer to a reveal that names its reason.
 import asyncio
 import logging
 import secrets
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import quote, urlencode
@@ -39,6 +39,7 @@ HERE = Path(__file__).resolve().parent
 templates = Jinja2Templates(directory=HERE / "templates")
 templates.env.filters["when"] = reads.when
 templates.env.globals["states"] = reads.STATES
+templates.env.globals["attempt_states"] = reads.ATTEMPT_STATES
 REFRESH_SECONDS = 5
 HEADERS = {
     # Nothing but the app's own files; no inline script; never framed.
@@ -195,6 +196,9 @@ def console_router(ingress: "Ingress") -> APIRouter:
         created_from: str | None,
         created_to: str | None,
         key_prefix: str | None,
+        attempt_state: str | None,
+        attempt_from: str | None,
+        both_channels: str | None,
     ) -> reads.IntentFilter:
         def moment(name: str, value: str | None) -> datetime | None:
             if not value:
@@ -211,6 +215,10 @@ def console_router(ingress: "Ingress") -> APIRouter:
             raise HTTPException(400, f"state: one of {', '.join(reads.STATES)}")
         if channel and channel not in ("sms", "email"):
             raise HTTPException(400, "channel: sms or email")
+        if both_channels not in (None, "", "1"):
+            raise HTTPException(400, "both channels: 1 (or leave it out)")
+        if attempt_state and attempt_state not in reads.ATTEMPT_STATES:
+            raise HTTPException(400, f"attempt state: one of {', '.join(reads.ATTEMPT_STATES)}")
         return reads.IntentFilter(
             state=state or None,
             channel=channel or None,
@@ -220,6 +228,9 @@ def console_router(ingress: "Ingress") -> APIRouter:
             created_from=moment("created from", created_from),
             created_to=moment("created to", created_to),
             key_prefix=key_prefix or None,
+            attempt_state=attempt_state or None,
+            attempt_from=moment("attempt from", attempt_from),
+            both_channels=both_channels == "1",
         )
 
     Filter = Annotated[str | None, Query(max_length=200)]
@@ -233,9 +244,22 @@ def console_router(ingress: "Ingress") -> APIRouter:
         created_from: Filter = None,
         created_to: Filter = None,
         key_prefix: Filter = None,
+        attempt_state: Filter = None,
+        attempt_from: Filter = None,
+        both_channels: Filter = None,
     ) -> reads.IntentFilter:
         return parse_filter(
-            state, channel, event_type, region, category, created_from, created_to, key_prefix
+            state,
+            channel,
+            event_type,
+            region,
+            category,
+            created_from,
+            created_to,
+            key_prefix,
+            attempt_state,
+            attempt_from,
+            both_channels,
         )
 
     @router.get("/intents", response_class=HTMLResponse)
@@ -630,14 +654,21 @@ def _chart(data: reads.Overview) -> dict[str, Any]:
     bars = []
     for index, hour in enumerate(data.hours):
         y = height
+        window = {
+            "created_from": hour["start"].isoformat(),
+            "created_to": (hour["start"] + timedelta(hours=1)).isoformat(),
+        }
         for outcome in reads.CHART_OUTCOMES:
             n = hour["counts"].get(outcome, 0)
             if not n:
                 continue
             h = n / peak * (height - 10)
             y -= h
+            # "other" is several states: its bar leads to the whole hour.
+            state = {} if outcome == "other" else {"state": outcome}
             bars.append(
                 {
+                    "href": "/console/intents?" + urlencode({**state, **window}),
                     "x": index * (width / 24) + 2,
                     "y": round(y, 1),
                     "w": bar,

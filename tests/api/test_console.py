@@ -4,9 +4,11 @@ and the actions, and that contact data stays out of URLs and HTML unless reveale
 from __future__ import annotations
 
 import csv
+import html
 import io
 import re
-from datetime import UTC, datetime
+from collections import Counter
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
@@ -35,6 +37,7 @@ from tests.api.conftest import (
     submitted_attempt,
 )
 from tests.conftest import unique
+from tests.ledger.conftest import make_attempt
 
 pytestmark = pytest.mark.ledger
 
@@ -328,6 +331,70 @@ async def test_the_list_pages_by_keyset_with_no_gap_and_counts_by_state(http, co
     assert page.status_code == 200 and f"{prefix}:0" in page.text
     bad = await http.get("/console/intents", params={"created_from": "yesterday"})
     assert bad.status_code == 400 and "created from" in bad.text
+
+
+async def test_the_overviews_attempt_counts_rates_and_latencies_lead_to_their_intents(
+    http, committed, cipher
+):
+    sent = submitted_attempt(committed, cipher)
+    fell_back = submitted_attempt(committed, cipher)
+    with committed.begin() as session:
+        key = session.get(Intent, sent.intent_id).business_key  # type: ignore[union-attr]
+        other = session.get(Intent, fell_back.intent_id).business_key  # type: ignore[union-attr]
+        make_attempt(
+            session, cipher, fell_back.intent_id, other, channel="email", destination="a@b.example"
+        )
+    await sign_in(http, *principal(committed, Role.VIEWER))
+    overview = (await http.get("/console")).text
+    links = [
+        html.unescape(href)
+        for href in re.findall(r'href="(/console/intents\?(?:attempt_state|both)[^"]+)"', overview)
+    ]
+    # The last hour's "submitted" attempt count (the first window) leads to the intents with
+    # such an attempt prepared in that hour; p50 and p95 to the day's delivered intents.
+    submitted = [u for u in links if u.startswith("/console/intents?attempt_state=submitted&")]
+    assert len(submitted) == 2 and "&attempt_from=" in submitted[0]
+    listed = await http.get(submitted[0])
+    assert listed.status_code == 200 and sent.intent_id in listed.text
+    assert len([u for u in links if "attempt_state=delivered&created_from=" in u]) == 2
+    # The fallback rate leads to the day's intents attempted by both SMS and email.
+    (fallback,) = [u for u in links if u.startswith("/console/intents?both_channels=1&")]
+    both = (await http.get(fallback)).text
+    assert fell_back.intent_id in both and sent.intent_id not in both
+    # Each bar of the chart leads to its hour's intents (in its state; "other" is several).
+    hours = [
+        html.unescape(href)
+        for href in re.findall(r'href="(/console/intents\?created_from=[^"]+)"', overview)
+    ]
+    assert hours and all("&created_to=" in u for u in hours)
+    assert any([sent.intent_id in (await http.get(u)).text for u in hours[-2:]])
+    # The filters themselves: the intent's only attempt is submitted, prepared just now.
+    for params, shown in (
+        ({"attempt_state": "submitted"}, True),
+        ({"attempt_state": "delivered"}, False),
+        ({"attempt_from": "2999-01-01T00:00"}, False),
+        ({"attempt_state": "submitted", "attempt_from": "2000-01-01T00:00"}, True),
+        ({"both_channels": "1"}, False),
+    ):
+        page = await http.get("/console/intents", params={"key_prefix": key, **params})
+        assert page.status_code == 200 and (sent.intent_id in page.text) == shown, params
+    bad = await http.get("/console/intents", params={"attempt_state": "lost"})
+    assert bad.status_code == 400 and "attempt state" in bad.text
+
+
+def test_the_overviews_chart_counts_each_new_intent_by_its_derived_state(committed, cipher):
+    # One window for both reads: a minute ahead, so the new intent falls inside it.
+    now = datetime.now(UTC) + timedelta(minutes=1)
+
+    def charted() -> Counter[str]:
+        with committed() as session:
+            hours = reads.overview(session, now).hours
+        return sum((Counter(h["counts"]) for h in hours), Counter())
+
+    before = charted()
+    submitted_attempt(committed, cipher)  # derived state: sending, drawn as "other"
+    after = charted()
+    assert after - before == Counter({"other": 1})
 
 
 async def test_a_viewer_sees_no_action_and_the_server_refuses_one_anyway(http, committed, cipher):

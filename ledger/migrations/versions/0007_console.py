@@ -51,6 +51,7 @@ def upgrade() -> None:
         ["region", sa.text("created_at DESC"), sa.text("id DESC")],
     )
     op.create_index("ix_attempt_state_intent", "attempt", ["state", "intent_id"])
+    op.create_index("ix_attempt_prepared_at", "attempt", ["prepared_at"])
     op.create_index(
         "ix_review_item_open",
         "review_item",
@@ -61,6 +62,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_index("ix_review_item_open", table_name="review_item")
+    op.drop_index("ix_attempt_prepared_at", table_name="attempt")
     op.drop_index("ix_attempt_state_intent", table_name="attempt")
     op.drop_index("ix_intent_region_created", table_name="intent")
     op.drop_index("ix_intent_event_type_created", table_name="intent")

@@ -421,12 +421,18 @@ def test_principals_from_another_terminal_add_use_over_http_revoke(dev: Stack) -
 def test_send_wait_returns_when_the_message_is_delivered(dev: Stack, member: str) -> None:
     recipient = member
     key = f"class-opening:c-9083:{recipient}"
+    expires = (datetime.now(UTC) + timedelta(days=1)).replace(microsecond=0)
     done = dev.herald(
         "send", "--key", key, "--recipient", recipient, "--template", "class-opening",
         "--phone", "+447400000100", "--vars", json.dumps(VARIABLES),
+        "--template-version", "1", "--country", "GB", "--expires-at", expires.isoformat(),
         "--wait", "--timeout", "60", "--utc",
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
+    # The API's options reach the ledger: the pinned version and the business expiry.
+    recorded = dev.herald("show", key, "--json").json()["intent"]
+    assert recorded["template_version"] == 1
+    assert datetime.fromisoformat(recorded["expires_at"]) == expires
     lines = done.stdout.splitlines()
     assert lines[0].startswith("new intent ") and "times in UTC" in lines
     # The delivered receipt is a row of the timeline it printed, then where the attempt ended.

@@ -15,8 +15,6 @@ Authorization header is logged here or anywhere else.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 from collections.abc import Callable, Coroutine, Iterator
 from datetime import UTC, datetime
 from typing import Annotated, Any
@@ -73,22 +71,16 @@ class Authenticator:
     def __init__(self, sessions: sessionmaker[Session], *, break_glass_token: str | None) -> None:
         self._sessions = sessions
         self._break_glass_sha256 = (
-            hashlib.sha256(break_glass_token.encode()).digest() if break_glass_token else None
+            principals.token_hash(break_glass_token) if break_glass_token else None
         )
 
     def is_break_glass(self, token: str) -> bool:
-        if self._break_glass_sha256 is None:
-            return False
-        # Hashes of equal length, compared in constant time.
-        offered = hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
-        return hmac.compare_digest(offered, self._break_glass_sha256)
+        return self.is_break_glass_digest(principals.token_hash(token))
 
     def is_break_glass_digest(self, token_sha256: str) -> bool:
         """Whether a stored SHA-256 (hex) is that of today's break-glass token: a console
         session opened with an earlier one ends when the token is changed."""
-        if self._break_glass_sha256 is None:
-            return False
-        return hmac.compare_digest(token_sha256.encode(), self._break_glass_sha256.hex().encode())
+        return principals.hashes_to(token_sha256, self._break_glass_sha256)
 
     async def principal_of(self, authorization: str | None) -> Principal | None:
         """The principal an `Authorization` header authenticates, or None."""

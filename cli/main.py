@@ -124,10 +124,7 @@ def _acting(cfg: settings_module.Settings, access: Any) -> Principal:
     """The principal this command acts as: the token in HERALD_TOKEN or the data folder's
     token file, checked like the API checks it (HERALD_OPERATOR_TOKEN is break-glass
     admin). What it does is recorded under that name and role, never under a flag."""
-    import hashlib
-    import hmac
-
-    from domain.principals import BREAK_GLASS_NAME, Principal, Role, roles_for
+    from domain.principals import BREAK_GLASS_NAME, Principal, Role, least_role_for, roles_for
     from ledger import principals
 
     # The wrong folder (no stack, no database) is named before a missing token is.
@@ -139,9 +136,9 @@ def _acting(cfg: settings_module.Settings, access: Any) -> Principal:
         )
     where = "HERALD_TOKEN" if cfg.token is not None else str(cfg.token_file)
     principal: Principal | None = None
-    if cfg.operator_token is not None and hmac.compare_digest(
-        hashlib.sha256(token.encode()).digest(),
-        hashlib.sha256(cfg.operator_token.get_secret_value().encode()).digest(),
+    break_glass = cfg.operator_token
+    if break_glass is not None and principals.hashes_to(
+        principals.token_hash(token), principals.token_hash(break_glass.get_secret_value())
     ):
         principal = Principal(BREAK_GLASS_NAME, Role.ADMIN)
     else:
@@ -152,7 +149,7 @@ def _acting(cfg: settings_module.Settings, access: Any) -> Principal:
     if not principal.may(access):
         allowed = ", ".join(r.value for r in roles_for(access))
         raise CliError(
-            f"{access.value} needs the {roles_for(access)[0].value} role (any of: {allowed}); "
+            f"{access.value} needs the {least_role_for(access).value} role (any of: {allowed}); "
             f"{principal.name} is {principal.role.value}"
         )
     return principal

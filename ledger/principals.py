@@ -66,6 +66,12 @@ def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+def hashes_to(token_sha256: str, expected_sha256: str | None) -> bool:
+    """Whether a token's hash is `expected_sha256` (none expected: never), in constant
+    time; how the break-glass HERALD_OPERATOR_TOKEN is checked by the API and the CLI."""
+    return expected_sha256 is not None and hmac.compare_digest(token_sha256, expected_sha256)
+
+
 def _view(row: PrincipalRecord) -> PrincipalView:
     return PrincipalView(
         name=row.name,

@@ -231,6 +231,18 @@ class ListedIntent:
     """The latest attempt's state per channel."""
 
 
+def _latest_outcome() -> Any:
+    """Per intent, its latest policy decision's outcome (through the intent_id index), as a
+    scalar subquery of a statement over `Intent`."""
+    return (
+        select(PolicyDecision.outcome)
+        .where(PolicyDecision.intent_id == Intent.id)
+        .order_by(PolicyDecision.id.desc())
+        .limit(1)
+        .scalar_subquery()
+    )
+
+
 def listed(query: Any) -> Any:
     """`query` (over Intent) reading what a list shows, with the facts its state is derived
     from in the same round trip: every attempt's [channel, state] in attempt order, and the
@@ -248,13 +260,7 @@ def listed(query: Any) -> Any:
         .where(Attempt.intent_id == Intent.id)
         .scalar_subquery()
     )
-    latest = (
-        select(PolicyDecision.outcome)
-        .where(PolicyDecision.intent_id == Intent.id)
-        .order_by(PolicyDecision.id.desc())
-        .limit(1)
-        .scalar_subquery()
-    )
+    latest = _latest_outcome()
     return query.with_only_columns(
         *LISTED_COLUMNS, attempts.label("attempts"), latest.label("outcome")
     )
@@ -375,13 +381,7 @@ def _counted(
         .where(Attempt.intent_id == Intent.id)
         .scalar_subquery()
     )
-    latest = (
-        select(PolicyDecision.outcome)
-        .where(PolicyDecision.intent_id == Intent.id)
-        .order_by(PolicyDecision.id.desc())
-        .limit(1)
-        .scalar_subquery()
-    )
+    latest = _latest_outcome()
     base = (
         unfiltered.apply(
             select(

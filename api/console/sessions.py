@@ -8,7 +8,6 @@ check it.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import secrets
 from collections.abc import Callable
@@ -20,7 +19,7 @@ from sqlalchemy.orm import Session
 
 from domain.principals import BREAK_GLASS_NAME, Access, Principal, Role
 from ledger.models import ConsoleSession, PrincipalRecord
-from ledger.principals import token_hash
+from ledger.principals import hashes_to, token_hash
 
 COOKIE = "herald_console"
 IDLE_LIMIT = timedelta(minutes=30)
@@ -46,10 +45,6 @@ def may_sign_in(principal: Principal) -> bool:
     return principal.may(Access.READ_EVIDENCE)
 
 
-def _digest(value: str) -> str:
-    return hashlib.sha256(value.encode()).hexdigest()
-
-
 def start(session: Session, principal: Principal, token: str, now: datetime) -> tuple[str, str]:
     """A new session for `principal`, who signed in with `token`: (cookie value, CSRF
     token). Only the token's hash is kept, to end the session when the token changes."""
@@ -57,7 +52,7 @@ def start(session: Session, principal: Principal, token: str, now: datetime) -> 
     csrf = secrets.token_urlsafe(32)
     session.add(
         ConsoleSession(
-            id_sha256=_digest(value),
+            id_sha256=token_hash(value),
             principal=principal.name,
             role=principal.role.value,
             csrf_token=csrf,
@@ -82,7 +77,7 @@ def resume(
     of today's HERALD_OPERATOR_TOKEN)."""
     if not value:
         return None
-    row = session.get(ConsoleSession, _digest(value))
+    row = session.get(ConsoleSession, token_hash(value))
     if row is None or row.ended_at is not None or now - row.last_seen_at > IDLE_LIMIT:
         return None
     role = Role(row.role)
@@ -99,7 +94,7 @@ def resume(
         if (
             record is None
             or record.revoked_at is not None
-            or not hmac.compare_digest(record.token_sha256, row.credential_sha256)
+            or not hashes_to(row.credential_sha256, record.token_sha256)
         ):
             row.ended_at = now
             return None
@@ -112,7 +107,7 @@ def resume(
 def end(session: Session, value: str, now: datetime) -> None:
     session.execute(
         update(ConsoleSession)
-        .where(ConsoleSession.id_sha256 == _digest(value), ConsoleSession.ended_at.is_(None))
+        .where(ConsoleSession.id_sha256 == token_hash(value), ConsoleSession.ended_at.is_(None))
         .values(ended_at=now)
     )
 

@@ -211,7 +211,13 @@ class LedgerActivities:
                 for c in repo.consents_for(session, intent.recipient_ref, input.channel)
             ]
             suppressions = [
-                policy.Suppression(channel=s.channel, reason=s.reason, at=s.at, id=str(s.id))
+                policy.Suppression(
+                    channel=s.channel,
+                    reason=s.reason,
+                    at=s.at,
+                    id=str(s.id),
+                    category=s.category,
+                )
                 for s in repo.suppressions_for(session, destination_hmac, input.channel)
             ]
             recent = [

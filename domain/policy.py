@@ -56,6 +56,9 @@ _FALLBACK_FIELDS = frozenset(
         "poll_initial_seconds",
         "poll_max_seconds",
         "expiry_seconds",
+        "email_events_horizon_seconds",
+        "email_blocks_to_suppress",
+        "email_blocks_window_seconds",
     }
 )
 _HHMM = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)$")
@@ -135,6 +138,15 @@ class FallbackRule:
     """Largest poll delay."""
     expiry_seconds: int
     """Default business expiry of an intent, counted from its creation."""
+    email_events_horizon_seconds: int = 3600
+    """An email accepted by a provider that reports events (SendGrid) and with no
+    ``delivered``, bounce or drop event after this long records ``sent``, the last word
+    an SMTP relay gives; a later event still settles it."""
+    email_blocks_to_suppress: int = 3
+    """Transient blocks (``bounce`` of type blocked) of one address within
+    ``email_blocks_window_seconds`` after which it is suppressed for email; 0: never."""
+    email_blocks_window_seconds: int = 604800
+    """The window the blocks are counted in (default a week)."""
 
 
 @dataclass(frozen=True)
@@ -349,6 +361,15 @@ def _resolve_fallback(layers: list[tuple[str, dict[str, object]]]) -> FallbackRu
         raise PolicyError(f"{where}: must be >= poll_initial_seconds")
     where, horizon = need("sms_poll_horizon_seconds")
     where_expiry, expiry = need("expiry_seconds")
+    optional: dict[str, int] = {}
+    for name, minimum in (
+        ("email_events_horizon_seconds", 1),
+        ("email_blocks_to_suppress", 0),
+        ("email_blocks_window_seconds", 1),
+    ):
+        if name in merged:
+            where_optional, value = merged[name]
+            optional[name] = _parse_int(value, where_optional, minimum=minimum)
     return FallbackRule(
         email_after_seconds=email_after,
         email_on_permanent_failure=on_permanent,
@@ -356,6 +377,7 @@ def _resolve_fallback(layers: list[tuple[str, dict[str, object]]]) -> FallbackRu
         poll_initial_seconds=poll_initial,
         poll_max_seconds=poll_max,
         expiry_seconds=_parse_int(expiry, where_expiry, minimum=1),
+        **optional,
     )
 
 
@@ -515,6 +537,9 @@ class Suppression:
     lifted_at: datetime | None = None
     """Set when the person opted back in (START); a lifted suppression no longer applies."""
     id: str = ""
+    category: str | None = None
+    """The one message category it holds for (a complaint, an unsubscribe); ``None``:
+    every category (a STOP, a hard bounce)."""
 
 
 @dataclass(frozen=True)
@@ -681,18 +706,23 @@ def evaluate(
         s
         for s in suppressions
         if s.channel in (request.channel, "*")
+        and s.category in (None, request.category)
         and s.at <= now
         and (s.lifted_at is None or s.lifted_at > now)
     ]
-    inputs["suppressions_active"] = [{"id": s.id, "reason": s.reason} for s in active]
+    inputs["suppressions_active"] = [
+        {"id": s.id, "reason": s.reason, **({"category": s.category} if s.category else {})}
+        for s in active
+    ]
     if active:
         first = min(active, key=lambda s: s.at)
         word = re.sub(r"[^a-z0-9_]+", "_", first.reason.lower()).strip("_") or "unspecified"
         return decide(
             Outcome.DENY,
             f"suppression.{word}",
-            f"The destination is suppressed on {request.channel} ({first.reason}) "
-            f"since {_iso(first.at)}.",
+            f"The destination is suppressed on {request.channel}"
+            + (f" for {first.category} messages" if first.category else "")
+            + f" ({first.reason}) since {_iso(first.at)}.",
         )
 
     # 2. Destination country.

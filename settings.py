@@ -17,6 +17,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from domain.senders import DEV_EMAIL_SENDER, DEV_SMS_SENDER, SenderBook
 
 SIMULATOR_AUTH_TOKEN = "simulator-auth-token"
+SIMULATOR_SENDGRID_KEY = "SG.simulator-api-key"
 
 
 class Settings(BaseSettings):
@@ -85,6 +86,21 @@ class Settings(BaseSettings):
     `{"herald-us-10dlc": "MG...", "Herald": "Herald", "herald-za": "+27..."}`."""
     simulator_port: int = 58081
 
+    email_provider: str = "smtp"
+    """`smtp` (an SMTP relay: acceptance is the last word) or `sendgrid` (a
+    SendGrid-compatible HTTP API whose Event Webhook reports delivered, bounces and
+    complaints)."""
+    sendgrid_base_url: str | None = None
+    """SendGrid-compatible API base. Unset: the SendGrid simulator `herald dev` starts."""
+    sendgrid_api_key: SecretStr = SecretStr(SIMULATOR_SENDGRID_KEY)
+    sendgrid_event_public_key: str | None = None
+    """The Event Webhook's verification key as SendGrid shows it (base64 DER). Unset in
+    dev: the key the simulator of this data folder signs with."""
+    sendgrid_event_tolerance_seconds: int = 26 * 3600
+    """How old an event batch's signed timestamp may be: SendGrid retries for up to 24
+    hours (api.email_events); deduplication by event id makes a replay harmless."""
+    email_simulator_port: int = 58082
+
     smtp_host: str = "127.0.0.1"
     smtp_port: int = 58025
     smtp_starttls: bool = False
@@ -124,6 +140,25 @@ class Settings(BaseSettings):
     @property
     def temporal_target(self) -> str:
         return self.temporal_address or f"127.0.0.1:{self.temporal_port}"
+
+    @property
+    def sendgrid_api_url(self) -> str:
+        return self.sendgrid_base_url or f"http://127.0.0.1:{self.email_simulator_port}"
+
+    @property
+    def sendgrid_event_key_file(self) -> Path:
+        """Dev only: the simulator's event signing key (private, 0600) and, beside it with
+        `.pub`, its public half for the API."""
+        return self.data_path / "sendgrid-events.key"
+
+    def resolved_sendgrid_event_public_key(self) -> str | None:
+        """HERALD_SENDGRID_EVENT_PUBLIC_KEY, else (in dev) the simulator's public key."""
+        if self.sendgrid_event_public_key:
+            return self.sendgrid_event_public_key
+        public = self.sendgrid_event_key_file.with_suffix(".pub")
+        if self.env == "dev" and public.exists():
+            return public.read_text().strip()
+        return None
 
     @property
     def sms_api_url(self) -> str:
@@ -178,6 +213,14 @@ class Settings(BaseSettings):
         self.resolved_data_keys()
         self.resolved_operator_token()
         self.resolved_unsubscribe_secret()
+        if self.email_provider == "sendgrid" and (
+            self.sendgrid_api_key.get_secret_value() == SIMULATOR_SENDGRID_KEY
+            or not self.sendgrid_event_public_key
+        ):
+            raise RuntimeError(
+                "HERALD_SENDGRID_API_KEY and HERALD_SENDGRID_EVENT_PUBLIC_KEY are required "
+                "outside dev with HERALD_EMAIL_PROVIDER=sendgrid; refusing to start"
+            )
 
     def sender_book(self) -> SenderBook:
         """The real sender of every policy alias, checked against the packaged policy

@@ -49,7 +49,8 @@ from runtime.schedules import ensure_schedules
 from starter.client import HeraldClient
 from starter.relay import run_relay
 from transports.artifacts import ArtifactStore
-from transports.email import DkimConfig, SmtpEmail
+from transports.email import DkimConfig, EmailTransport, SmtpEmail
+from transports.sendgrid import SendGridEmail
 from transports.twilio import TwilioSms
 from workflows.maintenance import MaintenanceWorkflow
 from workflows.notification import NotificationWorkflow
@@ -117,6 +118,28 @@ def dkim_config(cfg: settings_module.Settings) -> DkimConfig | None:
     return DkimConfig(cfg.dkim_domain, cfg.dkim_selector, cfg.dkim_private_key_file.read_bytes())
 
 
+def email_transport(cfg: settings_module.Settings, http: httpx.AsyncClient) -> EmailTransport:
+    """The email provider HERALD_EMAIL_PROVIDER names (docs/transports.md)."""
+    if cfg.email_provider == "sendgrid":
+        return SendGridEmail(
+            api_key=cfg.sendgrid_api_key.get_secret_value(),
+            base_url=cfg.sendgrid_api_url,
+            client=http,
+        )
+    if cfg.email_provider != "smtp":
+        raise ValueError(
+            f"HERALD_EMAIL_PROVIDER must be smtp or sendgrid, not {cfg.email_provider!r}"
+        )
+    return SmtpEmail(
+        host=cfg.smtp_host,
+        port=cfg.smtp_port,
+        starttls=cfg.smtp_starttls,
+        username=cfg.smtp_username,
+        password=cfg.smtp_password.get_secret_value() if cfg.smtp_password else None,
+        dkim=dkim_config(cfg),
+    )
+
+
 def build_workers(
     client: Client,
     cfg: settings_module.Settings,
@@ -137,14 +160,7 @@ def build_workers(
         auth_token=cfg.sms_auth_token.get_secret_value(),
         client=http,
     )
-    email = SmtpEmail(
-        host=cfg.smtp_host,
-        port=cfg.smtp_port,
-        starttls=cfg.smtp_starttls,
-        username=cfg.smtp_username,
-        password=cfg.smtp_password.get_secret_value() if cfg.smtp_password else None,
-        dkim=dkim_config(cfg),
-    )
+    email = email_transport(cfg, http)
     ledger_acts = LedgerActivities(
         sessions, cipher, retention_days=cfg.pii_retention_days, senders=senders
     )

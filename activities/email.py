@@ -1,4 +1,10 @@
-"""Email activity: one SMTP submission per attempt token, attachments verified first."""
+"""Email activity: one submission per attempt token, attachments verified first.
+
+Over SMTP the relay's 250 is the last word (`sent`), and a lost answer is sent again with
+the same Message-ID. Through a provider that reports events (SendGrid) the 202 leaves the
+attempt `submitted` until its events arrive, and a send whose answer was lost is never
+sent again: the attempt is recorded `unknown` for a person to settle (docs/transports.md).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +12,9 @@ import asyncio
 import hashlib
 import hmac
 import re
+from datetime import timedelta
 
+from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -27,8 +35,9 @@ from transports.email import (
     EmailAttachment,
     EmailMessageSpec,
     EmailPermanentError,
+    EmailSubmitted,
     EmailTransientError,
-    SmtpEmail,
+    EmailTransport,
 )
 
 # Categories that are subscription-like and so carry RFC 8058 one-click unsubscribe headers.
@@ -60,7 +69,7 @@ def verify_unsubscribe_token(secret: str, value: str) -> str | None:
 class EmailActivities:
     def __init__(
         self,
-        transport: SmtpEmail,
+        transport: EmailTransport,
         sessions: sessionmaker[Session],
         cipher: FieldCipher,
         artifacts: ArtifactStore,
@@ -95,9 +104,15 @@ class EmailActivities:
             return attempt, intent, artifact
 
         attempt, intent, artifact = await self._tx(load)
-        if attempt.state not in (AttemptState.PREPARED.value, AttemptState.UNKNOWN.value):
+        resends = self._transport.resend_after_ambiguity
+        sendable = (
+            (AttemptState.PREPARED.value, AttemptState.UNKNOWN.value)
+            if resends
+            else (AttemptState.PREPARED.value,)
+        )
+        if attempt.state not in sendable:
             metrics.count_duplicate("send_already_submitted", "email")
-            return SubmitOutcome(attempt.state, attempt.message_id)
+            return SubmitOutcome(attempt.state, attempt.remote_id or attempt.message_id)
         if attempt.destination_ct is None or attempt.body_ct is None:
             raise ApplicationError(
                 "the attempt's destination or body was purged", type="NotFound", non_retryable=True
@@ -137,7 +152,14 @@ class EmailActivities:
                 if intent.category in SUBSCRIPTION_LIKE
                 else None
             ),
+            categories=(intent.category,),
         )
+        if not resends and not await self._tx(lambda s: self._claim(s, token)):
+            # An earlier try of this activity started the send and its answer was lost
+            # (a worker died mid-request): the provider may have it, and cannot be asked.
+            return await self._unknown(
+                token, "send_outcome_lost", "an earlier try started the send; its answer was lost"
+            )
         try:
             sent = await self._transport.send(spec)
         except EmailPermanentError as err:
@@ -145,36 +167,99 @@ class EmailActivities:
                 token, "rejected", _without_addresses(err.reason), code=str(err.code or "")
             )
         except EmailTransientError as err:
+            if not resends:
+                # Nothing was accepted (429, connection refused): the claim is released.
+                await self._tx(lambda s: self._release(s, token))
             raise ApplicationError(
-                _without_addresses(err.reason), type="TransientProviderError"
+                _without_addresses(err.reason),
+                type="TransientProviderError",
+                next_retry_delay=(
+                    timedelta(seconds=err.retry_after) if err.retry_after is not None else None
+                ),
             ) from err
         except EmailAmbiguousError as err:
+            if not resends:
+                # No idempotency key and no lookup: a second request would be a second
+                # message in the inbox. A person settles it (ARCHITECTURE.md).
+                return await self._unknown(token, "ambiguous", _without_addresses(err.reason))
             # SMTP has no lookup; a resend reuses the same Message-ID, which receivers dedupe.
             raise ApplicationError(
                 _without_addresses(err.reason), type="AmbiguousSubmission"
             ) from err
 
-        def record(session: Session) -> str | None:
-            session.query(Attempt).filter(Attempt.token == token).update(
-                {Attempt.message_id: sent.message_id}
-            )
-            result = repo.record_observation(
-                session,
-                ObservationFacts(
-                    source="send",
-                    raw_status="smtp_250",
-                    normalized=AttemptState.SENT,
-                    observed_at=sent.accepted_at,
-                    dedupe_key=f"send:{token}:smtp_250",
-                    remote_id=None,
-                    detail={"message_id": sent.message_id},
-                ),
-                token=token,
-            )
-            return result.state
+        state = await self._tx(lambda s: self._record_accepted(s, token, sent))
+        default = AttemptState.SUBMITTED if self._transport.reports_events else AttemptState.SENT
+        return SubmitOutcome(state or default.value, sent.remote_id or sent.message_id)
 
-        state = await self._tx(record)
-        return SubmitOutcome(state or AttemptState.SENT.value, sent.message_id)
+    def _record_accepted(self, session: Session, token: str, sent: EmailSubmitted) -> str | None:
+        session.query(Attempt).filter(Attempt.token == token).update(
+            {Attempt.message_id: sent.message_id}
+        )
+        if self._transport.reports_events:
+            # Accepted by a provider that will report delivery: open until its events.
+            raw, normalized = f"{self._transport.provider}_{sent.response}", AttemptState.SUBMITTED
+        else:
+            raw, normalized = "smtp_250", AttemptState.SENT
+        result = repo.record_observation(
+            session,
+            ObservationFacts(
+                source="send",
+                raw_status=raw[:40],
+                normalized=normalized,
+                observed_at=sent.accepted_at,
+                dedupe_key=f"send:{token}:{raw}",
+                remote_id=sent.remote_id,
+                detail={"message_id": sent.message_id, "provider": self._transport.provider},
+            ),
+            token=token,
+        )
+        return result.state
+
+    @staticmethod
+    def _claim(session: Session, token: str) -> bool:
+        """Mark the send started, unless an earlier try did (then its outcome is unknown)."""
+        claimed = session.execute(
+            update(Attempt)
+            .where(
+                Attempt.token == token,
+                Attempt.state == AttemptState.PREPARED.value,
+                Attempt.send_started_at.is_(None),
+            )
+            .values(send_started_at=now_utc())
+            .returning(Attempt.id)
+        ).scalar_one_or_none()
+        return claimed is not None
+
+    @staticmethod
+    def _release(session: Session, token: str) -> None:
+        session.execute(
+            update(Attempt)
+            .where(Attempt.token == token, Attempt.state == AttemptState.PREPARED.value)
+            .values(send_started_at=None)
+        )
+
+    async def _unknown(self, token: str, raw: str, reason: str) -> SubmitOutcome:
+        why = (
+            f"{reason}; {self._transport.provider} has no lookup, so it is not sent again: "
+            "a person settles it"
+        )
+        state = await self._tx(
+            lambda s: (
+                repo.record_observation(
+                    s,
+                    ObservationFacts(
+                        source="send",
+                        raw_status=raw,
+                        normalized=AttemptState.UNKNOWN,
+                        observed_at=now_utc(),
+                        dedupe_key=f"send:{token}:{raw}",
+                        detail={"reason": why, "provider": self._transport.provider},
+                    ),
+                    token=token,
+                ).state
+            )
+        )
+        return SubmitOutcome(state or AttemptState.UNKNOWN.value, reason=why)
 
     async def _fail(
         self,

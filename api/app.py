@@ -34,6 +34,7 @@ from activities.contracts import ReceiptSignal
 from activities.email import verify_unsubscribe_token
 from api.auth import Authenticator, check_every_route_declared
 from api.console import mount_console
+from api.email_events import EVENTS_PATH, MAX_BATCH_BYTES, EventsConfig, email_events_router
 from api.evidence import evidence_router
 from api.intents import INVALID, RETENTION_NOTE, intents_router, validation_problem
 from api.metrics import build_registry
@@ -67,7 +68,9 @@ Herald's HTTP ingress.
 
 - **Provider webhooks** (`/v1/receipts/sms`, `/v1/inbound/sms`) are authenticated by the
   provider's signature (`X-Twilio-Signature`, computed over the public URL the provider
-  called; set `HERALD_PUBLIC_BASE_URL` behind a proxy).
+  called; set `HERALD_PUBLIC_BASE_URL` behind a proxy). Email events
+  (`/v1/receipts/email/sendgrid`, batches up to {MAX_BATCH_BYTES} bytes) carry an ECDSA
+  signature over their timestamp and raw body (`HERALD_SENDGRID_EVENT_PUBLIC_KEY`).
 - **One-click unsubscribe** (`/v1/unsubscribe/{{token}}`, RFC 8058) is authenticated by
   the signed token in the link.
 - **The operator and app API** (`/v1/intents...`, `/v1/consents...`,
@@ -108,8 +111,11 @@ class Ingress:
         operator_token: str | None,
         unsubscribe_secret: str,
         temporal_ui_url: str | None = None,
+        email_events: EventsConfig | None = None,
     ) -> None:
         self.client = client
+        self.email_events = email_events or EventsConfig(public_key=None)
+        """The email provider's Event Webhook key and tolerance (api.email_events)."""
         self.temporal_ui_url = temporal_ui_url
         """The Temporal Web UI's base URL, for the console's link to a workflow."""
         self.validator = RequestValidator(auth_token)
@@ -152,20 +158,23 @@ class Ingress:
 class BodyLimit:
     """Refuse bodies over `max_bytes` with 413, whether declared or streamed (chunked).
 
-    The body is read here, up to the limit, and handed on; bodies are small by design.
+    The body is read here, up to the limit, and handed on; bodies are small by design,
+    except an email provider's event batch (`larger`: path -> its own limit).
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, larger: dict[str, int] | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.larger = larger or {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit = self.larger.get(scope.get("path", ""), self.max_bytes)
         declared = dict(scope["headers"]).get(b"content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
-            await self._refuse(scope, receive, send)
+        if declared is not None and (not declared.isdigit() or int(declared) > limit):
+            await self._refuse(scope, receive, send, limit)
             return
         chunks: list[bytes] = []
         size = 0
@@ -175,8 +184,8 @@ class BodyLimit:
                 return
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > self.max_bytes:
-                await self._refuse(scope, receive, send)
+            if size > limit:
+                await self._refuse(scope, receive, send, limit)
                 return
             chunks.append(chunk)
             if not message.get("more_body", False):
@@ -193,12 +202,12 @@ class BodyLimit:
 
         await self.app(scope, replay, send)
 
-    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
         app = scope.get("app")
         ingress = getattr(getattr(app, "state", None), "ingress", None)
         if ingress is not None:
             ingress.counters.rejected.labels("too_large").inc()
-        response = JSONResponse({"detail": f"body larger than {self.max_bytes} bytes"}, 413)
+        response = JSONResponse({"detail": f"body larger than {limit} bytes"}, 413)
         await response(scope, receive, send)
 
 
@@ -545,7 +554,7 @@ def create_app(ingress: Ingress) -> FastAPI:
     app = FastAPIOffline(title="Herald", version="0.1.0", description=DESCRIPTION)
     app.state.ingress = ingress
     app.state.authenticator = ingress.auth
-    app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
+    app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES, larger={EVENTS_PATH: MAX_BATCH_BYTES})
     # Every route's 422 names the problem without echoing what was sent.
     app.add_exception_handler(RequestValidationError, validation_problem)
     app.add_exception_handler(405, method_not_allowed)
@@ -590,6 +599,7 @@ def create_app(ingress: Ingress) -> FastAPI:
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     app.include_router(provider_router(ingress))
+    app.include_router(email_events_router(ingress, ingress.email_events))
     app.include_router(unsubscribe_router(ingress))
     # Token and role checked by the routers' route class, before the body is even parsed.
     app.include_router(intents_router(ingress))

@@ -16,7 +16,9 @@ from fastapi import FastAPI
 
 import settings as settings_module
 from api.app import Ingress, create_app
+from api.email_events import EventsConfig
 from starter.client import HeraldClient
+from transports.sendgrid import load_event_public_key
 
 
 def build(cfg: settings_module.Settings, client: HeraldClient) -> FastAPI:
@@ -29,7 +31,18 @@ def build(cfg: settings_module.Settings, client: HeraldClient) -> FastAPI:
             operator_token=cfg.resolved_operator_token(),
             unsubscribe_secret=cfg.resolved_unsubscribe_secret(),
             temporal_ui_url=cfg.temporal_ui_url,
+            email_events=email_events_config(cfg),
         )
+    )
+
+
+def email_events_config(cfg: settings_module.Settings) -> EventsConfig:
+    """The Event Webhook's verification key and tolerance from settings (no key: the route
+    answers 503 and stores nothing)."""
+    key = cfg.resolved_sendgrid_event_public_key()
+    return EventsConfig(
+        load_event_public_key(key) if key else None,
+        tolerance_seconds=cfg.sendgrid_event_tolerance_seconds,
     )
 
 

@@ -23,6 +23,8 @@ from sqlalchemy.orm import sessionmaker
 
 import settings as settings_module
 from api.app import Ingress, create_app
+from api.email_events import EVENTS_PATH
+from api.server import email_events_config
 from devstack.ports import bound_or_named, free_port
 from devstack.postgres import EmbeddedPostgres
 from devstack.processes import ChildProcess
@@ -34,6 +36,8 @@ from ledger.engine import ledger_engine
 from ledger.templates import seed_packaged
 from settings import write_secret_file
 from starter.client import HeraldClient
+from transports.sendgrid import generate_event_key_pair, public_key_of
+from transports.sendgrid_sim import SendGridSimulatorServer
 from transports.simulator import LoopbackServer, SimulatorServer
 from transports.smtp_sink import SmtpSink
 from workflows.notification import SEARCH_ATTRIBUTES
@@ -51,6 +55,8 @@ class Addresses:
     simulator: str
     smtp: str
     postgres: str
+    email_provider: str = ""
+    """The email provider the worker sends through, and where."""
     namespace: str = "default"
     operator_token_file: str = ""
     admin_name: str = ""
@@ -67,6 +73,7 @@ class Addresses:
             ("Operator console", f"{self.api}/console  (sign in: {self.admin_name or 'admin'})"),
             ("Carrier simulator", self.simulator),
             ("SMTP sink", self.smtp),
+            ("Email provider", self.email_provider or "smtp"),
             ("Postgres URL", self.postgres),
             (
                 "Worker metrics",
@@ -90,6 +97,20 @@ class Addresses:
 
         workflow = quote(workflow_id, safe="")
         return f"{self.temporal_ui}/namespaces/{self.namespace}/workflows/{workflow}"
+
+
+def _event_signing_key(cfg: settings_module.Settings) -> bytes:
+    """This data folder's SendGrid-simulator signing key (made once, 0600), its public half
+    beside it for `herald api` (settings.resolved_sendgrid_event_public_key)."""
+    path = cfg.sendgrid_event_key_file
+    if not path.exists():
+        private, public = generate_event_key_pair()
+        write_secret_file(path, private.decode())
+        path.with_suffix(".pub").write_text(public + "\n")
+    private = path.read_bytes()
+    if not path.with_suffix(".pub").exists():
+        path.with_suffix(".pub").write_text(public_key_of(private) + "\n")
+    return private
 
 
 def state_file(cfg: settings_module.Settings) -> Path:
@@ -135,6 +156,7 @@ class DevStack:
         self.postgres: EmbeddedPostgres | None = None
         self.temporal: TemporalDevServer | None = None
         self.simulator: SimulatorServer | None = None
+        self.email_simulator: SendGridSimulatorServer | None = None
         self.sink: SmtpSink | None = None
         self.api: LoopbackServer | None = None
         self.worker: ChildProcess | None = None
@@ -154,6 +176,9 @@ class DevStack:
             "HERALD_SMS_BASE_URL": cfg.sms_api_url,
             "HERALD_SMTP_HOST": cfg.smtp_host,
             "HERALD_SMTP_PORT": str(cfg.smtp_port),
+            "HERALD_EMAIL_PROVIDER": cfg.email_provider,
+            "HERALD_SENDGRID_BASE_URL": cfg.sendgrid_api_url,
+            "HERALD_SENDGRID_API_KEY": cfg.sendgrid_api_key.get_secret_value(),
             "HERALD_PUBLIC_BASE_URL": cfg.callback_base_url,
             "HERALD_API_PORT": str(cfg.api_port),
             "HERALD_DATA_KEY": cfg.resolved_data_keys(create=True),
@@ -225,6 +250,20 @@ class DevStack:
             setting="HERALD_SMTP_PORT",
         )
         cfg.smtp_port = self.sink.port
+        if cfg.sendgrid_base_url is None:
+            self.email_simulator = SendGridSimulatorServer(
+                api_key=cfg.sendgrid_api_key.get_secret_value(),
+                port=cfg.email_simulator_port,
+                event_url=f"{cfg.callback_base_url}{EVENTS_PATH}",
+                private_key_pem=_event_signing_key(cfg),
+            )
+            await bound_or_named(
+                self.email_simulator.start(),
+                host=self.email_simulator.host,
+                port=cfg.email_simulator_port,
+                setting="HERALD_EMAIL_SIMULATOR_PORT",
+            )
+            cfg.email_simulator_port = self.email_simulator.port
         if cfg.sms_base_url is None:
             self.simulator = SimulatorServer(
                 account_sid=cfg.sms_account_sid,
@@ -256,6 +295,7 @@ class DevStack:
                     operator_token=token,
                     unsubscribe_secret=cfg.resolved_unsubscribe_secret(),
                     temporal_ui_url=self.temporal.ui_url if self.temporal else cfg.temporal_ui_url,
+                    email_events=email_events_config(cfg),
                 )
             ),
             host=cfg.api_host,
@@ -283,6 +323,10 @@ class DevStack:
             api=cfg.api_url,
             simulator=cfg.sms_api_url,
             smtp=f"{cfg.smtp_host}:{cfg.smtp_port}",
+            email_provider=f"{cfg.email_provider} ({cfg.sendgrid_api_url} events signed)"
+            if cfg.email_provider == "sendgrid"
+            else f"smtp ({cfg.smtp_host}:{cfg.smtp_port}); SendGrid simulator at "
+            f"{cfg.sendgrid_api_url}",
             postgres=_redact(cfg.resolved_database_url()),
             namespace=cfg.temporal_namespace,
             operator_token_file=str(cfg.token_file),
@@ -312,6 +356,8 @@ class DevStack:
             steps.append(self.api.stop)
         if self.simulator is not None:
             steps.append(self.simulator.stop)
+        if self.email_simulator is not None:
+            steps.append(self.email_simulator.stop)
         if self.sink is not None:
             steps.append(lambda: _maybe_await(self.sink.stop()))  # type: ignore[union-attr]
         if self.temporal is not None:

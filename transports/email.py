@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from email.message import EmailMessage
 from email.policy import SMTP as SMTP_POLICY
 from email.utils import format_datetime, parseaddr
+from typing import Protocol
 
 import aiosmtplib
 from aiosmtplib import errors as smtp_errors
@@ -179,6 +180,19 @@ class EmailAmbiguousError(EmailError):
     """The connection failed after the content started to go out: the relay may have it."""
 
     kind = "ambiguous"
+
+
+class EmailTransport(Protocol):
+    """What the email activity needs of a provider (SMTP, SendGrid)."""
+
+    provider: str
+    reports_events: bool
+    """Whether delivered/bounce/complaint events come back (SendGrid) or the acceptance is
+    the last word (SMTP)."""
+    resend_after_ambiguity: bool
+    """Whether a lost answer may be sent again (same Message-ID) rather than settled."""
+
+    async def send(self, spec: EmailMessageSpec) -> EmailSubmitted: ...
 
 
 def build_message(

@@ -267,6 +267,14 @@ def generate_event_key_pair() -> tuple[bytes, str]:
     return pem, public_key_b64(private.public_key())
 
 
+def public_key_of(private_key_pem: bytes) -> str:
+    """The base64 DER public key of a PEM private key."""
+    private = serialization.load_pem_private_key(private_key_pem, password=None)
+    if not isinstance(private, ec.EllipticCurvePrivateKey):
+        raise ValueError("the event signing key must be an elliptic-curve key")
+    return public_key_b64(private.public_key())
+
+
 def public_key_b64(public: ec.EllipticCurvePublicKey) -> str:
     der = public.public_bytes(
         serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo

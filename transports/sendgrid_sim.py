@@ -40,6 +40,7 @@ from transports.sendgrid import (
     TIMESTAMP_HEADER,
     TOKEN_ARG,
     generate_event_key_pair,
+    public_key_of,
     sign_event_batch,
 )
 from transports.simulator import LoopbackServer
@@ -122,11 +123,16 @@ class SendGridSimulator:
         api_key: str,
         event_url: str | None = None,
         delays: SimEmailDelays | None = None,
+        private_key_pem: bytes | None = None,
     ) -> None:
         self.api_key = api_key
         self.event_url = event_url
         self.delays = delays or SimEmailDelays()
-        self.private_key_pem, self.public_key = generate_event_key_pair()
+        if private_key_pem is None:
+            self.private_key_pem, self.public_key = generate_event_key_pair()
+        else:
+            self.private_key_pem = private_key_pem
+            self.public_key = public_key_of(private_key_pem)
         self.scripts: dict[str, str] = {}
         self.by_token: Counter[str] = Counter()
         self.requests_total = 0
@@ -321,10 +327,16 @@ def _errors(
 
 
 def create_sendgrid_app(
-    *, api_key: str, event_url: str | None = None, delays: SimEmailDelays | None = None
+    *,
+    api_key: str,
+    event_url: str | None = None,
+    delays: SimEmailDelays | None = None,
+    private_key_pem: bytes | None = None,
 ) -> Starlette:
     """The simulator as an ASGI app; its :class:`SendGridSimulator` is ``app.state.sim``."""
-    sim = SendGridSimulator(api_key=api_key, event_url=event_url, delays=delays)
+    sim = SendGridSimulator(
+        api_key=api_key, event_url=event_url, delays=delays, private_key_pem=private_key_pem
+    )
 
     async def script(request: Request) -> Response:
         payload = await request.json()
@@ -384,9 +396,12 @@ class SendGridSimulatorServer(LoopbackServer):
         host: str = "127.0.0.1",
         port: int = 0,
         delays: SimEmailDelays | None = None,
+        private_key_pem: bytes | None = None,
         log_level: str = "warning",
     ) -> None:
-        app = create_sendgrid_app(api_key=api_key, event_url=event_url, delays=delays)
+        app = create_sendgrid_app(
+            api_key=api_key, event_url=event_url, delays=delays, private_key_pem=private_key_pem
+        )
         super().__init__(app, host=host, port=port, log_level=log_level)
 
     @property

@@ -17,6 +17,8 @@ from urllib.parse import urlencode
 import httpx
 import pytest
 import pytest_asyncio
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 from fastapi import FastAPI
 from sqlalchemy import func, select
 from sqlalchemy.engine import Engine
@@ -25,6 +27,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from twilio.request_validator import RequestValidator
 
 from api.app import Ingress, create_app
+from api.email_events import EventsConfig
 from domain.states import AttemptState
 from ledger import repository as repo
 from ledger.crypto import FieldCipher
@@ -33,6 +36,7 @@ from ledger.repository import ObservationFacts
 from starter.client import HeraldClient
 from tests.conftest import unique
 from tests.ledger.conftest import fields, make_attempt
+from transports.sendgrid import load_event_public_key, public_key_of
 
 AUTH_TOKEN = "test-auth-token"
 OPERATOR_TOKEN = "test-operator-token"
@@ -41,6 +45,14 @@ PUBLIC_BASE = "https://herald.example.test"
 """What the provider calls (and signs); the app itself is reached at INTERNAL_BASE."""
 INTERNAL_BASE = "http://10.0.0.5:8080"
 BEARER = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
+EVENT_PRIVATE_KEY = ec.derive_private_key(0x5E9D_64A1_0B7C_33F2, ec.SECP256R1()).private_bytes(
+    serialization.Encoding.PEM,
+    serialization.PrivateFormat.PKCS8,
+    serialization.NoEncryption(),
+)
+"""The email provider's Event Webhook key these tests sign with: fixed, since this module
+is imported both as pytest's conftest and by name, and both must hold the same key."""
+EVENT_PUBLIC_KEY = public_key_of(EVENT_PRIVATE_KEY)
 
 
 @dataclass
@@ -107,6 +119,7 @@ def build_app(
         public_base_url=PUBLIC_BASE,
         operator_token=OPERATOR_TOKEN,
         unsubscribe_secret=UNSUBSCRIBE_SECRET,
+        email_events=EventsConfig(load_event_public_key(EVENT_PUBLIC_KEY)),
     )
     return create_app(ingress), ingress
 

@@ -105,6 +105,7 @@ def stack_settings(data: Path, **overrides: Any) -> Any:
         # a connection of this process could be handed the port first.
         simulator_port=0,
         smtp_port=0,
+        email_simulator_port=0,
         data_key=TEST_KEYRING,
         policy_name="demo",
     )

@@ -21,6 +21,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities import now_utc
 from activities.contracts import SubmitInput, SubmitOutcome
+from domain import channels
 from domain.senders import SenderBook
 from domain.states import AttemptState
 from ledger import metrics
@@ -89,7 +90,7 @@ class EmailActivities:
     async def _tx(self, work):  # type: ignore[no-untyped-def]
         return await in_transaction(self._sessions, work)
 
-    @activity.defn(name="send_email")
+    @activity.defn(name=channels.EMAIL.send_activity)
     async def send_email(self, input: SubmitInput) -> SubmitOutcome:
         token = input.attempt_token
 
@@ -111,7 +112,7 @@ class EmailActivities:
             else (AttemptState.PREPARED.value,)
         )
         if attempt.state not in sendable:
-            metrics.count_duplicate("send_already_submitted", "email")
+            metrics.count_duplicate("send_already_submitted", channels.EMAIL.name)
             return SubmitOutcome(attempt.state, attempt.remote_id or attempt.message_id)
         if attempt.destination_ct is None or attempt.body_ct is None:
             raise ApplicationError(

@@ -55,6 +55,9 @@ class IntentFacts:
     poll_initial_seconds: float = 5.0
     poll_max_seconds: float = 120.0
     poll_horizon_seconds: float = 1800.0
+    email_events_horizon_seconds: float = 3600.0
+    """How long an email accepted by a provider that reports events waits for a final one
+    before `sent` is recorded (the policy's `email_events_horizon_seconds`)."""
     resend_window_seconds: float = 3600.0
     submit_window_seconds: float = 600.0
     """The transport retry window: how long submit keeps retrying transient errors."""

@@ -159,6 +159,7 @@ class LedgerActivities:
                 poll_initial_seconds=rule.poll_initial_seconds,
                 poll_max_seconds=rule.poll_max_seconds,
                 poll_horizon_seconds=float(rule.sms_poll_horizon_seconds),
+                email_events_horizon_seconds=float(rule.email_events_horizon_seconds),
                 resend_window_seconds=float(getattr(rule, "resend_window_seconds", 3600)),
                 submit_window_seconds=float(getattr(rule, "submit_window_seconds", 600)),
             )

@@ -86,10 +86,10 @@ class Settings(BaseSettings):
     `{"herald-us-10dlc": "MG...", "Herald": "Herald", "herald-za": "+27..."}`."""
     simulator_port: int = 58081
 
-    email_provider: str = "smtp"
+    email_provider: str | None = None
     """`smtp` (an SMTP relay: acceptance is the last word) or `sendgrid` (a
     SendGrid-compatible HTTP API whose Event Webhook reports delivered, bounces and
-    complaints)."""
+    complaints). Unset: `sendgrid` in dev (its simulator), `smtp` elsewhere."""
     sendgrid_base_url: str | None = None
     """SendGrid-compatible API base. Unset: the SendGrid simulator `herald dev` starts."""
     sendgrid_api_key: SecretStr = SecretStr(SIMULATOR_SENDGRID_KEY)
@@ -140,6 +140,12 @@ class Settings(BaseSettings):
     @property
     def temporal_target(self) -> str:
         return self.temporal_address or f"127.0.0.1:{self.temporal_port}"
+
+    @property
+    def resolved_email_provider(self) -> str:
+        if self.email_provider:
+            return self.email_provider
+        return "sendgrid" if self.env == "dev" else "smtp"
 
     @property
     def sendgrid_api_url(self) -> str:
@@ -213,7 +219,7 @@ class Settings(BaseSettings):
         self.resolved_data_keys()
         self.resolved_operator_token()
         self.resolved_unsubscribe_secret()
-        if self.email_provider == "sendgrid" and (
+        if self.resolved_email_provider == "sendgrid" and (
             self.sendgrid_api_key.get_secret_value() == SIMULATOR_SENDGRID_KEY
             or not self.sendgrid_event_public_key
         ):

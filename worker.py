@@ -121,15 +121,15 @@ def dkim_config(cfg: settings_module.Settings) -> DkimConfig | None:
 
 def email_transport(cfg: settings_module.Settings, http: httpx.AsyncClient) -> EmailTransport:
     """The email provider HERALD_EMAIL_PROVIDER names (docs/transports.md)."""
-    if cfg.email_provider == "sendgrid":
+    if cfg.resolved_email_provider == "sendgrid":
         return SendGridEmail(
             api_key=cfg.sendgrid_api_key.get_secret_value(),
             base_url=cfg.sendgrid_api_url,
             client=http,
         )
-    if cfg.email_provider != "smtp":
+    if cfg.resolved_email_provider != "smtp":
         raise ValueError(
-            f"HERALD_EMAIL_PROVIDER must be smtp or sendgrid, not {cfg.email_provider!r}"
+            f"HERALD_EMAIL_PROVIDER must be smtp or sendgrid, not {cfg.resolved_email_provider!r}"
         )
     return SmtpEmail(
         host=cfg.smtp_host,

@@ -191,7 +191,9 @@ def _event_facts(event: dict[str, Any], now: datetime) -> tuple[ObservationFacts
             if event.get(name) is not None
         },
     }
-    status = _text(event.get("status"), 20) or None
+    # The attempt's error code is Herald's word for the ending (permanent: no resend is
+    # offered); the receiving server's enhanced status code stays in the detail.
+    status = email_events.ERROR_CODES.get(raw) if normalized is not None else None
     return (
         ObservationFacts(
             source="webhook",

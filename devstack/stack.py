@@ -57,6 +57,8 @@ class Addresses:
     postgres: str
     email_provider: str = ""
     """The email provider the worker sends through, and where."""
+    email_simulator: str = ""
+    """The SendGrid simulator's base URL (empty when a real SendGrid is configured)."""
     namespace: str = "default"
     operator_token_file: str = ""
     admin_name: str = ""
@@ -176,7 +178,7 @@ class DevStack:
             "HERALD_SMS_BASE_URL": cfg.sms_api_url,
             "HERALD_SMTP_HOST": cfg.smtp_host,
             "HERALD_SMTP_PORT": str(cfg.smtp_port),
-            "HERALD_EMAIL_PROVIDER": cfg.email_provider,
+            "HERALD_EMAIL_PROVIDER": cfg.resolved_email_provider,
             "HERALD_SENDGRID_BASE_URL": cfg.sendgrid_api_url,
             "HERALD_SENDGRID_API_KEY": cfg.sendgrid_api_key.get_secret_value(),
             "HERALD_PUBLIC_BASE_URL": cfg.callback_base_url,
@@ -256,6 +258,8 @@ class DevStack:
                 port=cfg.email_simulator_port,
                 event_url=f"{cfg.callback_base_url}{EVENTS_PATH}",
                 private_key_pem=_event_signing_key(cfg),
+                # What reaches a mailbox lands in the SMTP sink, readable as before.
+                relay=(cfg.smtp_host, cfg.smtp_port),
             )
             await bound_or_named(
                 self.email_simulator.start(),
@@ -323,8 +327,9 @@ class DevStack:
             api=cfg.api_url,
             simulator=cfg.sms_api_url,
             smtp=f"{cfg.smtp_host}:{cfg.smtp_port}",
-            email_provider=f"{cfg.email_provider} ({cfg.sendgrid_api_url} events signed)"
-            if cfg.email_provider == "sendgrid"
+            email_simulator=self.email_simulator.url if self.email_simulator else "",
+            email_provider=f"{cfg.resolved_email_provider} ({cfg.sendgrid_api_url} events signed)"
+            if cfg.resolved_email_provider == "sendgrid"
             else f"smtp ({cfg.smtp_host}:{cfg.smtp_port}); SendGrid simulator at "
             f"{cfg.sendgrid_api_url}",
             postgres=_redact(cfg.resolved_database_url()),

@@ -93,6 +93,11 @@ DIAGNOSTIC_WORDS: frozenset[str] = frozenset({"open", "click"})
 """Engagement events: recorded as diagnostics, never a state, never a rate's numerator."""
 
 
+ERROR_CODES: dict[str, str] = {"bounce": "email_bounce", "dropped": "email_dropped"}
+"""The error code an ending event records on its attempt (domain.provider_errors: both are
+permanent, so no approve-resend is offered for them)."""
+
+
 def meaning(event: str, *, bounce_type: str | None = None) -> EventMeaning:
     """Read one event word (and a bounce's ``type``).
 

@@ -53,6 +53,11 @@ ERROR_TABLE: dict[str, tuple[ErrorKind, str]] = {
     "30001": (ErrorKind.TRANSIENT, "queue overflow (queued longer than the validity period)"),
     "30003": (ErrorKind.AMBIGUOUS, "unreachable destination handset"),
     "30008": (ErrorKind.AMBIGUOUS, "unknown error"),
+    # Email provider events (domain.email_events): the receiving server said the mailbox
+    # does not exist, or the provider will not deliver to the address at all (its own
+    # bounce, unsubscribe or spam-report list); a resend fails the same way.
+    "email_bounce": (ErrorKind.PERMANENT, "hard bounce: the mailbox does not exist"),
+    "email_dropped": (ErrorKind.PERMANENT, "dropped by the email provider for this address"),
 }
 
 # Codes that mean the person opted out: the ledger turns them into a suppression, the

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from scenarios import (
     class_opening,
+    email_events,
     itinerary_change,
     order_created,
     scheduled_alert,
@@ -25,6 +26,7 @@ SCENARIOS: dict[str, Scenario] = {
     "scheduled-alert": scheduled_alert.run,
     "itinerary-change": itinerary_change.run,
     "session-report": session_report.run,
+    "email-events": email_events.run,
 }
 """In the order `herald demo` (no argument) runs them."""
 

@@ -12,6 +12,10 @@ address's local part (before any ``+tag``), so any domain works (docs/simulator.
 ``error500`` (accepted and counted, answered 500), ``refuse`` (400 with an error body,
 nothing accepted), ``ratelimit`` (the first two requests 429, then normal).
 
+With a ``relay`` (``herald dev`` gives it the SMTP sink), every message the script lets
+reach a mailbox is also delivered there as MIME, with the Message-ID, headers and
+attachments the request carried, so a person (or a scenario) can read what was sent.
+
 A batch the receiver does not answer 2xx is retried with the same body and timestamp, as
 SendGrid's retries for up to 24 hours are assumed to be; ``/_sim/email/replay`` posts a
 stored batch again exactly. Counts: every accepted message, by attempt token.
@@ -27,8 +31,11 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
+from email.message import EmailMessage
+from email.utils import formataddr
 from typing import Any
 
+import aiosmtplib
 import httpx
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -83,6 +90,35 @@ SCRIPTS: dict[str, list[tuple[str, dict[str, Any]]]] = {
 """Per scripted local part, the events played after acceptance, one step apart."""
 
 API_FAULTS = ("timeout", "error500", "refuse", "ratelimit")
+NOT_IN_A_MAILBOX = frozenset({"bounce", "block", "drop", "refuse", "ratelimit"})
+"""Scripts whose message never reaches a mailbox (nothing is relayed)."""
+
+
+def mime_of(body: dict[str, Any]) -> EmailMessage:
+    """A Mail Send request as the MIME message a mailbox would receive."""
+    msg = EmailMessage()
+
+    def party(value: dict[str, Any]) -> str:
+        return formataddr((value.get("name") or "", value["email"]))
+
+    msg["From"] = party(body["from"])
+    msg["To"] = ", ".join(party(t) for t in body["personalizations"][0]["to"])
+    msg["Subject"] = body["subject"]
+    for name, value in (body.get("headers") or {}).items():
+        msg[name] = value
+    texts = {c["type"]: c["value"] for c in body["content"]}
+    msg.set_content(texts.get("text/plain", ""))
+    if "text/html" in texts:
+        msg.add_alternative(texts["text/html"], subtype="html")
+    for attachment in body.get("attachments") or []:
+        maintype, _, subtype = str(attachment.get("type", "")).partition("/")
+        msg.add_attachment(
+            base64.b64decode(attachment["content"]),
+            maintype=maintype or "application",
+            subtype=subtype or "octet-stream",
+            filename=attachment.get("filename"),
+        )
+    return msg
 
 
 @dataclass
@@ -124,8 +160,11 @@ class SendGridSimulator:
         event_url: str | None = None,
         delays: SimEmailDelays | None = None,
         private_key_pem: bytes | None = None,
+        relay: tuple[str, int] | None = None,
     ) -> None:
         self.api_key = api_key
+        self.relay = relay
+        """(host, port) of an SMTP server that receives what reaches a mailbox."""
         self.event_url = event_url
         self.delays = delays or SimEmailDelays()
         if private_key_pem is None:
@@ -139,6 +178,7 @@ class SendGridSimulator:
         self.rejected_total = 0
         self.ratelimited: Counter[str] = Counter()
         self.batches: list[PostedBatch] = []
+        self.relay_failures = 0
         self._pending: list[tuple[float, dict[str, Any]]] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
@@ -183,6 +223,8 @@ class SendGridSimulator:
         message_id = base64.urlsafe_b64encode(secrets.token_bytes(16)).decode().rstrip("=")
         categories = body.get("categories") or []
         self._play(message_id, to, args, categories, SCRIPTS.get(fault, SCRIPTS["deliver"]))
+        if self.relay is not None and fault not in NOT_IN_A_MAILBOX:
+            self._spawn(self._relay(body, to))
         if fault == "timeout":
             try:
                 await asyncio.wait_for(self._abort.wait(), self.delays.hang)
@@ -215,6 +257,17 @@ class SendGridSimulator:
             }
             self._pending.append((now + self.delays.step * (index + 1), event))
         self._wake.set()
+
+    async def _relay(self, body: dict[str, Any], to: str) -> None:
+        assert self.relay is not None
+        host, port = self.relay
+        sender = body["from"]["email"]
+        try:
+            await aiosmtplib.send(
+                mime_of(body), hostname=host, port=port, sender=sender, recipients=[to]
+            )
+        except (aiosmtplib.SMTPException, OSError, ValueError, KeyError):
+            self.relay_failures += 1
 
     # --- the Event Webhook ---------------------------------------------------------------
 
@@ -316,6 +369,7 @@ class SendGridSimulator:
             "requests_total": self.requests_total,
             "rejected_total": self.rejected_total,
             "batches": len(self.batches),
+            "pending": len(self._pending) + len(self._tasks),
         }
 
 
@@ -332,10 +386,15 @@ def create_sendgrid_app(
     event_url: str | None = None,
     delays: SimEmailDelays | None = None,
     private_key_pem: bytes | None = None,
+    relay: tuple[str, int] | None = None,
 ) -> Starlette:
     """The simulator as an ASGI app; its :class:`SendGridSimulator` is ``app.state.sim``."""
     sim = SendGridSimulator(
-        api_key=api_key, event_url=event_url, delays=delays, private_key_pem=private_key_pem
+        api_key=api_key,
+        event_url=event_url,
+        delays=delays,
+        private_key_pem=private_key_pem,
+        relay=relay,
     )
 
     async def script(request: Request) -> Response:
@@ -397,10 +456,15 @@ class SendGridSimulatorServer(LoopbackServer):
         port: int = 0,
         delays: SimEmailDelays | None = None,
         private_key_pem: bytes | None = None,
+        relay: tuple[str, int] | None = None,
         log_level: str = "warning",
     ) -> None:
         app = create_sendgrid_app(
-            api_key=api_key, event_url=event_url, delays=delays, private_key_pem=private_key_pem
+            api_key=api_key,
+            event_url=event_url,
+            delays=delays,
+            private_key_pem=private_key_pem,
+            relay=relay,
         )
         super().__init__(app, host=host, port=port, log_level=log_level)
 

@@ -45,3 +45,9 @@ async def test_itinerary_change_falls_back_honours_opt_outs_and_skips_the_wait_o
 
 async def test_a_session_report_is_emailed_as_a_verified_attachment_and_never_enters_sms(demo):
     await SCENARIOS["session-report"](demo)
+
+
+async def test_email_events_deliver_suppress_a_bounce_and_a_complaint_and_replay_changes_nothing(
+    demo,
+):
+    await SCENARIOS["email-events"](demo)

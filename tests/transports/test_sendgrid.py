@@ -292,3 +292,24 @@ async def test_a_refused_batch_is_retried_with_the_same_body_and_timestamp(
     assert first == second
     assert first_headers[TIMESTAMP_HEADER.lower()] == second_headers[TIMESTAMP_HEADER.lower()]
     assert provider.sim.batches[0].statuses == [503, 204]
+
+
+async def test_what_reaches_a_mailbox_is_relayed_to_the_sink_with_its_attachment(clean_sink):
+    server = SendGridSimulatorServer(
+        api_key=API_KEY, delays=FAST, relay=("127.0.0.1", clean_sink.port)
+    )
+    await server.start()
+    try:
+        async with SendGridEmail(api_key=API_KEY, base_url=server.url) as transport:
+            pdf = EmailAttachment("report.pdf", "application/pdf", b"%PDF-1.7 the report")
+            sent = await transport.send(spec("ada@example.com", token="t-relay", attachments=[pdf]))
+            await transport.send(spec("bounce@example.com", token="t-bounced"))
+        await clean_sink.wait_for(1, timeout=5)
+        await server.sim.idle()
+    finally:
+        await server.stop()
+    (received,) = clean_sink.messages
+    assert list(received.rcpt_tos) == ["ada@example.com"]
+    assert received.message["Message-ID"] == sent.message_id
+    (part,) = list(received.message.iter_attachments())
+    assert part.get_content() == pdf.content

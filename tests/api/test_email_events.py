@@ -5,6 +5,7 @@ complaints suppress with the event as evidence; no address is stored."""
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import time
 from datetime import UTC, datetime
@@ -17,6 +18,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.email_events import EVENTS_PATH
+from domain.principals import Role
 from domain.states import AttemptState
 from ledger import repository as repo
 from ledger.crypto import FieldCipher
@@ -28,6 +30,8 @@ from tests.api.conftest import (
     StubTemporal,
     attempt_state,
 )
+from tests.api.test_console import principal, sign_in
+from tests.api.test_metrics import samples, value
 from tests.conftest import unique
 from tests.ledger.conftest import fields, make_attempt
 from tests.ledger.test_retention import ITINERARY
@@ -45,7 +49,11 @@ PRIVATE, PUBLIC = EVENT_PRIVATE_KEY, EVENT_PUBLIC_KEY
 
 
 def email_attempt(
-    sessions: sessionmaker[Session], cipher: FieldCipher, *, category: str = "transactional"
+    sessions: sessionmaker[Session],
+    cipher: FieldCipher,
+    *,
+    category: str = "transactional",
+    sender: str = "Herald <notifications@herald.example>",
 ) -> tuple[str, str, int, str]:
     """An email attempt SendGrid accepted (`submitted`): (token, workflow id, id, address)."""
     key = unique("order-created:o")
@@ -68,6 +76,7 @@ def email_attempt(
         attempt = make_attempt(
             session, cipher, recorded.intent_id, key, channel="email", destination=address
         )
+        attempt.sender_address = sender
         repo.record_observation(
             session,
             ObservationFacts(
@@ -282,3 +291,31 @@ async def test_a_body_that_is_not_an_array_of_objects_is_400_after_the_signature
 ):
     answer = await post(http, {"event": "delivered"})  # type: ignore[arg-type]
     assert answer.status_code == 400
+
+
+async def test_bounce_and_complaint_rates_per_sender_domain_reach_the_metrics(
+    http, committed, cipher
+):
+    domain = f"news-{secrets.token_hex(3)}.herald.example"
+    sender = f"Herald News <news@{domain}>"
+    for word in ("delivered", "delivered", "delivered", "bounce", "spam"):
+        token, _, _, address = email_attempt(committed, cipher, sender=sender)
+        events = [event(token, address, "delivered")]
+        if word == "bounce":
+            events = [event(token, address, "bounce", type="bounce")]
+        elif word == "spam":
+            events.append(event(token, address, "spamreport"))
+        assert (await post(http, events)).status_code == 204
+    found = samples((await http.get("/metrics")).text)
+    assert value(found, "herald_email_messages", sender_domain=domain, kind="accepted") == 5
+    assert value(found, "herald_email_messages", sender_domain=domain, kind="bounced") == 1
+    assert value(found, "herald_email_bounce_rate", sender_domain=domain) == pytest.approx(0.2)
+    assert value(found, "herald_email_complaint_rate", sender_domain=domain) == pytest.approx(0.25)
+    labels = {v for _, pairs in found for _, v in pairs}
+    assert not any("@" in v for v in labels)
+    # The console's overview shows the same day's numbers for the domain.
+    await sign_in(http, *principal(committed, Role.VIEWER))
+    overview = (await http.get("/console")).text
+    row = re.search(rf"<tr><td>{re.escape(domain)}</td>(.*?)</tr>", overview)
+    assert row is not None
+    assert "20.00 %" in row.group(1) and "25.00 %" in row.group(1)

@@ -243,6 +243,22 @@ async def test_a_spam_report_suppresses_the_intents_category_only(http, committe
     assert (row.reason, row.source, row.category) == ("complaint", "spamreport", "operational")
 
 
+async def test_the_recipients_console_page_shows_the_complaint_for_its_category(
+    http, committed, cipher
+):
+    token, _, _, address = email_attempt(committed, cipher, category="operational")
+    await post(http, [event(token, address, "spamreport")])
+    with committed() as session:
+        ref = repo.get_intent(
+            session, repo.attempt_by_token(session, token).intent_id
+        ).recipient_ref
+    csrf = await sign_in(http, *principal(committed, Role.OPERATOR))
+    page = await http.post("/console/recipient", data={"recipient_ref": ref, "csrf": csrf})
+    assert page.status_code == 200
+    assert "email (operational only)" in page.text and "complaint" in page.text
+    assert address not in page.text
+
+
 async def test_group_resubscribe_lifts_the_unsubscribe(http, committed, cipher):
     token, _, _, address = email_attempt(committed, cipher, category="promotional")
     await post(http, [event(token, address, "group_unsubscribe")])

@@ -319,3 +319,23 @@ def test_every_field_of_a_channel_is_described_in_the_doc() -> None:
     fields = channels.Channel.__dataclass_fields__
     missing = [f for f in fields if f"`{f}`" not in text]
     assert missing == []
+
+
+TOKEN_SPLIT = re.compile(
+    r"""(token\w*|\])\.(r?split|r?partition)\(\s*["']:["']"""
+    r"""|\.r?split\(\s*["']:["'][^)]*\)\[-[0-9]\]"""
+)
+"""An attempt token (or a token pulled out of something) cut at its colons by hand."""
+
+
+def test_only_domain_keys_reads_an_attempt_token() -> None:
+    assert TOKEN_SPLIT.search('channel = token.split(":")[-2]')
+    assert TOKEN_SPLIT.search("c = attempt_token.rpartition(':')[2]")
+    assert TOKEN_SPLIT.search('{t.split(":")[-2] for t in self._in_flight}')  # the old workflow
+    assert not TOKEN_SPLIT.search('hours, minutes = value.split(":")')
+    readers = [
+        str(path.relative_to(ROOT))
+        for path in _modules()
+        if str(path.relative_to(ROOT)) != "domain/keys.py" and TOKEN_SPLIT.search(path.read_text())
+    ]
+    assert readers == [], "read tokens with domain.keys.parse_attempt_token"

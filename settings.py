@@ -10,14 +10,60 @@ from __future__ import annotations
 import secrets
 from functools import cached_property
 from pathlib import Path
+from typing import Annotated, Literal
 
-from pydantic import SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from domain.senders import DEV_EMAIL_SENDER, DEV_SMS_SENDER, SenderBook
 
 SIMULATOR_AUTH_TOKEN = "simulator-auth-token"
 SIMULATOR_SENDGRID_KEY = "SG.simulator-api-key"
+
+
+class TwilioProvider(BaseModel):
+    """A Twilio-compatible SMS account (transports.twilio)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["twilio"] = "twilio"
+    base_url: str
+    """The REST API's base URL, e.g. `https://api.twilio.com`."""
+    account_sid: str
+    auth_token: SecretStr
+
+
+class SmtpProvider(BaseModel):
+    """An SMTP relay (transports.email)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["smtp"] = "smtp"
+    host: str
+    port: int = 587
+    starttls: bool = True
+    username: str | None = None
+    password: SecretStr | None = None
+
+
+class SendGridProvider(BaseModel):
+    """A SendGrid-compatible email API with a signed Event Webhook (transports.sendgrid)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["sendgrid"] = "sendgrid"
+    base_url: str = "https://api.sendgrid.com"
+    api_key: SecretStr
+
+
+ProviderSettings = Annotated[
+    TwilioProvider | SmtpProvider | SendGridProvider, Field(discriminator="kind")
+]
+"""One provider account's settings; `kind` says which adapter (domain.providers.KINDS)."""
+
+BUILT_IN_PROVIDERS = ("twilio", "smtp", "sendgrid")
+"""The aliases the flat HERALD_SMS_*, HERALD_SMTP_* and HERALD_SENDGRID_* settings
+configure (the registry's default providers, domain.channels, and SendGrid)."""
 
 
 class Settings(BaseSettings):
@@ -87,9 +133,11 @@ class Settings(BaseSettings):
     simulator_port: int = 58081
 
     email_provider: str | None = None
-    """`smtp` (an SMTP relay: acceptance is the last word) or `sendgrid` (a
+    """The provider alias email goes through where the policy names none for email
+    (`[providers]`): `smtp` (an SMTP relay: acceptance is the last word), `sendgrid` (a
     SendGrid-compatible HTTP API whose Event Webhook reports delivered, bounces and
-    complaints). Unset: `sendgrid` in dev (its simulator), `smtp` elsewhere."""
+    complaints), or an alias of HERALD_PROVIDERS. Unset: `sendgrid` in dev (its
+    simulator), `smtp` elsewhere."""
     sendgrid_base_url: str | None = None
     """SendGrid-compatible API base. Unset: the SendGrid simulator `herald dev` starts."""
     sendgrid_api_key: SecretStr = SecretStr(SIMULATOR_SENDGRID_KEY)
@@ -111,6 +159,12 @@ class Settings(BaseSettings):
     in `email_senders`."""
     email_senders: dict[str, str] = {}
     """HERALD_EMAIL_SENDERS, a JSON object: policy email sender (alias or From) -> From."""
+    providers: dict[str, ProviderSettings] = {}
+    """HERALD_PROVIDERS, a JSON object: provider alias -> its settings, e.g.
+    `{"twilio-eu": {"kind": "twilio", "base_url": "https://...", "account_sid": "AC...",
+    "auth_token": "..."}}`. The policy routes each channel and region to aliases; the
+    aliases `twilio` and `smtp` are configured by the HERALD_SMS_* and HERALD_SMTP_*
+    settings unless this object names them too."""
     dkim_domain: str | None = None
     """DKIM signing domain; with a selector and a key file, every email is signed."""
     dkim_selector: str | None = None
@@ -216,6 +270,15 @@ class Settings(BaseSettings):
             return
         if self.sms_auth_token.get_secret_value() == SIMULATOR_AUTH_TOKEN:
             raise RuntimeError("HERALD_SMS_AUTH_TOKEN is required outside dev; refusing to start")
+        for alias, provider in self.providers.items():
+            if (
+                isinstance(provider, TwilioProvider)
+                and provider.auth_token.get_secret_value() == SIMULATOR_AUTH_TOKEN
+            ):
+                raise RuntimeError(
+                    f"HERALD_PROVIDERS {alias!r}: the simulator's auth token outside dev; "
+                    "refusing to start"
+                )
         self.resolved_data_keys()
         self.resolved_operator_token()
         self.resolved_unsubscribe_secret()
@@ -227,6 +290,46 @@ class Settings(BaseSettings):
                 "HERALD_SENDGRID_API_KEY and HERALD_SENDGRID_EVENT_PUBLIC_KEY are required "
                 "outside dev with HERALD_EMAIL_PROVIDER=sendgrid; refusing to start"
             )
+
+    def provider_settings(self) -> dict[str, TwilioProvider | SmtpProvider | SendGridProvider]:
+        """Every configured provider account by alias: `twilio` and `smtp` from the flat
+        settings, then HERALD_PROVIDERS (which may replace them)."""
+        built_in: dict[str, TwilioProvider | SmtpProvider | SendGridProvider] = {
+            "twilio": TwilioProvider(
+                base_url=self.sms_api_url,
+                account_sid=self.sms_account_sid,
+                auth_token=self.sms_auth_token,
+            ),
+            "smtp": SmtpProvider(
+                host=self.smtp_host,
+                port=self.smtp_port,
+                starttls=self.smtp_starttls,
+                username=self.smtp_username,
+                password=self.smtp_password,
+            ),
+            "sendgrid": SendGridProvider(
+                base_url=self.sendgrid_api_url, api_key=self.sendgrid_api_key
+            ),
+        }
+        return {**built_in, **self.providers}
+
+    def check_providers(self) -> None:
+        """Every provider alias the packaged policy `policy_name` routes to is configured
+        with an adapter for its channel. Raises RuntimeError with one line naming the
+        alias; the worker calls it before it starts."""
+        from domain.policy import load_policy
+        from domain.providers import ProviderError, check_routes
+        from policies import load_packaged
+
+        try:
+            packaged = load_policy(load_packaged(self.policy_name))
+        except FileNotFoundError:
+            return  # a policy loaded by other means; nothing packaged to check
+        configured = {alias: p.kind for alias, p in self.provider_settings().items()}
+        try:
+            check_routes(packaged.providers, configured)
+        except ProviderError as err:
+            raise RuntimeError(f"provider settings: {err}") from None
 
     def sender_book(self) -> SenderBook:
         """The real sender of every policy alias, checked against the packaged policy

@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, TypeVar
 
 import httpx
 from sqlalchemy import Engine
@@ -40,6 +40,7 @@ from activities.ledger import LedgerActivities
 from activities.maintenance import MaintenanceActivities
 from activities.sms import SmsActivities
 from domain import channels
+from domain.channels import Channel
 from domain.senders import SenderBook
 from ledger.crypto import FieldCipher
 from ledger.engine import ledger_engine
@@ -119,26 +120,51 @@ def dkim_config(cfg: settings_module.Settings) -> DkimConfig | None:
     return DkimConfig(cfg.dkim_domain, cfg.dkim_selector, cfg.dkim_private_key_file.read_bytes())
 
 
-def email_transport(cfg: settings_module.Settings, http: httpx.AsyncClient) -> EmailTransport:
-    """The email provider HERALD_EMAIL_PROVIDER names (docs/transports.md)."""
-    if cfg.resolved_email_provider == "sendgrid":
-        return SendGridEmail(
-            api_key=cfg.sendgrid_api_key.get_secret_value(),
-            base_url=cfg.sendgrid_api_url,
-            client=http,
-        )
-    if cfg.resolved_email_provider != "smtp":
-        raise ValueError(
-            f"HERALD_EMAIL_PROVIDER must be smtp or sendgrid, not {cfg.resolved_email_provider!r}"
-        )
-    return SmtpEmail(
-        host=cfg.smtp_host,
-        port=cfg.smtp_port,
-        starttls=cfg.smtp_starttls,
-        username=cfg.smtp_username,
-        password=cfg.smtp_password.get_secret_value() if cfg.smtp_password else None,
-        dkim=dkim_config(cfg),
-    )
+def provider_transports(
+    cfg: settings_module.Settings, http: httpx.AsyncClient
+) -> tuple[dict[str, TwilioSms], dict[str, EmailTransport]]:
+    """A transport for every configured provider alias (settings.provider_settings), by
+    the adapter its kind names: (SMS transports, email transports)."""
+    sms: dict[str, TwilioSms] = {}
+    email: dict[str, EmailTransport] = {}
+    for alias, provider in cfg.provider_settings().items():
+        if isinstance(provider, settings_module.TwilioProvider):
+            sms[alias] = TwilioSms(
+                base_url=provider.base_url,
+                account_sid=provider.account_sid,
+                auth_token=provider.auth_token.get_secret_value(),
+                client=http,
+            )
+        elif isinstance(provider, settings_module.SendGridProvider):
+            email[alias] = SendGridEmail(
+                api_key=provider.api_key.get_secret_value(), base_url=provider.base_url, client=http
+            )
+        else:
+            email[alias] = SmtpEmail(
+                host=provider.host,
+                port=provider.port,
+                starttls=provider.starttls,
+                username=provider.username,
+                password=provider.password.get_secret_value() if provider.password else None,
+                dkim=dkim_config(cfg),
+            )
+    return sms, email
+
+
+Transport = TypeVar("Transport")
+
+
+def _default_transport(
+    transports: dict[str, Transport], channel: Channel, alias: str | None = None
+) -> Transport:
+    alias = alias or channel.default_providers[0]
+    try:
+        return transports[alias]
+    except KeyError:
+        raise RuntimeError(
+            f"provider settings: the default {channel.name} provider {alias!r} is not a "
+            f"{channel.name} account in HERALD_PROVIDERS"
+        ) from None
 
 
 def build_workers(
@@ -155,18 +181,24 @@ def build_workers(
     sessions = sessionmaker(engine, expire_on_commit=False)
     cipher = FieldCipher(cfg.resolved_data_keys())
     http = httpx.AsyncClient()
-    sms = TwilioSms(
-        base_url=cfg.sms_api_url,
-        account_sid=cfg.sms_account_sid,
-        auth_token=cfg.sms_auth_token.get_secret_value(),
-        client=http,
-    )
-    email = email_transport(cfg, http)
+    sms_providers, email_providers = provider_transports(cfg, http)
+    sms = _default_transport(sms_providers, channels.SMS)
+    # The email provider of attempts prepared before providers were recorded.
+    email = _default_transport(email_providers, channels.EMAIL, cfg.resolved_email_provider)
     ledger_acts = LedgerActivities(
-        sessions, cipher, retention_days=cfg.pii_retention_days, senders=senders
+        sessions,
+        cipher,
+        retention_days=cfg.pii_retention_days,
+        senders=senders,
+        default_providers={channels.EMAIL.name: (cfg.resolved_email_provider,)},
     )
     sms_acts = SmsActivities(
-        sms, sessions, cipher, callback_base_url=cfg.callback_base_url, senders=senders
+        sms,
+        sessions,
+        cipher,
+        callback_base_url=cfg.callback_base_url,
+        senders=senders,
+        providers=sms_providers,
     )
     email_acts = EmailActivities(
         email,
@@ -176,6 +208,7 @@ def build_workers(
         public_base_url=cfg.callback_base_url,
         unsubscribe_secret=cfg.resolved_unsubscribe_secret(),
         senders=senders,
+        providers=email_providers,
     )
     maintenance = MaintenanceActivities(sessions)
     main = Worker(
@@ -284,6 +317,7 @@ async def main(*, relay: bool = RELAY_IN_WORKER, schedules: bool = SCHEDULES_AT_
     cfg = settings_module.load()
     # Before anything connects: a sender no provider would take is a start-up error.
     senders = cfg.sender_book()
+    cfg.check_providers()
     if not ensure_workflow_bytecode():
         log.warning("could not write the workflow modules' bytecode; each run compiles them")
     client = await connect(cfg, runtime=core_log_forwarding(cfg.worker_metrics_address))

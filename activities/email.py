@@ -12,6 +12,7 @@ import asyncio
 import hashlib
 import hmac
 import re
+from collections.abc import Mapping
 from datetime import timedelta
 
 from sqlalchemy import update
@@ -19,7 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities import now_utc
+from activities import ProviderTransports, now_utc
 from activities.contracts import SubmitInput, SubmitOutcome
 from domain import channels
 from domain.senders import SenderBook
@@ -78,8 +79,11 @@ class EmailActivities:
         public_base_url: str,
         unsubscribe_secret: str,
         senders: SenderBook | None = None,
+        providers: Mapping[str, EmailTransport] | None = None,
     ) -> None:
-        self._transport = transport
+        """`transport` is the default provider's (attempts with no provider recorded);
+        `providers` every configured email provider by alias (worker.py builds both)."""
+        self._transports = ProviderTransports(transport, providers)
         self._senders = senders or SenderBook.build()
         self._sessions = sessions
         self._cipher = cipher
@@ -105,7 +109,10 @@ class EmailActivities:
             return attempt, intent, artifact
 
         attempt, intent, artifact = await self._tx(load)
-        resends = self._transport.resend_after_ambiguity
+        # The provider the attempt was prepared for (its alias); it decides what a lost
+        # answer means and what the acceptance is.
+        transport = self._transports.for_alias(attempt.provider)
+        resends = transport.resend_after_ambiguity
         sendable = (
             (AttemptState.PREPARED.value, AttemptState.UNKNOWN.value)
             if resends
@@ -159,10 +166,13 @@ class EmailActivities:
             # An earlier try of this activity started the send and its answer was lost
             # (a worker died mid-request): the provider may have it, and cannot be asked.
             return await self._unknown(
-                token, "send_outcome_lost", "an earlier try started the send; its answer was lost"
+                transport,
+                token,
+                "send_outcome_lost",
+                "an earlier try started the send; its answer was lost",
             )
         try:
-            sent = await self._transport.send(spec)
+            sent = await transport.send(spec)
         except EmailPermanentError as err:
             await self._fail(
                 token, "rejected", _without_addresses(err.reason), code=str(err.code or "")
@@ -182,23 +192,28 @@ class EmailActivities:
             if not resends:
                 # No idempotency key and no lookup: a second request would be a second
                 # message in the inbox. A person settles it (ARCHITECTURE.md).
-                return await self._unknown(token, "ambiguous", _without_addresses(err.reason))
+                return await self._unknown(
+                    transport, token, "ambiguous", _without_addresses(err.reason)
+                )
             # SMTP has no lookup; a resend reuses the same Message-ID, which receivers dedupe.
             raise ApplicationError(
                 _without_addresses(err.reason), type="AmbiguousSubmission"
             ) from err
 
-        state = await self._tx(lambda s: self._record_accepted(s, token, sent))
-        default = AttemptState.SUBMITTED if self._transport.reports_events else AttemptState.SENT
+        state = await self._tx(lambda s: self._record_accepted(s, transport, token, sent))
+        default = AttemptState.SUBMITTED if transport.reports_events else AttemptState.SENT
         return SubmitOutcome(state or default.value, sent.remote_id or sent.message_id)
 
-    def _record_accepted(self, session: Session, token: str, sent: EmailSubmitted) -> str | None:
+    @staticmethod
+    def _record_accepted(
+        session: Session, transport: EmailTransport, token: str, sent: EmailSubmitted
+    ) -> str | None:
         session.query(Attempt).filter(Attempt.token == token).update(
             {Attempt.message_id: sent.message_id}
         )
-        if self._transport.reports_events:
+        if transport.reports_events:
             # Accepted by a provider that will report delivery: open until its events.
-            raw, normalized = f"{self._transport.provider}_{sent.response}", AttemptState.SUBMITTED
+            raw, normalized = f"{transport.provider}_{sent.response}", AttemptState.SUBMITTED
         else:
             raw, normalized = "smtp_250", AttemptState.SENT
         result = repo.record_observation(
@@ -210,7 +225,7 @@ class EmailActivities:
                 observed_at=sent.accepted_at,
                 dedupe_key=f"send:{token}:{raw}",
                 remote_id=sent.remote_id,
-                detail={"message_id": sent.message_id, "provider": self._transport.provider},
+                detail={"message_id": sent.message_id, "provider": transport.provider},
             ),
             token=token,
         )
@@ -239,9 +254,11 @@ class EmailActivities:
             .values(send_started_at=None)
         )
 
-    async def _unknown(self, token: str, raw: str, reason: str) -> SubmitOutcome:
+    async def _unknown(
+        self, transport: EmailTransport, token: str, raw: str, reason: str
+    ) -> SubmitOutcome:
         why = (
-            f"{reason}; {self._transport.provider} has no lookup, so it is not sent again: "
+            f"{reason}; {transport.provider} has no lookup, so it is not sent again: "
             "a person settles it"
         )
         state = await self._tx(
@@ -254,7 +271,7 @@ class EmailActivities:
                         normalized=AttemptState.UNKNOWN,
                         observed_at=now_utc(),
                         dedupe_key=f"send:{token}:{raw}",
-                        detail={"reason": why, "provider": self._transport.provider},
+                        detail={"reason": why, "provider": transport.provider},
                     ),
                     token=token,
                 ).state

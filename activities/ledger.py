@@ -4,6 +4,7 @@ operator actions. Each is one database transaction; the rules come from `domain`
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any, cast
 
@@ -123,7 +124,11 @@ class LedgerActivities:
         *,
         retention_days: int = 30,
         senders: SenderBook | None = None,
+        default_providers: Mapping[str, tuple[str, ...]] | None = None,
     ) -> None:
+        """`default_providers`: channel -> provider aliases where the policy names none
+        (settings: HERALD_EMAIL_PROVIDER); else the registry's defaults."""
+        self._default_providers = dict(default_providers or {})
         self._sessions = sessions
         self._cipher = cipher
         self._senders = senders or SenderBook.build()
@@ -292,6 +297,9 @@ class LedgerActivities:
                 template_version=rendered.template_version,
                 sender=decision.sender,
                 sender_address=self._senders.resolve(input.channel, decision.sender),
+                provider=pol.providers_for(
+                    intent.region, input.channel, defaults=self._default_providers
+                )[0],
                 segments=rendered.segments if channel.counts_segments else None,
                 purge_after=now + self._retention,
             )

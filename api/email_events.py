@@ -37,7 +37,7 @@ from sqlalchemy.orm import Session
 
 from activities.contracts import ReceiptSignal
 from api.schemas import Problem
-from domain import email_events
+from domain import channels, email_events
 from domain.destinations import InvalidDestination, normalize_email
 from domain.email_events import SuppressionEffect
 from domain.policy import fallback_for, load_policy
@@ -47,6 +47,7 @@ from ledger import repository as repo
 from ledger.models import Attempt, Intent, Observation, Suppression
 from ledger.repository import ObservationFacts, ObservationResult
 from transports.sendgrid import (
+    ADDRESS,
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,
     TOKEN_ARG,
@@ -237,7 +238,7 @@ def _destination_hmac(
         if found:
             return found
     try:
-        address = normalize_email(_text(event.get("email"), 320)).address
+        address = normalize_email(_text(event.get(ADDRESS), 320)).address
     except InvalidDestination:
         return None
     return ingress.client.lookup_hmac(address)
@@ -285,7 +286,7 @@ def _effect(
         evidence.suppress(
             session,
             destination_hmac=lookup,
-            channel="email",
+            channel=channels.EMAIL.name,
             reason=meaning.reason,
             source=meaning.source,
             at=now,
@@ -296,7 +297,7 @@ def _effect(
         evidence.suppress(
             session,
             destination_hmac=lookup,
-            channel="email",
+            channel=channels.EMAIL.name,
             reason=meaning.reason,
             source=meaning.source,
             at=now,
@@ -309,7 +310,7 @@ def _effect(
             update(Suppression)
             .where(
                 Suppression.destination_hmac == lookup,
-                Suppression.channel == "email",
+                Suppression.channel == channels.EMAIL.name,
                 Suppression.reason == meaning.reason,
                 Suppression.category.is_(None)
                 if category is None
@@ -336,7 +337,7 @@ def _effect(
             evidence.suppress(
                 session,
                 destination_hmac=lookup,
-                channel="email",
+                channel=channels.EMAIL.name,
                 reason="repeated_blocks",
                 source="blocked",
                 at=now,

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from domain.channels import EMAIL
 from domain.requests import NotificationRequest
 from scenarios.base import (
     EMAIL_REACHED,
@@ -156,7 +157,7 @@ async def _permanent_failure(ctx: DemoContext, trip: str) -> dict[str, Any]:
         key,
         "the email after the permanent SMS failure",
         lambda d: any(
-            a["channel"] == "email" and a["state"] in EMAIL_REACHED for a in d["attempts"]
+            a["channel"] == EMAIL.name and a["state"] in EMAIL_REACHED for a in d["attempts"]
         ),
         timeout=30,
     )

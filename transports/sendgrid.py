@@ -55,6 +55,9 @@ from transports.twilio import parse_retry_after
 log = logging.getLogger(__name__)
 
 DEFAULT_BASE_URL = "https://api.sendgrid.com"
+ADDRESS = "email"
+"""The JSON field SendGrid names an address with (a party, an event's recipient); a field
+name, not Herald's email channel."""
 TOKEN_ARG = "herald_token"
 """The ``custom_args`` key that carries the attempt token (echoed in every event)."""
 SIGNATURE_HEADER = "X-Twilio-Email-Event-Webhook-Signature"
@@ -71,7 +74,7 @@ def without_addresses(text: str) -> str:
 def _party(value: str) -> dict[str, str]:
     """``Name <addr>`` or ``addr`` as SendGrid's ``{"email", "name"}``."""
     name, address = parseaddr(value)
-    return {"email": address, **({"name": name} if name else {})}
+    return {ADDRESS: address, **({"name": name} if name else {})}
 
 
 def mail_send_body(

@@ -43,6 +43,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from transports.sendgrid import (
+    ADDRESS,
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,
     TOKEN_ARG,
@@ -99,7 +100,7 @@ def mime_of(body: dict[str, Any]) -> EmailMessage:
     msg = EmailMessage()
 
     def party(value: dict[str, Any]) -> str:
-        return formataddr((value.get("name") or "", value["email"]))
+        return formataddr((value.get("name") or "", value[ADDRESS]))
 
     msg["From"] = party(body["from"])
     msg["To"] = ", ".join(party(t) for t in body["personalizations"][0]["to"])
@@ -203,9 +204,9 @@ class SendGridSimulator:
         try:
             body = json.loads(await request.body())
             personalization = body["personalizations"][0]
-            to = personalization["to"][0]["email"]
+            to = personalization["to"][0][ADDRESS]
             args = dict(personalization.get("custom_args") or {})
-            if not body["from"]["email"] or not body["subject"] or not body["content"]:
+            if not body["from"][ADDRESS] or not body["subject"] or not body["content"]:
                 raise ValueError("from, subject and content are required")
         except (ValueError, KeyError, IndexError, TypeError):
             self.rejected_total += 1
@@ -245,7 +246,7 @@ class SendGridSimulator:
         now = time.monotonic()
         for index, (word, extra) in enumerate(steps):
             event = {
-                "email": to,
+                ADDRESS: to,
                 "timestamp": int(time.time()),
                 "event": word,
                 "sg_event_id": base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="),
@@ -261,7 +262,7 @@ class SendGridSimulator:
     async def _relay(self, body: dict[str, Any], to: str) -> None:
         assert self.relay is not None
         host, port = self.relay
-        sender = body["from"]["email"]
+        sender = body["from"][ADDRESS]
         try:
             await aiosmtplib.send(
                 mime_of(body), hostname=host, port=port, sender=sender, recipients=[to]
@@ -401,11 +402,11 @@ def create_sendgrid_app(
         payload = await request.json()
         if "event_url" in payload:
             sim.event_url = payload["event_url"]
-        if "email" in payload:
+        if ADDRESS in payload:
             fault = str(payload.get("fault") or "deliver")
             if fault not in SCRIPTS and fault not in API_FAULTS:
                 return JSONResponse({"error": f"unknown fault {fault!r}"}, status_code=400)
-            sim.scripts[str(payload["email"]).strip().lower()] = fault
+            sim.scripts[str(payload[ADDRESS]).strip().lower()] = fault
         return JSONResponse({"event_url": sim.event_url, "scripted": len(sim.scripts)})
 
     async def stats(_: Request) -> Response:

@@ -13,7 +13,6 @@ import hashlib
 import json
 import logging
 import re
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Any
@@ -28,16 +27,16 @@ from sqlalchemy import text, update
 from sqlalchemy.orm import Session
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-from twilio.request_validator import RequestValidator
 
 from activities.contracts import ReceiptSignal
 from activities.email import verify_unsubscribe_token
-from api.auth import Authenticator, check_every_route_declared
+from api.auth import check_every_route_declared
 from api.console import mount_console
-from api.evidence import evidence_router
-from api.intents import INVALID, RETENTION_NOTE, intents_router, validation_problem
-from api.metrics import build_registry
-from api.principals import principals_router
+from api.deps import Ingress
+from api.evidence import router as evidence_routes
+from api.intents import INVALID, RETENTION_NOTE, validation_problem
+from api.intents import router as intents_routes
+from api.principals import router as principals_routes
 from api.schemas import Health, Problem, Readiness, Unsubscribed
 from domain import keywords
 from domain.destinations import phone_e164
@@ -51,8 +50,6 @@ from ledger import evidence
 from ledger import repository as repo
 from ledger.models import Suppression
 from ledger.repository import ObservationFacts
-from ledger.transactions import in_transaction
-from starter.client import HeraldClient
 
 log = logging.getLogger("herald.api")
 
@@ -94,59 +91,6 @@ async def _check(probe: Any) -> str:
     except Exception as err:  # noqa: BLE001 - any failure means "not ready"
         return f"unavailable ({type(err).__name__})"
     return "ok" if result is not False else "unavailable (reported unhealthy)"
-
-
-class Ingress:
-    """What the routes need; built once by `create_app`."""
-
-    def __init__(
-        self,
-        client: HeraldClient,
-        *,
-        auth_token: str,
-        public_base_url: str,
-        operator_token: str | None,
-        unsubscribe_secret: str,
-        temporal_ui_url: str | None = None,
-    ) -> None:
-        self.client = client
-        self.temporal_ui_url = temporal_ui_url
-        """The Temporal Web UI's base URL, for the console's link to a workflow."""
-        self.validator = RequestValidator(auth_token)
-        self.public_base_url = public_base_url.rstrip("/")
-        # HERALD_OPERATOR_TOKEN: the break-glass admin (optional in dev).
-        self.auth = Authenticator(client.sessions, break_glass_token=operator_token)
-        self.unsubscribe_secret = unsubscribe_secret
-        self.registry, self.counters = build_registry(client.sessions)
-        self._probes: dict[str, asyncio.Future[Any]] = {}
-
-    async def tx(self, work):  # type: ignore[no-untyped-def]
-        return await in_transaction(self.client.sessions, work)
-
-    def probe(self, name: str, start: Callable[[], Awaitable[Any]]) -> Awaitable[Any]:
-        """The readiness probe `name`, shared: while one is still running (a database that
-        hangs keeps a thread until its own timeouts), later requests wait on the same one
-        instead of starting another, so probes never fill the thread pool."""
-        running = self._probes.get(name)
-        if running is None or running.done():
-            running = self._probes[name] = asyncio.ensure_future(start())
-            # Its outcome may reach no request (all timed out): retrieve it, no warning.
-            running.add_done_callback(lambda f: f.cancelled() or f.exception())
-        return asyncio.shield(running)
-
-    def public_url(self, request: Request) -> str:
-        """The URL the provider called and signed: the public origin, then the path and
-        query exactly as they arrived. The path is taken undecoded (`raw_path`): a provider
-        that called `/v1/receipts/%73ms` signed those bytes, not the `/v1/receipts/sms` the
-        router matched, and the official validator compares it so."""
-        raw_path = request.scope.get("raw_path")
-        if raw_path:
-            # Some servers (and httpx's ASGI transport) include the query in raw_path.
-            path = raw_path.partition(b"?")[0].decode("latin-1")
-        else:
-            path = request.url.path
-        query = request.scope.get("query_string", b"").decode("latin-1")
-        return f"{self.public_base_url}{path}{'?' + query if query else ''}"
 
 
 class BodyLimit:
@@ -592,9 +536,9 @@ def create_app(ingress: Ingress) -> FastAPI:
     app.include_router(provider_router(ingress))
     app.include_router(unsubscribe_router(ingress))
     # Token and role checked by the routers' route class, before the body is even parsed.
-    app.include_router(intents_router(ingress))
-    app.include_router(evidence_router(ingress))
-    app.include_router(principals_router(ingress))
+    app.include_router(intents_routes)
+    app.include_router(evidence_routes)
+    app.include_router(principals_routes)
     mount_console(app, ingress)
     check_every_route_declared(app)
     return app

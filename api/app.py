@@ -539,6 +539,6 @@ def create_app(ingress: Ingress) -> FastAPI:
     app.include_router(intents_routes)
     app.include_router(evidence_routes)
     app.include_router(principals_routes)
-    mount_console(app, ingress)
+    mount_console(app)
     check_every_route_declared(app)
     return app

@@ -29,7 +29,6 @@ from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from activities.contracts import ReceiptSignal
-from activities.email import verify_unsubscribe_token
 from api.auth import check_every_route_declared
 from api.console import mount_console
 from api.deps import Ingress
@@ -46,6 +45,7 @@ from domain.states import (
     is_terminal,
     normalize_provider_status,
 )
+from domain.unsubscribe import verify_unsubscribe_token
 from ledger import evidence
 from ledger import repository as repo
 from ledger.models import Suppression

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from cli.main import Command
 
 MAINTENANCE_JOBS = ("reconcile", "purge")
-"""`activities.maintenance.JOBS` (a test keeps them equal): importing it pulls in the
+"""`activities.contracts.JOBS` (a test keeps them equal): importing it pulls in the
 Temporal SDK, most of a second on every `herald` command just to build the parser."""
 
 WAIT_SECONDS = 60.0

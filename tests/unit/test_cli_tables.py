@@ -133,7 +133,7 @@ def test_every_option_of_every_command_has_help_text():
 
 
 def test_the_demo_scenarios_and_jobs_the_parser_offers_are_the_real_ones():
-    from activities.maintenance import JOBS
+    from activities.contracts import JOBS
     from cli.maint import MAINTENANCE_JOBS
     from scenarios import SCENARIOS
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from cli.main import DEMO_SCENARIOS, parser
-from cli.tables import Clock, table, timeline_text
+from runtime.tables import Clock, table, timeline_text
 from ledger import timeline
 
 T0 = datetime(2026, 12, 6, 18, 0, 0, tzinfo=UTC)

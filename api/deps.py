@@ -18,6 +18,9 @@ from api.metrics import build_registry
 from ledger.transactions import in_transaction
 from starter.client import HeraldClient
 
+MAX_BODY_BYTES = 64 * 1024
+"""The largest request body the app reads (413 beyond it, `api.app.BodyLimit`)."""
+
 
 class Ingress:
     """What the routes need; built once by `create_app`."""

@@ -1,9 +1,10 @@
 """The HTTP ingress: provider receipts and inbound SMS (signed), one-click unsubscribe,
 the operator and app API (bearer token), metrics, health and the OpenAPI document.
 
-Every receipt goes through the same ledger transition as a poll, is deduplicated, and is
-then signalled to the intent's workflow. A bad signature changes nothing. Every request
-body is bounded (:data:`MAX_BODY_BYTES`), chunked ones included.
+The app factory: the routes live in their modules (`api/webhooks.py`, `api/intents.py`,
+`api/evidence.py`, `api/principals.py`, `api/console/`) and take what they share from
+`api/deps.py`; this module adds the body limit, the error handlers, health and metrics.
+Every request body is bounded (`MAX_BODY_BYTES`), chunked ones included.
 """
 
 from __future__ import annotations

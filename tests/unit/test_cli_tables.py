@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from cli.main import DEMO_SCENARIOS, parser
-from runtime.tables import Clock, table, timeline_text
 from ledger import timeline
+from runtime.tables import Clock, table, timeline_text
 
 T0 = datetime(2026, 12, 6, 18, 0, 0, tzinfo=UTC)
 

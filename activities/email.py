@@ -9,9 +9,6 @@ sent again: the attempt is recorded `unknown` for a person to settle (docs/trans
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
-import re
 from collections.abc import Mapping
 from datetime import timedelta
 
@@ -23,8 +20,10 @@ from temporalio.exceptions import ApplicationError
 from activities import ProviderTransports, now_utc
 from activities.contracts import SubmitInput, SubmitOutcome
 from domain import channels
+from domain.email_events import without_addresses
 from domain.senders import SenderBook
 from domain.states import AttemptState
+from domain.unsubscribe import unsubscribe_token
 from ledger import metrics
 from ledger import repository as repo
 from ledger.crypto import FieldCipher
@@ -44,28 +43,6 @@ from transports.email import (
 
 # Categories that are subscription-like and so carry RFC 8058 one-click unsubscribe headers.
 SUBSCRIPTION_LIKE = {"promotional", "operational"}
-
-
-_ADDRESS = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
-
-
-def _without_addresses(text: str) -> str:
-    """SMTP replies often quote the recipient; errors reach Temporal history and logs."""
-    return _ADDRESS.sub("<address>", text)
-
-
-def unsubscribe_token(secret: str, token: str) -> str:
-    """A signed, opaque unsubscribe reference for one attempt (no address inside)."""
-    mac = hmac.new(secret.encode(), token.encode(), hashlib.sha256).hexdigest()[:32]
-    return f"{token}.{mac}"
-
-
-def verify_unsubscribe_token(secret: str, value: str) -> str | None:
-    token, _, mac = value.rpartition(".")
-    expected = unsubscribe_token(secret, token).encode("utf-8")
-    if token and hmac.compare_digest(expected, value.encode("utf-8", "surrogatepass")):
-        return token
-    return None
 
 
 class EmailActivities:
@@ -175,14 +152,14 @@ class EmailActivities:
             sent = await transport.send(spec)
         except EmailPermanentError as err:
             await self._fail(
-                token, "rejected", _without_addresses(err.reason), code=str(err.code or "")
+                token, "rejected", without_addresses(err.reason), code=str(err.code or "")
             )
         except EmailTransientError as err:
             if not resends:
                 # Nothing was accepted (429, connection refused): the claim is released.
                 await self._tx(lambda s: self._release(s, token))
             raise ApplicationError(
-                _without_addresses(err.reason),
+                without_addresses(err.reason),
                 type="TransientProviderError",
                 next_retry_delay=(
                     timedelta(seconds=err.retry_after) if err.retry_after is not None else None
@@ -193,11 +170,11 @@ class EmailActivities:
                 # No idempotency key and no lookup: a second request would be a second
                 # message in the inbox. A person settles it (ARCHITECTURE.md).
                 return await self._unknown(
-                    transport, token, "ambiguous", _without_addresses(err.reason)
+                    transport, token, "ambiguous", without_addresses(err.reason)
                 )
             # SMTP has no lookup; a resend reuses the same Message-ID, which receivers dedupe.
             raise ApplicationError(
-                _without_addresses(err.reason), type="AmbiguousSubmission"
+                without_addresses(err.reason), type="AmbiguousSubmission"
             ) from err
 
         state = await self._tx(lambda s: self._record_accepted(s, transport, token, sent))

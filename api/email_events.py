@@ -23,62 +23,52 @@ put in a metric label.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import hashlib
 import json
 import logging
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 from fastapi import APIRouter, HTTPException, Request, Response
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from activities.contracts import ReceiptSignal
+from api.deps import EventsConfig, Ingress, IngressDep
 from api.schemas import Problem
 from domain import channels, email_events
 from domain.destinations import InvalidDestination, normalize_email
-from domain.email_events import SuppressionEffect
+from domain.email_events import (
+    ADDRESS,
+    SIGNATURE_HEADER,
+    TIMESTAMP_HEADER,
+    TOKEN_ARG,
+    SuppressionEffect,
+    without_addresses,
+)
 from domain.policy import fallback_for, load_policy
 from domain.states import AttemptState, is_terminal
 from ledger import evidence
 from ledger import repository as repo
 from ledger.models import Attempt, Intent, Observation, Suppression
 from ledger.repository import ObservationFacts, ObservationResult
-from transports.sendgrid import (
-    ADDRESS,
-    SIGNATURE_HEADER,
-    TIMESTAMP_HEADER,
-    TOKEN_ARG,
-    verify_event_batch,
-    without_addresses,
-)
-
-if TYPE_CHECKING:
-    from api.app import Ingress
 
 log = logging.getLogger("herald.api")
 
 EVENTS_PATH = "/v1/receipts/email/sendgrid"
 MAX_BATCH_BYTES = 1024 * 1024
 """SendGrid posts a batch when it reaches 768 KB (or every 30 s); bodies up to 1 MB."""
-DEFAULT_TOLERANCE_SECONDS = 26 * 3600
-"""How old a signed timestamp may be: SendGrid's 24 hours of retries, and two to spare."""
 FUTURE_SKEW_SECONDS = 300
 SIGNAL_TIMEOUT_SECONDS = 5.0
 _EVENT_ID = re.compile(r"^[A-Za-z0-9_=.:-]{1,100}$")
 _TOKEN = re.compile(r"^[^\x00]{1,240}$")
-
-
-@dataclass(frozen=True)
-class EventsConfig:
-    """What the route needs: the verification key and the tolerance."""
-
-    public_key: Any
-    """An `EllipticCurvePublicKey` (transports.sendgrid.load_event_public_key), or None
-    when email events are not configured."""
-    tolerance_seconds: int = DEFAULT_TOLERANCE_SECONDS
 
 
 PROBLEMS: dict[int | str, dict[str, Any]] = {
@@ -129,6 +119,45 @@ OPENAPI = {
         },
     },
 }
+
+
+# --- the signature (the simulator signs with transports.sendgrid.sign_event_batch) ------
+
+
+def load_event_public_key(value: str) -> ec.EllipticCurvePublicKey:
+    """The verification key as SendGrid's settings page shows it (base64 DER), or PEM.
+
+    Raises:
+        ValueError: not an EC public key.
+    """
+    text = value.strip()
+    try:
+        if text.startswith("-----BEGIN"):
+            key = serialization.load_pem_public_key(text.encode())
+        else:
+            key = serialization.load_der_public_key(base64.b64decode(text, validate=True))
+    except (ValueError, binascii.Error) as exc:
+        raise ValueError("not a base64 DER or PEM public key") from exc
+    if not isinstance(key, ec.EllipticCurvePublicKey):
+        raise ValueError("the event webhook key must be an elliptic-curve (P-256) key")
+    return key
+
+
+def verify_event_batch(
+    public_key: ec.EllipticCurvePublicKey, *, signature: str, timestamp: str, body: bytes
+) -> bool:
+    """Whether ``signature`` signs ``timestamp`` + ``body`` (the raw bytes, before any
+    parse). A malformed signature is False, never an exception."""
+    try:
+        raw = base64.b64decode(signature.strip(), validate=True)
+        stamp = timestamp.encode("ascii")
+    except (binascii.Error, ValueError, UnicodeEncodeError):
+        return False
+    try:
+        public_key.verify(raw, stamp + body, ec.ECDSA(hashes.SHA256()))
+    except (InvalidSignature, ValueError):
+        return False
+    return True
 
 
 def verified_body(request_headers: Any, body: bytes, config: EventsConfig, now: datetime) -> str:
@@ -356,60 +385,59 @@ def record_event(
     return _Recorded(result, facts.provider_code)
 
 
-def email_events_router(ingress: Ingress, config: EventsConfig) -> APIRouter:
-    router = APIRouter(tags=["provider webhooks"])
+router = APIRouter(tags=["provider webhooks"])
 
-    @router.post(
-        EVENTS_PATH,
-        status_code=204,
-        response_class=Response,
-        responses=PROBLEMS,
-        summary="A batch of email events (SendGrid Event Webhook, signed)",
-        openapi_extra=OPENAPI,
-    )
-    async def sendgrid_events(request: Request) -> Response:
-        """Verified before any parse, each event deduplicated on `sg_event_id`, recorded
-        through the one transition; bounces and complaints suppress; settling events wake
-        the intent's workflow."""
-        if config.public_key is None:
-            # As if the route were absent; the provider retries, nothing is lost yet.
-            raise HTTPException(
-                404, "email events are not configured (HERALD_SENDGRID_EVENT_PUBLIC_KEY)"
-            )
-        body = await request.body()
-        now = datetime.now(UTC)
-        problem = verified_body(request.headers, body, config, now)
-        if problem:
-            ingress.counters.rejected.labels("signature").inc()
-            raise HTTPException(403, problem)
-        try:
-            events = json.loads(body)
-        except (ValueError, UnicodeDecodeError) as err:
-            ingress.counters.rejected.labels("malformed").inc()
-            raise HTTPException(400, "body is not JSON") from err
-        if not isinstance(events, list) or not all(isinstance(e, dict) for e in events):
-            ingress.counters.rejected.labels("malformed").inc()
-            raise HTTPException(400, "body must be a JSON array of event objects")
-        settled: list[_Recorded] = []
-        for event in events:
-            recorded = await ingress.tx(lambda s, event=event: record_event(s, ingress, event, now))
-            result = recorded.result
-            ingress.counters.receipts.labels(result.verdict).inc()
-            if result.verdict == "duplicate":
-                ingress.counters.duplicates.labels("webhook_redelivery").inc()
-            if (
-                result.changed
-                and result.workflow_id
-                and result.token
-                and result.state
-                and is_terminal(AttemptState(result.state))
-            ):
-                settled.append(recorded)
-        for recorded in settled:
-            await _signal(ingress, recorded)
-        return Response(status_code=204)
 
-    return router
+@router.post(
+    EVENTS_PATH,
+    status_code=204,
+    response_class=Response,
+    responses=PROBLEMS,
+    summary="A batch of email events (SendGrid Event Webhook, signed)",
+    openapi_extra=OPENAPI,
+)
+async def sendgrid_events(request: Request, ingress: IngressDep) -> Response:
+    """Verified before any parse, each event deduplicated on `sg_event_id`, recorded
+    through the one transition; bounces and complaints suppress; settling events wake
+    the intent's workflow."""
+    config = ingress.email_events
+    if config.public_key is None:
+        # As if the route were absent; the provider retries, nothing is lost yet.
+        raise HTTPException(
+            404, "email events are not configured (HERALD_SENDGRID_EVENT_PUBLIC_KEY)"
+        )
+    body = await request.body()
+    now = datetime.now(UTC)
+    problem = verified_body(request.headers, body, config, now)
+    if problem:
+        ingress.counters.rejected.labels("signature").inc()
+        raise HTTPException(403, problem)
+    try:
+        events = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as err:
+        ingress.counters.rejected.labels("malformed").inc()
+        raise HTTPException(400, "body is not JSON") from err
+    if not isinstance(events, list) or not all(isinstance(e, dict) for e in events):
+        ingress.counters.rejected.labels("malformed").inc()
+        raise HTTPException(400, "body must be a JSON array of event objects")
+    settled: list[_Recorded] = []
+    for event in events:
+        recorded = await ingress.tx(lambda s, event=event: record_event(s, ingress, event, now))
+        result = recorded.result
+        ingress.counters.receipts.labels(result.verdict).inc()
+        if result.verdict == "duplicate":
+            ingress.counters.duplicates.labels("webhook_redelivery").inc()
+        if (
+            result.changed
+            and result.workflow_id
+            and result.token
+            and result.state
+            and is_terminal(AttemptState(result.state))
+        ):
+            settled.append(recorded)
+    for recorded in settled:
+        await _signal(ingress, recorded)
+    return Response(status_code=204)
 
 
 async def _signal(ingress: Ingress, recorded: _Recorded) -> None:

@@ -16,9 +16,9 @@ from fastapi import FastAPI
 
 import settings as settings_module
 from api.app import Ingress, create_app
-from api.email_events import EventsConfig
+from api.deps import EventsConfig
+from api.email_events import load_event_public_key
 from starter.client import HeraldClient
-from transports.sendgrid import load_event_public_key
 
 
 def build(cfg: settings_module.Settings, client: HeraldClient) -> FastAPI:

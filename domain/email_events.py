@@ -27,10 +27,28 @@ state back and raises no review item (``domain.states.apply`` with
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from enum import StrEnum
 
 from domain.states import AttemptState
+
+SIGNATURE_HEADER = "X-Twilio-Email-Event-Webhook-Signature"
+"""SendGrid's signed Event Webhook: base64 DER ECDSA P-256 over the timestamp + raw body."""
+TIMESTAMP_HEADER = "X-Twilio-Email-Event-Webhook-Timestamp"
+TOKEN_ARG = "herald_token"
+"""The ``custom_args`` key that carries the attempt token (echoed in every event)."""
+ADDRESS = "email"
+"""The JSON field SendGrid names an address with (a party, an event's recipient); a field
+name, not Herald's email channel."""
+
+_ADDRESS_TEXT = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
+
+
+def without_addresses(text: str) -> str:
+    """Provider text (an SMTP reply, a bounce reason) often quotes the recipient; such text
+    reaches exceptions, Temporal history, evidence and logs only with addresses replaced."""
+    return _ADDRESS_TEXT.sub("<address>", text)
 
 
 class SuppressionEffect(StrEnum):

@@ -28,19 +28,17 @@ replaced before it reaches an exception.
 from __future__ import annotations
 
 import base64
-import binascii
 import json
 import logging
-import re
 from datetime import UTC, datetime
 from email.utils import parseaddr
 from typing import Any
 
 import httpx
-from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from domain.email_events import ADDRESS, TOKEN_ARG, without_addresses
 from transports.email import (
     DEFAULT_MESSAGE_ID_DOMAIN,
     EmailAmbiguousError,
@@ -55,20 +53,6 @@ from transports.twilio import parse_retry_after
 log = logging.getLogger(__name__)
 
 DEFAULT_BASE_URL = "https://api.sendgrid.com"
-ADDRESS = "email"
-"""The JSON field SendGrid names an address with (a party, an event's recipient); a field
-name, not Herald's email channel."""
-TOKEN_ARG = "herald_token"
-"""The ``custom_args`` key that carries the attempt token (echoed in every event)."""
-SIGNATURE_HEADER = "X-Twilio-Email-Event-Webhook-Signature"
-TIMESTAMP_HEADER = "X-Twilio-Email-Event-Webhook-Timestamp"
-
-_ADDRESS = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
-
-
-def without_addresses(text: str) -> str:
-    """Provider text often quotes the recipient; errors reach Temporal history and logs."""
-    return _ADDRESS.sub("<address>", text)
 
 
 def _party(value: str) -> dict[str, str]:
@@ -285,25 +269,6 @@ def public_key_b64(public: ec.EllipticCurvePublicKey) -> str:
     return base64.b64encode(der).decode("ascii")
 
 
-def load_event_public_key(value: str) -> ec.EllipticCurvePublicKey:
-    """The verification key as SendGrid's settings page shows it (base64 DER), or PEM.
-
-    Raises:
-        ValueError: not an EC public key.
-    """
-    text = value.strip()
-    try:
-        if text.startswith("-----BEGIN"):
-            key = serialization.load_pem_public_key(text.encode())
-        else:
-            key = serialization.load_der_public_key(base64.b64decode(text, validate=True))
-    except (ValueError, binascii.Error) as exc:
-        raise ValueError("not a base64 DER or PEM public key") from exc
-    if not isinstance(key, ec.EllipticCurvePublicKey):
-        raise ValueError("the event webhook key must be an elliptic-curve (P-256) key")
-    return key
-
-
 def sign_event_batch(private_key_pem: bytes, *, timestamp: str, body: bytes) -> str:
     """The ``X-Twilio-Email-Event-Webhook-Signature`` SendGrid would send: ECDSA P-256 with
     SHA-256 over the timestamp header's bytes followed by the raw body, base64 DER."""
@@ -312,20 +277,3 @@ def sign_event_batch(private_key_pem: bytes, *, timestamp: str, body: bytes) -> 
         raise ValueError("the event signing key must be an elliptic-curve key")
     signature = private.sign(timestamp.encode("ascii") + body, ec.ECDSA(hashes.SHA256()))
     return base64.b64encode(signature).decode("ascii")
-
-
-def verify_event_batch(
-    public_key: ec.EllipticCurvePublicKey, *, signature: str, timestamp: str, body: bytes
-) -> bool:
-    """Whether ``signature`` signs ``timestamp`` + ``body`` (the raw bytes, before any
-    parse). A malformed signature is False, never an exception."""
-    try:
-        raw = base64.b64decode(signature.strip(), validate=True)
-        stamp = timestamp.encode("ascii")
-    except (binascii.Error, ValueError, UnicodeEncodeError):
-        return False
-    try:
-        public_key.verify(raw, stamp + body, ec.ECDSA(hashes.SHA256()))
-    except (InvalidSignature, ValueError):
-        return False
-    return True

@@ -42,15 +42,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from transports.sendgrid import (
-    ADDRESS,
-    SIGNATURE_HEADER,
-    TIMESTAMP_HEADER,
-    TOKEN_ARG,
-    generate_event_key_pair,
-    public_key_of,
-    sign_event_batch,
-)
+from domain.email_events import ADDRESS, SIGNATURE_HEADER, TIMESTAMP_HEADER, TOKEN_ARG
+from transports.sendgrid import generate_event_key_pair, public_key_of, sign_event_batch
 from transports.simulator import LoopbackServer
 
 SCRIPTS: dict[str, list[tuple[str, dict[str, Any]]]] = {

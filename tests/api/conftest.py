@@ -27,7 +27,8 @@ from temporalio.service import RPCError, RPCStatusCode
 from twilio.request_validator import RequestValidator
 
 from api.app import Ingress, create_app
-from api.email_events import EventsConfig
+from api.deps import EventsConfig
+from api.email_events import load_event_public_key
 from domain.states import AttemptState
 from ledger import repository as repo
 from ledger.crypto import FieldCipher
@@ -36,7 +37,7 @@ from ledger.repository import ObservationFacts
 from starter.client import HeraldClient
 from tests.conftest import unique
 from tests.ledger.conftest import fields, make_attempt
-from transports.sendgrid import load_event_public_key, public_key_of
+from transports.sendgrid import public_key_of
 
 AUTH_TOKEN = "test-auth-token"
 OPERATOR_TOKEN = "test-operator-token"

@@ -18,6 +18,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.email_events import EVENTS_PATH
+from domain.email_events import SIGNATURE_HEADER, TIMESTAMP_HEADER, TOKEN_ARG
 from domain.principals import Role
 from domain.states import AttemptState
 from ledger import repository as repo
@@ -35,13 +36,7 @@ from tests.api.test_metrics import samples, value
 from tests.conftest import unique
 from tests.ledger.conftest import fields, make_attempt
 from tests.ledger.test_retention import ITINERARY
-from transports.sendgrid import (
-    SIGNATURE_HEADER,
-    TIMESTAMP_HEADER,
-    TOKEN_ARG,
-    generate_event_key_pair,
-    sign_event_batch,
-)
+from transports.sendgrid import generate_event_key_pair, sign_event_batch
 
 pytestmark = pytest.mark.ledger
 

@@ -17,6 +17,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from api.email_events import load_event_public_key, verify_event_batch
+from domain.email_events import SIGNATURE_HEADER, TIMESTAMP_HEADER, TOKEN_ARG
 from transports.email import (
     EmailAmbiguousError,
     EmailAttachment,
@@ -25,16 +27,7 @@ from transports.email import (
     EmailTransientError,
     message_id_for,
 )
-from transports.sendgrid import (
-    SIGNATURE_HEADER,
-    TIMESTAMP_HEADER,
-    TOKEN_ARG,
-    SendGridEmail,
-    generate_event_key_pair,
-    load_event_public_key,
-    sign_event_batch,
-    verify_event_batch,
-)
+from transports.sendgrid import SendGridEmail, generate_event_key_pair, sign_event_batch
 from transports.sendgrid_sim import SendGridSimulatorServer, SimEmailDelays
 from transports.simulator import LoopbackServer
 

@@ -91,6 +91,12 @@ attempt's `submitted`) is followed until a final event (delivered, bounce, dropp
 signals it or the policy's events horizon passes, when `sent` is recorded. Runs before it
 never saw a `submitted` email (SMTP answers `sent`); the marker is asked for only there."""
 
+UNKNOWN_WITHOUT_LOOKUP_STAYS = "unknown-without-lookup-stays"
+"""Patch id: a channel whose provider has no lookup (email) that ends `unknown` (a lost
+send answer) is not followed by the next channel: an email-first plan falls back only on
+a bounce or a drop. Runs before it followed the policy's `fallback_when_unresolved` there
+too; the marker is asked for only in that case."""
+
 AUTHORIZE_LOCAL = "authorize-local"
 """Patch id: `authorize` runs as a local activity (one workflow task and one activity task
 fewer per attempt). Workflows that started before it schedule it as an activity; on
@@ -651,6 +657,16 @@ class NotificationWorkflow:
             and not workflow.patched(EMAIL_SENT_REACHES)
         ):
             return True
+        # A channel whose provider cannot be asked (email: SMTP, SendGrid) that ended
+        # `unknown` may well have reached the person; a person settles it, and the plan
+        # does not add another channel on a guess (asked only there, as above).
+        if (
+            fall_back
+            and result.state == AttemptState.UNKNOWN.value
+            and not _channel(result.channel).provider_lookup
+            and workflow.patched(UNKNOWN_WITHOUT_LOOKUP_STAYS)
+        ):
+            return False
         return fall_back
 
     async def _resend_window(self, until: datetime | None = None) -> None:

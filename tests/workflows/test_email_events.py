@@ -12,7 +12,11 @@ from activities.contracts import ReceiptSignal, SubmitOutcome
 from tests.workflows.conftest import World, facts, keep_history, permanent
 from tests.workflows.test_fallback_plans import EMAIL_FIRST, patches
 from tests.workflows.test_notification_workflow import phase_is
-from workflows.notification import EMAIL_EVENTS, NotificationWorkflow
+from workflows.notification import (
+    EMAIL_EVENTS,
+    UNKNOWN_WITHOUT_LOOKUP_STAYS,
+    NotificationWorkflow,
+)
 
 pytestmark = pytest.mark.workflow
 
@@ -119,3 +123,24 @@ async def test_an_smtp_email_takes_no_events_wait_and_no_marker(harness, queue):
         recorded = await patches(handle)
     assert result.outcome == "sent"
     assert EMAIL_EVENTS not in recorded
+
+
+async def test_an_email_whose_send_answer_was_lost_ends_unknown_and_the_sms_does_not_follow(
+    harness, queue
+):
+    world = World(
+        facts(channels=EMAIL_FIRST, resend_window_seconds=0),
+        submit=lambda channel, token: SubmitOutcome(
+            "unknown", reason="timeout; sendgrid has no lookup, so it is not sent again"
+        ),
+    )
+    async with harness.worker(world, queue):
+        handle = await harness.start(world, queue)
+        result = await handle.result()
+        await keep_history(handle, "email_events_unknown_stays")
+        recorded = await patches(handle)
+    assert result.outcome == "unknown"
+    assert [(r.channel, r.state) for r in result.channels] == [("email", "unknown")]
+    assert "submit_sms" not in world.names()
+    assert world.names().count("send_email") == 1
+    assert UNKNOWN_WITHOUT_LOOKUP_STAYS in recorded

@@ -120,6 +120,10 @@ class VerdictInput:
     state: str
     source: str
     reason: str = ""
+    answer_state: bool = False
+    """Answer the attempt's state in the ledger afterwards instead of the verdict: a
+    receipt the workflow was never signalled about (the ingress could not reach Temporal)
+    is then still the workflow's outcome (the email events horizon asks for it)."""
 
 
 @dataclass

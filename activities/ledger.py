@@ -353,6 +353,8 @@ class LedgerActivities:
                 ),
                 token=input.attempt_token,
             )
+            if input.answer_state:
+                return result.state or input.state
             return result.verdict
 
         return await self._in_transaction(work)

@@ -625,7 +625,18 @@ class NotificationWorkflow:
             else f"accepted by the provider; no delivery event within "
             f"{_minutes(facts.email_events_horizon_seconds)}"
         )
-        await self._record_verdict(token, AttemptState.SENT.value, "horizon", reason, label=label)
+        # The ledger answers its state after the verdict: an event the ingress recorded but
+        # could not signal (Temporal unreachable) still decides the outcome.
+        in_ledger = await workflow.execute_activity(
+            RECORD_VERDICT,
+            VerdictInput(token, AttemptState.SENT.value, "horizon", reason, answer_state=True),
+            result_type=str,
+            start_to_close_timeout=timedelta(seconds=30),
+            retry_policy=LEDGER_RETRY,
+            summary=f"record {label} sent (horizon)",
+        )
+        self._observe(token, AttemptState.SENT.value)
+        self._observe(token, in_ledger)
 
     async def _record_verdict(
         self, token: str, state: str, source: str, reason: str, *, label: str

@@ -181,3 +181,37 @@ async def test_a_sendgrid_refusal_is_permanent_and_a_rate_limit_is_retried_later
     assert retried.value.next_retry_delay is not None
     # The claim was released: the next try sends.
     assert attempt_of(committed, limited).send_started_at is None
+
+
+async def test_the_horizon_verdict_answers_an_event_the_workflow_was_never_signalled(
+    sendgrid_sim, committed, cipher, tmp_path: Path
+) -> None:
+    from datetime import UTC, datetime
+
+    from activities.contracts import VerdictInput
+    from activities.ledger import LedgerActivities
+    from domain.states import AttemptState
+    from ledger import repository as repo
+    from ledger.repository import ObservationFacts
+
+    email = sendgrid_activities(sendgrid_sim, committed, cipher, tmp_path)
+    token = await prepared_to(committed, cipher, "ada@example.test")
+    assert (await email.send_email(SubmitInput(token))).state == "submitted"
+    with committed.begin() as session:  # the ingress recorded it; its signal was lost
+        repo.record_observation(
+            session,
+            ObservationFacts(
+                source="webhook",
+                raw_status="delivered",
+                normalized=AttemptState.DELIVERED,
+                observed_at=datetime.now(UTC),
+                dedupe_key=f"sendgrid:test-{token}",
+            ),
+            token=token,
+        )
+    ledger = LedgerActivities(committed, cipher)
+    verdict = VerdictInput(token, "sent", "horizon", "no event", answer_state=True)
+    assert await ledger.record_verdict(verdict) == "delivered"
+    assert attempt_of(committed, token).state == "delivered"
+    plain = VerdictInput(token, "sent", "horizon", "no event")
+    assert await ledger.record_verdict(plain) == "duplicate"

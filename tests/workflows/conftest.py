@@ -64,6 +64,8 @@ class World:
     clock: Callable[[], Awaitable[datetime]] | None = None
     calls: list[tuple[str, Any, datetime]] = field(default_factory=list)
     polls: int = 0
+    ledger_states: dict[str, str] = field(default_factory=dict)
+    """What the ledger says of an attempt when a verdict asks (receipts never signalled)."""
 
     def names(self) -> list[str]:
         return [c[0] for c in self.calls]
@@ -115,6 +117,8 @@ class World:
         @activity.defn(name="record_verdict")
         async def record_verdict(input: VerdictInput) -> str:
             world.calls.append(("record_verdict", input, await now()))
+            if input.answer_state:
+                return world.ledger_states.get(input.attempt_token, input.state)
             return "applied"
 
         @activity.defn(name="record_operator_action")

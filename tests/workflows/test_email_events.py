@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from activities.contracts import ReceiptSignal, SubmitOutcome
+from domain import keys
 from tests.workflows.conftest import World, facts, keep_history, permanent
 from tests.workflows.test_fallback_plans import EMAIL_FIRST, patches
 from tests.workflows.test_notification_workflow import phase_is
@@ -144,3 +145,16 @@ async def test_an_email_whose_send_answer_was_lost_ends_unknown_and_the_sms_does
     assert "submit_sms" not in world.names()
     assert world.names().count("send_email") == 1
     assert UNKNOWN_WITHOUT_LOOKUP_STAYS in recorded
+
+
+async def test_a_delivered_event_the_workflow_never_heard_of_still_decides_at_the_horizon(
+    harness, queue
+):
+    world = World(facts(channels=EMAIL_FIRST), submit=sendgrid())
+    # The ingress recorded `delivered` but could not signal (Temporal unreachable then).
+    world.ledger_states = {keys.attempt_token(world.facts.business_key, "email", 1): "delivered"}
+    async with harness.worker(world, queue):
+        handle = await harness.start(world, queue)
+        result = await handle.result()
+    assert result.outcome == "delivered"
+    assert [(r.channel, r.state) for r in result.channels] == [("email", "delivered")]

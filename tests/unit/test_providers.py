@@ -118,3 +118,29 @@ def test_transports_are_picked_by_the_alias_an_attempt_recorded() -> None:
     assert ProviderTransports("only").for_alias("eu") == "only"  # built with one transport
     with pytest.raises(Exception, match="not configured"):
         transports.for_alias("gone")
+
+
+async def test_the_worker_builds_one_transport_per_alias_by_its_kind(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import httpx
+
+    from domain import channels
+    from transports.email import SmtpEmail
+    from transports.twilio import TwilioSms
+    from worker import _default_transport, provider_transports
+
+    monkeypatch.setenv(
+        "HERALD_PROVIDERS",
+        '{"twilio-eu": {"kind": "twilio", "base_url": "https://eu.example.net", '
+        '"account_sid": "AC1", "auth_token": "x"}, "relay-2": {"kind": "smtp", "host": "mx"}}',
+    )
+    async with httpx.AsyncClient() as http:
+        sms, email = provider_transports(Settings(), http)
+        assert sorted(sms) == ["twilio", "twilio-eu"]
+        assert all(isinstance(t, TwilioSms) for t in sms.values())
+        assert sorted(email) == ["relay-2", "smtp"]
+        assert all(isinstance(t, SmtpEmail) for t in email.values())
+        assert _default_transport(sms, channels.SMS) is sms["twilio"]
+        with pytest.raises(RuntimeError, match="default sms provider 'twilio'"):
+            _default_transport(email, channels.SMS)

@@ -149,3 +149,31 @@ def test_email_goes_through_the_settings_default_only_where_the_policy_names_non
     assert packaged.providers_for("EU", "sms", defaults=defaults) == ("twilio",)
     named = load_policy(load_packaged("default") + '\n[providers]\nemail = ["smtp"]\n')
     assert named.providers_for("EU", "email", defaults=defaults) == ("smtp",)
+
+
+async def test_the_worker_builds_one_transport_per_alias_by_its_kind(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import httpx
+
+    from domain import channels
+    from transports.email import SmtpEmail
+    from transports.sendgrid import SendGridEmail
+    from transports.twilio import TwilioSms
+    from worker import _default_transport, provider_transports
+
+    monkeypatch.setenv(
+        "HERALD_PROVIDERS",
+        '{"twilio-eu": {"kind": "twilio", "base_url": "https://eu.example.net", '
+        '"account_sid": "AC1", "auth_token": "x"}, "relay-2": {"kind": "smtp", "host": "mx"}}',
+    )
+    async with httpx.AsyncClient() as http:
+        sms, email = provider_transports(Settings(), http)
+        assert sorted(sms) == ["twilio", "twilio-eu"]
+        assert all(isinstance(t, TwilioSms) for t in sms.values())
+        assert sorted(email) == ["relay-2", "sendgrid", "smtp"]
+        assert all(isinstance(email[a], SmtpEmail) for a in ("relay-2", "smtp"))
+        assert isinstance(email["sendgrid"], SendGridEmail)
+        assert _default_transport(sms, channels.SMS) is sms["twilio"]
+        with pytest.raises(RuntimeError, match="default sms provider 'twilio'"):
+            _default_transport(email, channels.SMS)

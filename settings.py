@@ -282,14 +282,38 @@ class Settings(BaseSettings):
         self.resolved_data_keys()
         self.resolved_operator_token()
         self.resolved_unsubscribe_secret()
-        if self.resolved_email_provider == "sendgrid" and (
-            self.sendgrid_api_key.get_secret_value() == SIMULATOR_SENDGRID_KEY
-            or not self.sendgrid_event_public_key
-        ):
-            raise RuntimeError(
-                "HERALD_SENDGRID_API_KEY and HERALD_SENDGRID_EVENT_PUBLIC_KEY are required "
-                "outside dev with HERALD_EMAIL_PROVIDER=sendgrid; refusing to start"
-            )
+        self._check_sendgrid_in_production()
+
+    def _check_sendgrid_in_production(self) -> None:
+        """A SendGrid account email may go through (HERALD_EMAIL_PROVIDER, or a route of the
+        packaged policy) needs a real API key, and the Event Webhook's public key: without
+        it every event is refused, and bounces and complaints never suppress."""
+        from domain.channels import EMAIL
+        from domain.policy import load_policy
+        from policies import load_packaged
+
+        used = {self.resolved_email_provider}
+        try:
+            packaged = load_policy(load_packaged(self.policy_name))
+        except FileNotFoundError:
+            packaged = None
+        if packaged is not None:
+            for (_, channel), aliases in packaged.providers.items():
+                if channel == EMAIL.name:
+                    used |= set(aliases)
+        for alias, provider in self.provider_settings().items():
+            if alias not in used or not isinstance(provider, SendGridProvider):
+                continue
+            if provider.api_key.get_secret_value() == SIMULATOR_SENDGRID_KEY:
+                raise RuntimeError(
+                    f"email provider {alias!r}: the SendGrid simulator's API key outside dev "
+                    "(set HERALD_SENDGRID_API_KEY or its HERALD_PROVIDERS entry); refusing to start"
+                )
+            if not self.sendgrid_event_public_key:
+                raise RuntimeError(
+                    f"email provider {alias!r} is SendGrid: HERALD_SENDGRID_EVENT_PUBLIC_KEY is "
+                    "required outside dev to verify its events; refusing to start"
+                )
 
     def provider_settings(self) -> dict[str, TwilioProvider | SmtpProvider | SendGridProvider]:
         """Every configured provider account by alias: `twilio` and `smtp` from the flat

@@ -177,3 +177,26 @@ async def test_the_worker_builds_one_transport_per_alias_by_its_kind(
         assert _default_transport(sms, channels.SMS) is sms["twilio"]
         with pytest.raises(RuntimeError, match="default sms provider 'twilio'"):
             _default_transport(email, channels.SMS)
+
+
+def test_outside_dev_a_sendgrid_route_needs_a_real_key_and_the_event_key(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    secrets = {
+        "HERALD_ENV": "production",
+        "HERALD_SMS_AUTH_TOKEN": "real-token",
+        "HERALD_DATA_KEY": "k1:" + "A" * 43 + "=",
+        "HERALD_OPERATOR_TOKEN": "op",
+        "HERALD_UNSUBSCRIBE_SECRET": "u",
+    }
+    for name, value in secrets.items():
+        monkeypatch.setenv(name, value)
+    Settings().check_production()  # smtp by default outside dev: nothing to ask
+    monkeypatch.setenv("HERALD_EMAIL_PROVIDER", "sendgrid")
+    with pytest.raises(RuntimeError, match="simulator's API key"):
+        Settings().check_production()
+    monkeypatch.setenv("HERALD_SENDGRID_API_KEY", "SG.real")
+    with pytest.raises(RuntimeError, match="HERALD_SENDGRID_EVENT_PUBLIC_KEY"):
+        Settings().check_production()
+    monkeypatch.setenv("HERALD_SENDGRID_EVENT_PUBLIC_KEY", "MFkw...")
+    Settings().check_production()

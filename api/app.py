@@ -51,7 +51,7 @@ from ledger import evidence
 from ledger import repository as repo
 from ledger.models import Suppression
 from ledger.repository import ObservationFacts
-from ledger.transactions import in_transaction
+from ledger.transactions import Transactions
 from starter.client import HeraldClient
 
 log = logging.getLogger("herald.api")
@@ -110,6 +110,8 @@ class Ingress:
         temporal_ui_url: str | None = None,
     ) -> None:
         self.client = client
+        self.tx = Transactions(client.sessions)
+        """One transaction of the ledger, run off the event loop (ledger.transactions)."""
         self.temporal_ui_url = temporal_ui_url
         """The Temporal Web UI's base URL, for the console's link to a workflow."""
         self.validator = RequestValidator(auth_token)
@@ -119,9 +121,6 @@ class Ingress:
         self.unsubscribe_secret = unsubscribe_secret
         self.registry, self.counters = build_registry(client.sessions)
         self._probes: dict[str, asyncio.Future[Any]] = {}
-
-    async def tx(self, work):  # type: ignore[no-untyped-def]
-        return await in_transaction(self.client.sessions, work)
 
     def probe(self, name: str, start: Callable[[], Awaitable[Any]]) -> Awaitable[Any]:
         """The readiness probe `name`, shared: while one is still running (a database that

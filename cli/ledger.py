@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import settings as settings_module
+from domain.clocks import iso_utc
 
 if TYPE_CHECKING:
     from cli.main import Command
@@ -96,10 +97,6 @@ def _when(text: str | None, name: str) -> datetime | None:
     if value.tzinfo is None:
         raise CliError(f"{name}: {text!r} needs a timezone, e.g. 2025-01-31T12:00:00+00:00")
     return value
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.astimezone(UTC).isoformat() if value else None
 
 
 # --- purge and legal hold -----------------------------------------------------------------
@@ -336,7 +333,7 @@ async def cmd_policy(args: argparse.Namespace, cfg: settings_module.Settings) ->
             "version": row.version,
             "name": row.name,
             "owner": row.owner,
-            "effective_from": _iso(row.effective_from),
+            "effective_from": iso_utc(row.effective_from),
             "active": row.active,
             "sha256": row.sha256,
         }
@@ -403,7 +400,7 @@ async def cmd_template(args: argparse.Namespace, cfg: settings_module.Settings) 
             "version": row.version,
             "active": row.active,
             "sha256": row.sha256,
-            "created_at": _iso(row.created_at),
+            "created_at": iso_utc(row.created_at),
         }
 
     columns = ["key", "channel", "locale", "version", "active", "created_at"]

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import settings as settings_module
 from cli.tables import Clock, table, timeline_head, timeline_lines, timeline_text
+from domain.intents import FINAL_STATES, REACHED
 from runtime.loop import run
 
 if TYPE_CHECKING:
@@ -31,12 +32,6 @@ if TYPE_CHECKING:
 
     from domain.principals import Principal
 
-FINAL_STATES = frozenset(
-    {"delivered", "sent", "undelivered", "failed", "denied", "cancelled", "expired", "unknown"}
-)
-"""Intent states a finished workflow can leave (see domain.intents)."""
-REACHED = frozenset({"delivered", "sent"})
-"""What `send --wait` counts as success: delivered, or (email) accepted by the relay."""
 AWAITING_OPERATOR = "awaiting-operator"
 """The workflow's HeraldState while it waits for an operator's approve-resend."""
 FOLLOW_EVERY = 0.5

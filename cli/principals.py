@@ -14,13 +14,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import settings as settings_module
+from domain.clocks import iso_utc
 from domain.principals import ORDER
 
 WARNING = "store this token now: Herald keeps only its hash and will not show it again"
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.astimezone(UTC).isoformat() if value else None
 
 
 async def cmd_principals(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
@@ -42,10 +39,10 @@ async def cmd_principals(args: argparse.Namespace, cfg: settings_module.Settings
                         "name": v.name,
                         "role": v.role,
                         "created_by": v.created_by,
-                        "created_at": _iso(v.created_at),
-                        "last_used_at": _iso(v.last_used_at),
-                        "rotated_at": _iso(v.rotated_at),
-                        "revoked_at": _iso(v.revoked_at),
+                        "created_at": iso_utc(v.created_at),
+                        "last_used_at": iso_utc(v.last_used_at),
+                        "rotated_at": iso_utc(v.rotated_at),
+                        "revoked_at": iso_utc(v.revoked_at),
                     }
                     for v in views
                 ]
@@ -53,7 +50,7 @@ async def cmd_principals(args: argparse.Namespace, cfg: settings_module.Settings
                 return 0
             if command == "revoke":
                 view = principals.revoke(session, args.name, by=by, at=now)
-                out: dict[str, Any] = {"name": view.name, "revoked_at": _iso(view.revoked_at)}
+                out: dict[str, Any] = {"name": view.name, "revoked_at": iso_utc(view.revoked_at)}
                 _print(out, args.json, lambda o: f"principal {o['name']} revoked")
                 return 0
             if command == "add":

@@ -45,13 +45,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import and_, exists, func, or_, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session, aliased, sessionmaker
 
+from domain.clocks import iso_utc
 from domain.policy import Outcome
 from domain.states import AttemptState
 from ledger import repository as repo
@@ -123,7 +124,7 @@ class ReviewRow:
         return {
             "kind": self.kind,
             "subject": self.subject,
-            "since": _iso(self.since),
+            "since": iso_utc(self.since),
             "age_seconds": round(self.age.total_seconds(), 3),
             "age": format_age(self.age),
             "intent_id": self.intent_id,
@@ -144,10 +145,6 @@ def format_age(age: timedelta) -> str:
     if minutes:
         return f"{minutes}m{seconds:02d}s"
     return f"{seconds}s"
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.astimezone(UTC).isoformat() if value else None
 
 
 def find(
@@ -194,7 +191,7 @@ def record_review_items(session: Session, rows: list[ReviewRow], now: datetime) 
                 **row.detail,
                 "intent_id": row.intent_id,
                 "business_key": row.business_key,
-                "since": _iso(row.since),
+                "since": iso_utc(row.since),
                 "event_type": exposure.get(row.intent_id or "", (None, None))[0],
                 "category": exposure.get(row.intent_id or "", (None, None))[1],
             },
@@ -267,7 +264,7 @@ def _intents_without_attempt(
                 detail={
                     "last_decision": r.outcome,
                     "last_decision_channel": r.channel,
-                    "next_eligible_at": _iso(r.next_eligible_at),
+                    "next_eligible_at": iso_utc(r.next_eligible_at),
                 },
             )
         )
@@ -320,7 +317,7 @@ def _prepared_without_remote_id(
             intent_id=r.intent_id,
             business_key=r.business_key,
             # A send that started may have reached the provider: look it up before resending.
-            detail=_attempt_detail(r, send_started_at=_iso(r.send_started_at)),
+            detail=_attempt_detail(r, send_started_at=iso_utc(r.send_started_at)),
         )
         for r in session.execute(query)
     ]
@@ -360,7 +357,7 @@ def _submitted_past_check(
             now,
             intent_id=r.intent_id,
             business_key=r.business_key,
-            detail=_attempt_detail(r, last_heard_at=_iso(r.last_heard)),
+            detail=_attempt_detail(r, last_heard_at=iso_utc(r.last_heard)),
         )
         for r in session.execute(query)
     ]
@@ -433,7 +430,7 @@ def _cancelled_then_delivered(session: Session, now: datetime, limit: int) -> li
             now,
             intent_id=r.intent_id,
             business_key=r.business_key,
-            detail=_attempt_detail(r, cancelled_at=_iso(r.cancelled_at)),
+            detail=_attempt_detail(r, cancelled_at=iso_utc(r.cancelled_at)),
         )
         for r in session.execute(query)
     ]
@@ -594,7 +591,7 @@ async def reconcile_workflows(
                     f"intent is {row.detail['intent_state']}; review it",
                     outcome="marked",
                     at=now,
-                    detail={**row.detail, "closed_at": _iso(row.since)},
+                    detail={**row.detail, "closed_at": iso_utc(row.since)},
                 )
 
     if rows:

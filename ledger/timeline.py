@@ -9,15 +9,12 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from domain.clocks import iso_utc
 from domain.destinations import masked
 from ledger import repository as repo
 from ledger.crypto import FieldCipher
 from ledger.listing import derive_states
 from ledger.models import Attempt, Observation, OperatorAction, PolicyDecision
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.astimezone(UTC).isoformat() if value else None
 
 
 def derived_state(session: Session, intent_id: str, *, now: datetime | None = None) -> str:
@@ -71,11 +68,11 @@ def timeline(
             "template_key": intent.template_key,
             "template_version": intent.template_version,
             "workflow_id": intent.workflow_id,
-            "send_at": _iso(intent.send_at),
-            "expires_at": _iso(intent.expires_at),
-            "created_at": _iso(intent.created_at),
-            "cancelled_at": _iso(intent.cancelled_at),
-            "pii_purged_at": _iso(intent.pii_purged_at),
+            "send_at": iso_utc(intent.send_at),
+            "expires_at": iso_utc(intent.expires_at),
+            "created_at": iso_utc(intent.created_at),
+            "cancelled_at": iso_utc(intent.cancelled_at),
+            "pii_purged_at": iso_utc(intent.pii_purged_at),
             "legal_hold": intent.legal_hold,
         },
         "decisions": [
@@ -87,8 +84,8 @@ def timeline(
                 "rule": d.rule,
                 "reason": d.reason,
                 "inputs": d.inputs,
-                "next_eligible_at": _iso(d.next_eligible_at),
-                "decided_at": _iso(d.decided_at),
+                "next_eligible_at": iso_utc(d.next_eligible_at),
+                "decided_at": iso_utc(d.decided_at),
             }
             for d in decisions
         ],
@@ -108,9 +105,9 @@ def timeline(
                 "sender": a.sender,
                 "sender_address": a.sender_address,
                 "error_code": a.error_code,
-                "prepared_at": _iso(a.prepared_at),
-                "submitted_at": _iso(a.submitted_at),
-                "terminal_at": _iso(a.terminal_at),
+                "prepared_at": iso_utc(a.prepared_at),
+                "submitted_at": iso_utc(a.submitted_at),
+                "terminal_at": iso_utc(a.terminal_at),
                 "pii_readable": a.destination_ct is not None,
                 "destination_masked": _masked_destination(cipher, a),
             }
@@ -123,8 +120,8 @@ def timeline(
                 "raw_status": o.raw_status,
                 "normalized_status": o.normalized_status,
                 "provider_code": o.provider_code,
-                "provider_at": _iso(o.provider_at),
-                "observed_at": _iso(o.observed_at),
+                "provider_at": iso_utc(o.provider_at),
+                "observed_at": iso_utc(o.observed_at),
                 "verdict": o.verdict,
                 "applied": o.applied,
                 "conflict": o.conflict,
@@ -139,7 +136,7 @@ def timeline(
                 "reason": a.reason,
                 "outcome": a.outcome,
                 "detail": a.detail,
-                "at": _iso(a.at),
+                "at": iso_utc(a.at),
             }
             for a in actions
         ],

@@ -23,6 +23,18 @@ async def in_transaction(sessions: sessionmaker[Session], work: Callable[[Sessio
     return await asyncio.to_thread(run)
 
 
+class Transactions:
+    """One sessionmaker's transactions for async code: `await tx(work)` runs `work(session)`
+    in a thread inside one transaction and returns what it returns, typed. The activities
+    and the ingress each hold one instead of wrapping :func:`in_transaction` themselves."""
+
+    def __init__(self, sessions: sessionmaker[Session]) -> None:
+        self.sessions = sessions
+
+    async def __call__(self, work: Callable[[Session], T]) -> T:
+        return await in_transaction(self.sessions, work)
+
+
 def rows_changed(result: object) -> int:
     """The row count of an UPDATE (the check behind every compare-and-set)."""
     return cast(CursorResult[Any], result).rowcount

@@ -596,7 +596,7 @@ async def cmd_worker(args: argparse.Namespace, cfg: settings_module.Settings) ->
         cfg.sender_book()  # one line naming the bad alias, before anything connects
     except RuntimeError as err:
         raise CliError(str(err)) from err
-    await worker.main()
+    await worker.main(cfg)
     return 0
 
 
@@ -884,19 +884,6 @@ DEMO_SCENARIOS = (
 a second and a half, too long to build the parser of every command."""
 
 
-def settings_problem(err: Exception) -> str:
-    """One line for a settings error: each bad HERALD_* variable and what is wrong with it
-    (pydantic's own text spans lines and repeats the value, which may be a secret)."""
-    from pydantic import ValidationError
-
-    if not isinstance(err, ValidationError):
-        return _first_line(err)
-    return "; ".join(
-        f"HERALD_{'_'.join(str(part) for part in e['loc']).upper()}: {e['msg']}"
-        for e in err.errors(include_url=False, include_input=False)
-    )
-
-
 def main(argv: list[str] | None = None) -> int:
     import argcomplete
 
@@ -908,7 +895,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = settings_module.load()
     except (RuntimeError, ValueError) as err:
         # A missing production secret or a malformed HERALD_* value: say which, no traceback.
-        print(f"herald {args.command}: settings: {settings_problem(err)}", file=sys.stderr)
+        print(f"herald {args.command}: settings: {settings_module.problem(err)}", file=sys.stderr)
         return 2
     try:
         return run(COMMANDS[args.command](args, cfg))

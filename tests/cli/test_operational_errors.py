@@ -132,3 +132,42 @@ def test_with_a_database_but_no_data_key_a_command_names_the_key_and_creates_non
     line = assert_one_line_error(done, "suppression")
     assert f"no data key in {data.resolve()}" in line and "herald migrate" in line
     assert not (data / "data.key").exists()
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ("prod", "HERALD_ENV: Input should be 'dev' or 'production'"),
+        ("production", "HERALD_ENV=production needs HERALD_SMS_AUTH_TOKEN, HERALD_DATA_KEY"),
+    ],
+)
+def test_a_wrong_or_unprovisioned_env_is_one_line(tmp_path: Path, env: str, expected: str) -> None:
+    bad = {"HERALD_DATA_DIR": str(tmp_path / "data"), "HERALD_ENV": env}
+    done = run_installed_herald("list", settings=bad, cwd=tmp_path)
+    line = assert_one_line_error(done, "list")
+    assert line.startswith("herald list: settings: ") and expected in line
+
+
+def test_the_worker_module_run_without_productions_secrets_is_one_line(tmp_path: Path) -> None:
+    # The container's healthcheck and `python -m worker` build the settings themselves.
+    import os
+    import subprocess
+    import sys
+
+    from tests.cli.conftest import ROOT
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HERALD_")}
+    env.update(HERALD_ENV="production", HERALD_DATA_DIR=str(tmp_path), PYTHONPATH=str(ROOT))
+    done = subprocess.run(
+        [sys.executable, "-m", "worker"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "herald worker: settings: HERALD_ENV=production needs HERALD_SMS_AUTH_TOKEN, "
+        "HERALD_DATA_KEY, HERALD_OPERATOR_TOKEN, HERALD_UNSUBSCRIBE_SECRET; refusing to start"
+    ]

@@ -953,6 +953,8 @@ def operational_error(err: BaseException, cfg: settings_module.Settings) -> str 
     if isinstance(err, RPCError):
         status = err.status.name if err.status else "error"
         return f"Temporal at {cfg.temporal_target} answered {status}: {_first_line(err)}"
+    if isinstance(err, PostgresStartError) and err.log is not None:
+        return f"{_first_line(err)} (log: {err.log})"
     if isinstance(err, MissingBinary | PostgresStartError | TemporalStartError):
         more = "" if len(str(err).strip().splitlines()) <= 1 else f" (logs in {cfg.data_path})"
         return f"{_first_line(err)}{more}"

@@ -171,3 +171,25 @@ def test_the_worker_module_run_without_productions_secrets_is_one_line(tmp_path:
         "herald worker: settings: HERALD_ENV=production needs HERALD_SMS_AUTH_TOKEN, "
         "HERALD_DATA_KEY, HERALD_OPERATOR_TOKEN, HERALD_UNSUBSCRIBE_SECRET; refusing to start"
     ]
+
+
+def test_herald_dev_on_a_taken_postgres_port_names_it_and_leaves_no_database(
+    tmp_path: Path,
+) -> None:
+    import socket
+
+    from devstack import EmbeddedPostgres
+
+    data = tmp_path / "data"
+    with socket.socket() as blocker:
+        blocker.bind(("127.0.0.1", 0))
+        blocker.listen()
+        port = blocker.getsockname()[1]
+        settings = {"HERALD_DATA_DIR": str(data), "HERALD_POSTGRES_PORT": str(port)}
+        done = run_installed_herald("dev", settings=settings, cwd=tmp_path, timeout=120)
+    line = assert_one_line_error(done, "dev")
+    assert line == (
+        f"herald dev: 127.0.0.1:{port} is already in use "
+        "(another `herald dev`? HERALD_POSTGRES_PORT moves it)"
+    )
+    assert not (EmbeddedPostgres(data, port=port).pgdata / "PG_VERSION").exists()

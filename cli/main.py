@@ -51,8 +51,15 @@ def _print(value: Any, as_json: bool, render: Callable[[Any], str] | None = None
 
 
 def no_stack_found(cfg: settings_module.Settings) -> CliError:
-    """A writing command with neither a running `herald dev` nor a configured database:
-    it would write where the stack never looks (under a key it does not have)."""
+    """A ledger command with neither a running `herald dev` nor a configured database: a
+    write would go where the stack never looks (under a key it does not have), and a read
+    would answer from whatever Postgres listens on the default port."""
+    if (cfg.data_path / "dev.lock").exists() or (cfg.data_path / "data.key").exists():
+        # The right folder (a stack lived here), with the stack stopped.
+        return CliError(
+            f"`herald dev` is not running on {cfg.data_path}: start it (`herald dev`, in "
+            "another terminal) and run this again, or set HERALD_DATABASE_URL"
+        )
     return CliError(
         f"no running `herald dev` found in {cfg.data_path} and HERALD_DATABASE_URL is not "
         "set: run this in the folder where `herald dev` runs, or point at it with "
@@ -71,30 +78,29 @@ def _print_json(doc: Any) -> None:
     print(json.dumps(doc, indent=2))
 
 
-def _adopt_running(cfg: settings_module.Settings, *, writes: bool = False) -> None:
-    """Use the addresses of a running `herald dev` for whatever settings leave unset; a
-    command that `writes` refuses to go on with neither that nor a configured database."""
-    if not (cfg.data_path / "dev.json").exists():
-        # No stack here: skip importing devstack (Temporal, the API: a second).
-        if writes and cfg.database_url is None:
-            raise no_stack_found(cfg)
-        return
-    from devstack.stack import read_running
+def _adopt_running(cfg: settings_module.Settings) -> None:
+    """Use the addresses of a `herald dev` running on this data folder for whatever settings
+    leave unset; with neither that nor a configured database, stop (reading commands too:
+    the default port may be another stack's Postgres, or some other program's)."""
+    running = None
+    if (cfg.data_path / "dev.json").exists():
+        # Only then import devstack (Temporal, the API: a second).
+        from devstack.stack import read_running
 
-    running = read_running(cfg)
+        running = read_running(cfg)
     if running is not None:
         cfg.temporal_address = cfg.temporal_address or running.temporal
         cfg.database_url = cfg.database_url or running.postgres
-    elif writes and cfg.database_url is None:
+    elif cfg.database_url is None:
         raise no_stack_found(cfg)
 
 
-def _sessions(cfg: settings_module.Settings, *, writes: bool = False):  # type: ignore[no-untyped-def]
+def _sessions(cfg: settings_module.Settings):  # type: ignore[no-untyped-def]
     """Ledger-only commands need no Temporal connection."""
     from sqlalchemy import create_engine
     from sqlalchemy.orm import sessionmaker
 
-    _adopt_running(cfg, writes=writes)
+    _adopt_running(cfg)
     return sessionmaker(
         create_engine(cfg.resolved_database_url(), pool_pre_ping=True), expire_on_commit=False
     )
@@ -103,7 +109,7 @@ def _sessions(cfg: settings_module.Settings, *, writes: bool = False):  # type: 
 async def _client(cfg: settings_module.Settings):  # type: ignore[no-untyped-def]
     from starter.client import HeraldClient
 
-    _adopt_running(cfg, writes=True)  # every command with a client records or signals
+    _adopt_running(cfg)
     try:
         return await HeraldClient.connect(cfg)
     except RuntimeError as err:
@@ -123,7 +129,7 @@ def _acting(cfg: settings_module.Settings, access: Any) -> Principal:
     from ledger import principals
 
     # The wrong folder (no stack, no database) is named before a missing token is.
-    _adopt_running(cfg, writes=True)
+    _adopt_running(cfg)
     token = cfg.cli_token()
     if token is None:
         raise CliError(
@@ -510,7 +516,7 @@ async def cmd_consent(args: argparse.Namespace, cfg: settings_module.Settings) -
     # Reading needs the ledger only; recording or revoking is done as the CLI's principal.
     by = None if listing else _acting(cfg, Access.OPERATE)
     # A ledger that cannot be reached is reported by `operational_error`, like every command.
-    with _sessions(cfg, writes=not listing).begin() as session:
+    with _sessions(cfg).begin() as session:
         if listing:
             rows = evidence.consents_of(
                 session, recipient, channel=args.channel, purpose=args.purpose
@@ -655,6 +661,28 @@ def output_options(sp: argparse.ArgumentParser) -> None:
     )
 
 
+def action(
+    actions: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    help: str,
+    *,
+    example: str,
+    json_flag: bool = True,
+) -> argparse.ArgumentParser:
+    """A command's sub-action (`herald template show`), built like a command: its help as
+    description, an example that works as written, and `--json`/`--utc`."""
+    sp = actions.add_parser(
+        name,
+        help=help,
+        description=help,
+        epilog=f"example:\n  {example}",
+        formatter_class=HelpFormatter,
+    )
+    if json_flag:
+        output_options(sp)
+    return sp
+
+
 def herald_version() -> str:
     try:
         return version("herald")
@@ -734,9 +762,11 @@ def parser() -> argparse.ArgumentParser:
     send = add(
         "send",
         "record an intent and start its workflow",
+        # Every variable the template needs (`herald template show class-opening`).
         example="herald send --key class-opening:c-9081:m-1842 --recipient m-1842 "
-        "--template class-opening --phone +447400000100 --vars "
-        """'{"class_name": "Spin"}' --wait""",
+        "--template class-opening --phone +447400000100 --wait --vars "
+        """'{"class_name": "Spin", "starts_at": "18:30", "hold_until": "18:15", """
+        """"booking_url": "https://example.org/c/9081"}'""",
     )
     send.add_argument("--key", required=True, help="business key, e.g. order-created:o-77")
     send.add_argument("--recipient", required=True, help="the app's recipient id")

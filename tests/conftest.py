@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import secrets
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -21,6 +22,16 @@ from ledger.crypto import FieldCipher
 from transports.smtp_sink import SmtpSink
 
 TEST_KEYRING = "t1:" + base64.b64encode(b"k" * 32).decode()
+
+PYTHON_REPR = re.compile(r"datetime\.datetime\(|\bNone\b|\['|\b[A-Z]\w*\(\w+=")
+"""What a person should never read from `herald`: a datetime, None, a list or a dataclass
+as Python prints them (`PurgeReport(now=...`, `['scheduled']`)."""
+
+
+def assert_no_python_repr(text: str) -> None:
+    found = PYTHON_REPR.search(text)
+    assert found is None, f"a Python repr ({found.group()!r}) in:\n{text}"
+
 
 TIER_OF_FIXTURE = {
     "pg_url": "ledger",

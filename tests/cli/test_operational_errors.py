@@ -193,3 +193,47 @@ def test_herald_dev_on_a_taken_postgres_port_names_it_and_leaves_no_database(
         "(another `herald dev`? HERALD_POSTGRES_PORT moves it)"
     )
     assert not (EmbeddedPostgres(data, port=port).pgdata / "PG_VERSION").exists()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["show", KEY], ["list"], ["template", "show", "class-opening"], ["principals", "list"]],
+    ids=lambda args: " ".join(args[:2]),
+)
+def test_a_reading_command_in_a_folder_without_a_stack_reads_no_stranger_database(
+    args: list[str], pg_url: str, tmp_path: Path
+) -> None:
+    from sqlalchemy.engine import make_url
+
+    # A Postgres with a `herald` database answers on the port the defaults point at (the
+    # test session's): reading it would print some other stack's intents as if ours.
+    data = tmp_path / "data"
+    settings = {
+        "HERALD_DATA_DIR": str(data),
+        "HERALD_POSTGRES_PORT": str(make_url(pg_url).port),
+    }
+    done = run_installed_herald(*args, settings=settings, cwd=tmp_path)
+    line = assert_one_line_error(done, args[0])
+    assert f"no running `herald dev` found in {data.resolve()}" in line
+    assert not data.exists() or not any(data.iterdir())
+
+
+@pytest.mark.parametrize("args", [["show", KEY], ["send", *SEND]], ids=lambda args: args[0])
+def test_in_the_folder_of_a_stopped_stack_the_hint_is_to_start_it(
+    args: list[str], tmp_path: Path
+) -> None:
+    from settings import Settings
+
+    # What a stopped `herald dev` leaves: its data folder, key and lock, no dev.json.
+    data = tmp_path / ".herald"
+    Settings(data_dir=data).resolved_data_keys(create=True)
+    (data / "dev.lock").touch()
+    settings = {
+        "HERALD_DATA_DIR": str(data),
+        "HERALD_POSTGRES_PORT": str(free_port()),
+        "HERALD_TEMPORAL_PORT": str(free_port()),
+    }
+    done = run_installed_herald(*args, settings=settings, cwd=tmp_path)
+    line = assert_one_line_error(done, args[0])
+    assert f"`herald dev` is not running on {data.resolve()}: start it" in line
+    assert "run this in the folder" not in line

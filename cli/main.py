@@ -14,6 +14,7 @@ import errno
 import importlib
 import json
 import os
+import shlex
 import signal
 import sys
 from collections.abc import Callable, Coroutine
@@ -429,13 +430,29 @@ async def cmd_send(args: argparse.Namespace, cfg: settings_module.Settings) -> i
         return 0
     clock = Clock.for_args(args.utc)
     if not args.json:
-        print(recorded)
-    doc, finished = await _watch(client, ref.intent_id, args.timeout, clock, quiet=args.json)
+        print(recorded, flush=True)
+    try:
+        doc, finished = await _watch(client, ref.intent_id, args.timeout, clock, quiet=args.json)
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        # Ctrl-C stops the waiting, not the notification: it is recorded and its workflow
+        # runs on. Say so, and how to follow or stop it (main exits 130).
+        print(left_running(request.business_key), file=sys.stderr, flush=True)
+        raise
     if args.json:
         _print_json(api_document(Timeline, doc))
     else:
         print(_ending(doc, finished))
     return 0 if doc["intent"]["state"] in REACHED else 1
+
+
+def left_running(key: str) -> str:
+    """What `send --wait` says when Ctrl-C stops it after the intent was recorded."""
+    quoted = shlex.quote(key)
+    return (
+        f"herald send: stopped waiting; the notification {key} goes ahead: follow it with "
+        f"`herald show {quoted} --follow`, or stop it with `herald cancel {quoted} "
+        "--reason TEXT`"
+    )
 
 
 def _masking_cipher(cfg: settings_module.Settings) -> Any:

@@ -17,8 +17,11 @@ def iso_utc(moment: datetime) -> str: ...
 @overload
 def iso_utc(moment: None) -> None: ...
 def iso_utc(moment: datetime | None) -> str | None:
-    """``moment`` in UTC as ISO 8601 (``2026-03-01T09:30:00+00:00``), or None for None: the
-    one spelling of a time in the ledger's documents, evidence and JSON output."""
+    """A time in UTC as ISO 8601, or None for None.
+
+    ``moment`` in UTC as ISO 8601 (``2026-03-01T09:30:00+00:00``), or None for None: the
+    one spelling of a time in the ledger's documents, evidence and JSON output.
+    """
     return moment.astimezone(UTC).isoformat() if moment is not None else None
 
 

@@ -50,6 +50,8 @@ from domain.states import AttemptState
 
 
 class IntentState(StrEnum):
+    """An intent's state, derived from its attempts, its latest decision and its clocks."""
+
     PENDING = "pending"
     """Recorded; nothing decided yet."""
     SCHEDULED = "scheduled"

@@ -70,8 +70,11 @@ class PolicyError(ValueError):
 
 
 class InvalidPolicyRequest(ValueError):
-    """A policy request with an unknown channel, category or time zone (a request refused
-    at intake is ledger.intake.InvalidRequest)."""
+    """A policy request with an unknown channel, category or time zone.
+
+    A policy request with an unknown channel, category or time zone (a request refused
+    at intake is ledger.intake.InvalidRequest).
+    """
 
 
 @dataclass(frozen=True)
@@ -546,6 +549,8 @@ class PolicyRequest:
 
 
 class Outcome(StrEnum):
+    """What a policy decision says: send now, send later, or never."""
+
     ALLOW = "allow"
     DEFER = "defer"
     DENY = "deny"

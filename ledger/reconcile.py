@@ -121,6 +121,7 @@ class ReviewRow:
     """Ids, states and times only: never PII."""
 
     def as_dict(self) -> dict[str, Any]:
+        """The row as JSON: times as ISO 8601, the age in seconds and in words."""
         return {
             "kind": self.kind,
             "subject": self.subject,
@@ -134,6 +135,7 @@ class ReviewRow:
 
 
 def format_age(age: timedelta) -> str:
+    """An age as a person reads it (`2h 5m`)."""
     seconds = max(int(age.total_seconds()), 0)
     days, rest = divmod(seconds, 86_400)
     hours, rest = divmod(rest, 3_600)
@@ -514,9 +516,12 @@ def _orphan_observations(
 def open_intents(
     session: Session, *, now: datetime, grace: timedelta, limit: int
 ) -> list[tuple[str, str, str, str]]:
-    """(intent id, business key, workflow id, derived state) of each intent recorded more
+    """The open intents recorded more than `grace` ago.
+
+    (intent id, business key, workflow id, derived state) of each intent recorded more
     than `grace` ago, not cancelled, not yet marked `workflow-closed`, whose derived state
-    is still open; oldest first."""
+    is still open; oldest first.
+    """
     marked = exists().where(
         OperatorAction.intent_id == Intent.id, OperatorAction.action == WORKFLOW_CLOSED
     )
@@ -544,8 +549,11 @@ async def reconcile_workflows(
     grace: timedelta = DEFAULT_GRACE,
     limit: int = DEFAULT_LIMIT,
 ) -> list[ReviewRow]:
-    """One pass: every open intent whose workflow is closed becomes a review item and is
-    marked in the ledger (each once). Returns the rows found in this pass."""
+    """File every open intent whose workflow is closed as a review item.
+
+    One pass: every open intent whose workflow is closed becomes a review item and is
+    marked in the ledger (each once). Returns the rows found in this pass.
+    """
 
     def read() -> list[tuple[str, str, str, str]]:
         with sessions() as session:

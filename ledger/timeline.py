@@ -18,6 +18,7 @@ from ledger.models import Attempt, Observation, OperatorAction, PolicyDecision
 
 
 def derived_state(session: Session, intent_id: str, *, now: datetime | None = None) -> str:
+    """The derived state of one intent (domain.intents), as of `now`."""
     intent = session.get(repo.Intent, intent_id)
     assert intent is not None
     return derive_states(session, [intent], now or datetime.now(UTC))[intent_id]
@@ -32,8 +33,11 @@ def _masked_destination(cipher: FieldCipher | None, attempt: Attempt) -> str | N
 def timeline(
     session: Session, id_or_key: str, *, cipher: FieldCipher | None = None
 ) -> dict[str, Any]:
-    """Everything the ledger knows about an intent, without any PII. With `cipher`, each
-    attempt carries its destination masked (`+44********42`), never readable."""
+    """Everything the ledger knows about an intent, without any PII.
+
+    With `cipher`, each
+    attempt carries its destination masked (`+44********42`), never readable.
+    """
     intent = repo.get_intent(session, id_or_key)
     attempts = repo.attempts_of(session, intent.id)
     decisions = session.execute(
@@ -148,10 +152,13 @@ def _when(value: str | None) -> datetime:
 
 
 def rows(doc: dict[str, Any], time_text: Callable[[str], str] = str) -> list[dict[str, Any]]:
-    """The timeline's events, oldest first: `at` (ISO 8601), `event` (decision, attempt,
+    """The timeline's events, oldest first.
+
+    `at` (ISO 8601), `event` (decision, attempt,
     observed, operator), `channel` and `detail`, each row a fact that never changes, so a
     follower can print only the rows it has not printed yet. `time_text` writes a time
-    that appears inside a detail."""
+    that appears inside a detail.
+    """
     events: list[tuple[datetime, int, dict[str, Any]]] = []
 
     def add(
@@ -225,7 +232,8 @@ def _approval_time(
     The workflow records the approval and authorizes the new attempt at the same moment,
     in two activities that may run in either order, so the approval can be written a few
     milliseconds after the decision it led to. It is placed before the first decision on
-    its channel after the attempt it followed, where it belongs."""
+    its channel after the attempt it followed, where it belongs.
+    """
     at = _when(action["at"])
     detail = action["detail"] or {}
     if action["action"] != "approve-resend" or action["outcome"] != "accepted":

@@ -976,9 +976,9 @@ def operational_error(err: BaseException, cfg: settings_module.Settings) -> str 
     from devstack.ports import PortInUse
     from devstack.postgres import PostgresStartError
     from devstack.temporal import TemporalStartError
-    from ledger.repository import NotFound
+    from ledger.repository import IntentConflict, NotFound
 
-    if isinstance(err, NotFound):
+    if isinstance(err, NotFound | IntentConflict):
         return str(err)
     if isinstance(err, sa_exc.ArgumentError | sa_exc.NoSuchModuleError):
         return f"the ledger database URL is not usable: {_first_line(err)}"

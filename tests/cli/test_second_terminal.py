@@ -574,7 +574,7 @@ def _wait_for_text(stack: Stack, key: str, line: str, within: float = 60) -> lis
 
 
 def test_ctrl_c_during_send_wait_says_the_notification_goes_ahead(dev: Stack, member: str) -> None:
-    key = f"class-opening:c-9085:{member}"
+    key = f"class-opening:c-9185:{member}"
     argv = [str(HERALD), "send", "--key", key, "--recipient", member, "--template"]
     argv += ["class-opening", "--phone", "+447400000008", "--vars", json.dumps(VARIABLES)]
     argv += ["--wait"]  # +447400000008: the carrier accepts it and never resolves it
@@ -590,7 +590,9 @@ def test_ctrl_c_during_send_wait_says_the_notification_goes_ahead(dev: Stack, me
     try:
         assert waiting.stdout is not None
         first = waiting.stdout.readline()  # recorded: the intent exists from here on
-        assert first.startswith("new intent "), first
+        if not first.startswith("new intent "):
+            waiting.wait(timeout=30)
+            pytest.fail(f"send --wait said {first!r}, {waiting.stderr.read()!r}")  # type: ignore[union-attr]
         while " prepared token=" not in (line := waiting.stdout.readline()):
             assert line, "send --wait ended before its attempt was prepared"
         waiting.send_signal(signal.SIGINT)
@@ -606,6 +608,16 @@ def test_ctrl_c_during_send_wait_says_the_notification_goes_ahead(dev: Stack, me
     # It went ahead: nothing cancelled it, and its attempt went to the carrier.
     doc = _wait_for_state(dev, key, "unknown", within=90)  # never resolves: the horizon
     assert not doc["operator_actions"] and doc["attempts"][0]["remote_id"]
+
+
+def test_a_key_sent_again_with_other_variables_is_one_line(dev: Stack, member: str) -> None:
+    key = f"class-opening:c-9189:{member}"
+    send = ["send", "--key", key, "--recipient", member, "--template", "class-opening"]
+    send += ["--phone", "+447400000100", "--vars"]
+    assert dev.herald(*send, json.dumps(VARIABLES)).returncode == 0
+    again = dev.herald(*send, json.dumps({**VARIABLES, "class_name": "Yoga"}))
+    line = assert_one_line_error(again, "send")
+    assert f"business key '{key}' already recorded with a different payload" in line
 
 
 def _readme_block(starting: str) -> list[str]:

@@ -22,8 +22,9 @@ from domain.clocks import iso_utc
 if TYPE_CHECKING:
     from cli.main import Command
 
-from cli.main import CliError, _adopt_running, action
-from cli.tables import Clock, table
+from cli.context import CliError, acting, adopt_running
+from cli.main import action
+from runtime.tables import Clock, table
 
 LIST_SCAN_CAP = 5_000
 """`list` reads at most this many intents (newest first) to filter by derived state."""
@@ -40,7 +41,7 @@ def _session(cfg: settings_module.Settings, *, write: bool) -> Iterator[Any]:
     from sqlalchemy.exc import OperationalError
     from sqlalchemy.orm import Session
 
-    _adopt_running(cfg)  # or stop, naming the folder: never a guess at the default port
+    adopt_running(cfg)  # or stop, naming the folder: never a guess at the default port
     url = cfg.resolved_database_url()
     engine = create_engine(url)
     try:
@@ -85,7 +86,6 @@ def _when(text: str | None, name: str) -> datetime | None:
 
 
 async def cmd_purge(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
-    from cli.main import _acting
     from domain.principals import Access
     from ledger import principals, retention
 
@@ -96,7 +96,7 @@ async def cmd_purge(args: argparse.Namespace, cfg: settings_module.Settings) -> 
         problems.insert(0, str(err))
     if problems:
         raise CliError("; ".join(problems))
-    by = _acting(cfg, Access.ADMINISTER)
+    by = acting(cfg, Access.ADMINISTER)
     if args.dry_run:
         total = _purge_dry_run(cfg, now, args.batch)
     else:
@@ -169,12 +169,11 @@ def _business_keys(cfg: settings_module.Settings, intent_ids: list[str]) -> list
 
 
 async def cmd_legal_hold(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
-    from cli.main import _acting
     from domain.principals import Access
     from ledger import repository as repo
     from ledger import retention
 
-    by = _acting(cfg, Access.ADMINISTER)
+    by = acting(cfg, Access.ADMINISTER)
     with _session(cfg, write=True) as session:
         try:
             result = retention.set_legal_hold(
@@ -304,7 +303,6 @@ def _timed(
 async def cmd_policy(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
     from sqlalchemy import select
 
-    from cli.main import _acting
     from domain.principals import Access
     from ledger import principals
     from ledger.models import PolicyVersion
@@ -345,7 +343,7 @@ async def cmd_policy(args: argparse.Namespace, cfg: settings_module.Settings) ->
             out = {**summary(row), "document": row.document}
         _emit(out, args.json, lambda o: o["document"].rstrip())
         return 0
-    by = _acting(cfg, Access.ADMINISTER)
+    by = acting(cfg, Access.ADMINISTER)
     with _session(cfg, write=True) as session:
         try:
             activate_policy(session, args.version)
@@ -368,7 +366,6 @@ async def cmd_policy(args: argparse.Namespace, cfg: settings_module.Settings) ->
 async def cmd_template(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
     from sqlalchemy import select
 
-    from cli.main import _acting
     from domain.principals import Access
     from ledger import principals
     from ledger.models import TemplateVersionRow
@@ -402,7 +399,7 @@ async def cmd_template(args: argparse.Namespace, cfg: settings_module.Settings) 
         return 0
     if args.template_command == "show":
         return _template_show(args, cfg)
-    by = _acting(cfg, Access.ADMINISTER)
+    by = acting(cfg, Access.ADMINISTER)
     with _session(cfg, write=True) as session:
         scope = [TemplateVersionRow.key == args.key]
         if args.channel:
@@ -557,7 +554,7 @@ def _lookup(cfg: settings_module.Settings, destination: str, channel: str | None
     except ValueError as err:
         raise CliError(f"destination: {err}") from err
     # The HMAC is only worth anything under the stack's own key: find the stack first.
-    _adopt_running(cfg)
+    adopt_running(cfg)
     return FieldCipher(cfg.resolved_data_keys()).lookup_hmac(normalized)
 
 
@@ -572,7 +569,6 @@ def _suppression(row: Any) -> dict[str, Any]:
 async def cmd_suppression(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
     """What the `/v1/suppressions` API does, from an operator's terminal; the destination
     is taken as an argument and never printed back (only the suppression's id)."""
-    from cli.main import _acting
     from domain.principals import Access
     from ledger import evidence
     from ledger import repository as repo
@@ -584,7 +580,7 @@ async def cmd_suppression(args: argparse.Namespace, cfg: settings_module.Setting
     if args.suppression_command == "add":
         if not _REASON.match(args.reason):
             raise CliError("--reason: a machine word (a-z, 0-9, _; at most 60), e.g. operator")
-        by = _acting(cfg, Access.OPERATE)
+        by = acting(cfg, Access.OPERATE)
         lookup = _lookup(cfg, args.destination, args.channel)
         with _session(cfg, write=True) as session:
             row, created = evidence.suppress_by(
@@ -636,7 +632,7 @@ async def cmd_suppression(args: argparse.Namespace, cfg: settings_module.Setting
             ),
         )
     else:
-        by = _acting(cfg, Access.OPERATE)
+        by = acting(cfg, Access.OPERATE)
         with _session(cfg, write=True) as session:
             try:
                 row, changed = evidence.lift_suppression_by(

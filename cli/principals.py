@@ -14,22 +14,23 @@ from datetime import UTC, datetime
 from typing import Any
 
 import settings as settings_module
-from cli.tables import Clock, table
 from domain.clocks import iso_utc
 from domain.principals import ORDER
+from runtime.tables import Clock, table
 
 WARNING = "store this token now: Herald keeps only its hash and will not show it again"
 
 
 async def cmd_principals(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
-    from cli.main import CliError, _acting, _print, _sessions
+    from cli.context import CliError, acting, ledger_sessions
+    from cli.main import _print
     from domain.principals import Access, Role
     from ledger import principals
     from ledger import repository as repo
 
-    by = _acting(cfg, Access.ADMINISTER)
+    by = acting(cfg, Access.ADMINISTER)
     now = datetime.now(UTC)
-    sessions = _sessions(cfg)
+    sessions = ledger_sessions(cfg)
     command = args.principals_command
     try:
         with sessions.begin() as session:

@@ -18,13 +18,8 @@ from sqlalchemy import select
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
-from activities.maintenance import (
-    PURGE,
-    RECONCILE,
-    MaintenanceActivities,
-    MaintenanceInput,
-    MaintenanceResult,
-)
+from activities.contracts import PURGE, RECONCILE, MaintenanceInput, MaintenanceResult
+from activities.maintenance import MaintenanceActivities
 from cli.main import main as cli_main
 from ledger import reconcile
 from ledger import repository as repo

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from datetime import timedelta
+from typing import NoReturn
 
 from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
@@ -18,7 +19,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities import ProviderTransports, now_utc
-from activities.contracts import SubmitInput, SubmitOutcome
+from activities.contracts import ErrorType, SubmitInput, SubmitOutcome
 from domain import channels
 from domain.email_events import without_addresses
 from domain.senders import SenderBook
@@ -29,7 +30,7 @@ from ledger import repository as repo
 from ledger.crypto import FieldCipher
 from ledger.models import Artifact, Attempt, Intent
 from ledger.repository import ObservationFacts
-from ledger.transactions import in_transaction
+from ledger.transactions import Transactions
 from transports.artifacts import ArtifactError, ArtifactRef, ArtifactStore
 from transports.email import (
     EmailAmbiguousError,
@@ -63,13 +64,11 @@ class EmailActivities:
         self._transports = ProviderTransports(transport, providers)
         self._senders = senders or SenderBook.build()
         self._sessions = sessions
+        self._tx = Transactions(sessions)
         self._cipher = cipher
         self._artifacts = artifacts
         self._base = public_base_url.rstrip("/")
         self._unsubscribe_secret = unsubscribe_secret
-
-    async def _tx(self, work):  # type: ignore[no-untyped-def]
-        return await in_transaction(self._sessions, work)
 
     @activity.defn(name=channels.EMAIL.send_activity)
     async def send_email(self, input: SubmitInput) -> SubmitOutcome:
@@ -100,7 +99,9 @@ class EmailActivities:
             return SubmitOutcome(attempt.state, attempt.remote_id or attempt.message_id)
         if attempt.destination_ct is None or attempt.body_ct is None:
             raise ApplicationError(
-                "the attempt's destination or body was purged", type="NotFound", non_retryable=True
+                "the attempt's destination or body was purged",
+                type=ErrorType.NOT_FOUND,
+                non_retryable=True,
             )
         attachments: list[EmailAttachment] = []
         if intent.artifact_sha256:
@@ -119,7 +120,9 @@ class EmailActivities:
                     await asyncio.to_thread(EmailAttachment.from_artifact, self._artifacts, ref)
                 )
             except ArtifactError as err:
-                await self._fail(token, "artifact_mismatch", str(err), type="ArtifactMismatch")
+                await self._fail(
+                    token, "artifact_mismatch", str(err), type=ErrorType.ARTIFACT_MISMATCH
+                )
         spec = EmailMessageSpec(
             token=token,
             to=self._cipher.decrypt(attempt.destination_ct, context=token),
@@ -160,7 +163,7 @@ class EmailActivities:
                 await self._tx(lambda s: self._release(s, token))
             raise ApplicationError(
                 without_addresses(err.reason),
-                type="TransientProviderError",
+                type=ErrorType.TRANSIENT_PROVIDER_ERROR,
                 next_retry_delay=(
                     timedelta(seconds=err.retry_after) if err.retry_after is not None else None
                 ),
@@ -174,7 +177,7 @@ class EmailActivities:
                 )
             # SMTP has no lookup; a resend reuses the same Message-ID, which receivers dedupe.
             raise ApplicationError(
-                without_addresses(err.reason), type="AmbiguousSubmission"
+                without_addresses(err.reason), type=ErrorType.AMBIGUOUS_SUBMISSION
             ) from err
 
         state = await self._tx(lambda s: self._record_accepted(s, transport, token, sent))
@@ -263,8 +266,9 @@ class EmailActivities:
         reason: str,
         *,
         code: str = "",
-        type: str = "PermanentProviderError",
-    ) -> None:
+        type: ErrorType = ErrorType.PERMANENT_PROVIDER_ERROR,
+    ) -> NoReturn:
+        """Record the send as failed and end the activity with a non-retryable error."""
         await self._tx(
             lambda s: repo.record_observation(
                 s,

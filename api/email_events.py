@@ -31,6 +31,7 @@ import logging
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature
@@ -375,7 +376,7 @@ def _effect(
 
 
 def record_event(
-    session: Session, ingress: Ingress, event: dict[str, Any], now: datetime
+    session: Session, *, ingress: Ingress, event: dict[str, Any], now: datetime
 ) -> _Recorded:
     """One event in one transaction: the observation (deduplicated), then its effect."""
     facts, token = _event_facts(event, now)
@@ -422,7 +423,7 @@ async def sendgrid_events(request: Request, ingress: IngressDep) -> Response:
         raise HTTPException(400, "body must be a JSON array of event objects")
     settled: list[_Recorded] = []
     for event in events:
-        recorded = await ingress.tx(lambda s, event=event: record_event(s, ingress, event, now))
+        recorded = await ingress.tx(partial(record_event, ingress=ingress, event=event, now=now))
         result = recorded.result
         ingress.counters.receipts.labels(result.verdict).inc()
         if result.verdict == "duplicate":

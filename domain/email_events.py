@@ -46,8 +46,11 @@ _ADDRESS_TEXT = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
 
 
 def without_addresses(text: str) -> str:
-    """Provider text (an SMTP reply, a bounce reason) often quotes the recipient; such text
-    reaches exceptions, Temporal history, evidence and logs only with addresses replaced."""
+    """Provider text with every email address replaced by ``<address>``.
+
+    An SMTP reply or a bounce reason often quotes the recipient; such text reaches
+    exceptions, Temporal history, evidence and logs only scrubbed.
+    """
     return _ADDRESS_TEXT.sub("<address>", text)
 
 
@@ -145,5 +148,6 @@ def is_complaint(event: str) -> bool:
 def blocks_suppress(count_in_window: int, threshold: int) -> bool:
     """Whether ``count_in_window`` transient blocks (this one included) suppress the address.
 
-    A threshold of 0 never suppresses on blocks."""
+    A threshold of 0 never suppresses on blocks.
+    """
     return threshold > 0 and count_in_window >= threshold

@@ -1,5 +1,7 @@
-"""Providers as data: an alias names one configured provider account, a kind says which
-adapter speaks to it and for which channel.
+"""Providers as data: aliases for configured accounts, kinds for their adapters.
+
+An alias names one configured provider account; a kind says which adapter speaks to it
+and for which channel.
 
 Settings hold each provider's credentials under an alias (``HERALD_PROVIDERS``; the
 built-in aliases ``twilio`` and ``smtp`` come from the ``HERALD_SMS_*`` and

@@ -14,12 +14,14 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import (
+        PERMANENT_ERRORS,
         AuthorizeInput,
         AuthorizeResult,
         CancelRequest,
         CancelResult,
         CarriedState,
         ChannelResult,
+        ErrorType,
         IntentFacts,
         LoadIntentInput,
         NotificationInput,
@@ -125,13 +127,6 @@ second send while the first is still talking to SMTP."""
 LEDGER_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30)
 )
-PERMANENT_ERRORS = [
-    "PermanentProviderError",
-    "InvalidDestination",
-    "TemplateError",
-    "ArtifactMismatch",
-    "NotFound",
-]
 AUTHORIZE_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
     maximum_interval=timedelta(seconds=30),
@@ -153,7 +148,9 @@ def _channel(name: str) -> Channel:
     try:
         return channels.get(name)
     except channels.UnknownChannel as err:
-        raise ApplicationError(str(err), type="UnknownChannel", non_retryable=True) from None
+        raise ApplicationError(
+            str(err), type=ErrorType.UNKNOWN_CHANNEL, non_retryable=True
+        ) from None
 
 
 @workflow.defn

@@ -1,4 +1,4 @@
-"""suppressions for one message category (complaints, unsubscribes) and their evidence
+"""Suppressions for one message category (complaints, unsubscribes), and their evidence.
 
 Revision ID: 0009
 Revises: 0008

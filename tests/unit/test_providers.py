@@ -200,3 +200,24 @@ def test_outside_dev_a_sendgrid_route_needs_a_real_key_and_the_event_key(
         Settings()
     monkeypatch.setenv("HERALD_SENDGRID_EVENT_PUBLIC_KEY", "MFkw...")
     Settings()
+
+
+def test_production_refuses_a_provider_account_on_the_simulators_token(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name, value in (
+        ("HERALD_ENV", "production"),
+        ("HERALD_SMS_AUTH_TOKEN", "real-token"),
+        ("HERALD_DATA_KEY", "k1:" + "A" * 43 + "="),
+        ("HERALD_OPERATOR_TOKEN", "op"),
+        ("HERALD_UNSUBSCRIBE_SECRET", "u"),
+    ):
+        monkeypatch.setenv(name, value)
+    Settings()  # every secret set: accepted
+    monkeypatch.setenv(
+        "HERALD_PROVIDERS",
+        '{"twilio-eu": {"kind": "twilio", "base_url": "https://eu.example.net", '
+        '"account_sid": "AC1", "auth_token": "simulator-auth-token"}}',
+    )
+    with pytest.raises(ValueError, match="HERALD_PROVIDERS 'twilio-eu'"):
+        Settings()

@@ -1,6 +1,6 @@
 """Suppressions for one message category (complaints, unsubscribes), and their evidence.
 
-Revision ID: 0009
+Revision ID: 0040
 Revises: 0008
 Create Date: 2026-12-07 00:30:00
 """
@@ -8,7 +8,7 @@ Create Date: 2026-12-07 00:30:00
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0009"
+revision = "0040"
 down_revision = "0008"
 branch_labels = None
 depends_on = None

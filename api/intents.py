@@ -32,6 +32,7 @@ from api.schemas import (
     ResendOutcome,
     Timeline,
     ValidationProblem,
+    refusal,
 )
 from domain.intents import IntentState
 from ledger import listing
@@ -344,17 +345,12 @@ def _invalid(err: InvalidRequest) -> HTTPException:
     )
 
 
-VALIDATION_KEYS = ("loc", "msg", "type")
-"""What a 422 keeps of each validation error. FastAPI's default body also has `input` (the
-value sent, e.g. a phone number or an address under an unknown field) and `ctx`; a
-response travels through proxies, client logs and error trackers, so neither is echoed."""
-
-
 async def validation_problem(request: Request, exc: Exception) -> JSONResponse:
     """The app's handler for `RequestValidationError`, on every route: each issue names
-    the field (`loc`), the problem (`msg`) and its kind (`type`), and nothing that was sent."""
+    the field (`loc`), the problem (`msg`, in words) and its kind (`type`), and nothing
+    that was sent (`api.schemas.refusal`). FastAPI's default body also has `input` (the
+    value sent, e.g. a phone number or an address under an unknown field) and `ctx`; a
+    response travels through proxies, client logs and error trackers, so neither is echoed."""
     assert isinstance(exc, RequestValidationError)
-    issues = [
-        {key: error[key] for key in VALIDATION_KEYS if key in error} for error in exc.errors()
-    ]
+    issues = [refusal(error) for error in exc.errors()]
     return JSONResponse({"detail": jsonable_encoder(issues)}, status_code=422)

@@ -108,6 +108,8 @@ def validate(
                 email = destinations.normalize_email(request.email)
             except destinations.InvalidDestination as err:
                 problems.add("email", str(err))
+    if request.country and request.country.upper() not in destinations.COUNTRIES:
+        problems.add("country", "not an ISO 3166-1 alpha-2 country code (e.g. GB)")
     country = (phone.country if phone else (request.country or "")).upper()
     if not country and not ("sms" in plan and phone is None):
         problems.add("country", "required when no phone number gives it")
@@ -115,7 +117,8 @@ def validate(
     try:
         ZoneInfo(tz)
     except (ZoneInfoNotFoundError, ValueError):
-        problems.add("timezone", f"unknown IANA zone {tz!r}")
+        # The zone is named by its field, never repeated: a refusal echoes no input.
+        problems.add("timezone", "not a time zone in the IANA database (e.g. Europe/London)")
     _check_templates(session, request, plan, problems)
     variables_json = json.dumps(request.variables, sort_keys=True, default=str)
     if len(variables_json.encode()) > MAX_VARIABLES_BYTES:

@@ -42,7 +42,10 @@ def principals_router(ingress: Ingress) -> APIRouter:
     )
     unknown: dict[int | str, dict[str, Any]] = {
         404: {"model": Problem, "description": "No principal of that name."},
-        409: {"model": Problem, "description": "It is revoked already."},
+        409: {
+            "model": Problem,
+            "description": "It is revoked already, or (revoke) it is the last active admin.",
+        },
     }
 
     @router.get("", response_model=PrincipalList, summary="Every principal (never a token)")
@@ -79,7 +82,7 @@ def principals_router(ingress: Ingress) -> APIRouter:
             return await ingress.tx(lambda s: work(s, name, by=by, at=datetime.now(UTC)))
         except repo.NotFound as err:
             raise HTTPException(404, str(err)) from err
-        except principals.PrincipalRevoked as err:
+        except (principals.PrincipalRevoked, principals.LastAdmin) as err:
             raise HTTPException(409, str(err)) from err
 
     @router.post(

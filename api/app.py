@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 from urllib.parse import parse_qsl
 
-from fastapi import APIRouter, FastAPI, HTTPException, Query, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi_offline import FastAPIOffline
@@ -31,12 +31,14 @@ from twilio.request_validator import RequestValidator
 
 from activities.contracts import ReceiptSignal
 from activities.email import verify_unsubscribe_token
+from api import intent_search
 from api.auth import Authenticator, check_every_route_declared
 from api.console import mount_console
 from api.evidence import evidence_router
 from api.intents import INVALID, RETENTION_NOTE, intents_router, validation_problem
 from api.metrics import build_registry
 from api.principals import principals_router
+from api.query_params import refuse_unknown_query_parameters
 from api.schemas import Health, Problem, Readiness, Unsubscribed
 from domain import keywords
 from domain.destinations import phone_e164
@@ -423,7 +425,7 @@ def provider_router(ingress: Ingress) -> APIRouter:
     @router.post(
         "/v1/inbound/sms",
         response_class=Response,
-        responses={**PROBLEMS, **TWIML},
+        responses={**PROBLEMS, **TWIML, **INVALID},
         summary="An inbound SMS (signed): opt-out and opt-in keywords",
         openapi_extra=INBOUND_FORM,
     )
@@ -550,7 +552,13 @@ async def method_not_allowed(request: Request, exc: Exception) -> JSONResponse:
 def create_app(ingress: Ingress) -> FastAPI:
     # `/docs` and `/redoc` with Swagger UI's and ReDoc's JS/CSS served by the app itself
     # (packaged by fastapi-offline), so they work with no network: never a CDN.
-    app = FastAPIOffline(title="Herald", version="0.1.0", description=DESCRIPTION)
+    app = FastAPIOffline(
+        title="Herald",
+        version="0.1.0",
+        description=DESCRIPTION,
+        # Every /v1/ route: a query parameter it does not declare is 422, not ignored.
+        dependencies=[Depends(refuse_unknown_query_parameters)],
+    )
     app.state.ingress = ingress
     app.state.authenticator = ingress.auth
     app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
@@ -600,6 +608,7 @@ def create_app(ingress: Ingress) -> FastAPI:
     app.include_router(provider_router(ingress))
     app.include_router(unsubscribe_router(ingress))
     # Token and role checked by the routers' route class, before the body is even parsed.
+    app.include_router(intent_search.router)
     app.include_router(intents_router(ingress))
     app.include_router(evidence_router(ingress))
     app.include_router(principals_router(ingress))

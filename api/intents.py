@@ -35,6 +35,7 @@ from api.schemas import (
     refusal,
 )
 from domain.intents import IntentState
+from domain.principals import Principal
 from ledger import listing
 from ledger import repository as repo
 from ledger.intake import InvalidRequest
@@ -75,6 +76,9 @@ BAD_BODY: dict[int | str, dict[str, Any]] = {
 """FastAPI's own 400 for a JSON body it cannot decode, on every route that takes one."""
 
 
+OTHERS_KEY = "this business key is recorded by another principal; choose your own keys"
+
+
 def _not_found(id_or_key: str) -> HTTPException:
     # The key is not echoed: a business key may hold a subject id that is contact data
     # (`GET /v1/intents/%2B447400952999`), and answers end up in logs and trackers.
@@ -94,6 +98,7 @@ def list_intents(
     region: str | None = None,
     event_type: str | None = None,
     since: datetime | None = None,
+    created_by: str | None = None,
     limit: int = 50,
     scan_limit: int = LIST_SCAN_LIMIT,
 ) -> IntentPage:
@@ -104,6 +109,7 @@ def list_intents(
         region=region,
         event_type=event_type,
         since=since,
+        created_by=created_by,
         limit=limit,
         scan_limit=scan_limit,
     )
@@ -119,19 +125,24 @@ def intents_router(ingress: Ingress) -> APIRouter:
     )
     store = idempotency.IdempotencyStore(ingress.client.sessions)
 
-    async def record_and_start(body: IntentCreate) -> tuple[int, dict[str, Any]]:
-        """Record the intent (own transaction), then start its workflow.
+    async def record_and_start(body: IntentCreate, by: Principal) -> tuple[int, dict[str, Any]]:
+        """Record the intent (own transaction) under `by`, then start its workflow.
 
         A failed start still answers with the recorded intent: it is durable, and the
         outbox relay starts its workflow.
         """
         client = ingress.client
         try:
-            ref = await ingress.tx(lambda s: client.record(s, body.to_request()))
+            ref = await ingress.tx(
+                lambda s: client.record(s, body.to_request(), created_by=by.name)
+            )
         except InvalidRequest as err:
             raise _invalid(err) from err
         except repo.IntentConflict as err:
             return 409, {"detail": str(err)}
+        if ref.existed and not by.reads_intent_of(ref.created_by):
+            # Another app's intent: its id is not this app's to learn.
+            return 409, {"detail": OTHERS_KEY}
         try:
             await asyncio.wait_for(
                 client.start(ref.intent_id, ref.workflow_id), START_TIMEOUT_SECONDS
@@ -177,8 +188,9 @@ def intents_router(ingress: Ingress) -> APIRouter:
             },
             409: {
                 "model": Problem,
-                "description": "The business key exists with another payload, or a request "
-                "with the same Idempotency-Key is still in flight.",
+                "description": "The business key exists with another payload, or was "
+                "recorded by another principal, or a request with the same Idempotency-Key "
+                "is still in flight.",
             },
             422: {
                 "model": ValidationProblem,
@@ -189,7 +201,7 @@ def intents_router(ingress: Ingress) -> APIRouter:
     )
     async def create_intent(
         body: IntentCreate,
-        _by: CreatingIntents,
+        by: CreatingIntents,
         idempotency_key: Annotated[
             str | None,
             Header(
@@ -205,7 +217,7 @@ def intents_router(ingress: Ingress) -> APIRouter:
         ] = None,
     ) -> JSONResponse:
         if idempotency_key is None:
-            status, doc = await record_and_start(body)
+            status, doc = await record_and_start(body, by)
             return respond(status, doc)
         try:
             key = idempotency.parse_key(idempotency_key)
@@ -235,7 +247,7 @@ def intents_router(ingress: Ingress) -> APIRouter:
             assert claim.status_code is not None
             return respond(claim.status_code, claim.response or {}, replayed=True)
         try:
-            status, doc = await record_and_start(body)
+            status, doc = await record_and_start(body, by)
         except BaseException:
             # Refused by validation (nothing recorded; the corrected body may reuse the key)
             # or failed unexpectedly (recording is idempotent by business key, so a retry
@@ -247,7 +259,7 @@ def intents_router(ingress: Ingress) -> APIRouter:
 
     @router.get("", response_model=IntentPage, summary="List intents, newest first")
     async def list_route(
-        _by: ReadingIntents,
+        by: ReadingIntents,
         state: Annotated[IntentState | None, Query(description="Derived intent state.")] = None,
         channel: Annotated[
             str | None, Query(pattern="^(sms|email)$", description="In the channel plan.")
@@ -270,6 +282,8 @@ def intents_router(ingress: Ingress) -> APIRouter:
                 region=region,
                 event_type=event_type,
                 since=since,
+                # An app lists only the intents it recorded.
+                created_by=by.name if by.reads_only_own_intents else None,
                 limit=limit,
             )
 
@@ -281,13 +295,17 @@ def intents_router(ingress: Ingress) -> APIRouter:
         summary="An intent's timeline from the ledger",
         responses=NOT_FOUND,
     )
-    async def get_intent(id_or_key: IdOrKey, _by: ReadingIntents) -> dict[str, Any]:
+    async def get_intent(id_or_key: IdOrKey, by: ReadingIntents) -> dict[str, Any]:
         if not _lookupable(id_or_key):
             raise _not_found(id_or_key)
         try:
-            return await asyncio.to_thread(ingress.client.timeline, id_or_key)
+            doc: dict[str, Any] = await asyncio.to_thread(ingress.client.timeline, id_or_key)
         except repo.NotFound as err:
             raise _not_found(id_or_key) from err
+        if not by.reads_intent_of(doc["intent"].get("created_by")):
+            # Another app's intent is as unknown as a missing one: a 403 would confirm it.
+            raise _not_found(id_or_key)
+        return doc
 
     @router.post(
         "/{id_or_key}/cancel",

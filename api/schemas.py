@@ -370,6 +370,8 @@ class IntentSummary(BaseModel):
     created_at: datetime
     send_at: datetime | None
     cancelled_at: datetime | None
+    created_by: str | None = None
+    """The principal that recorded it through the API (null: in-process, or older)."""
 
 
 class IntentPage(BaseModel):
@@ -397,6 +399,7 @@ class IntentPage(BaseModel):
                     created_at=intent.created_at,
                     send_at=intent.send_at,
                     cancelled_at=intent.cancelled_at,
+                    created_by=intent.created_by,
                 )
                 for intent, derived in page.items
             ],
@@ -422,6 +425,9 @@ class IntentView(BaseModel):
     cancelled_at: datetime | None
     pii_purged_at: datetime | None
     legal_hold: bool
+    created_by: str | None = None
+    """The principal that recorded it through the API (null: in-process through `starter`,
+    or recorded before creators were)."""
 
 
 class DecisionView(BaseModel):
@@ -637,6 +643,16 @@ class SuppressionQuery(BaseModel):
     destination: Destination
     channel: EvidenceChannel | None = None
     """Only suppressions that apply to this channel (`*` ones included)."""
+
+
+class IntentSearch(BaseModel):
+    """A recipient's intents, found by their phone number or address: in the body, never
+    the URL (proxies and access logs keep URLs), and never repeated in the answer."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    destination: Destination
+    limit: Annotated[int, Field(ge=1, le=500)] = 50
 
 
 class SuppressionLift(BaseModel):

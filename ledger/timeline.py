@@ -77,6 +77,7 @@ def timeline(
             "cancelled_at": _iso(intent.cancelled_at),
             "pii_purged_at": _iso(intent.pii_purged_at),
             "legal_hold": intent.legal_hold,
+            "created_by": intent.created_by,
         },
         "decisions": [
             {

@@ -22,6 +22,7 @@ from api import idempotency
 from api.auth import GUARDED, CreatingIntents, GuardedRoute, Operating, ReadingIntents
 from api.schemas import (
     CancelOutcome,
+    Channel,
     Instant,
     IntentCreate,
     IntentCreated,
@@ -261,9 +262,7 @@ def intents_router(ingress: Ingress) -> APIRouter:
     async def list_route(
         by: ReadingIntents,
         state: Annotated[IntentState | None, Query(description="Derived intent state.")] = None,
-        channel: Annotated[
-            str | None, Query(pattern="^(sms|email)$", description="In the channel plan.")
-        ] = None,
+        channel: Annotated[Channel | None, Query(description="In the channel plan.")] = None,
         region: Annotated[str | None, Query(pattern=r"^[A-Za-z0-9_-]{1,10}$")] = None,
         event_type: Annotated[
             str | None, Query(pattern=r"^[a-z][a-z0-9]*(?:[-.][a-z0-9]+)*$", max_length=80)

@@ -64,7 +64,6 @@ SHA256_HEX = r"^[0-9a-f]{64}$"
 MACHINE_WORD = r"^[a-z][a-z0-9_]{0,59}$"
 COUNTRY_CODES: list[str] = sorted(COUNTRIES)
 """The enum of `country`: ISO 3166-1 alpha-2, in capitals, as phonenumbers knows them."""
-QUERY_CHANNEL = "^(sms|email)$"
 QUERY_REGION = r"^[A-Za-z0-9_-]{1,10}$"
 QUERY_EVENT_TYPE = r"^[a-z][a-z0-9]*(?:[-.][a-z0-9]+)*$"
 
@@ -82,7 +81,6 @@ PATTERN_WORDS: dict[str, str] = {
     "digits or '_' (at most 60)",
     NAME_PATTERN: "must be 1 to 80 letters, digits, '.', '_' or '-', starting with a letter "
     "or digit",
-    QUERY_CHANNEL: "must be sms or email",
     QUERY_REGION: "must be a region: 1 to 10 letters, digits, '_' or '-'",
     QUERY_EVENT_TYPE: "must be an event type: lowercase words joined by '-' or '.'",
 }

@@ -234,6 +234,9 @@ async def test_the_document_says_what_it_can_country_zone_channels_destination()
     assert re.match(zone, "America/Argentina/Salta") and not re.match(zone, "0")
     assert all(re.match(zone, name) for name in zoneinfo.available_timezones())
     assert intent["channels"]["items"]["enum"] == ["sms", "email"]
+    listing = doc["paths"]["/v1/intents"]["get"]["parameters"]
+    (channel,) = [p["schema"] for p in listing if p["name"] == "channel"]
+    assert [branch.get("enum") for branch in channel["anyOf"]] == [["sms", "email"], None]
     (destination,) = _patterns(_body_property(doc, "/v1/suppressions/search", "destination"))
     assert not re.match(destination, "+00") and re.match(destination, "+44 7400 123456")
 

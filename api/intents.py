@@ -224,7 +224,9 @@ def intents_router(ingress: Ingress) -> APIRouter:
             key = idempotency.parse_key(idempotency_key)
         except idempotency.InvalidKey as err:
             raise HTTPException(400, str(err)) from err
-        request_sha = idempotency.fingerprint("POST", "/v1/intents", body.model_dump(mode="json"))
+        request_sha = idempotency.fingerprint(
+            "POST", "/v1/intents", body.model_dump(mode="json"), by=by.name
+        )
         claim = await asyncio.to_thread(store.claim, key, request_sha)
         if claim.kind == "mismatch":
             raise HTTPException(

@@ -215,7 +215,10 @@ async def test_an_abandoned_in_flight_key_is_taken_over_after_its_lease(http, co
             IdempotencyRecord(
                 key=key,
                 request_sha256=fingerprint(
-                    "POST", "/v1/intents", IntentCreate(**doc).model_dump(mode="json")
+                    "POST",
+                    "/v1/intents",
+                    IntentCreate(**doc).model_dump(mode="json"),
+                    by="break-glass",
                 ),
                 created_at=datetime.now(UTC) - timedelta(minutes=5),
             )

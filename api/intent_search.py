@@ -8,22 +8,15 @@ no answer or log line repeats it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
-
-from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi import APIRouter, HTTPException
 from sqlalchemy.orm import Session
 
-from api.auth import GUARDED, GuardedRoute, require
+from api.auth import GUARDED, FindingByRecipient, GuardedRoute
+from api.deps import IngressDep
 from api.intents import BAD_BODY, INVALID
 from api.schemas import IntentPage, IntentSearch
 from domain.destinations import normalized_destination
-from domain.principals import Access, Principal
 from ledger import listing
-
-if TYPE_CHECKING:
-    from api.app import Ingress
-
-FindingByRecipient = Annotated[Principal, Depends(require(Access.FIND_BY_RECIPIENT))]
 
 router = APIRouter(
     # Not under /v1/intents/: GET /v1/intents/{id_or_key} would claim the path too.
@@ -40,11 +33,10 @@ router = APIRouter(
     summary="A recipient's intents, by phone number or address (in the body), newest first",
 )
 async def search_by_recipient(
-    request: Request, body: IntentSearch, _by: FindingByRecipient
+    body: IntentSearch, _by: FindingByRecipient, ingress: IngressDep
 ) -> IntentPage:
     """Every intent to the destination, whoever recorded it, newest first (`limit`, at
     most 500). The destination is matched by its HMAC, as the console matches it."""
-    ingress: Ingress = request.app.state.ingress
     try:
         lookup = ingress.client.lookup_hmac(normalized_destination(body.destination, None))
     except ValueError as err:

@@ -230,9 +230,9 @@ async def sms_receipt(
     code = params.get("ErrorCode") or None
     if code is not None and not _ERROR_CODE.match(code):
         raise _bad(ingress, "ErrorCode is not an error code (letters and digits, <= 20)")
-    # Deduplicated on what the signature covers: the provider's retries of one
-    # callback repeat it exactly, and a replay with a fresh (unsigned)
-    # I-Twilio-Idempotency-Token is the same callback, not a new observation.
+    # Deduplicated on the signed string itself: the provider's retries of one callback
+    # repeat it exactly, and a replay with a fresh (unsigned) I-Twilio-Idempotency-Token,
+    # or re-cut at its name/value boundaries, is the same callback, not a new observation.
     dedupe = "webhook:" + form.digest()
     facts = ObservationFacts(
         source="webhook",

@@ -343,3 +343,37 @@ async def test_two_apps_each_read_only_the_intents_they_created(
     assert {shop["business_key"], gym["business_key"]} <= seen
     for ref in (shop["intent_id"], gym["intent_id"]):
         assert (await http.get(f"/v1/intents/{ref}", headers=viewer)).status_code == 200
+
+
+async def test_revoking_the_last_admin_over_the_api_is_409_and_changes_nothing(
+    pg_url: str, cipher
+) -> None:
+    from sqlalchemy import create_engine
+
+    from ledger import migrate
+    from tests.api.conftest import StubTemporal, build_app
+    from tests.conftest import fresh_database
+
+    url = fresh_database(pg_url, "herald_last_admin_api")
+    migrate.upgrade(url)
+    engine = create_engine(url)
+    try:
+        sessions = sessionmaker(engine, expire_on_commit=False)
+        with sessions.begin() as session:
+            principals.create(
+                session,
+                "only-admin",
+                Role.ADMIN,
+                by=principals.BOOTSTRAP_ACTOR,
+                at=datetime.now(UTC),
+            )
+        app, _ = build_app(sessions, cipher, StubTemporal())
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://herald") as http:
+            refused = await http.post("/v1/principals/only-admin/revoke", headers=BEARER)
+            assert refused.status_code == 409, refused.text
+            assert "last active admin" in refused.json()["detail"]
+            listed = await http.get("/v1/principals", headers=BEARER)
+            assert [p["revoked_at"] for p in listed.json()["items"]] == [None]
+    finally:
+        engine.dispose()

@@ -28,8 +28,11 @@ class Access(StrEnum):
 
 
 class Role(StrEnum):
-    """A principal's role. `viewer < operator < admin` each add to the one before; `app`
-    stands apart (it creates intents, which people's roles below admin do not)."""
+    """A principal's role.
+
+    `viewer < operator < admin` each add to the one before; `app`
+    stands apart (it creates intents, which people's roles below admin do not).
+    """
 
     APP = "app"
     VIEWER = "viewer"
@@ -38,9 +41,11 @@ class Role(StrEnum):
 
     @property
     def grants(self) -> frozenset[Access]:
+        """Every access this role grants."""
         return GRANTS[self]
 
     def may(self, access: Access) -> bool:
+        """Whether this role grants `access`."""
         return access in GRANTS[self]
 
 
@@ -77,17 +82,24 @@ class Principal:
     role: Role
 
     def may(self, access: Access) -> bool:
+        """Whether this principal's role grants `access`."""
         return self.role.may(access)
 
     @property
     def reads_only_own_intents(self) -> bool:
-        """An app reads only the intents it recorded: two apps on one Herald never see
-        each other's business keys or outcomes. People's roles read every intent."""
+        """Whether this principal reads only the intents it recorded (an app).
+
+        Two apps on one Herald never see each other's business keys or outcomes.
+        People's roles read every intent.
+        """
         return self.role is Role.APP
 
     def reads_intent_of(self, created_by: str | None) -> bool:
-        """Whether this principal may read an intent recorded by `created_by` (null: by
-        no principal, through `starter` in-process, or before creators were recorded)."""
+        """Whether this principal may read an intent recorded by `created_by`.
+
+        `created_by` is null for an intent recorded by no principal (through `starter`
+        in-process) or before creators were recorded.
+        """
         return not self.reads_only_own_intents or created_by == self.name
 
 
@@ -99,8 +111,11 @@ _NAME = re.compile(NAME_PATTERN)
 
 
 def check_name(name: str) -> str:
-    """The name, or ValueError saying what a principal's name may be. No `@`, so an email
-    address never becomes a name that every audit row and log line repeats."""
+    """Check a principal's name.
+
+    The name, or ValueError saying what a principal's name may be. No `@`, so an email
+    address never becomes a name that every audit row and log line repeats.
+    """
     if not _NAME.match(name):
         raise ValueError(
             "a principal's name is 1 to 80 letters, digits, '.', '_' or '-', "

@@ -75,8 +75,10 @@ def state_of(
 
 
 def to_recipient(lookup_hmac: str) -> ColumnElement[bool]:
-    """Intents to one destination, by its lookup HMAC: the console's recipient search and
-    `POST /v1/intents/search` both filter with this."""
+    """Intents to one destination, by its lookup HMAC.
+
+    The console's recipient search and `POST /v1/recipients/intents` both filter with this.
+    """
     return or_(
         Intent.sms_destination_hmac == lookup_hmac, Intent.email_destination_hmac == lookup_hmac
     )
@@ -84,6 +86,8 @@ def to_recipient(lookup_hmac: str) -> ColumnElement[bool]:
 
 @dataclass(frozen=True)
 class ListedPage:
+    """One page of a filtered intent list."""
+
     items: list[tuple[Intent, str]]
     """Newest first: each intent with its derived state."""
     scanned: int
@@ -105,8 +109,10 @@ def list_intents(
     scan_limit: int = SCAN_LIMIT,
 ) -> ListedPage:
     """Newest first. SQL filters first; the derived state is filtered after, in batches.
+
     `created_by` keeps one principal's intents (an app's own); `recipient_hmac` those to
-    one destination (the lookup HMAC of its phone number or address)."""
+    one destination (the lookup HMAC of its phone number or address).
+    """
     query = select(Intent).order_by(Intent.created_at.desc(), Intent.id.desc())
     if created_by is not None:
         query = query.where(Intent.created_by == created_by)

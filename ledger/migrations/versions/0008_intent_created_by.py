@@ -1,4 +1,4 @@
-"""who created each intent: an app principal reads only the intents it created
+"""who created each intent: an app principal reads only the intents it created.
 
 Revision ID: 0008
 Revises: 0007

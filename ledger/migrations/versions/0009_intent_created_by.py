@@ -1,15 +1,15 @@
 """who created each intent: an app principal reads only the intents it created.
 
-Revision ID: 0008
-Revises: 0007
-Create Date: 2026-12-07 00:30:00
+Revision ID: 0009
+Revises: 0008
+Create Date: 2026-12-07 01:35:00
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0008"
-down_revision = "0007"
+revision = "0009"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 

@@ -17,6 +17,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from domain.senders import DEV_EMAIL_SENDER, DEV_SMS_SENDER, SenderBook
 
 SIMULATOR_AUTH_TOKEN = "simulator-auth-token"
+SIMULATOR_TELNYX_API_KEY = "simulator-telnyx-api-key"
 
 
 class Settings(BaseSettings):
@@ -85,6 +86,18 @@ class Settings(BaseSettings):
     `{"herald-us-10dlc": "MG...", "Herald": "Herald", "herald-za": "+27..."}`."""
     simulator_port: int = 58081
 
+    telnyx_base_url: str | None = None
+    """Telnyx Messaging v2 API base (`https://api.telnyx.com`). Unset: `herald dev`'s
+    Telnyx simulator."""
+    telnyx_api_key: SecretStr = SecretStr(SIMULATOR_TELNYX_API_KEY)
+    telnyx_public_key: str | None = None
+    """HERALD_TELNYX_PUBLIC_KEY: the account's Ed25519 public key (base64 of 32 bytes),
+    which Telnyx's webhooks are verified with. Unset, `/v1/webhooks/telnyx` refuses every
+    event; `herald dev` sets its own simulator's (a key pair made per stack)."""
+    telnyx_messaging_profile_id: str | None = None
+    """Sent with every Telnyx message (needed for an alphanumeric sender or a number pool)."""
+    telnyx_simulator_port: int = 58082
+
     smtp_host: str = "127.0.0.1"
     smtp_port: int = 58025
     smtp_starttls: bool = False
@@ -128,6 +141,10 @@ class Settings(BaseSettings):
     @property
     def sms_api_url(self) -> str:
         return self.sms_base_url or f"http://127.0.0.1:{self.simulator_port}"
+
+    @property
+    def telnyx_api_url(self) -> str:
+        return self.telnyx_base_url or f"http://127.0.0.1:{self.telnyx_simulator_port}"
 
     def resolved_database_url(self) -> str:
         """A SQLAlchemy URL on psycopg 3 (the driver Herald installs). A plain libpq URL,

@@ -20,7 +20,7 @@ from activities import heartbeating, now_utc
 from activities.contracts import PollInput, PollOutcome, SubmitInput, SubmitOutcome
 from domain import provider_errors
 from domain.senders import SenderBook
-from domain.states import AttemptState, normalize_provider_status
+from domain.states import AttemptState
 from ledger import metrics
 from ledger import repository as repo
 from ledger.crypto import FieldCipher
@@ -103,7 +103,7 @@ class SmsActivities:
     def status_callback(self, token: str) -> str:
         # The token in the callback URL lets the ingress settle an attempt whose send
         # response was lost (the receipt then carries a remote id we never saw).
-        return f"{self._callback_base}/v1/receipts/sms?token={quote(token, safe='')}"
+        return f"{self._callback_base}{self._transport.webhook_path}?token={quote(token, safe='')}"
 
     def _claim_send(self, session: Session, token: str) -> tuple[_AttemptView, bool]:
         """Read the attempt under a row lock and, if nothing has been sent for it, mark its
@@ -226,8 +226,7 @@ class SmsActivities:
             ObservationFacts(
                 source="send",
                 raw_status=submitted.raw_status,
-                normalized=normalize_provider_status(submitted.raw_status)
-                or AttemptState.SUBMITTED,
+                normalized=submitted.state or AttemptState.SUBMITTED,
                 observed_at=now_utc(),
                 dedupe_key=f"send:{token}:submitted",
                 provider_at=submitted.provider_at,
@@ -253,7 +252,7 @@ class SmsActivities:
                 ObservationFacts(
                     source="reconcile",
                     raw_status=match.raw_status,
-                    normalized=normalize_provider_status(match.raw_status),
+                    normalized=match.state,
                     observed_at=now,
                     dedupe_key=f"reconcile:{view.token}:{match.raw_status}",
                     provider_code=match.error_code,
@@ -301,7 +300,7 @@ class SmsActivities:
             ObservationFacts(
                 source="poll",
                 raw_status=status.raw_status,
-                normalized=normalize_provider_status(status.raw_status),
+                normalized=status.state,
                 observed_at=now_utc(),
                 dedupe_key=f"poll:{token}:{status.raw_status}:{status.error_code or ''}",
                 provider_code=status.error_code,

@@ -39,6 +39,7 @@ from api.intents import INVALID, RETENTION_NOTE, intents_router, validation_prob
 from api.metrics import build_registry
 from api.principals import principals_router
 from api.schemas import Health, Problem, Readiness, Unsubscribed
+from api.telnyx_webhooks import TelnyxVerifier, telnyx_router
 from domain import keywords
 from domain.destinations import phone_e164
 from domain.states import (
@@ -67,7 +68,9 @@ Herald's HTTP ingress.
 
 - **Provider webhooks** (`/v1/receipts/sms`, `/v1/inbound/sms`) are authenticated by the
   provider's signature (`X-Twilio-Signature`, computed over the public URL the provider
-  called; set `HERALD_PUBLIC_BASE_URL` behind a proxy).
+  called; set `HERALD_PUBLIC_BASE_URL` behind a proxy); Telnyx's events
+  (`/v1/webhooks/telnyx`) by its Ed25519 signature over the timestamp and the raw body
+  (`HERALD_TELNYX_PUBLIC_KEY`).
 - **One-click unsubscribe** (`/v1/unsubscribe/{{token}}`, RFC 8058) is authenticated by
   the signed token in the link.
 - **The operator and app API** (`/v1/intents...`, `/v1/consents...`,
@@ -108,8 +111,11 @@ class Ingress:
         operator_token: str | None,
         unsubscribe_secret: str,
         temporal_ui_url: str | None = None,
+        telnyx_public_key: str | None = None,
     ) -> None:
         self.client = client
+        self.telnyx_verifier = TelnyxVerifier(telnyx_public_key) if telnyx_public_key else None
+        """Checks Telnyx's Ed25519 webhooks; without a key its route refuses every event."""
         self.temporal_ui_url = temporal_ui_url
         """The Temporal Web UI's base URL, for the console's link to a workflow."""
         self.validator = RequestValidator(auth_token)
@@ -336,6 +342,64 @@ TWIML: dict[int | str, dict[str, Any]] = {
 }
 
 
+async def wake_workflow(ingress: Ingress, result: repo.ObservationResult, code: str | None) -> None:
+    """Signal the intent's workflow after a receipt that settled its attempt.
+
+    Only a settling receipt wakes the workflow (it waits for a terminal state); an
+    intermediate `sent` is in the ledger and would cost a signal and a task for nothing.
+    """
+    if not (
+        result.changed
+        and result.workflow_id
+        and result.token
+        and result.state
+        and is_terminal(AttemptState(result.state))
+    ):
+        return
+    try:
+        handle = ingress.client.temporal.get_workflow_handle(result.workflow_id)
+        await asyncio.wait_for(
+            handle.signal("receipt", ReceiptSignal(result.token, result.state, code)),
+            SIGNAL_TIMEOUT_SECONDS,
+        )
+    except Exception as err:  # noqa: BLE001 - the ledger has it; polling will see it
+        log.info("receipt recorded but the workflow was not signalled: %s", type(err).__name__)
+
+
+async def record_keyword(ingress: Ingress, sender: str, body: str) -> None:
+    """An inbound SMS through any provider: STOP words suppress SMS to the sender, START
+    words lift an opt-out, anything else is ignored. The suppression is per destination
+    and channel, never per provider, so an opt-out received through one provider holds
+    for every provider (failover never bypasses it)."""
+    kind = keywords.classify_keyword(body)
+    if kind is None:
+        return
+    try:
+        e164 = _sender_e164(sender)
+    except ValueError as err:
+        raise _bad(ingress, str(err)) from err
+    lookup = ingress.client.lookup_hmac(e164)
+    word = body.strip().rstrip(".!?;,").strip().upper()
+
+    def work(session: Session) -> None:
+        if kind == "opt_out":
+            _suppress(session, lookup, "sms", "opted_out", f"keyword:{word}")
+        else:
+            session.execute(
+                update(Suppression)
+                .where(
+                    Suppression.destination_hmac == lookup,
+                    Suppression.channel == "sms",
+                    Suppression.reason == "opted_out",
+                    Suppression.lifted_at.is_(None),
+                )
+                .values(lifted_at=datetime.now(UTC), lifted_source=f"keyword:{word}"[:60])
+            )
+
+    await ingress.tx(work)
+    log.info("inbound keyword %s recorded (%s)", word, kind)
+
+
 def provider_router(ingress: Ingress) -> APIRouter:
     router = APIRouter(tags=["provider webhooks"])
 
@@ -391,25 +455,7 @@ def provider_router(ingress: Ingress) -> APIRouter:
         ingress.counters.receipts.labels(result.verdict).inc()
         if result.verdict == "duplicate":
             ingress.counters.duplicates.labels("webhook_redelivery").inc()
-        # Only a settling receipt wakes the workflow (it waits for a terminal state); an
-        # intermediate `sent` is in the ledger and would cost a signal and a task for nothing.
-        if (
-            result.changed
-            and result.workflow_id
-            and result.token
-            and result.state
-            and is_terminal(AttemptState(result.state))
-        ):
-            try:
-                handle = ingress.client.temporal.get_workflow_handle(result.workflow_id)
-                await asyncio.wait_for(
-                    handle.signal("receipt", ReceiptSignal(result.token, result.state, code)),
-                    SIGNAL_TIMEOUT_SECONDS,
-                )
-            except Exception as err:  # noqa: BLE001 - the ledger has it; polling will see it
-                log.info(
-                    "receipt recorded but the workflow was not signalled: %s", type(err).__name__
-                )
+        await wake_workflow(ingress, result, code)
         return Response(status_code=204)
 
     @router.post(
@@ -426,33 +472,7 @@ def provider_router(ingress: Ingress) -> APIRouter:
         sender, body = params.get("From"), params.get("Body")
         if not sender or body is None:
             raise _bad(ingress, "From and Body are required")
-        kind = keywords.classify_keyword(body)
-        if kind is None:
-            return Response("<Response/>", media_type="application/xml")
-        try:
-            e164 = _sender_e164(sender)
-        except ValueError as err:
-            raise _bad(ingress, str(err)) from err
-        lookup = ingress.client.lookup_hmac(e164)
-        word = body.strip().rstrip(".!?;,").strip().upper()
-
-        def work(session: Session) -> None:
-            if kind == "opt_out":
-                _suppress(session, lookup, "sms", "opted_out", f"keyword:{word}")
-            else:
-                session.execute(
-                    update(Suppression)
-                    .where(
-                        Suppression.destination_hmac == lookup,
-                        Suppression.channel == "sms",
-                        Suppression.reason == "opted_out",
-                        Suppression.lifted_at.is_(None),
-                    )
-                    .values(lifted_at=datetime.now(UTC), lifted_source=f"keyword:{word}"[:60])
-                )
-
-        await ingress.tx(work)
-        log.info("inbound keyword %s recorded (%s)", word, kind)
+        await record_keyword(ingress, sender, body)
         return Response("<Response/>", media_type="application/xml")
 
     return router
@@ -590,6 +610,7 @@ def create_app(ingress: Ingress) -> FastAPI:
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     app.include_router(provider_router(ingress))
+    app.include_router(telnyx_router(ingress))
     app.include_router(unsubscribe_router(ingress))
     # Token and role checked by the routers' route class, before the body is even parsed.
     app.include_router(intents_router(ingress))

@@ -262,7 +262,9 @@ class CallbackRecord:
 
 
 @dataclass
-class _Stats:
+class SimStats:
+    """Counts of create requests and created messages (`GET /_sim/stats`)."""
+
     total: int = 0
     by_token: Counter[str] = field(default_factory=Counter)
     by_to: Counter[str] = field(default_factory=Counter)
@@ -339,7 +341,7 @@ class CarrierSimulator:
         self.messages: dict[str, SimMessage] = {}
         self.scripts: dict[str, Fault] = {}
         self._remaining: dict[str, int] = {}
-        self.stats = _Stats()
+        self.stats = SimStats()
         self.callbacks: list[CallbackRecord] = []
 
     # -- lifecycle of the simulator itself --------------------------------------
@@ -942,6 +944,7 @@ __all__ = [
     "CarrierSimulator",
     "Fault",
     "SimDelays",
+    "SimStats",
     "SimulatorServer",
     "count_segments",
     "create_simulator_app",

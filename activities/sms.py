@@ -39,6 +39,11 @@ from transports.sms import (
 # has passed, "not found" is not evidence that nothing was sent.
 RECONCILE_GRACE = timedelta(seconds=5)
 
+NO_LOOKUP_REASON = (
+    "the provider has no lookup for a lost create: unknown until a person settles it; "
+    "never sent again, never failed over"
+)
+
 _ATTEMPTS = cast(Table, Attempt.__table__)
 _ATTEMPT = _ATTEMPTS.c
 _SENDABLE = (AttemptState.PREPARED.value, AttemptState.UNKNOWN.value)
@@ -190,8 +195,13 @@ class SmsActivities:
             )
             if err.code in provider_errors.OPT_OUT_CODES:
                 await self._suppress(token, reason="opted_out", source=f"provider:{err.code}")
+            # details: (code, what the refusal is about): failover reads the second.
             raise ApplicationError(
-                err.reason, err.code, type="PermanentProviderError", non_retryable=True
+                err.reason,
+                err.code,
+                err.about.value,
+                type="PermanentProviderError",
+                non_retryable=True,
             ) from err
         except SmsTransientError as err:
             # Never processed (429, 5xx before acceptance, connect failure): safe to send again.
@@ -202,7 +212,11 @@ class SmsActivities:
             )
             delay = timedelta(seconds=err.retry_after) if err.retry_after else None
             raise ApplicationError(
-                err.reason, type="TransientProviderError", next_retry_delay=delay
+                err.reason,
+                err.code,
+                err.about.value,
+                type="TransientProviderError",
+                next_retry_delay=delay,
             ) from err
         except SmsAmbiguousError as err:
             await self._record(
@@ -239,6 +253,24 @@ class SmsActivities:
         """A request may have left: look it up by destination, time window and content hash."""
         assert view.send_started_at is not None
         now = now_utc()
+        if not self._transport.finds_lost_creates:
+            # Nothing can say "not there" (Telnyx has no lookup by destination): the
+            # attempt stays unknown for a person to settle, and is never sent again.
+            await self._record(
+                view.token,
+                ObservationFacts(
+                    source="reconcile",
+                    raw_status="no_lookup",
+                    normalized=AttemptState.UNKNOWN,
+                    observed_at=now,
+                    dedupe_key=f"reconcile:{view.token}:no_lookup",
+                ),
+            )
+            return SubmitOutcome(
+                AttemptState.UNKNOWN.value,
+                None,
+                reason=NO_LOOKUP_REASON,
+            )
         found = await self._transport.find(
             to=view.to,
             sent_after=view.send_started_at - timedelta(minutes=1),

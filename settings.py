@@ -8,12 +8,14 @@ SMTP relay by setting the variables documented in the README.
 from __future__ import annotations
 
 import secrets
+from datetime import timedelta
 from functools import cached_property
 from pathlib import Path
 
 from pydantic import SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from domain.circuit import BreakerSettings
 from domain.senders import DEV_EMAIL_SENDER, DEV_SMS_SENDER, SenderBook
 
 SIMULATOR_AUTH_TOKEN = "simulator-auth-token"
@@ -97,6 +99,20 @@ class Settings(BaseSettings):
     telnyx_messaging_profile_id: str | None = None
     """Sent with every Telnyx message (needed for an alphanumeric sender or a number pool)."""
     telnyx_simulator_port: int = 58082
+
+    circuit_failure_threshold: int = 5
+    """A provider's circuit opens after this many consecutive failures (a provider-side
+    refusal, a refused connection, a 5xx, a timeout) within `circuit_window_seconds`."""
+    circuit_window_seconds: float = 60.0
+    circuit_cool_down_seconds: float = 30.0
+    """How long an open circuit refuses at once before one probe may try (half-open)."""
+
+    def breaker_settings(self) -> BreakerSettings:
+        return BreakerSettings(
+            failure_threshold=self.circuit_failure_threshold,
+            window=timedelta(seconds=self.circuit_window_seconds),
+            cool_down=timedelta(seconds=self.circuit_cool_down_seconds),
+        )
 
     smtp_host: str = "127.0.0.1"
     smtp_port: int = 58025

@@ -39,6 +39,7 @@ from activities.email import EmailActivities
 from activities.ledger import LedgerActivities
 from activities.maintenance import MaintenanceActivities
 from activities.sms import SmsActivities
+from domain import channels
 from domain.senders import SenderBook
 from ledger.crypto import FieldCipher
 from ledger.engine import ledger_engine
@@ -179,7 +180,7 @@ def build_workers(
     )
     sms_worker = Worker(
         client,
-        task_queue=f"{queue}-sms",
+        task_queue=channels.SMS.task_queue(queue),
         activities=[sms_acts.submit_sms, sms_acts.poll_sms],
         max_task_queue_activities_per_second=cfg.sms_max_per_second,
         max_concurrent_activities=cfg.sms_max_concurrent,
@@ -292,9 +293,9 @@ async def main(*, relay: bool = RELAY_IN_WORKER, schedules: bool = SCHEDULES_AT_
             # `herald reconcile` / `herald purge` still work by hand.
             log.warning("could not create the maintenance schedules: %s", err.status.name)
     log.info(
-        "worker started on task queues %s and %s-sms (relay %s)",
+        "worker started on task queues %s and %s (relay %s)",
         cfg.task_queue,
-        cfg.task_queue,
+        channels.SMS.task_queue(cfg.task_queue),
         "on" if relay else "off",
     )
     try:

@@ -13,6 +13,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities import now_utc
 from activities.contracts import SubmitInput, SubmitOutcome
+from domain import channels
 from domain.senders import SenderBook
 from domain.states import AttemptState
 from ledger import metrics
@@ -80,7 +81,7 @@ class EmailActivities:
     async def _tx(self, work):  # type: ignore[no-untyped-def]
         return await in_transaction(self._sessions, work)
 
-    @activity.defn(name="send_email")
+    @activity.defn(name=channels.EMAIL.send_activity)
     async def send_email(self, input: SubmitInput) -> SubmitOutcome:
         token = input.attempt_token
 
@@ -96,7 +97,7 @@ class EmailActivities:
 
         attempt, intent, artifact = await self._tx(load)
         if attempt.state not in (AttemptState.PREPARED.value, AttemptState.UNKNOWN.value):
-            metrics.count_duplicate("send_already_submitted", "email")
+            metrics.count_duplicate("send_already_submitted", channels.EMAIL.name)
             return SubmitOutcome(attempt.state, attempt.message_id)
         if attempt.destination_ct is None or attempt.body_ct is None:
             raise ApplicationError(

@@ -25,13 +25,13 @@ from activities.contracts import (
     OperatorActionInput,
     VerdictInput,
 )
-from domain import keys, policy, templates
+from domain import channels, keys, policy, templates
 from domain.senders import SenderBook
 from domain.states import AttemptState
 from ledger import metrics
 from ledger import repository as repo
 from ledger.crypto import FieldCipher
-from ledger.models import Attempt, Intent, PolicyDecision, PolicyVersion
+from ledger.models import Attempt, Intent, PolicyDecision, PolicyVersion, intent_destination
 from ledger.repository import ObservationFacts
 from ledger.templates import active_templates
 from ledger.transactions import in_transaction
@@ -171,6 +171,12 @@ class LedgerActivities:
         transaction, before anything is sent. A retry returns the attempt already prepared."""
         now = now_utc()
 
+        # An unknown channel is refused before anything is read or recorded.
+        try:
+            channel = channels.get(input.channel)
+        except channels.UnknownChannel as err:
+            raise ApplicationError(str(err), type="UnknownChannel", non_retryable=True) from err
+
         def work(session: Session) -> AuthorizeResult:
             intent = _intent_row(session, _AUTHORIZED_INTENT, input.intent_id)
             token = keys.attempt_token(intent.business_key, input.channel, input.attempt_number)
@@ -187,7 +193,7 @@ class LedgerActivities:
                     attempt_token=token,
                 )
             version, pol = self._policies.active(session)
-            destination_ct, destination_hmac = _destination_of(intent, input.channel)
+            destination_ct, destination_hmac = intent_destination(intent, input.channel)
             if destination_ct is None or destination_hmac is None:
                 raise ApplicationError(
                     f"the intent has no {input.channel} destination",
@@ -279,7 +285,7 @@ class LedgerActivities:
                 template_version=rendered.template_version,
                 sender=decision.sender,
                 sender_address=self._senders.resolve(input.channel, decision.sender),
-                segments=rendered.segments if input.channel == "sms" else None,
+                segments=rendered.segments if channel.counts_segments else None,
                 purge_after=now + self._retention,
             )
             metrics.note_prepared(
@@ -357,12 +363,6 @@ class LedgerActivities:
             )
 
         await self._in_transaction(work)
-
-
-def _destination_of(intent: Row[Any], channel: str) -> tuple[str | None, str | None]:
-    if channel == "sms":
-        return intent.sms_destination_ct, intent.sms_destination_hmac
-    return intent.email_destination_ct, intent.email_destination_hmac
 
 
 async def _cancel_requester(prefix: str) -> str:

@@ -18,7 +18,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities import heartbeating, now_utc
 from activities.contracts import PollInput, PollOutcome, SubmitInput, SubmitOutcome
-from domain import provider_errors
+from domain import channels, provider_errors
 from domain.senders import SenderBook
 from domain.states import AttemptState
 from ledger import metrics
@@ -152,13 +152,13 @@ class SmsActivities:
                 update(_ATTEMPTS).where(_ATTEMPT.token == token).values(sender_address=view.sender)
             )
         if not sendable and (view.remote_id is not None or view.state not in _SENDABLE):
-            metrics.note_duplicate(session, "send_already_submitted", "sms")
+            metrics.note_duplicate(session, "send_already_submitted", channels.SMS.name)
         return view, sendable
 
     async def _record(self, token: str, facts: ObservationFacts) -> repo.ObservationResult:
         return await self._tx(lambda s: repo.record_observation(s, facts, token=token))
 
-    @activity.defn(name="submit_sms")
+    @activity.defn(name=channels.SMS.send_activity)
     @heartbeating
     async def submit_sms(self, input: SubmitInput) -> SubmitOutcome:
         token = input.attempt_token
@@ -320,7 +320,7 @@ class SmsActivities:
             reason="reconciled: not found at the provider; an operator may approve a resend",
         )
 
-    @activity.defn(name="poll_sms")
+    @activity.defn(name=channels.SMS.poll_activity)
     async def poll_sms(self, input: PollInput) -> PollOutcome:
         token = input.attempt_token
         attempt = await self._tx(lambda s: repo.attempt_by_token(s, token))
@@ -348,7 +348,7 @@ class SmsActivities:
             session.add(
                 Suppression(
                     destination_hmac=attempt.destination_hmac,
-                    channel="sms",
+                    channel=channels.SMS.name,
                     reason=reason,
                     source=source,
                     at=now_utc(),

@@ -22,10 +22,11 @@ from datetime import UTC, date, datetime, time, timedelta
 from enum import StrEnum
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from domain import channels
 from domain.destinations import region_of
 
 REGIONS: tuple[str, ...] = ("US", "EU", "ZA", "default")
-CHANNELS: tuple[str, ...] = ("sms", "email")
+CHANNELS: tuple[str, ...] = channels.NAMES
 CATEGORIES: tuple[str, ...] = ("transactional", "operational", "promotional")
 
 # The purpose a message serves when the caller does not say. Promotional mail needs a

@@ -7,6 +7,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from domain import channels
+
 
 class Category(StrEnum):
     TRANSACTIONAL = "transactional"
@@ -47,6 +49,14 @@ class NotificationRequest:
     artifact_sha256: str | None = None
 
     def channel_plan(self) -> tuple[str, ...]:
+        """The channels asked for; without any, every channel (in the registry's order)
+        whose destination field is given."""
         if self.channels:
             return self.channels
-        return tuple(c for c, dest in (("sms", self.phone), ("email", self.email)) if dest)
+        return tuple(c.name for c in channels.REGISTRY.values() if self.destination_for(c.name))
+
+    def destination_for(self, channel: str) -> str | None:
+        """The raw destination given for `channel` (its `request_field`); raises
+        channels.UnknownChannel for a channel Herald does not know."""
+        value = getattr(self, channels.get(channel).request_field)
+        return value if isinstance(value, str) and value else None

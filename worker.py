@@ -51,6 +51,7 @@ from starter.client import HeraldClient
 from starter.relay import run_relay
 from transports.artifacts import ArtifactStore
 from transports.email import DkimConfig, SmtpEmail
+from transports.telnyx import TelnyxSms
 from transports.twilio import TwilioSms
 from workflows.maintenance import MaintenanceWorkflow
 from workflows.notification import NotificationWorkflow
@@ -149,8 +150,21 @@ def build_workers(
     ledger_acts = LedgerActivities(
         sessions, cipher, retention_days=cfg.pii_retention_days, senders=senders
     )
+    # Providers by alias, in preference order; the policy picks among them per channel
+    # and region, and a policy that names none uses the channel's first (Twilio).
+    telnyx = TelnyxSms(
+        base_url=cfg.telnyx_api_url,
+        api_key=cfg.telnyx_api_key.get_secret_value(),
+        messaging_profile_id=cfg.telnyx_messaging_profile_id,
+        client=http,
+    )
     sms_acts = SmsActivities(
-        sms, sessions, cipher, callback_base_url=cfg.callback_base_url, senders=senders
+        {"twilio": sms, "telnyx": telnyx},
+        sessions,
+        cipher,
+        callback_base_url=cfg.callback_base_url,
+        senders=senders,
+        breaker=cfg.breaker_settings(),
     )
     email_acts = EmailActivities(
         email,

@@ -84,6 +84,12 @@ class AuthorizeResult:
 @dataclass
 class SubmitInput:
     attempt_token: str
+    provider: str | None = None
+    """The provider alias to send through (settings); None: the channel's first."""
+    failover: bool = False
+    """Another provider may take over: a definitive provider-side refusal (its error
+    body, a refused connection, an open circuit) is then returned at once as
+    ``ProviderRefused`` instead of being retried with this provider."""
 
 
 @dataclass
@@ -95,11 +101,23 @@ class SubmitOutcome:
     reason: str = ""
     reconciled: bool = False
     """True when an ambiguous submission was looked up at the provider."""
+    lookup: str | None = None
+    """After an ambiguous submission: what the lookup found (domain.failover.Lookup:
+    found, not_found, unavailable); None when there was nothing to look up."""
+    answer: str | None = None
+    """The failover class of the provider's answer (domain.failover.Answer), when the
+    workflow needs it to choose the next move; None for answers older code knew."""
+    provider: str | None = None
+    """The provider alias the attempt went to."""
+    retry_at: datetime | None = None
+    """For a refusal by an open circuit: when its provider lets a probe through."""
 
 
 @dataclass
 class PollInput:
     attempt_token: str
+    provider: str | None = None
+    """The provider alias the attempt went to; None: the channel's first."""
 
 
 @dataclass

@@ -6,6 +6,7 @@ loops: retries belong to the workflow's RetryPolicy, so they show up in Temporal
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import cast
@@ -18,10 +19,12 @@ from temporalio.exceptions import ApplicationError
 
 from activities import heartbeating, now_utc
 from activities.contracts import PollInput, PollOutcome, SubmitInput, SubmitOutcome
-from domain import channels, provider_errors
+from domain import channels, circuit, failover, provider_errors
+from domain.circuit import BreakerSettings
+from domain.provider_errors import Cause, ErrorKind
 from domain.senders import SenderBook
 from domain.states import AttemptState
-from ledger import metrics
+from ledger import circuits, metrics
 from ledger import repository as repo
 from ledger.crypto import FieldCipher
 from ledger.models import Attempt, Suppression
@@ -89,26 +92,65 @@ class _AttemptView:
 class SmsActivities:
     def __init__(
         self,
-        transport: SmsTransport,
+        transport: SmsTransport | Mapping[str, SmsTransport],
         sessions: sessionmaker[Session],
         cipher: FieldCipher,
         *,
         callback_base_url: str,
         senders: SenderBook | None = None,
+        breaker: BreakerSettings | None = None,
     ) -> None:
-        self._transport = transport
+        """Args:
+        transport: one adapter (the channel's first provider alias), or adapters by
+            provider alias (settings), in the order of preference.
+        breaker: the per-provider circuit breaker's thresholds; None: no breaker.
+        """
+        if isinstance(transport, Mapping):
+            if not transport:
+                raise ValueError("at least one SMS transport is needed")
+            self._transports = dict(transport)
+        else:
+            self._transports = {channels.SMS.default_providers[0]: transport}
+        self._default_provider = next(iter(self._transports))
+        self._transport = self._transports[self._default_provider]
+        self._breaker = breaker
         self._senders = senders or SenderBook.build()
         self._sessions = sessions
         self._cipher = cipher
         self._callback_base = callback_base_url.rstrip("/")
 
+    @property
+    def providers(self) -> tuple[str, ...]:
+        """The provider aliases this worker can send through."""
+        return tuple(self._transports)
+
+    def _provider(self, alias: str | None) -> tuple[str, SmsTransport]:
+        name = alias or self._default_provider
+        try:
+            return name, self._transports[name]
+        except KeyError:
+            raise ApplicationError(
+                f"no SMS provider {name!r} is configured on this worker "
+                f"(configured: {', '.join(self._transports)})",
+                type="NotFound",
+                non_retryable=True,
+            ) from None
+
     async def _tx(self, work):  # type: ignore[no-untyped-def]
         return await in_transaction(self._sessions, work)
 
-    def status_callback(self, token: str) -> str:
+    def status_callback(self, token: str, transport: SmsTransport | None = None) -> str:
         # The token in the callback URL lets the ingress settle an attempt whose send
         # response was lost (the receipt then carries a remote id we never saw).
-        return f"{self._callback_base}{self._transport.webhook_path}?token={quote(token, safe='')}"
+        path = (transport or self._transport).webhook_path
+        return f"{self._callback_base}{path}?token={quote(token, safe='')}"
+
+    async def _health(self, provider: str, outcome: circuit.Outcome) -> None:
+        """Tell the provider's circuit breaker what this call said about it."""
+        if self._breaker is None or outcome == circuit.Outcome.NEUTRAL:
+            return
+        breaker = self._breaker
+        await self._tx(lambda s: circuits.note_outcome(s, provider, outcome, now_utc(), breaker))
 
     def _claim_send(self, session: Session, token: str) -> tuple[_AttemptView, bool]:
         """Read the attempt under a row lock and, if nothing has been sent for it, mark its
@@ -162,6 +204,7 @@ class SmsActivities:
     @heartbeating
     async def submit_sms(self, input: SubmitInput) -> SubmitOutcome:
         token = input.attempt_token
+        provider, transport = self._provider(input.provider)
         view, sendable = await self._tx(lambda s: self._claim_send(s, token))
         if not sendable:
             if view.remote_id is not None or view.state not in (
@@ -169,30 +212,33 @@ class SmsActivities:
                 AttemptState.UNKNOWN.value,
             ):
                 # A retried activity whose attempt is already submitted never sends again.
-                return SubmitOutcome(view.state, view.remote_id)
-            return await self._reconcile(view)
+                return SubmitOutcome(view.state, view.remote_id, provider=provider)
+            return await self._reconcile(view, transport, provider)
+        if self._breaker is not None:
+            breaker = self._breaker
+            admission = await self._tx(
+                lambda s: circuits.admit_send(s, provider, now_utc(), breaker)
+            )
+            if not admission.allowed:
+                return await self._refused_by_circuit(
+                    token, provider, admission.circuit.next_probe_at(breaker), input.failover
+                )
         message = SmsMessage(
             token=token,
             to=view.to,
             body=view.body,
             sender=view.sender,
-            status_callback=self.status_callback(token),
+            status_callback=self.status_callback(token, transport),
         )
         try:
-            submitted = await self._transport.submit(message)
+            submitted = await transport.submit(message)
         except SmsPermanentError as err:
-            await self._record(
-                token,
-                ObservationFacts(
-                    source="send",
-                    raw_status="rejected",
-                    normalized=AttemptState.FAILED,
-                    observed_at=now_utc(),
-                    dedupe_key=f"send:{token}:rejected",
-                    provider_code=err.code,
-                    detail={"reason": err.reason},
-                ),
+            refused_by_provider = err.about == Cause.PROVIDER
+            await self._health(
+                provider,
+                circuit.Outcome.FAILURE if refused_by_provider else circuit.Outcome.SUCCESS,
             )
+            await self._record_refusal(token, provider, err.code, err.reason)
             if err.code in provider_errors.OPT_OUT_CODES:
                 await self._suppress(token, reason="opted_out", source=f"provider:{err.code}")
             # details: (code, what the refusal is about): failover reads the second.
@@ -200,10 +246,31 @@ class SmsActivities:
                 err.reason,
                 err.code,
                 err.about.value,
-                type="PermanentProviderError",
+                type=(
+                    "ProviderRefused"
+                    if refused_by_provider and input.failover
+                    else "PermanentProviderError"
+                ),
                 non_retryable=True,
             ) from err
         except SmsTransientError as err:
+            answer = failover.classify_answer(
+                ErrorKind.TRANSIENT, err.about, code=err.code, http_status=err.http_status
+            )
+            busy_for_rate = err.http_status == 429
+            await self._health(
+                provider, circuit.Outcome.NEUTRAL if busy_for_rate else circuit.Outcome.FAILURE
+            )
+            if input.failover and answer == failover.Answer.REFUSED_BY_PROVIDER:
+                # Refused before any byte left: definitive, and another provider may try.
+                await self._record_refusal(token, provider, err.code, err.reason)
+                raise ApplicationError(
+                    err.reason,
+                    err.code,
+                    Cause.PROVIDER.value,
+                    type="ProviderRefused",
+                    non_retryable=True,
+                ) from err
             # Never processed (429, 5xx before acceptance, connect failure): safe to send again.
             await self._tx(
                 lambda s: s.execute(
@@ -219,6 +286,7 @@ class SmsActivities:
                 next_retry_delay=delay,
             ) from err
         except SmsAmbiguousError as err:
+            await self._health(provider, circuit.Outcome.FAILURE)
             await self._record(
                 token,
                 ObservationFacts(
@@ -227,7 +295,7 @@ class SmsActivities:
                     normalized=AttemptState.UNKNOWN,
                     observed_at=now_utc(),
                     dedupe_key=f"send:{token}:ambiguous",
-                    detail={"reason": err.reason},
+                    detail={"reason": err.reason, "provider": provider},
                 ),
             )
             # Retried by the RetryPolicy; the next try reconciles before anything is sent.
@@ -235,6 +303,7 @@ class SmsActivities:
                 "the submission may have reached the provider; reconciling before any new request",
                 type="AmbiguousSubmission",
             ) from err
+        await self._health(provider, circuit.Outcome.SUCCESS)
         result = await self._record(
             token,
             ObservationFacts(
@@ -245,15 +314,67 @@ class SmsActivities:
                 dedupe_key=f"send:{token}:submitted",
                 provider_at=submitted.provider_at,
                 remote_id=submitted.remote_id,
+                detail={"provider": provider},
             ),
         )
-        return SubmitOutcome(result.state or AttemptState.SUBMITTED.value, submitted.remote_id)
+        return SubmitOutcome(
+            result.state or AttemptState.SUBMITTED.value,
+            submitted.remote_id,
+            answer=failover.Answer.ACCEPTED.value,
+            provider=provider,
+        )
 
-    async def _reconcile(self, view: _AttemptView) -> SubmitOutcome:
+    async def _record_refusal(
+        self, token: str, provider: str, code: str | None, reason: str
+    ) -> None:
+        await self._record(
+            token,
+            ObservationFacts(
+                source="send",
+                raw_status="rejected",
+                normalized=AttemptState.FAILED,
+                observed_at=now_utc(),
+                dedupe_key=f"send:{token}:rejected",
+                provider_code=code,
+                detail={"reason": reason, "provider": provider},
+            ),
+        )
+
+    async def _refused_by_circuit(
+        self, token: str, provider: str, retry_at: datetime | None, failover_allowed: bool
+    ) -> SubmitOutcome:
+        """The provider's circuit is open: nothing is sent (one fast refusal, no timeout)."""
+        reason = f"{provider} circuit open: refused without sending"
+        if retry_at is not None:
+            reason += f" (a probe may try at {retry_at.isoformat(timespec='seconds')})"
+        # Nothing left this process: the claim is released.
+        await self._tx(
+            lambda s: s.execute(
+                update(_ATTEMPTS).where(_ATTEMPT.token == token).values(send_started_at=None)
+            )
+        )
+        if failover_allowed:
+            await self._record_refusal(token, provider, "circuit_open", reason)
+            raise ApplicationError(
+                reason, "circuit_open", Cause.PROVIDER.value, type="ProviderRefused",
+                non_retryable=True,
+            )  # fmt: skip
+        delay = (retry_at - now_utc()) if retry_at is not None else None
+        raise ApplicationError(
+            reason,
+            "circuit_open",
+            Cause.PROVIDER.value,
+            type="TransientProviderError",
+            next_retry_delay=delay if delay and delay > timedelta(0) else None,
+        )
+
+    async def _reconcile(
+        self, view: _AttemptView, transport: SmsTransport, provider: str
+    ) -> SubmitOutcome:
         """A request may have left: look it up by destination, time window and content hash."""
         assert view.send_started_at is not None
         now = now_utc()
-        if not self._transport.finds_lost_creates:
+        if not transport.finds_lost_creates:
             # Nothing can say "not there" (Telnyx has no lookup by destination): the
             # attempt stays unknown for a person to settle, and is never sent again.
             await self._record(
@@ -270,8 +391,11 @@ class SmsActivities:
                 AttemptState.UNKNOWN.value,
                 None,
                 reason=NO_LOOKUP_REASON,
+                lookup=failover.Lookup.UNAVAILABLE.value,
+                answer=failover.Answer.AMBIGUOUS.value,
+                provider=provider,
             )
-        found = await self._transport.find(
+        found = await transport.find(
             to=view.to,
             sent_after=view.send_started_at - timedelta(minutes=1),
             sent_before=now + timedelta(minutes=1),
@@ -298,6 +422,9 @@ class SmsActivities:
                 match.remote_id,
                 reconciled=True,
                 reason="reconciled: found at the provider",
+                lookup=failover.Lookup.FOUND.value,
+                answer=failover.Answer.AMBIGUOUS.value,
+                provider=provider,
             )
         if now - view.send_started_at < RECONCILE_GRACE:
             raise ApplicationError(
@@ -318,15 +445,19 @@ class SmsActivities:
             None,
             reconciled=True,
             reason="reconciled: not found at the provider; an operator may approve a resend",
+            lookup=failover.Lookup.NOT_FOUND.value,
+            answer=failover.Answer.AMBIGUOUS.value,
+            provider=provider,
         )
 
     @activity.defn(name=channels.SMS.poll_activity)
     async def poll_sms(self, input: PollInput) -> PollOutcome:
         token = input.attempt_token
+        _, transport = self._provider(input.provider)
         attempt = await self._tx(lambda s: repo.attempt_by_token(s, token))
         if attempt.remote_id is None:
             return PollOutcome(attempt.state)
-        status = await self._transport.status(attempt.remote_id)
+        status = await transport.status(attempt.remote_id)
         result = await self._record(
             token,
             ObservationFacts(

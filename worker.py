@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, TypeVar
 
 import httpx
 from sqlalchemy import Engine
@@ -40,6 +40,7 @@ from activities.ledger import LedgerActivities
 from activities.maintenance import MaintenanceActivities
 from activities.sms import SmsActivities
 from domain import channels
+from domain.channels import Channel
 from domain.senders import SenderBook
 from ledger.crypto import FieldCipher
 from ledger.engine import ledger_engine
@@ -51,6 +52,7 @@ from starter.client import HeraldClient
 from starter.relay import run_relay
 from transports.artifacts import ArtifactStore
 from transports.email import DkimConfig, SmtpEmail
+from transports.sms import SmsTransport
 from transports.telnyx import TelnyxSms
 from transports.twilio import TwilioSms
 from workflows.maintenance import MaintenanceWorkflow
@@ -119,6 +121,54 @@ def dkim_config(cfg: settings_module.Settings) -> DkimConfig | None:
     return DkimConfig(cfg.dkim_domain, cfg.dkim_selector, cfg.dkim_private_key_file.read_bytes())
 
 
+def provider_transports(
+    cfg: settings_module.Settings, http: httpx.AsyncClient
+) -> tuple[dict[str, SmsTransport], dict[str, SmtpEmail]]:
+    """A transport for every configured provider alias (settings.provider_settings), by
+    the adapter its kind names: (SMS transports, email transports)."""
+    sms: dict[str, SmsTransport] = {}
+    email: dict[str, SmtpEmail] = {}
+    for alias, provider in cfg.provider_settings().items():
+        if isinstance(provider, settings_module.TwilioProvider):
+            sms[alias] = TwilioSms(
+                base_url=provider.base_url,
+                account_sid=provider.account_sid,
+                auth_token=provider.auth_token.get_secret_value(),
+                client=http,
+            )
+        elif isinstance(provider, settings_module.TelnyxProvider):
+            sms[alias] = TelnyxSms(
+                base_url=provider.base_url,
+                api_key=provider.api_key.get_secret_value(),
+                messaging_profile_id=provider.messaging_profile_id,
+                client=http,
+            )
+        else:
+            email[alias] = SmtpEmail(
+                host=provider.host,
+                port=provider.port,
+                starttls=provider.starttls,
+                username=provider.username,
+                password=provider.password.get_secret_value() if provider.password else None,
+                dkim=dkim_config(cfg),
+            )
+    return sms, email
+
+
+Transport = TypeVar("Transport")
+
+
+def _default_transport(transports: dict[str, Transport], channel: Channel) -> Transport:
+    alias = channel.default_providers[0]
+    try:
+        return transports[alias]
+    except KeyError:
+        raise RuntimeError(
+            f"provider settings: the default {channel.name} provider {alias!r} is not a "
+            f"{channel.name} account in HERALD_PROVIDERS"
+        ) from None
+
+
 def build_workers(
     client: Client,
     cfg: settings_module.Settings,
@@ -133,37 +183,19 @@ def build_workers(
     sessions = sessionmaker(engine, expire_on_commit=False)
     cipher = FieldCipher(cfg.resolved_data_keys())
     http = httpx.AsyncClient()
-    sms = TwilioSms(
-        base_url=cfg.sms_api_url,
-        account_sid=cfg.sms_account_sid,
-        auth_token=cfg.sms_auth_token.get_secret_value(),
-        client=http,
-    )
-    email = SmtpEmail(
-        host=cfg.smtp_host,
-        port=cfg.smtp_port,
-        starttls=cfg.smtp_starttls,
-        username=cfg.smtp_username,
-        password=cfg.smtp_password.get_secret_value() if cfg.smtp_password else None,
-        dkim=dkim_config(cfg),
-    )
+    sms_providers, email_providers = provider_transports(cfg, http)
+    sms = _default_transport(sms_providers, channels.SMS)
+    email = _default_transport(email_providers, channels.EMAIL)
     ledger_acts = LedgerActivities(
         sessions, cipher, retention_days=cfg.pii_retention_days, senders=senders
     )
-    # Providers by alias, in preference order; the policy picks among them per channel
-    # and region, and a policy that names none uses the channel's first (Twilio).
-    telnyx = TelnyxSms(
-        base_url=cfg.telnyx_api_url,
-        api_key=cfg.telnyx_api_key.get_secret_value(),
-        messaging_profile_id=cfg.telnyx_messaging_profile_id,
-        client=http,
-    )
     sms_acts = SmsActivities(
-        {"twilio": sms, "telnyx": telnyx},
+        sms,
         sessions,
         cipher,
         callback_base_url=cfg.callback_base_url,
         senders=senders,
+        providers=sms_providers,
         breaker=cfg.breaker_settings(),
     )
     email_acts = EmailActivities(
@@ -174,6 +206,7 @@ def build_workers(
         public_base_url=cfg.callback_base_url,
         unsubscribe_secret=cfg.resolved_unsubscribe_secret(),
         senders=senders,
+        providers=email_providers,
     )
     maintenance = MaintenanceActivities(sessions)
     main = Worker(
@@ -282,6 +315,7 @@ async def main(*, relay: bool = RELAY_IN_WORKER, schedules: bool = SCHEDULES_AT_
     cfg = settings_module.load()
     # Before anything connects: a sender no provider would take is a start-up error.
     senders = cfg.sender_book()
+    cfg.check_providers()
     if not ensure_workflow_bytecode():
         log.warning("could not write the workflow modules' bytecode; each run compiles them")
     client = await connect(cfg, runtime=core_log_forwarding(cfg.worker_metrics_address))

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from domain.channels import SMS
+
 
 @dataclass
 class NotificationInput:
@@ -182,7 +184,7 @@ class CancelResult:
 
 @dataclass
 class ResendRequest:
-    channel: str = "sms"
+    channel: str = SMS.name
     operator: str = "temporal-ui"
     reason: str = ""
     operator_role: str = ""

@@ -6,12 +6,13 @@ import asyncio
 import hashlib
 import hmac
 import re
+from collections.abc import Mapping
 
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities import now_utc
+from activities import ProviderTransports, now_utc
 from activities.contracts import SubmitInput, SubmitOutcome
 from domain import channels
 from domain.senders import SenderBook
@@ -69,8 +70,11 @@ class EmailActivities:
         public_base_url: str,
         unsubscribe_secret: str,
         senders: SenderBook | None = None,
+        providers: Mapping[str, SmtpEmail] | None = None,
     ) -> None:
-        self._transport = transport
+        """`transport` is the default provider's (attempts with no provider recorded);
+        `providers` every configured email provider by alias (worker.py builds both)."""
+        self._transports = ProviderTransports(transport, providers)
         self._senders = senders or SenderBook.build()
         self._sessions = sessions
         self._cipher = cipher
@@ -140,7 +144,7 @@ class EmailActivities:
             ),
         )
         try:
-            sent = await self._transport.send(spec)
+            sent = await self._transports.for_alias(attempt.provider).send(spec)
         except EmailPermanentError as err:
             await self._fail(
                 token, "rejected", _without_addresses(err.reason), code=str(err.code or "")

@@ -285,6 +285,7 @@ class LedgerActivities:
                 template_version=rendered.template_version,
                 sender=decision.sender,
                 sender_address=self._senders.resolve(input.channel, decision.sender),
+                provider=pol.providers_for(intent.region, input.channel)[0],
                 segments=rendered.segments if channel.counts_segments else None,
                 purge_after=now + self._retention,
             )

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities import heartbeating, now_utc
+from activities import ProviderTransports, heartbeating, now_utc
 from activities.contracts import PollInput, PollOutcome, SubmitInput, SubmitOutcome
 from domain import channels, circuit, failover, provider_errors
 from domain.circuit import BreakerSettings
@@ -61,6 +61,7 @@ _VIEW_COLUMNS = (
     _ATTEMPT.sender,
     _ATTEMPT.sender_address,
     _ATTEMPT.content_sha256,
+    _ATTEMPT.provider,
 )
 _CLAIM = (
     update(_ATTEMPTS)
@@ -87,63 +88,39 @@ class _AttemptView:
     body: str
     sender: str
     content_sha256: str
+    provider: str | None = None
 
 
 class SmsActivities:
     def __init__(
         self,
-        transport: SmsTransport | Mapping[str, SmsTransport],
+        transport: SmsTransport,
         sessions: sessionmaker[Session],
         cipher: FieldCipher,
         *,
         callback_base_url: str,
         senders: SenderBook | None = None,
+        providers: Mapping[str, SmsTransport] | None = None,
         breaker: BreakerSettings | None = None,
     ) -> None:
-        """Args:
-        transport: one adapter (the channel's first provider alias), or adapters by
-            provider alias (settings), in the order of preference.
-        breaker: the per-provider circuit breaker's thresholds; None: no breaker.
-        """
-        if isinstance(transport, Mapping):
-            if not transport:
-                raise ValueError("at least one SMS transport is needed")
-            self._transports = dict(transport)
-        else:
-            self._transports = {channels.SMS.default_providers[0]: transport}
-        self._default_provider = next(iter(self._transports))
-        self._transport = self._transports[self._default_provider]
+        """`transport` is the default provider's (attempts with no provider recorded);
+        `providers` every configured SMS provider by alias (worker.py builds both);
+        `breaker` the per-provider circuit breaker's thresholds (None: no breaker)."""
+        self._transports = ProviderTransports(transport, providers)
         self._breaker = breaker
         self._senders = senders or SenderBook.build()
         self._sessions = sessions
         self._cipher = cipher
         self._callback_base = callback_base_url.rstrip("/")
 
-    @property
-    def providers(self) -> tuple[str, ...]:
-        """The provider aliases this worker can send through."""
-        return tuple(self._transports)
-
-    def _provider(self, alias: str | None) -> tuple[str, SmsTransport]:
-        name = alias or self._default_provider
-        try:
-            return name, self._transports[name]
-        except KeyError:
-            raise ApplicationError(
-                f"no SMS provider {name!r} is configured on this worker "
-                f"(configured: {', '.join(self._transports)})",
-                type="NotFound",
-                non_retryable=True,
-            ) from None
-
     async def _tx(self, work):  # type: ignore[no-untyped-def]
         return await in_transaction(self._sessions, work)
 
-    def status_callback(self, token: str, transport: SmsTransport | None = None) -> str:
+    def status_callback(self, token: str, transport: SmsTransport) -> str:
         # The token in the callback URL lets the ingress settle an attempt whose send
-        # response was lost (the receipt then carries a remote id we never saw).
-        path = (transport or self._transport).webhook_path
-        return f"{self._callback_base}{path}?token={quote(token, safe='')}"
+        # response was lost (the receipt then carries a remote id we never saw). Each
+        # provider's receipts come to its own route (`webhook_path`).
+        return f"{self._callback_base}{transport.webhook_path}?token={quote(token, safe='')}"
 
     async def _health(self, provider: str, outcome: circuit.Outcome) -> None:
         """Tell the provider's circuit breaker what this call said about it."""
@@ -187,6 +164,7 @@ class SmsActivities:
             # Attempts prepared before the resolved sender was kept resolve it now.
             a.sender_address or self._senders.sms_for(a.sender).value,
             a.content_sha256,
+            a.provider,
         )
         if sendable and a.sender_address is None:
             # Prepared before the resolved sender was kept: keep the one this send uses.
@@ -197,6 +175,14 @@ class SmsActivities:
             metrics.note_duplicate(session, "send_already_submitted", channels.SMS.name)
         return view, sendable
 
+    async def _release_claim(self, token: str) -> None:
+        """Nothing left for the attempt: a retry may send it (clears `send_started_at`)."""
+        await self._tx(
+            lambda s: s.execute(
+                update(_ATTEMPTS).where(_ATTEMPT.token == token).values(send_started_at=None)
+            )
+        )
+
     async def _record(self, token: str, facts: ObservationFacts) -> repo.ObservationResult:
         return await self._tx(lambda s: repo.record_observation(s, facts, token=token))
 
@@ -204,8 +190,8 @@ class SmsActivities:
     @heartbeating
     async def submit_sms(self, input: SubmitInput) -> SubmitOutcome:
         token = input.attempt_token
-        provider, transport = self._provider(input.provider)
         view, sendable = await self._tx(lambda s: self._claim_send(s, token))
+        provider = view.provider or channels.SMS.default_providers[0]
         if not sendable:
             if view.remote_id is not None or view.state not in (
                 AttemptState.PREPARED.value,
@@ -213,7 +199,13 @@ class SmsActivities:
             ):
                 # A retried activity whose attempt is already submitted never sends again.
                 return SubmitOutcome(view.state, view.remote_id, provider=provider)
-            return await self._reconcile(view, transport, provider)
+            return await self._reconcile(view, provider)
+        try:
+            transport = self._transports.for_alias(view.provider)
+        except ApplicationError:
+            # Nothing left: release the claim, so the retry that finds the account sends.
+            await self._release_claim(token)
+            raise
         if self._breaker is not None:
             breaker = self._breaker
             admission = await self._tx(
@@ -272,11 +264,7 @@ class SmsActivities:
                     non_retryable=True,
                 ) from err
             # Never processed (429, 5xx before acceptance, connect failure): safe to send again.
-            await self._tx(
-                lambda s: s.execute(
-                    update(_ATTEMPTS).where(_ATTEMPT.token == token).values(send_started_at=None)
-                )
-            )
+            await self._release_claim(token)
             delay = timedelta(seconds=err.retry_after) if err.retry_after else None
             raise ApplicationError(
                 err.reason,
@@ -348,11 +336,7 @@ class SmsActivities:
         if retry_at is not None:
             reason += f" (a probe may try at {retry_at.isoformat(timespec='seconds')})"
         # Nothing left this process: the claim is released.
-        await self._tx(
-            lambda s: s.execute(
-                update(_ATTEMPTS).where(_ATTEMPT.token == token).values(send_started_at=None)
-            )
-        )
+        await self._release_claim(token)
         if failover_allowed:
             await self._record_refusal(token, provider, "circuit_open", reason)
             raise ApplicationError(
@@ -368,12 +352,11 @@ class SmsActivities:
             next_retry_delay=delay if delay and delay > timedelta(0) else None,
         )
 
-    async def _reconcile(
-        self, view: _AttemptView, transport: SmsTransport, provider: str
-    ) -> SubmitOutcome:
+    async def _reconcile(self, view: _AttemptView, provider: str) -> SubmitOutcome:
         """A request may have left: look it up by destination, time window and content hash."""
         assert view.send_started_at is not None
         now = now_utc()
+        transport = self._transports.for_alias(view.provider)
         if not transport.finds_lost_creates:
             # Nothing can say "not there" (Telnyx has no lookup by destination): the
             # attempt stays unknown for a person to settle, and is never sent again.
@@ -453,11 +436,10 @@ class SmsActivities:
     @activity.defn(name=channels.SMS.poll_activity)
     async def poll_sms(self, input: PollInput) -> PollOutcome:
         token = input.attempt_token
-        _, transport = self._provider(input.provider)
         attempt = await self._tx(lambda s: repo.attempt_by_token(s, token))
         if attempt.remote_id is None:
             return PollOutcome(attempt.state)
-        status = await transport.status(attempt.remote_id)
+        status = await self._transports.for_alias(attempt.provider).status(attempt.remote_id)
         result = await self._record(
             token,
             ObservationFacts(

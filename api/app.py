@@ -40,7 +40,7 @@ from api.metrics import build_registry
 from api.principals import principals_router
 from api.schemas import Health, Problem, Readiness, Unsubscribed
 from api.telnyx_webhooks import TelnyxVerifier, telnyx_router
-from domain import keywords
+from domain import channels, keywords
 from domain.destinations import phone_e164
 from domain.states import (
     PROVIDER_STATUSES,
@@ -383,13 +383,13 @@ async def record_keyword(ingress: Ingress, sender: str, body: str) -> None:
 
     def work(session: Session) -> None:
         if kind == "opt_out":
-            _suppress(session, lookup, "sms", "opted_out", f"keyword:{word}")
+            _suppress(session, lookup, channels.SMS.name, "opted_out", f"keyword:{word}")
         else:
             session.execute(
                 update(Suppression)
                 .where(
                     Suppression.destination_hmac == lookup,
-                    Suppression.channel == "sms",
+                    Suppression.channel == channels.SMS.name,
                     Suppression.reason == "opted_out",
                     Suppression.lifted_at.is_(None),
                 )
@@ -528,7 +528,10 @@ def unsubscribe_router(ingress: Ingress) -> APIRouter:
 
         def work(session: Session) -> None:
             attempt = repo.attempt_by_token(session, token)
-            _suppress(session, attempt.destination_hmac, "email", "unsubscribed", "one-click")
+            # RFC 8058 one-click unsubscribe is an email header: it suppresses email.
+            _suppress(
+                session, attempt.destination_hmac, channels.EMAIL.name, "unsubscribed", "one-click"
+            )
 
         try:
             await ingress.tx(work)

@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 
 from cli.main import CliError, no_stack_found, output_options
 from cli.tables import Clock, table
+from domain.channels import NAMES as CHANNEL_NAMES
+from domain.channels import NAMES_AND_ALL
 
 LIST_SCAN_CAP = 5_000
 """`list` reads at most this many intents (newest first) to filter by derived state."""
@@ -752,7 +754,7 @@ def register(add: Callable[..., argparse.ArgumentParser]) -> dict[str, Command]:
         metavar="STATE",
         help="derived intent state, one of: " + ", ".join(s.value for s in IntentState),
     )
-    lst.add_argument("--channel", choices=["sms", "email"], help="channel in the intent's plan")
+    lst.add_argument("--channel", choices=CHANNEL_NAMES, help="channel in the intent's plan")
     lst.add_argument("--region", help="region code, e.g. EU")
     lst.add_argument("--event-type", help="the business key's event type, e.g. order-created")
     lst.add_argument(
@@ -790,7 +792,7 @@ def register(add: Callable[..., argparse.ArgumentParser]) -> dict[str, Command]:
     sup_add.add_argument(
         "--channel",
         required=True,
-        choices=["sms", "email", "*"],
+        choices=NAMES_AND_ALL,
         help="channel suppressed ('*': every channel)",
     )
     sup_add.add_argument(
@@ -800,7 +802,7 @@ def register(add: Callable[..., argparse.ArgumentParser]) -> dict[str, Command]:
     )
     sup_list = sup_sub.add_parser("list", help="every suppression of a destination, lifted too")
     sup_list.add_argument("destination", help="a phone number (E.164) or an email address")
-    sup_list.add_argument("--channel", choices=["sms", "email", "*"], help="only those applying")
+    sup_list.add_argument("--channel", choices=NAMES_AND_ALL, help="only those applying")
     sup_lift = sup_sub.add_parser("lift", help="lift one suppression by id (kept as history)")
     sup_lift.add_argument("id", type=int, help="the suppression's id (`suppression list`)")
     for sp in (sup_add, sup_lift):
@@ -830,7 +832,7 @@ def register(add: Callable[..., argparse.ArgumentParser]) -> dict[str, Command]:
     tpl_act.add_argument("key", help="template key, e.g. class-opening")
     tpl_act.add_argument("--version", type=int, required=True, metavar="N", help="the version")
     tpl_act.add_argument(
-        "--channel", choices=["sms", "email"], help="only this channel (default: every channel)"
+        "--channel", choices=CHANNEL_NAMES, help="only this channel (default: every channel)"
     )
     tpl_act.add_argument("--locale", help="only this locale (default: every locale)")
     for sp in (tpl_list, tpl_show, tpl_act):

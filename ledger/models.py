@@ -158,6 +158,9 @@ class Attempt(Base):
     sender_address: Mapped[str | None] = mapped_column(String(200))
     """The real sender the alias resolved to (an E.164 number, an alphanumeric id, a
     Messaging Service SID, or an email From); null on attempts prepared before it was kept."""
+    provider: Mapped[str | None] = mapped_column(String(40))
+    """The provider alias that took the attempt (the policy's first for its channel and
+    region, domain.providers); null on attempts prepared before providers were data."""
     segments: Mapped[int | None] = mapped_column(Integer)
     error_code: Mapped[str | None] = mapped_column(String(20))
     message_id: Mapped[str | None] = mapped_column(String(200))

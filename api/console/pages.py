@@ -23,11 +23,12 @@ from sqlalchemy.orm import Session
 
 from api.console import reads, sessions
 from api.console.sessions import SignedIn
+from domain import channels
 from domain.destinations import normalized_destination
 from domain.principals import BREAK_GLASS_NAME, Principal, Role
 from ledger import evidence, timeline
 from ledger import repository as repo
-from ledger.models import ReviewItem
+from ledger.models import ReviewItem, intent_destination
 from ledger.principals import record_audit
 
 if TYPE_CHECKING:
@@ -213,8 +214,8 @@ def console_router(ingress: "Ingress") -> APIRouter:
 
         if state and state not in reads.STATES:
             raise HTTPException(400, f"state: one of {', '.join(reads.STATES)}")
-        if channel and channel not in ("sms", "email"):
-            raise HTTPException(400, "channel: sms or email")
+        if channel and channel not in channels.REGISTRY:
+            raise HTTPException(400, f"channel: one of {', '.join(channels.NAMES)}")
         if both_channels not in (None, "", "1"):
             raise HTTPException(400, "both channels: 1 (or leave it out)")
         if attempt_state and attempt_state not in reads.ATTEMPT_STATES:
@@ -440,8 +441,7 @@ def console_router(ingress: "Ingress") -> APIRouter:
             shown = {
                 channel: ingress.client.decrypt_field(ct, context=intent.business_key)
                 for channel, ct in (
-                    ("sms", intent.sms_destination_ct),
-                    ("email", intent.email_destination_ct),
+                    (name, intent_destination(intent, name)[0]) for name in channels.NAMES
                 )
                 if ct
             }

@@ -11,6 +11,7 @@ from datetime import timedelta
 
 import httpx
 import pytest
+from sqlalchemy import delete
 from temporalio.exceptions import ApplicationError
 
 from activities.contracts import SubmitInput
@@ -19,10 +20,9 @@ from activities.sms import SmsActivities
 from domain.circuit import BreakerSettings, CircuitState
 from ledger import circuits
 from ledger import repository as repo
+from ledger.models import ProviderCircuit
 from tests.activities import intents
-from tests.conftest import unique
 from transports.simulator import Fault, SimDelays, SimulatorServer
-from transports.telnyx import TelnyxSms
 from transports.twilio import TwilioSms
 
 pytestmark = pytest.mark.ledger
@@ -52,12 +52,13 @@ async def http() -> AsyncIterator[httpx.AsyncClient]:
 
 
 def activities(simulator, committed, cipher, http, *, twilio_url=None, breaker=None):  # type: ignore[no-untyped-def]
+    """Activities whose default provider (attempts prepared by the default policy go to
+    `twilio`) is the Twilio simulator, or a dead address."""
     twilio = TwilioSms(
         base_url=twilio_url or simulator.url, account_sid=SID, auth_token=TOKEN, client=http
     )
-    telnyx = TelnyxSms(base_url=dead_url(), api_key="k", client=http)
     return SmsActivities(
-        {unique("twilio"): twilio, "telnyx": telnyx},
+        twilio,
         committed,
         cipher,
         callback_base_url="http://127.0.0.1:9",
@@ -133,7 +134,9 @@ async def test_an_open_circuit_refuses_at_once_without_a_request_leaving(
 ):
     breaker = BreakerSettings(failure_threshold=2, cool_down=timedelta(minutes=5))
     down = activities(simulator, committed, cipher, http, twilio_url=dead_url(), breaker=breaker)
-    provider = down.providers[0]
+    provider = "twilio"
+    with committed.begin() as session:  # the shared ledger: start from a closed circuit
+        session.execute(delete(ProviderCircuit).where(ProviderCircuit.provider == provider))
     for _ in range(2):
         with pytest.raises(ApplicationError):
             await down.submit_sms(SubmitInput(await prepared(committed, cipher)))
@@ -141,11 +144,7 @@ async def test_an_open_circuit_refuses_at_once_without_a_request_leaving(
         state = circuits.current(session, provider)
     assert state is not None and state.state == CircuitState.OPEN
     # The same provider alias, now pointing at a live simulator: the circuit still refuses.
-    live = SmsActivities(
-        {provider: TwilioSms(base_url=simulator.url, account_sid=SID, auth_token=TOKEN,
-                             client=http)},
-        committed, cipher, callback_base_url="http://127.0.0.1:9", breaker=breaker,
-    )  # fmt: skip
+    live = activities(simulator, committed, cipher, http, breaker=breaker)
     token = await prepared(committed, cipher)
     with pytest.raises(ApplicationError) as retried:
         await live.submit_sms(SubmitInput(token))
@@ -156,3 +155,5 @@ async def test_an_open_circuit_refuses_at_once_without_a_request_leaving(
         await live.submit_sms(SubmitInput(token, failover=True))
     assert handed.value.type == "ProviderRefused" and handed.value.details[0] == "circuit_open"
     assert await requests_for(simulator, token) == 0
+    with committed.begin() as session:  # leave no open circuit for other tests
+        session.execute(delete(ProviderCircuit).where(ProviderCircuit.provider == provider))

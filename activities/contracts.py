@@ -69,6 +69,11 @@ class AuthorizeInput:
     intent_id: str
     channel: str
     attempt_number: int
+    provider: str | None = None
+    """A failover try: the alias (one the policy routes the channel to) this attempt
+    goes to. None: the first of the policy's list."""
+    failover_reason: str = ""
+    """A failover try: why the provider before gave way (recorded with the decision)."""
 
 
 @dataclass
@@ -81,13 +86,17 @@ class AuthorizeResult:
     decision_id: int
     next_eligible_at: datetime | None = None
     attempt_token: str | None = None
+    providers: list[str] = field(default_factory=list)
+    """The provider aliases the policy routes this channel and region to, in order."""
+    failover: bool = False
+    """Whether the policy lets another provider take over for this category."""
+    provider: str | None = None
+    """The alias the prepared attempt goes to."""
 
 
 @dataclass
 class SubmitInput:
     attempt_token: str
-    provider: str | None = None
-    """The provider alias to send through (settings); None: the channel's first."""
     failover: bool = False
     """Another provider may take over: a definitive provider-side refusal (its error
     body, a refused connection, an open circuit) is then returned at once as
@@ -118,8 +127,6 @@ class SubmitOutcome:
 @dataclass
 class PollInput:
     attempt_token: str
-    provider: str | None = None
-    """The provider alias the attempt went to; None: the channel's first."""
 
 
 @dataclass

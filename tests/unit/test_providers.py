@@ -134,3 +134,16 @@ def test_telnyx_is_a_built_in_sms_alias_without_a_lookup(monkeypatch: pytest.Mon
     assert isinstance(configured["telnyx-eu"], TelnyxProvider)
     assert "k-eu" not in repr(configured["telnyx-eu"])
     assert providers.kind("telnyx").channel == "sms" and not providers.kind("telnyx").lookup
+
+
+def test_the_policy_says_per_category_whether_another_provider_may_take_over() -> None:
+    pol = policy.load_policy(
+        DEFAULT.replace(
+            "[rules.promotional]\n", "[rules.promotional]\nfailover = false\n", 1
+        ).replace("[rules]\n", '[providers]\nsms = ["twilio", "telnyx"]\n\n[rules]\n', 1)
+    )
+    assert pol.providers_for("US", "sms") == ("twilio", "telnyx")
+    assert pol.rule_for("US", "sms", "transactional").failover is True  # the default
+    assert pol.rule_for("US", "sms", "promotional").failover is False
+    with pytest.raises(policy.PolicyError, match="failover"):
+        policy.load_policy(DEFAULT.replace("[rules]\n", '[rules]\nfailover = "yes"\n', 1))

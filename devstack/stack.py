@@ -173,6 +173,9 @@ class DevStack:
             "HERALD_TELNYX_BASE_URL": cfg.telnyx_api_url,
             "HERALD_TELNYX_API_KEY": cfg.telnyx_api_key.get_secret_value(),
             "HERALD_TELNYX_PUBLIC_KEY": cfg.telnyx_public_key or "",
+            "HERALD_CIRCUIT_FAILURE_THRESHOLD": str(cfg.circuit_failure_threshold),
+            "HERALD_CIRCUIT_WINDOW_SECONDS": str(cfg.circuit_window_seconds),
+            "HERALD_CIRCUIT_COOL_DOWN_SECONDS": str(cfg.circuit_cool_down_seconds),
         }
 
     async def start(self) -> Addresses:

@@ -53,6 +53,8 @@ from transports.simulator import (
     SimDelays,
     SimStats,
     count_segments,
+    end_outages,
+    start_outage,
 )
 
 log = logging.getLogger(__name__)
@@ -200,6 +202,8 @@ class TelnyxCarrier:
         self.api_key = api_key
         self.signing_key = signing_key or Ed25519PrivateKey.generate()
         self.public_key = public_key_b64(self.signing_key)
+        self.outage: Any = None
+        """Set by :class:`TelnyxSimulatorServer`: ``outage(seconds)`` refuses connections."""
         """Base64 of the raw Ed25519 public key: what Herald's ingress verifies with."""
         self.delays = delays or SimDelays()
         self.inbound_url = inbound_url
@@ -559,6 +563,9 @@ def create_telnyx_app(
     async def key(request: Request) -> Response:
         return JSONResponse({"public_key": sim.public_key})
 
+    async def outage(request: Request) -> Response:
+        return await start_outage(request, sim.outage)
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         yield
@@ -574,6 +581,7 @@ def create_telnyx_app(
             Route("/_sim/inbound", inbound, methods=["POST"]),
             Route("/_sim/reset", reset, methods=["POST"]),
             Route("/_sim/public_key", key, methods=["GET"]),
+            Route("/_sim/outage", outage, methods=["POST"]),
         ],
         lifespan=lifespan,
     )
@@ -604,6 +612,7 @@ class TelnyxSimulatorServer(LoopbackServer):
             fault_numbers=fault_numbers,
         )
         super().__init__(app, host=host, port=port, log_level=log_level)
+        self.sim.outage = self.refuse_connections
 
     @property
     def sim(self) -> TelnyxCarrier:
@@ -611,6 +620,7 @@ class TelnyxSimulatorServer(LoopbackServer):
 
     async def stop(self) -> None:
         self.sim.abort()
+        end_outages()
         try:
             await super().stop()
         finally:

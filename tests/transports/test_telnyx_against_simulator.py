@@ -321,3 +321,34 @@ async def test_the_request_is_telnyx_json_with_a_bearer_key_and_the_webhook_url(
 
 def test_the_public_key_is_32_raw_bytes_in_base64(telnyx_simulator: TelnyxSimulatorServer) -> None:
     assert len(base64.b64decode(telnyx_simulator.sim.public_key)) == 32
+
+
+async def test_an_outage_refuses_connections_then_the_same_port_answers_again() -> None:
+    # Its own server: the outage must not disturb the session's simulator.
+    async with TelnyxSimulatorServer(api_key=TELNYX_API_KEY) as server:
+        port = server.port
+        answer = await control(server, "outage", seconds=1.0)
+        assert answer == {"refusing_connections_for": 1.0}
+        loop = asyncio.get_running_loop()
+
+        async def reachable() -> bool:
+            try:
+                async with httpx.AsyncClient() as http:
+                    await http.get(f"{server.url}/_sim/stats")
+            except httpx.ConnectError:
+                return False
+            return True
+
+        deadline = loop.time() + 5
+        while await reachable():  # the outage starts just after its answer
+            assert loop.time() < deadline, "the simulator never stopped listening"
+            await asyncio.sleep(0.01)
+        async with TelnyxSms(base_url=server.url, api_key=TELNYX_API_KEY) as sms:
+            with pytest.raises(SmsTransientError) as caught:
+                await sms.submit(SmsMessage("k:sms:1", NORMAL_TO, "hi", SENDER, None))
+        assert caught.value.code == "connect" and caught.value.about == Cause.PROVIDER
+        while not await reachable():
+            assert loop.time() < deadline, "the simulator did not listen again"
+            await asyncio.sleep(0.05)
+        assert server.port == port
+        assert server.sim.stats.requests_total == 0  # nothing reached it while it was down

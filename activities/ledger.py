@@ -265,6 +265,10 @@ class LedgerActivities:
             if input.provider is not None:
                 inputs["provider"] = provider
                 inputs["failover_reason"] = input.failover_reason
+            reason = decision.reason
+            if input.provider is not None and input.failover_reason:
+                # On the timeline: why this try goes to another provider.
+                reason = f"{reason}; failover to {provider}: {input.failover_reason}"[:1000]
             decision_id = repo.record_decision(
                 session,
                 intent_id=intent.id,
@@ -272,7 +276,7 @@ class LedgerActivities:
                 policy_version=version,
                 outcome=decision.outcome.value,
                 rule=decision.rule,
-                reason=decision.reason,
+                reason=reason,
                 inputs=json.loads(json.dumps(inputs, default=str)),
                 next_eligible_at=decision.next_eligible_at,
                 decided_at=now,
@@ -280,7 +284,7 @@ class LedgerActivities:
             result = AuthorizeResult(
                 decision.outcome.value,
                 decision.rule,
-                decision.reason,
+                reason,
                 version,
                 decision_id,
                 next_eligible_at=decision.next_eligible_at,

@@ -157,3 +157,52 @@ async def test_an_open_circuit_refuses_at_once_without_a_request_leaving(
     assert await requests_for(simulator, token) == 0
     with committed.begin() as session:  # leave no open circuit for other tests
         session.execute(delete(ProviderCircuit).where(ProviderCircuit.provider == provider))
+
+
+async def test_a_failover_try_is_authorized_again_with_its_provider_and_the_reason(
+    committed, cipher
+):
+    import policies
+    from activities.contracts import AuthorizeInput
+    from ledger.models import Attempt, PolicyDecision
+    from ledger.templates import activate_policy, seed_policy
+
+    document = (
+        policies.load_packaged("default")
+        .replace('version = "2026-12-01.1"', f'version = "test-failover-{uuid.uuid4().hex[:8]}"')
+        .replace("[rules]\n", '[providers]\nsms = ["twilio", "telnyx"]\n\n[rules]\n', 1)
+    )
+    with committed.begin() as session:
+        before = repo.active_policy(session).version
+        seed_policy(session, document, name="test-failover", activate=True)
+    try:
+        ledger = LedgerActivities(committed, cipher)
+        key = f"class-opening:c-9081:m-{uuid.uuid4().hex[:8]}"
+        intent_id = intents.record(
+            committed, cipher, intents.demo_request(key, "+447400712001"), consent="sms"
+        )
+        first = await ledger.authorize(AuthorizeInput(intent_id, "sms", 1))
+        assert (first.outcome, first.providers, first.failover, first.provider) == (
+            "allow", ["twilio", "telnyx"], True, "twilio"
+        )  # fmt: skip
+        second = await ledger.authorize(
+            AuthorizeInput(
+                intent_id, "sms", 2, provider="telnyx", failover_reason="twilio refused: 20003"
+            )
+        )
+        assert second.outcome == "allow" and second.provider == "telnyx"
+        assert second.attempt_token is not None and second.attempt_token.endswith(":sms:2")
+        with committed() as session:
+            attempt = session.query(Attempt).filter_by(token=second.attempt_token).one()
+            decision = session.get(PolicyDecision, second.decision_id)
+        assert attempt.provider == "telnyx"
+        assert decision is not None
+        assert "failover to telnyx: twilio refused: 20003" in decision.reason
+        assert decision.inputs["providers"] == ["twilio", "telnyx"]
+        assert decision.inputs["failover"] is True
+        with pytest.raises(ApplicationError) as caught:
+            await ledger.authorize(AuthorizeInput(intent_id, "sms", 3, provider="carrier-pigeon"))
+        assert caught.value.type == "NotFound"
+    finally:
+        with committed.begin() as session:
+            activate_policy(session, before)

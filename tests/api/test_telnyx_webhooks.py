@@ -295,3 +295,21 @@ async def test_without_a_configured_key_every_event_is_refused(committed, cipher
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://x") as c:
         answer = await post(c, body, signed_headers(body))
     assert answer.status_code == 403 and "public key" in answer.json()["detail"]
+
+
+async def test_a_stop_through_telnyx_refuses_a_later_send_routed_to_twilio(http, committed, cipher):
+    from activities.contracts import AuthorizeInput
+    from activities.ledger import LedgerActivities
+    from tests.activities import intents
+
+    phone = random_mobile()
+    body = inbound(phone, "STOP")
+    assert (await post(http, body, signed_headers(body))).status_code == 204
+    key = f"class-opening:c-9081:m-{uuid.uuid4().hex[:8]}"
+    intent_id = intents.record(committed, cipher, intents.demo_request(key, phone), consent="sms")
+    # The packaged policy routes SMS to `twilio` alone: the opt-out came through Telnyx.
+    decided = await LedgerActivities(committed, cipher).authorize(
+        AuthorizeInput(intent_id, "sms", 1)
+    )
+    assert decided.outcome == "deny" and decided.rule.startswith("suppression")
+    assert decided.attempt_token is None

@@ -147,3 +147,31 @@ def test_the_policy_says_per_category_whether_another_provider_may_take_over() -
     assert pol.rule_for("US", "sms", "promotional").failover is False
     with pytest.raises(policy.PolicyError, match="failover"):
         policy.load_policy(DEFAULT.replace("[rules]\n", '[rules]\nfailover = "yes"\n', 1))
+
+
+async def test_the_worker_builds_one_transport_per_alias_by_its_kind(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import httpx
+
+    from domain import channels
+    from transports.email import SmtpEmail
+    from transports.telnyx import TelnyxSms
+    from transports.twilio import TwilioSms
+    from worker import _default_transport, provider_transports
+
+    monkeypatch.setenv(
+        "HERALD_PROVIDERS",
+        '{"twilio-eu": {"kind": "twilio", "base_url": "https://eu.example.net", '
+        '"account_sid": "AC1", "auth_token": "x"}, "relay-2": {"kind": "smtp", "host": "mx"}}',
+    )
+    async with httpx.AsyncClient() as http:
+        sms, email = provider_transports(Settings(), http)
+        assert sorted(sms) == ["telnyx", "twilio", "twilio-eu"]
+        assert isinstance(sms["telnyx"], TelnyxSms)
+        assert all(isinstance(sms[a], TwilioSms) for a in ("twilio", "twilio-eu"))
+        assert sorted(email) == ["relay-2", "smtp"]
+        assert all(isinstance(t, SmtpEmail) for t in email.values())
+        assert _default_transport(sms, channels.SMS) is sms["twilio"]
+        with pytest.raises(RuntimeError, match="default sms provider 'twilio'"):
+            _default_transport(email, channels.SMS)

@@ -106,6 +106,10 @@ class Settings(BaseSettings):
     """SMS send and poll run on `<task_queue>-sms`, rate limited by the server for the
     whole fleet at this many activities per second."""
     sms_max_concurrent: int = 20
+    provider_max_per_second: dict[str, float] = {}
+    """HERALD_PROVIDER_MAX_PER_SECOND, a JSON object: SMS provider alias -> activities per
+    second on its own queue (`<task_queue>-sms-<alias>`, used where the policy routes SMS
+    to more than one provider); an alias it does not name gets `sms_max_per_second`."""
 
     worker_metrics_address: str | None = None
     """`host:port` where each worker serves the Temporal SDK's Prometheus metrics."""

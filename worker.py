@@ -21,7 +21,7 @@ import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import NoReturn, TypeVar
@@ -41,6 +41,7 @@ from activities.maintenance import MaintenanceActivities
 from activities.sms import SmsActivities
 from domain import channels
 from domain.channels import Channel
+from domain.providers import provider_task_queue
 from domain.senders import SenderBook
 from ledger.crypto import FieldCipher
 from ledger.engine import ledger_engine
@@ -108,10 +109,12 @@ class Workers:
     """The ledger sessions the activities use; the relay shares them."""
     cipher: FieldCipher
     engine: Engine
+    sms_providers: list[Worker] = field(default_factory=list)
+    """One per SMS provider alias, on its own rate-limited queue (failover routes)."""
 
     @property
     def all(self) -> list[Worker]:
-        return [self.main, self.sms]
+        return [self.main, self.sms, *self.sms_providers]
 
 
 def dkim_config(cfg: settings_module.Settings) -> DkimConfig | None:
@@ -233,7 +236,22 @@ def build_workers(
         max_concurrent_activities=cfg.sms_max_concurrent,
         graceful_shutdown_timeout=SHUTDOWN_GRACE,
     )
-    return Workers(main, sms_worker, http, sessions, cipher, engine)
+    # Where the policy routes SMS to several providers, each try runs on its provider's
+    # queue: one rate budget per provider (its contract's limits), for the whole fleet.
+    per_provider = [
+        Worker(
+            client,
+            task_queue=provider_task_queue(channels.SMS, queue, alias),
+            activities=[sms_acts.submit_sms, sms_acts.poll_sms],
+            max_task_queue_activities_per_second=cfg.provider_max_per_second.get(
+                alias, cfg.sms_max_per_second
+            ),
+            max_concurrent_activities=cfg.sms_max_concurrent,
+            graceful_shutdown_timeout=SHUTDOWN_GRACE,
+        )
+        for alias in sms_providers
+    ]
+    return Workers(main, sms_worker, http, sessions, cipher, engine, per_provider)
 
 
 Background = Callable[[asyncio.Event], Awaitable[None]]

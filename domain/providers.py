@@ -85,3 +85,10 @@ def check_routes(
                     f"provider alias {alias!r} is a {adapter.name} account, which sends "
                     f"{adapter.channel}, not {channel} (region {region})"
                 )
+
+
+def provider_task_queue(channel: channels.Channel, base: str, alias: str) -> str:
+    """The task queue of one provider's send and poll activities on a channel that fails
+    over (``herald-sms-telnyx``): each provider has its own rate budget, enforced by the
+    Temporal server for the whole fleet (settings: ``HERALD_PROVIDER_MAX_PER_SECOND``)."""
+    return f"{channel.task_queue(base)}-{alias}"

@@ -45,6 +45,7 @@ with workflow.unsafe.imports_passed_through():
         provider_errors,
         states,
     )
+    from domain import providers as providers_domain
     from domain.channels import Channel
     from domain.policy import Outcome
     from domain.states import AttemptState
@@ -484,13 +485,20 @@ class NotificationWorkflow:
                 rule=auth.rule,
             )
             another = auth.failover and len(run.tries) < len(providers)
+            # Each provider's own queue: its own rate budget, enforced by the server.
+            queue = providers_domain.provider_task_queue(spec, workflow.info().task_queue, provider)
             self._set_phase(
                 f"submitting:{spec.name}", details=f"handing {label} to the provider{why}"
             )
             self._in_flight.add(token)
             try:
                 outcome = await self._submit(
-                    spec, token, facts, summary=f"{label}{why}", failover_allowed=another
+                    spec,
+                    token,
+                    facts,
+                    summary=f"{label}{why}",
+                    failover_allowed=another,
+                    task_queue=queue,
                 )
             finally:
                 self._in_flight.discard(token)
@@ -560,7 +568,7 @@ class NotificationWorkflow:
             and not states.is_terminal(AttemptState(self._attempt_states[token]))
             and self._attempt_states[token] != AttemptState.UNKNOWN.value
         ):
-            await self._observe_attempt(spec, token, facts, label)
+            await self._observe_attempt(spec, token, facts, label, task_queue=queue)
         base.state = self._attempt_states[token]
         base.error_code = self._error_codes.get(token)
         if base.state == AttemptState.UNKNOWN.value and not base.reason:
@@ -640,13 +648,14 @@ class NotificationWorkflow:
         *,
         summary: str,
         failover_allowed: bool = False,
+        task_queue: str | None = None,
     ) -> SubmitOutcome:
         try:
             return await workflow.execute_activity(
                 channel.send_activity,
                 SubmitInput(token, failover=True) if failover_allowed else SubmitInput(token),
                 result_type=SubmitOutcome,
-                task_queue=_queue_of(channel),
+                task_queue=task_queue or _queue_of(channel),
                 start_to_close_timeout=timedelta(seconds=30),
                 heartbeat_timeout=SEND_HEARTBEAT_TIMEOUT if channel.send_heartbeat else None,
                 schedule_to_close_timeout=timedelta(seconds=facts.submit_window_seconds),
@@ -676,7 +685,13 @@ class NotificationWorkflow:
             )
 
     async def _observe_attempt(
-        self, channel: Channel, token: str, facts: IntentFacts, label: str
+        self,
+        channel: Channel,
+        token: str,
+        facts: IntentFacts,
+        label: str,
+        *,
+        task_queue: str | None = None,
     ) -> None:
         """Wait for a receipt or poll with jittered backoff until terminal or the horizon
         (channels with a `poll_activity`).
@@ -755,7 +770,7 @@ class NotificationWorkflow:
                 channel.poll_activity,
                 PollInput(token),
                 result_type=PollOutcome,
-                task_queue=_queue_of(channel),
+                task_queue=task_queue or _queue_of(channel),
                 start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=LEDGER_RETRY,
                 summary=f"poll {label}, poll {retry + 1} before {_at(horizon)}",

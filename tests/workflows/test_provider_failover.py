@@ -69,6 +69,12 @@ async def test_a_primary_that_refuses_connections_hands_over_and_the_message_goe
     submits = sms_calls(world, "submit_sms")
     assert [(number_of(s.attempt_token), s.failover) for s in submits] == [(1, True), (2, False)]
     assert "send_email" not in world.names()
+    # Each provider's own queue (its rate budget), polls included.
+    assert world.sms_queues[:2] == [
+        ("submit_sms", f"{queue}-sms-twilio"),
+        ("submit_sms", f"{queue}-sms-telnyx"),
+    ]
+    assert {q for name, q in world.sms_queues if name == "poll_sms"} <= {f"{queue}-sms-telnyx"}
 
 
 async def test_a_lost_answer_found_by_the_lookup_is_one_message_through_one_provider(

@@ -10,64 +10,29 @@ lift SMS for the destination on every provider.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import logging
 import time
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 from sqlalchemy.orm import Session
 
+from api.deps import IngressDep
 from api.schemas import Problem
+from api.telnyx_signature import TOLERANCE_SECONDS, TelnyxVerifier
+from api.webhooks import record_keyword, wake_workflow
 from domain.states import TELNYX_STATUSES, normalize_telnyx_status
 from ledger import repository as repo
 from ledger.repository import ObservationFacts
 
-if TYPE_CHECKING:
-    from api.app import Ingress
-
 log = logging.getLogger("herald.api")
 
-TOLERANCE_SECONDS = 300
-"""How far `telnyx-timestamp` may be from this server's clock (the official package's
-fixed tolerance): a captured event cannot be replayed later than this."""
 RECEIPT_EVENTS = frozenset({"message.sent", "message.finalized"})
 INBOUND_EVENT = "message.received"
 SIGNATURE_HEADER = "telnyx-signature-ed25519"
 TIMESTAMP_HEADER = "telnyx-timestamp"
-
-
-class TelnyxVerifier:
-    """Checks Telnyx's Ed25519 webhook signature with the account's public key."""
-
-    def __init__(self, public_key_b64: str) -> None:
-        raw = base64.b64decode(public_key_b64, validate=True)
-        if len(raw) != 32:
-            raise ValueError(f"a Telnyx public key is 32 bytes, got {len(raw)}")
-        self._key = Ed25519PublicKey.from_public_bytes(raw)
-
-    def verify(self, body: bytes, signature: str, timestamp: str, *, now: float) -> str | None:
-        """None if the event is authentic and fresh, else why not (safe to return)."""
-        if not timestamp.isdigit():
-            return "telnyx-timestamp is not unix seconds"
-        if abs(now - int(timestamp)) > TOLERANCE_SECONDS:
-            return f"telnyx-timestamp is more than {TOLERANCE_SECONDS} s from this server's clock"
-        try:
-            raw_signature = base64.b64decode(signature, validate=True)
-        except (binascii.Error, ValueError):
-            return "telnyx-signature-ed25519 is not base64"
-        if len(raw_signature) != 64:
-            return "telnyx-signature-ed25519 is not 64 bytes"
-        try:
-            self._key.verify(raw_signature, timestamp.encode() + b"|" + body)
-        except InvalidSignature:
-            return "signature does not match"
-        return None
 
 
 PROBLEMS: dict[int | str, dict[str, Any]] = {
@@ -170,91 +135,89 @@ def _token_for(session: Session, token: str | None, remote_id: str) -> str | Non
     return token if attempt.remote_id in (None, remote_id) else None
 
 
-def telnyx_router(ingress: Ingress) -> APIRouter:
-    from api.app import record_keyword, wake_workflow
+router = APIRouter(tags=["provider webhooks"])
+"""Telnyx's message events, signed by Telnyx."""
 
-    router = APIRouter(tags=["provider webhooks"])
 
-    @router.post(
-        "/v1/webhooks/telnyx",
-        status_code=204,
-        response_class=Response,
-        responses=PROBLEMS,
-        summary="A Telnyx message event (Ed25519-signed): receipts and inbound SMS",
-        openapi_extra=OPENAPI,
-    )
-    async def telnyx_event(
-        request: Request,
-        token: Annotated[
-            str | None,
-            Query(max_length=240, description="The attempt token we sent (a hint: unsigned)."),
-        ] = None,
-    ) -> Response:
-        """Verified before parsing, deduplicated on `data.id`, recorded through the one
-        transition (`message.sent`, `message.finalized`), or read for STOP/START
-        (`message.received`). Other event types are acknowledged and ignored."""
-        body = await request.body()
-        verifier = ingress.telnyx_verifier
-        signature = request.headers.get(SIGNATURE_HEADER)
-        timestamp = request.headers.get(TIMESTAMP_HEADER)
-        if verifier is None or not signature or not timestamp:
-            ingress.counters.rejected.labels("signature").inc()
-            missing = "no Telnyx public key is configured" if verifier is None else None
-            raise HTTPException(403, missing or f"missing {SIGNATURE_HEADER} or {TIMESTAMP_HEADER}")
-        refusal = verifier.verify(body, signature, timestamp, now=time.time())
-        if refusal is not None:
-            ingress.counters.rejected.labels("signature").inc()
-            raise HTTPException(403, refusal)
-        if token is not None and "\x00" in token:
+@router.post(
+    "/v1/webhooks/telnyx",
+    status_code=204,
+    response_class=Response,
+    responses=PROBLEMS,
+    summary="A Telnyx message event (Ed25519-signed): receipts and inbound SMS",
+    openapi_extra=OPENAPI,
+)
+async def telnyx_event(
+    request: Request,
+    ingress: IngressDep,
+    token: Annotated[
+        str | None,
+        Query(max_length=240, description="The attempt token we sent (a hint: unsigned)."),
+    ] = None,
+) -> Response:
+    """Verified before parsing, deduplicated on `data.id`, recorded through the one
+    transition (`message.sent`, `message.finalized`), or read for STOP/START
+    (`message.received`). Other event types are acknowledged and ignored."""
+    body = await request.body()
+    verifier = ingress.telnyx_verifier
+    signature = request.headers.get(SIGNATURE_HEADER)
+    timestamp = request.headers.get(TIMESTAMP_HEADER)
+    if verifier is None or not signature or not timestamp:
+        ingress.counters.rejected.labels("signature").inc()
+        missing = "no Telnyx public key is configured" if verifier is None else None
+        raise HTTPException(403, missing or f"missing {SIGNATURE_HEADER} or {TIMESTAMP_HEADER}")
+    refusal = verifier.verify(body, signature, timestamp, now=time.time())
+    if refusal is not None:
+        ingress.counters.rejected.labels("signature").inc()
+        raise HTTPException(403, refusal)
+    if token is not None and "\x00" in token:
+        ingress.counters.rejected.labels("malformed").inc()
+        raise HTTPException(400, "token contains a NUL character")
+    try:
+        event_type, event_id, payload = _event(body)
+    except ValueError as err:
+        ingress.counters.rejected.labels("malformed").inc()
+        raise HTTPException(400, str(err)) from err
+
+    if event_type == INBOUND_EVENT:
+        sender = payload.get("from")
+        number = sender.get("phone_number") if isinstance(sender, dict) else None
+        text = payload.get("text")
+        if not isinstance(number, str) or not isinstance(text, str) or "\x00" in text:
             ingress.counters.rejected.labels("malformed").inc()
-            raise HTTPException(400, "token contains a NUL character")
-        try:
-            event_type, event_id, payload = _event(body)
-        except ValueError as err:
-            ingress.counters.rejected.labels("malformed").inc()
-            raise HTTPException(400, str(err)) from err
-
-        if event_type == INBOUND_EVENT:
-            sender = payload.get("from")
-            number = sender.get("phone_number") if isinstance(sender, dict) else None
-            text = payload.get("text")
-            if not isinstance(number, str) or not isinstance(text, str) or "\x00" in text:
-                ingress.counters.rejected.labels("malformed").inc()
-                raise HTTPException(400, "'payload.from.phone_number' and 'payload.text' needed")
-            await record_keyword(ingress, number, text)
-            return Response(status_code=204)
-        if event_type not in RECEIPT_EVENTS:
-            return Response(status_code=204)
-
-        try:
-            remote_id, raw, code = _status_of(payload)
-        except ValueError as err:
-            ingress.counters.rejected.labels("malformed").inc()
-            raise HTTPException(400, str(err)) from err
-        facts = ObservationFacts(
-            source="webhook",
-            raw_status=raw,
-            normalized=normalize_telnyx_status(raw),
-            observed_at=datetime.now(UTC),
-            # Telnyx repeats the event id on every redelivery of one event.
-            dedupe_key=f"telnyx:{event_id}",
-            provider_code=code,
-            remote_id=remote_id,
-            detail={"provider": "telnyx", "event_type": event_type},
-        )
-
-        def work(session: Session) -> repo.ObservationResult:
-            trusted = _token_for(session, token, remote_id)
-            return repo.record_observation(session, facts, token=trusted)
-
-        result = await ingress.tx(work)
-        ingress.counters.receipts.labels(result.verdict).inc()
-        if result.verdict == "duplicate":
-            ingress.counters.duplicates.labels("webhook_redelivery").inc()
-        await wake_workflow(ingress, result, code)
+            raise HTTPException(400, "'payload.from.phone_number' and 'payload.text' needed")
+        await record_keyword(ingress, number, text)
+        return Response(status_code=204)
+    if event_type not in RECEIPT_EVENTS:
         return Response(status_code=204)
 
-    return router
+    try:
+        remote_id, raw, code = _status_of(payload)
+    except ValueError as err:
+        ingress.counters.rejected.labels("malformed").inc()
+        raise HTTPException(400, str(err)) from err
+    facts = ObservationFacts(
+        source="webhook",
+        raw_status=raw,
+        normalized=normalize_telnyx_status(raw),
+        observed_at=datetime.now(UTC),
+        # Telnyx repeats the event id on every redelivery of one event.
+        dedupe_key=f"telnyx:{event_id}",
+        provider_code=code,
+        remote_id=remote_id,
+        detail={"provider": "telnyx", "event_type": event_type},
+    )
+
+    def work(session: Session) -> repo.ObservationResult:
+        trusted = _token_for(session, token, remote_id)
+        return repo.record_observation(session, facts, token=trusted)
+
+    result = await ingress.tx(work)
+    ingress.counters.receipts.labels(result.verdict).inc()
+    if result.verdict == "duplicate":
+        ingress.counters.duplicates.labels("webhook_redelivery").inc()
+    await wake_workflow(ingress, result, code)
+    return Response(status_code=204)
 
 
-__all__ = ["TOLERANCE_SECONDS", "TelnyxVerifier", "telnyx_router"]
+__all__ = ["TOLERANCE_SECONDS", "TelnyxVerifier", "router"]

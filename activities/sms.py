@@ -339,10 +339,15 @@ class SmsActivities:
         await self._release_claim(token)
         if failover_allowed:
             await self._record_refusal(token, provider, "circuit_open", reason)
+            # details: code, about, and when a probe may try (the workflow's deferral).
             raise ApplicationError(
-                reason, "circuit_open", Cause.PROVIDER.value, type="ProviderRefused",
+                reason,
+                "circuit_open",
+                Cause.PROVIDER.value,
+                retry_at.isoformat() if retry_at is not None else "",
+                type="ProviderRefused",
                 non_retryable=True,
-            )  # fmt: skip
+            )
         delay = (retry_at - now_utc()) if retry_at is not None else None
         raise ApplicationError(
             reason,

@@ -484,7 +484,9 @@ class NotificationWorkflow:
                 policy_version=auth.policy_version,
                 rule=auth.rule,
             )
-            another = auth.failover and len(run.tries) < len(providers)
+            # With failover allowed, every try hands a definitive provider-side refusal back
+            # at once: to the next provider, or (the last one) to a deferral of them all.
+            hand_back = auth.failover
             # Each provider's own queue: its own rate budget, enforced by the server.
             queue = providers_domain.provider_task_queue(spec, workflow.info().task_queue, provider)
             self._set_phase(
@@ -497,7 +499,7 @@ class NotificationWorkflow:
                     token,
                     facts,
                     summary=f"{label}{why}",
-                    failover_allowed=another,
+                    failover_allowed=hand_back,
                     task_queue=queue,
                 )
             finally:
@@ -671,12 +673,20 @@ class NotificationWorkflow:
             if isinstance(cause, ApplicationError) and cause.type in PERMANENT_ERRORS:
                 code = str(cause.details[0]) if cause.details else None
                 answer = None
+                retry_at = None
                 if cause.type == "ProviderRefused":
                     answer = failover.Answer.REFUSED_BY_PROVIDER.value
+                    # An open circuit says when its provider lets a probe through.
+                    if len(cause.details) > 2 and cause.details[2]:
+                        retry_at = datetime.fromisoformat(str(cause.details[2]))
                 elif cause.type == "PermanentProviderError":
                     answer = failover.Answer.REFUSED_FOR_DESTINATION.value
                 return SubmitOutcome(
-                    AttemptState.FAILED.value, error_code=code, reason=cause.message, answer=answer
+                    AttemptState.FAILED.value,
+                    error_code=code,
+                    reason=cause.message,
+                    answer=answer,
+                    retry_at=retry_at,
                 )
             # The transport retry window closed with the outcome still open.
             return SubmitOutcome(

@@ -67,7 +67,8 @@ async def test_a_primary_that_refuses_connections_hands_over_and_the_message_goe
     assert [(a.attempt_number, a.provider) for a in authorizations] == [(1, None), (2, "telnyx")]
     assert "twilio refused" in authorizations[1].failover_reason
     submits = sms_calls(world, "submit_sms")
-    assert [(number_of(s.attempt_token), s.failover) for s in submits] == [(1, True), (2, False)]
+    # Both hand a provider-side refusal back: to the next provider, or to a deferral.
+    assert [(number_of(s.attempt_token), s.failover) for s in submits] == [(1, True), (2, True)]
     assert "send_email" not in world.names()
     # Each provider's own queue (its rate budget), polls included.
     assert world.sms_queues[:2] == [
@@ -214,3 +215,27 @@ async def test_an_opt_out_received_meanwhile_stops_the_failover_try(harness, que
     sms = {r.channel: r for r in result.channels}["sms"]
     assert sms.state == "denied" and "twilio refused" in sms.reason
     assert len(sms_calls(world, "submit_sms")) == 1
+
+
+async def test_every_circuit_open_waits_for_the_first_probe_time_not_a_minute(harness, queue):
+    start: list[datetime] = []
+
+    def submit(channel: str, token: str) -> SubmitOutcome:
+        if number_of(token) <= 2:
+            probe_at = (start[0] + timedelta(seconds=20)).isoformat()
+            raise ApplicationError(
+                "circuit open", "circuit_open", "provider", probe_at,
+                type="ProviderRefused", non_retryable=True,
+            )  # fmt: skip
+        return SubmitOutcome("submitted", "SM3", answer="accepted")
+
+    world = World(facts(channels=["sms"]), decide=routed(), submit=submit)
+    start.append(await harness.env.get_current_time())
+    world.facts.expires_at = start[0] + timedelta(minutes=10)
+    async with harness.worker(world, queue):
+        handle = await harness.start(world, queue)
+        result = await handle.result()
+    sms = {r.channel: r for r in result.channels}["sms"]
+    assert sms.attempts == 3  # the third try, after the probe time, was accepted
+    times = [c[2] for c in world.calls if c[0] == "submit_sms"]
+    assert timedelta(seconds=15) <= times[2] - times[1] < timedelta(seconds=60)

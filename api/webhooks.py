@@ -377,7 +377,10 @@ async def unsubscribe(value: str, ingress: IngressDep) -> dict[str, str]:
 
     def work(session: Session) -> None:
         attempt = repo.attempt_by_token(session, token)
-        _suppress(session, attempt.destination_hmac, "email", "unsubscribed", "one-click")
+        # RFC 8058 one-click unsubscribe is an email header: it suppresses email.
+        _suppress(
+            session, attempt.destination_hmac, channels.EMAIL.name, "unsubscribed", "one-click"
+        )
 
     try:
         await ingress.tx(work)

@@ -10,6 +10,8 @@ from typing import Generic, ParamSpec, TypeVar
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.contracts import ErrorType
+
 HEARTBEAT_EVERY_SECONDS = 2.0
 """How often the SMS submit says it is alive. The workflow gives it a heartbeat timeout
 (workflows.notification.SEND_HEARTBEAT_TIMEOUT), so a worker that dies mid-submit is
@@ -44,7 +46,7 @@ class ProviderTransports(Generic[T]):
         except KeyError:
             raise ApplicationError(
                 f"provider {alias!r} is not configured on this worker (HERALD_PROVIDERS)",
-                type="ProviderNotConfigured",
+                type=ErrorType.PROVIDER_NOT_CONFIGURED,
             ) from None
 
 

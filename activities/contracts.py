@@ -9,8 +9,54 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
 
 from domain.channels import SMS
+
+
+class ErrorType(StrEnum):
+    """The `type` of every `ApplicationError` an activity raises, which the workflow's retry
+    policies and its handling of a failed submit match on. One spelling on both sides: a
+    typo would otherwise make a permanent error retryable."""
+
+    PERMANENT_PROVIDER_ERROR = "PermanentProviderError"
+    """The provider refused for good (invalid number, opt-out, mailbox unavailable)."""
+    INVALID_DESTINATION = "InvalidDestination"
+    """The recipient has no usable destination on this channel."""
+    TEMPLATE_ERROR = "TemplateError"
+    """The template could not be rendered with the intent's variables."""
+    ARTIFACT_MISMATCH = "ArtifactMismatch"
+    """An attachment's content no longer matches the hash it was recorded with."""
+    NOT_FOUND = "NotFound"
+    """The intent or attempt is not in the ledger (or its contact data was purged)."""
+    TRANSIENT_PROVIDER_ERROR = "TransientProviderError"
+    """Nothing was processed (429, 5xx, no connection): retried, after Retry-After."""
+    AMBIGUOUS_SUBMISSION = "AmbiguousSubmission"
+    """The request may have reached the provider: the retry reconciles before sending."""
+    RECONCILE_PENDING = "ReconcilePending"
+    """An ambiguous submission is not visible at the provider yet: an expected retry,
+    raised as benign so it does not read as a failure in the Web UI."""
+    PROVIDER_NOT_CONFIGURED = "ProviderNotConfigured"
+    """The attempt's provider alias has no settings on this worker: retried, so a worker
+    that has them takes it (never another provider's account)."""
+    UNKNOWN_CHANNEL = "UnknownChannel"
+    """A channel no registry entry carries (domain.channels)."""
+    PROVIDER_REFUSED = "ProviderRefused"
+    """A definitive refusal for the provider's own reason (credentials, sender, a refused
+    connection, an open circuit), raised only when the workflow fails over: the next
+    provider (or a deferral of them all) takes it, never this provider again."""
+
+
+PERMANENT_ERRORS: list[str] = [
+    ErrorType.PERMANENT_PROVIDER_ERROR.value,
+    ErrorType.INVALID_DESTINATION.value,
+    ErrorType.TEMPLATE_ERROR.value,
+    ErrorType.ARTIFACT_MISMATCH.value,
+    ErrorType.NOT_FOUND.value,
+    ErrorType.PROVIDER_REFUSED.value,
+    ErrorType.UNKNOWN_CHANNEL.value,
+]
+"""The error types no retry can cure (the workflow's `non_retryable_error_types`)."""
 
 
 @dataclass

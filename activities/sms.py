@@ -15,10 +15,10 @@ from urllib.parse import quote
 from sqlalchemy import Table, bindparam, select, update
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from activities import ProviderTransports, heartbeating, now_utc
-from activities.contracts import PollInput, PollOutcome, SubmitInput, SubmitOutcome
+from activities.contracts import ErrorType, PollInput, PollOutcome, SubmitInput, SubmitOutcome
 from domain import channels, circuit, failover, provider_errors
 from domain.circuit import BreakerSettings
 from domain.provider_errors import Cause, ErrorKind
@@ -29,7 +29,7 @@ from ledger import repository as repo
 from ledger.crypto import FieldCipher
 from ledger.models import Attempt, Suppression
 from ledger.repository import ObservationFacts
-from ledger.transactions import in_transaction
+from ledger.transactions import Transactions
 from transports.sms import (
     SmsAmbiguousError,
     SmsMessage,
@@ -110,11 +110,9 @@ class SmsActivities:
         self._breaker = breaker
         self._senders = senders or SenderBook.build()
         self._sessions = sessions
+        self._tx = Transactions(sessions)
         self._cipher = cipher
         self._callback_base = callback_base_url.rstrip("/")
-
-    async def _tx(self, work):  # type: ignore[no-untyped-def]
-        return await in_transaction(self._sessions, work)
 
     def status_callback(self, token: str, transport: SmsTransport) -> str:
         # The token in the callback URL lets the ingress settle an attempt whose send
@@ -145,13 +143,13 @@ class SmsActivities:
             a = session.execute(_LOCKED_VIEW, {"token": token}).one_or_none()
         if a is None:
             raise ApplicationError(
-                f"no attempt with token {token!r}", type="NotFound", non_retryable=True
+                f"no attempt with token {token!r}", type=ErrorType.NOT_FOUND, non_retryable=True
             )
         if a.destination_ct is None or a.body_ct is None:
             # (A claim made above is rolled back with this transaction.)
             raise ApplicationError(
                 "the attempt's destination or body was purged",
-                type="NotFound",
+                type=ErrorType.NOT_FOUND,
                 non_retryable=True,
             )
         view = _AttemptView(
@@ -234,16 +232,13 @@ class SmsActivities:
             if err.code in provider_errors.OPT_OUT_CODES:
                 await self._suppress(token, reason="opted_out", source=f"provider:{err.code}")
             # details: (code, what the refusal is about): failover reads the second.
+            error_type = (
+                ErrorType.PROVIDER_REFUSED
+                if refused_by_provider and input.failover
+                else ErrorType.PERMANENT_PROVIDER_ERROR
+            )
             raise ApplicationError(
-                err.reason,
-                err.code,
-                err.about.value,
-                type=(
-                    "ProviderRefused"
-                    if refused_by_provider and input.failover
-                    else "PermanentProviderError"
-                ),
-                non_retryable=True,
+                err.reason, err.code, err.about.value, type=error_type, non_retryable=True
             ) from err
         except SmsTransientError as err:
             answer = failover.classify_answer(
@@ -260,7 +255,7 @@ class SmsActivities:
                     err.reason,
                     err.code,
                     Cause.PROVIDER.value,
-                    type="ProviderRefused",
+                    type=ErrorType.PROVIDER_REFUSED,
                     non_retryable=True,
                 ) from err
             # Never processed (429, 5xx before acceptance, connect failure): safe to send again.
@@ -270,7 +265,7 @@ class SmsActivities:
                 err.reason,
                 err.code,
                 err.about.value,
-                type="TransientProviderError",
+                type=ErrorType.TRANSIENT_PROVIDER_ERROR,
                 next_retry_delay=delay,
             ) from err
         except SmsAmbiguousError as err:
@@ -289,7 +284,7 @@ class SmsActivities:
             # Retried by the RetryPolicy; the next try reconciles before anything is sent.
             raise ApplicationError(
                 "the submission may have reached the provider; reconciling before any new request",
-                type="AmbiguousSubmission",
+                type=ErrorType.AMBIGUOUS_SUBMISSION,
             ) from err
         await self._health(provider, circuit.Outcome.SUCCESS)
         result = await self._record(
@@ -345,7 +340,7 @@ class SmsActivities:
                 "circuit_open",
                 Cause.PROVIDER.value,
                 retry_at.isoformat() if retry_at is not None else "",
-                type="ProviderRefused",
+                type=ErrorType.PROVIDER_REFUSED,
                 non_retryable=True,
             )
         delay = (retry_at - now_utc()) if retry_at is not None else None
@@ -353,7 +348,7 @@ class SmsActivities:
             reason,
             "circuit_open",
             Cause.PROVIDER.value,
-            type="TransientProviderError",
+            type=ErrorType.TRANSIENT_PROVIDER_ERROR,
             next_retry_delay=delay if delay and delay > timedelta(0) else None,
         )
 
@@ -415,8 +410,12 @@ class SmsActivities:
                 provider=provider,
             )
         if now - view.send_started_at < RECONCILE_GRACE:
+            # Expected while the provider's list catches up: benign, so the retry does not
+            # read as a failure in the Web UI (nor log at warning level).
             raise ApplicationError(
-                "not visible at the provider yet; looking again", type="ReconcilePending"
+                "not visible at the provider yet; looking again",
+                type=ErrorType.RECONCILE_PENDING,
+                category=ApplicationErrorCategory.BENIGN,
             )
         await self._record(
             view.token,

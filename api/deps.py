@@ -16,7 +16,7 @@ from api import idempotency
 from api.auth import Authenticator
 from api.metrics import build_registry
 from api.telnyx_signature import TelnyxVerifier
-from ledger.transactions import in_transaction
+from ledger.transactions import Transactions
 from starter.client import HeraldClient
 
 MAX_BODY_BYTES = 64 * 1024
@@ -38,6 +38,8 @@ class Ingress:
         telnyx_public_key: str | None = None,
     ) -> None:
         self.client = client
+        self.tx = Transactions(client.sessions)
+        """One transaction of the ledger, run off the event loop (ledger.transactions)."""
         self.telnyx_verifier = TelnyxVerifier(telnyx_public_key) if telnyx_public_key else None
         """Checks Telnyx's Ed25519 webhooks; without a key its route refuses every event."""
         self.temporal_ui_url = temporal_ui_url
@@ -51,9 +53,6 @@ class Ingress:
         self.idempotency = idempotency.IdempotencyStore(client.sessions)
         """Idempotency-Key records for `POST /v1/intents`."""
         self._probes: dict[str, asyncio.Future[Any]] = {}
-
-    async def tx(self, work):  # type: ignore[no-untyped-def]
-        return await in_transaction(self.client.sessions, work)
 
     def probe(self, name: str, start: Callable[[], Awaitable[Any]]) -> Awaitable[Any]:
         """The readiness probe `name`, shared: while one is still running (a database that

@@ -97,11 +97,14 @@ class Channel:
         return state in self.reached
 
     def mask(self, destination: str) -> str:
-        """A destination as support and auditors see it: enough to confirm with the person,
-        not enough to contact them (see :func:`mask`)."""
+        """A destination as support and auditors see it.
+
+        Enough to confirm with the person, not enough to contact them (see :func:`mask`).
+        """
         return MASKS[self.destination](destination)
 
     def __str__(self) -> str:
+        """The channel's name, as requests, the ledger and tokens spell it."""
         return self.name
 
 
@@ -192,14 +195,19 @@ def of_destination(kind: DestinationKind) -> tuple[Channel, ...]:
 
 
 def awaiting_delivery_report() -> tuple[str, ...]:
-    """The channels whose ``sent`` does not reach: a ``sent`` attempt still waits for a
-    delivery report (the reconciler looks for those that stopped hearing)."""
+    """The channels whose ``sent`` does not reach.
+
+    A ``sent`` attempt there still waits for a delivery report (the reconciler looks for
+    those that stopped hearing).
+    """
     return tuple(c.name for c in REGISTRY.values() if not c.reaches(AttemptState.SENT))
 
 
 def mask(destination: str, channel: str | None = None) -> str:
-    """A destination masked for its channel; without a channel (``None`` or ``*``), an
-    ``@`` says it is an email address."""
+    """A destination masked for its channel.
+
+    Without a channel (``None`` or ``*``), an ``@`` says it is an email address.
+    """
     if channel is not None and channel != ALL:
         return get(channel).mask(destination)
     kind = DestinationKind.EMAIL if "@" in destination else DestinationKind.PHONE

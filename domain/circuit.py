@@ -19,6 +19,8 @@ from enum import StrEnum
 
 
 class CircuitState(StrEnum):
+    """Where one provider's breaker stands."""
+
     CLOSED = "closed"
     OPEN = "open"
     HALF_OPEN = "half_open"
@@ -70,6 +72,8 @@ class Circuit:
 
 @dataclass(frozen=True)
 class Admission:
+    """Whether a send may go, and the breaker after asking."""
+
     allowed: bool
     circuit: Circuit
     """The breaker after the admission (half-open with the probe taken, say)."""
@@ -78,8 +82,10 @@ class Admission:
 
 
 def admit(circuit: Circuit, now: datetime, settings: BreakerSettings) -> Admission:
-    """May a send go to this provider now? Open refuses until the cool-down, then lets
-    exactly one probe through (half-open)."""
+    """May a send go to this provider now?
+
+    Open refuses until the cool-down, then lets exactly one probe through (half-open).
+    """
     if circuit.state == CircuitState.CLOSED:
         return Admission(True, circuit)
     if circuit.state == CircuitState.OPEN:

@@ -143,6 +143,8 @@ AFTER_LOOKUP: dict[Lookup, Rule] = {
 
 @dataclass(frozen=True)
 class Decision:
+    """The next move on a channel, and why."""
+
     move: Move
     why: str
 
@@ -186,8 +188,10 @@ def decide(
     failover_allowed: bool,
     lookup: Lookup = Lookup.PENDING,
 ) -> Decision:
-    """The next move on the channel after ``answer`` (for an ambiguous one, after the
-    lookup with the same provider found ``lookup``)."""
+    """The next move on the channel after ``answer``.
+
+    For an ambiguous answer, after the lookup with the same provider found ``lookup``.
+    """
     rule = AFTER_LOOKUP[lookup] if answer == Answer.AMBIGUOUS else RULES[answer]
     may_move_on = another_provider and failover_allowed
     move = rule.move if may_move_on else rule.otherwise
@@ -195,9 +199,11 @@ def decide(
 
 
 def may_be_accepted(answer: Answer, lookup: Lookup = Lookup.PENDING) -> bool:
-    """Whether a provider could hold the message after this answer: what the invariant
-    counts. Only a definitive refusal, a busy answer, or a lookup that found nothing
-    says it does not."""
+    """Whether a provider could hold the message after this answer.
+
+    What the invariant counts. Only a definitive refusal, a busy answer, or a lookup
+    that found nothing says it does not.
+    """
     if answer == Answer.ACCEPTED:
         return True
     if answer == Answer.AMBIGUOUS:
@@ -218,17 +224,22 @@ class ProviderTry:
 
     @property
     def may_be_accepted(self) -> bool:
+        """Whether a provider could hold this try's message."""
         return any(may_be_accepted(a, self.lookup) for a in self.answers)
 
 
 class ChannelRun:
-    """The failover walk of one channel for one intent: the ordered providers, the tries
-    made, and the move after each answer. Pure and deterministic (the workflow keeps one
-    per channel); the property tests drive it with arbitrary provider answers."""
+    """The failover walk of one channel for one intent.
+
+    The ordered providers, the tries made, and the move after each answer. Pure and
+    deterministic (the workflow keeps one per channel); the property tests drive it with
+    arbitrary provider answers.
+    """
 
     def __init__(
         self, providers: Sequence[str], *, failover_allowed: bool, first_number: int = 1
     ) -> None:
+        """Start the walk at the first provider, as attempt ``first_number``."""
         if not providers:
             raise ValueError("a channel needs at least one provider")
         self.providers = list(providers)
@@ -238,14 +249,18 @@ class ChannelRun:
 
     @property
     def current(self) -> ProviderTry:
+        """The try being made now."""
         return self.tries[-1]
 
     def _another(self) -> bool:
         return len(self.tries) < len(self.providers)
 
     def step(self, answer: Answer, lookup: Lookup = Lookup.PENDING, *, why: str = "") -> Decision:
-        """Record the current try's answer (and, for an ambiguous one, the lookup) and
-        return the next move; NEXT_PROVIDER opens the next try."""
+        """Record the current try's answer and return the next move.
+
+        For an ambiguous answer the lookup is recorded too; NEXT_PROVIDER opens the next
+        try.
+        """
         if self.finished is not None:
             raise ValueError(f"the channel already ended ({self.finished})")
         current = self.current

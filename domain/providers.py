@@ -1,5 +1,7 @@
-"""Providers as data: an alias names one configured provider account, a kind says which
-adapter speaks to it and for which channel.
+"""Providers as data.
+
+An alias names one configured provider account, a kind says which adapter speaks to it
+and for which channel.
 
 Settings hold each provider's credentials under an alias (``HERALD_PROVIDERS``; the
 built-in aliases ``twilio`` and ``smtp`` come from the ``HERALD_SMS_*`` and
@@ -7,8 +9,8 @@ built-in aliases ``twilio`` and ``smtp`` come from the ``HERALD_SMS_*`` and
 of aliases (``[providers]``, ``[regions.<R>.providers]``; a channel it does not name gets
 its registry defaults, domain.channels). Each attempt records the alias that took it.
 
-Today the first alias of the list takes every attempt; the later ones are where failover
-(a later issue) will go, and are checked already, so a policy cannot name a provider the
+The first alias of the list takes the attempt; the later ones take over on failover
+(domain.failover), and are checked already, so a policy cannot name a provider the
 settings lack.
 
 Standard library only.
@@ -88,7 +90,9 @@ def check_routes(
 
 
 def provider_task_queue(channel: channels.Channel, base: str, alias: str) -> str:
-    """The task queue of one provider's send and poll activities on a channel that fails
-    over (``herald-sms-telnyx``): each provider has its own rate budget, enforced by the
-    Temporal server for the whole fleet (settings: ``HERALD_PROVIDER_MAX_PER_SECOND``)."""
+    """The task queue of one provider's send and poll activities (``herald-sms-telnyx``).
+
+    On a channel that fails over, each provider has its own rate budget, enforced by the
+    Temporal server for the whole fleet (settings: ``HERALD_PROVIDER_MAX_PER_SECOND``).
+    """
     return f"{channel.task_queue(base)}-{alias}"

@@ -11,12 +11,16 @@ from domain import channels
 
 
 class Category(StrEnum):
+    """The message category the policy rules on."""
+
     TRANSACTIONAL = "transactional"
     OPERATIONAL = "operational"
     PROMOTIONAL = "promotional"
 
 
 class PlanMode(StrEnum):
+    """How an intent's channels are used: in order, or all at once."""
+
     FALLBACK = "fallback"
     """Channels in order; the next one only when policy says the previous did not reach."""
     ALL = "all"
@@ -49,14 +53,19 @@ class NotificationRequest:
     artifact_sha256: str | None = None
 
     def channel_plan(self) -> tuple[str, ...]:
-        """The channels asked for; without any, every channel (in the registry's order)
-        whose destination field is given."""
+        """The channels in order.
+
+        Those asked for; without any, every channel (in the registry's order) whose
+        destination field is given.
+        """
         if self.channels:
             return self.channels
         return tuple(c.name for c in channels.REGISTRY.values() if self.destination_for(c.name))
 
     def destination_for(self, channel: str) -> str | None:
-        """The raw destination given for `channel` (its `request_field`); raises
-        channels.UnknownChannel for a channel Herald does not know."""
+        """The raw destination given for `channel` (its `request_field`).
+
+        Raises channels.UnknownChannel for a channel Herald does not know.
+        """
         value = getattr(self, channels.get(channel).request_field)
         return value if isinstance(value, str) and value else None

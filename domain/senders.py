@@ -42,6 +42,8 @@ class SenderError(ValueError):
 
 
 class SmsSenderKind(StrEnum):
+    """What an SMS sender is: an E.164 number, an alphanumeric id or a Messaging Service."""
+
     NUMBER = "number"
     ALPHANUMERIC = "alphanumeric"
     MESSAGING_SERVICE = "messaging_service"
@@ -49,6 +51,8 @@ class SmsSenderKind(StrEnum):
 
 @dataclass(frozen=True)
 class SmsSender:
+    """An SMS sender and its kind."""
+
     value: str
     kind: SmsSenderKind
 
@@ -71,8 +75,11 @@ def parse_sms_sender(value: str) -> SmsSender:
 
 
 def parse_email_sender(value: str) -> str:
-    """A `From` header value (`addr` or `Name <addr>`); raises ValueError if it has no
-    valid address."""
+    """Check a `From` header value.
+
+    A `From` header value (`addr` or `Name <addr>`); raises ValueError if it has no
+    valid address.
+    """
     _, address = parseaddr(value if isinstance(value, str) else "")
     try:
         normalize_email(address)
@@ -127,9 +134,11 @@ class SenderBook:
         )
 
     def sms_for(self, alias: str) -> SmsSender:
+        """The real SMS sender of a policy alias (the default one for an unmapped alias)."""
         return self.sms.get(alias, self.sms_default)
 
     def email_for(self, policy_sender: str) -> str:
+        """The `From` of a policy email sender: mapped, else itself when it is an address."""
         if policy_sender in self.email:
             return self.email[policy_sender]
         try:
@@ -138,8 +147,11 @@ class SenderBook:
             return self.email_default
 
     def resolve(self, channel: str, policy_sender: str) -> str:
-        """The real sender for a policy's `sender` on `channel` (by the kind of destination
-        it sends to); raises channels.UnknownChannel for a channel Herald does not know."""
+        """The real sender for a policy's `sender` on `channel`.
+
+        Chosen by the kind of destination it sends to; raises channels.UnknownChannel for
+        a channel Herald does not know.
+        """
         kind = channels.get(channel).destination
         resolvers: dict[DestinationKind, Callable[[str], str]] = {
             DestinationKind.PHONE: lambda alias: self.sms_for(alias).value,
@@ -148,8 +160,11 @@ class SenderBook:
         return resolvers[kind](policy_sender)
 
     def check(self, policy: Policy) -> None:
-        """Every SMS alias of `policy` resolves to a sender its countries take: an
-        alphanumeric id is refused where a rule may send to the US, Canada or Puerto Rico."""
+        """Check that every SMS alias of a policy resolves to a sender its countries take.
+
+        Every SMS alias of `policy` resolves to a sender its countries take: an
+        alphanumeric id is refused where a rule may send to the US, Canada or Puerto Rico.
+        """
         for (region, channel, category), rule in sorted(policy.rules.items()):
             if channels.get(channel).destination is not DestinationKind.PHONE:
                 continue

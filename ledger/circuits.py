@@ -83,6 +83,7 @@ def note_outcome(
 
 
 def current(session: Session, provider: str) -> Circuit | None:
+    """The provider's breaker, or None if it was never used."""
     row = session.get(ProviderCircuit, provider)
     return _circuit(row) if row is not None else None
 

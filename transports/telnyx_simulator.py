@@ -88,7 +88,9 @@ ERROR_TITLES: dict[int, str] = {
 }
 
 
-def _iso(when: datetime | None) -> str | None:
+def _telnyx_time(when: datetime | None) -> str | None:
+    """Telnyx's wire format (``2019-01-23T18:10:02.574Z``), not Herald's: the simulator
+    answers as the provider does."""
     return (
         when.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
         if when
@@ -172,9 +174,9 @@ class TelnyxMessage:
             "parts": count_segments(self.text),
             "tags": [],
             "cost": None,
-            "received_at": _iso(self.received_at),
-            "sent_at": _iso(self.sent_at),
-            "completed_at": _iso(self.completed_at),
+            "received_at": _telnyx_time(self.received_at),
+            "sent_at": _telnyx_time(self.sent_at),
+            "completed_at": _telnyx_time(self.completed_at),
             "valid_until": None,
             "errors": errors,
         }
@@ -407,7 +409,7 @@ class TelnyxCarrier:
                 "data": {
                     "event_type": event_type,
                     "id": str(uuid.uuid4()),
-                    "occurred_at": _iso(_now()),
+                    "occurred_at": _telnyx_time(_now()),
                     "payload": payload,
                     "record_type": "event",
                 },

@@ -14,12 +14,14 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import (
+        PERMANENT_ERRORS,
         AuthorizeInput,
         AuthorizeResult,
         CancelRequest,
         CancelResult,
         CarriedState,
         ChannelResult,
+        ErrorType,
         IntentFacts,
         LoadIntentInput,
         NotificationInput,
@@ -133,14 +135,6 @@ second send while the first is still talking to SMTP."""
 LEDGER_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30)
 )
-PERMANENT_ERRORS = [
-    "PermanentProviderError",
-    "ProviderRefused",
-    "InvalidDestination",
-    "TemplateError",
-    "ArtifactMismatch",
-    "NotFound",
-]
 AUTHORIZE_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
     maximum_interval=timedelta(seconds=30),
@@ -674,12 +668,12 @@ class NotificationWorkflow:
                 code = str(cause.details[0]) if cause.details else None
                 answer = None
                 retry_at = None
-                if cause.type == "ProviderRefused":
+                if cause.type == ErrorType.PROVIDER_REFUSED:
                     answer = failover.Answer.REFUSED_BY_PROVIDER.value
                     # An open circuit says when its provider lets a probe through.
                     if len(cause.details) > 2 and cause.details[2]:
                         retry_at = datetime.fromisoformat(str(cause.details[2]))
-                elif cause.type == "PermanentProviderError":
+                elif cause.type == ErrorType.PERMANENT_PROVIDER_ERROR:
                     answer = failover.Answer.REFUSED_FOR_DESTINATION.value
                 return SubmitOutcome(
                     AttemptState.FAILED.value,

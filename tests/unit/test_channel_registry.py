@@ -135,7 +135,7 @@ def test_a_policy_request_on_an_unknown_channel_is_refused() -> None:
     request = policy.PolicyRequest(
         channel=UNKNOWN, category="transactional", country="GB", timezone="UTC", region="default"
     )
-    with pytest.raises(policy.InvalidRequest, match="unknown channel"):
+    with pytest.raises(policy.InvalidPolicyRequest, match="unknown channel"):
         policy.evaluate(pol, request, consents=[], suppressions=[], recent=[], now=_NOW)
 
 

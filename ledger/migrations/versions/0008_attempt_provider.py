@@ -1,5 +1,6 @@
-"""the provider alias that took an attempt (the policy's first provider for its channel
-and region)
+"""The provider alias that took an attempt.
+
+The policy's first provider for its channel and region.
 
 Revision ID: 0008
 Revises: 0007

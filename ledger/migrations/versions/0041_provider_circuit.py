@@ -1,4 +1,4 @@
-"""a circuit breaker per SMS provider, shared by every worker and the console
+"""A circuit breaker per SMS provider, shared by every worker and the console.
 
 Revision ID: 0041
 Revises: 0008

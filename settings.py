@@ -66,6 +66,8 @@ class TelnyxProvider(BaseModel):
     """`https://api.telnyx.com`, or the Telnyx simulator's URL."""
     api_key: SecretStr
     messaging_profile_id: str | None = None
+    from_number: str | None = None
+    """This account's sender; unset, the sender resolved for the policy's alias."""
 
 
 AnyProvider = TwilioProvider | TelnyxProvider | SmtpProvider
@@ -159,6 +161,11 @@ class Settings(BaseSettings):
     event; `herald dev` sets its own simulator's (a key pair made per stack)."""
     telnyx_messaging_profile_id: str | None = None
     """Sent with every Telnyx message (needed for an alphanumeric sender or a number pool)."""
+    telnyx_from_number: str | None = None
+    """HERALD_TELNYX_FROM_NUMBER: the number the Telnyx account sends from. Unset, Telnyx
+    is given the sender resolved for the policy's alias (HERALD_SMS_SENDERS), which must
+    then be one Telnyx accepts (an E.164 number on the account, or an alphanumeric id
+    with a messaging profile); a Messaging Service SID is Twilio's alone."""
     telnyx_simulator_port: int = 58082
 
     circuit_failure_threshold: int = 5
@@ -315,6 +322,7 @@ class Settings(BaseSettings):
                 base_url=self.telnyx_api_url,
                 api_key=self.telnyx_api_key,
                 messaging_profile_id=self.telnyx_messaging_profile_id,
+                from_number=self.telnyx_from_number,
             ),
             "smtp": SmtpProvider(
                 host=self.smtp_host,

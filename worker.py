@@ -144,6 +144,7 @@ def provider_transports(
                 base_url=provider.base_url,
                 api_key=provider.api_key.get_secret_value(),
                 messaging_profile_id=provider.messaging_profile_id,
+                from_number=provider.from_number,
                 client=http,
             )
         else:

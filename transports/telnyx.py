@@ -95,6 +95,7 @@ class TelnyxSms:
         base_url: str,
         api_key: str,
         messaging_profile_id: str | None = None,
+        from_number: str | None = None,
         connect_timeout: float = 3.0,
         read_timeout: float = 10.0,
         client: httpx.AsyncClient | None = None,
@@ -104,6 +105,9 @@ class TelnyxSms:
         api_key: the API v2 key, sent as ``Authorization: Bearer``.
         messaging_profile_id: sent with every message (needed for an alphanumeric
             sender or a number pool).
+        from_number: this account's own sender (a number on the Telnyx account), sent as
+            `from` instead of the sender Herald resolved for the policy's alias, which is
+            another provider's (a Twilio number or Messaging Service) on a failover try.
         connect_timeout: seconds to open a connection (nothing has left before it).
         read_timeout: seconds to wait for each read; a create that times out here is
             ambiguous, because the request had left.
@@ -112,6 +116,7 @@ class TelnyxSms:
         self._base_url = base_url.rstrip("/")
         self._headers = {"Authorization": f"Bearer {api_key}", "Accept": "application/json"}
         self._profile = messaging_profile_id
+        self._from = from_number
         self._timeout = httpx.Timeout(read_timeout, connect=connect_timeout, pool=connect_timeout)
         self._owns_client = client is None
         self._client = client or httpx.AsyncClient()
@@ -129,7 +134,7 @@ class TelnyxSms:
     # -- the port ---------------------------------------------------------------
 
     async def submit(self, msg: SmsMessage) -> SmsSubmitted:
-        payload: dict[str, Any] = {"from": msg.sender, "to": msg.to, "text": msg.body}
+        payload: dict[str, Any] = {"from": self._from or msg.sender, "to": msg.to, "text": msg.body}
         if self._profile:
             payload["messaging_profile_id"] = self._profile
         if msg.status_callback:

@@ -352,3 +352,20 @@ async def test_an_outage_refuses_connections_then_the_same_port_answers_again() 
             await asyncio.sleep(0.05)
         assert server.port == port
         assert server.sim.stats.requests_total == 0  # nothing reached it while it was down
+
+
+async def test_a_telnyx_account_with_its_own_number_sends_from_it() -> None:
+    # On a failover try the resolved sender is the primary's (a Messaging Service SID,
+    # say): an account configured with its own number sends from that instead.
+    seen: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json={"data": {"id": "m-1", "to": [{"status": "queued"}]}})
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(answer))
+    sms = TelnyxSms(base_url="http://x", api_key="k", client=client, from_number="+15550100")
+    twilio_service = "MG" + "0" * 32
+    await sms.submit(SmsMessage("k:sms:2", NORMAL_TO, "hi", twilio_service, None))
+    await client.aclose()
+    assert json.loads(seen[0].content)["from"] == "+15550100"

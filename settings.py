@@ -296,6 +296,12 @@ class Settings(BaseSettings):
             )
             if unset
         ]
+        missing += [
+            f"HERALD_PROVIDERS {alias!r} auth_token (not the simulator's)"
+            for alias, provider in self.providers.items()
+            if isinstance(provider, TwilioProvider)
+            and provider.auth_token.get_secret_value() == SIMULATOR_AUTH_TOKEN
+        ]
         if missing:
             raise ValueError(f"HERALD_ENV=production needs {', '.join(missing)}; refusing to start")
         for alias, provider in self.providers.items():

@@ -33,14 +33,14 @@ class ErrorType(StrEnum):
     """Nothing was processed (429, 5xx, no connection): retried, after Retry-After."""
     AMBIGUOUS_SUBMISSION = "AmbiguousSubmission"
     """The request may have reached the provider: the retry reconciles before sending."""
+    UNKNOWN_CHANNEL = "UnknownChannel"
+    """A channel no entry of domain.channels carries: a bug, refused where it is first met."""
+    PROVIDER_NOT_CONFIGURED = "ProviderNotConfigured"
+    """The attempt's provider alias has no settings on this worker: retried (a worker that
+    has them takes it), never sent through another account."""
     RECONCILE_PENDING = "ReconcilePending"
     """An ambiguous submission is not visible at the provider yet: an expected retry,
     raised as benign so it does not read as a failure in the Web UI."""
-    PROVIDER_NOT_CONFIGURED = "ProviderNotConfigured"
-    """The attempt's provider alias has no settings on this worker: retried, so a worker
-    that has them takes it (never another provider's account)."""
-    UNKNOWN_CHANNEL = "UnknownChannel"
-    """A channel no registry entry carries (domain.channels)."""
     PROVIDER_REFUSED = "ProviderRefused"
     """A definitive refusal for the provider's own reason (credentials, sender, a refused
     connection, an open circuit), raised only when the workflow fails over: the next
@@ -54,7 +54,6 @@ PERMANENT_ERRORS: list[str] = [
     ErrorType.ARTIFACT_MISMATCH.value,
     ErrorType.NOT_FOUND.value,
     ErrorType.PROVIDER_REFUSED.value,
-    ErrorType.UNKNOWN_CHANNEL.value,
 ]
 """The error types no retry can cure (the workflow's `non_retryable_error_types`)."""
 

@@ -97,14 +97,14 @@ class Channel:
         return state in self.reached
 
     def mask(self, destination: str) -> str:
-        """A destination as support and auditors see it.
+        """A destination masked as support and auditors see it.
 
         Enough to confirm with the person, not enough to contact them (see :func:`mask`).
         """
         return MASKS[self.destination](destination)
 
     def __str__(self) -> str:
-        """The channel's name, as requests, the ledger and tokens spell it."""
+        """The channel's name, as it is written everywhere."""
         return self.name
 
 
@@ -197,8 +197,8 @@ def of_destination(kind: DestinationKind) -> tuple[Channel, ...]:
 def awaiting_delivery_report() -> tuple[str, ...]:
     """The channels whose ``sent`` does not reach.
 
-    A ``sent`` attempt there still waits for a delivery report (the reconciler looks for
-    those that stopped hearing).
+    A ``sent`` attempt on one of them still waits for a delivery report (the reconciler
+    looks for those that stopped hearing).
     """
     return tuple(c.name for c in REGISTRY.values() if not c.reaches(AttemptState.SENT))
 

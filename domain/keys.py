@@ -47,7 +47,8 @@ def event_type_of(key: str) -> str:
 def channel_key(key: str, channel: str) -> str:
     """The key of one channel of an intent: `<business key>:<channel>`.
 
-    Raises channels.UnknownChannel for a channel Herald does not know.
+    Raises:
+        channels.UnknownChannel: for a channel Herald does not know.
     """
     return f"{key}:{channels.get(channel).name}"
 
@@ -66,7 +67,7 @@ class AttemptToken:
     number: int
 
     def __str__(self) -> str:
-        """The token as written: `<business key>:<channel>:<number>`."""
+        """The token as it is written: `<business key>:<channel>:<number>`."""
         return f"{self.business_key}:{self.channel}:{self.number}"
 
 

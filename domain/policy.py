@@ -173,8 +173,8 @@ class Policy:
     def providers_for(self, region: str, channel: str) -> tuple[str, ...]:
         """The provider aliases of one region and channel, in order.
 
-        The first takes the attempt; the next ones take over on failover. Raises
-        channels.UnknownChannel for a channel Herald does not know.
+        The first takes the attempt; raises channels.UnknownChannel for a channel Herald
+        does not know.
         """
         default = channels.get(channel).default_providers
         return self.providers.get((region, channel), default)

@@ -1,17 +1,18 @@
-"""Providers as data.
+"""Providers as data: aliases for configured accounts, kinds for their adapters.
 
-An alias names one configured provider account, a kind says which adapter speaks to it
+An alias names one configured provider account; a kind says which adapter speaks to it
 and for which channel.
 
 Settings hold each provider's credentials under an alias (``HERALD_PROVIDERS``; the
-built-in aliases ``twilio`` and ``smtp`` come from the ``HERALD_SMS_*`` and
-``HERALD_SMTP_*`` settings). The policy names, per channel and region, an ordered list
-of aliases (``[providers]``, ``[regions.<R>.providers]``; a channel it does not name gets
-its registry defaults, domain.channels). Each attempt records the alias that took it.
+built-in aliases ``twilio``, ``telnyx`` and ``smtp`` come from the ``HERALD_SMS_*``,
+``HERALD_TELNYX_*`` and ``HERALD_SMTP_*`` settings). The policy names, per channel and
+region, an ordered list of aliases (``[providers]``, ``[regions.<R>.providers]``; a
+channel it does not name gets its registry defaults, domain.channels). Each attempt
+records the alias that took it.
 
 The first alias of the list takes the attempt; the later ones take over on failover
-(domain.failover), and are checked already, so a policy cannot name a provider the
-settings lack.
+(domain.failover), each try on its provider's own task queue; all are checked at
+start-up, so a policy cannot name a provider the settings lack.
 
 Standard library only.
 """

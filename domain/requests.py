@@ -55,8 +55,8 @@ class NotificationRequest:
     def channel_plan(self) -> tuple[str, ...]:
         """The channels in order.
 
-        Those asked for; without any, every channel (in the registry's order) whose
-        destination field is given.
+        Those given, else every channel (in the registry's order) whose destination field
+        is given.
         """
         if self.channels:
             return self.channels
@@ -65,7 +65,8 @@ class NotificationRequest:
     def destination_for(self, channel: str) -> str | None:
         """The raw destination given for `channel` (its `request_field`).
 
-        Raises channels.UnknownChannel for a channel Herald does not know.
+        Raises:
+            channels.UnknownChannel: for a channel Herald does not know.
         """
         value = getattr(self, channels.get(channel).request_field)
         return value if isinstance(value, str) and value else None

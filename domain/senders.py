@@ -149,8 +149,8 @@ class SenderBook:
     def resolve(self, channel: str, policy_sender: str) -> str:
         """The real sender for a policy's `sender` on `channel`.
 
-        Chosen by the kind of destination it sends to; raises channels.UnknownChannel for
-        a channel Herald does not know.
+        Chosen by the kind of destination the channel sends to; raises
+        channels.UnknownChannel for a channel Herald does not know.
         """
         kind = channels.get(channel).destination
         resolvers: dict[DestinationKind, Callable[[str], str]] = {

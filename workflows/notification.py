@@ -156,7 +156,9 @@ def _channel(name: str) -> Channel:
     try:
         return channels.get(name)
     except channels.UnknownChannel as err:
-        raise ApplicationError(str(err), type="UnknownChannel", non_retryable=True) from None
+        raise ApplicationError(
+            str(err), type=ErrorType.UNKNOWN_CHANNEL, non_retryable=True
+        ) from None
 
 
 @workflow.defn

@@ -175,3 +175,24 @@ async def test_the_worker_builds_one_transport_per_alias_by_its_kind(
         assert _default_transport(sms, channels.SMS) is sms["twilio"]
         with pytest.raises(RuntimeError, match="default sms provider 'twilio'"):
             _default_transport(email, channels.SMS)
+
+
+def test_production_refuses_a_provider_account_on_the_simulators_token(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name, value in (
+        ("HERALD_ENV", "production"),
+        ("HERALD_SMS_AUTH_TOKEN", "real-token"),
+        ("HERALD_DATA_KEY", "k1:" + "A" * 43 + "="),
+        ("HERALD_OPERATOR_TOKEN", "op"),
+        ("HERALD_UNSUBSCRIBE_SECRET", "u"),
+    ):
+        monkeypatch.setenv(name, value)
+    Settings()  # every secret set: accepted
+    monkeypatch.setenv(
+        "HERALD_PROVIDERS",
+        '{"twilio-eu": {"kind": "twilio", "base_url": "https://eu.example.net", '
+        '"account_sid": "AC1", "auth_token": "simulator-auth-token"}}',
+    )
+    with pytest.raises(ValueError, match="HERALD_PROVIDERS 'twilio-eu'"):
+        Settings()

@@ -1,6 +1,6 @@
 """The provider alias that took an attempt.
 
-The policy's first provider for its channel and region.
+The policy's first provider for the attempt's channel and region.
 
 Revision ID: 0008
 Revises: 0007

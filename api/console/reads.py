@@ -42,7 +42,7 @@ from domain.intents import IntentState, derive_intent_state
 from domain.policy import Outcome
 from domain.states import AttemptState
 from ledger import reconcile
-from ledger.listing import state_of
+from ledger.listing import state_of, to_recipient
 from ledger.models import (
     Attempt,
     Consent,
@@ -141,12 +141,7 @@ class IntentFilter:
         if self.state:
             query = query.where(could_be(self.state))
         if self.recipient_hmac:
-            query = query.where(
-                or_(
-                    Intent.sms_destination_hmac == self.recipient_hmac,
-                    Intent.email_destination_hmac == self.recipient_hmac,
-                )
-            )
+            query = query.where(to_recipient(self.recipient_hmac))
         return query
 
     def _attempted(self, channel: str | None = None) -> Any:

@@ -1,7 +1,7 @@
 """A circuit breaker per SMS provider, shared by every worker and the console.
 
 Revision ID: 0041
-Revises: 0008
+Revises: 0009
 Create Date: 2026-12-07 00:30:00
 """
 
@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0041"
-down_revision = "0008"
+down_revision = "0009"
 branch_labels = None
 depends_on = None
 

@@ -29,6 +29,7 @@ def build(cfg: settings_module.Settings, client: HeraldClient) -> FastAPI:
             operator_token=cfg.resolved_operator_token(),
             unsubscribe_secret=cfg.resolved_unsubscribe_secret(),
             temporal_ui_url=cfg.temporal_ui_url,
+            telnyx_public_key=cfg.telnyx_public_key,
         )
     )
 

@@ -34,6 +34,7 @@ from api.intents import router as intents_routes
 from api.principals import router as principals_routes
 from api.query_params import refuse_unknown_query_parameters
 from api.schemas import Health, Readiness
+from api.telnyx_webhooks import router as telnyx_routes
 from api.webhooks import router as webhook_routes
 from api.webhooks import unsubscribe_router as unsubscribe_routes
 
@@ -46,7 +47,9 @@ Herald's HTTP ingress.
 
 - **Provider webhooks** (`/v1/receipts/sms`, `/v1/inbound/sms`) are authenticated by the
   provider's signature (`X-Twilio-Signature`, computed over the public URL the provider
-  called; set `HERALD_PUBLIC_BASE_URL` behind a proxy). Email events
+  called; set `HERALD_PUBLIC_BASE_URL` behind a proxy); Telnyx's events
+  (`/v1/webhooks/telnyx`) by its Ed25519 signature over the timestamp and the raw body
+  (`HERALD_TELNYX_PUBLIC_KEY`); email events
   (`/v1/receipts/email/sendgrid`, batches up to {MAX_BATCH_BYTES} bytes) carry an ECDSA
   signature over their timestamp and raw body (`HERALD_SENDGRID_EVENT_PUBLIC_KEY`).
 - **One-click unsubscribe** (`/v1/unsubscribe/{{token}}`, RFC 8058) is authenticated by
@@ -211,6 +214,7 @@ def create_app(ingress: Ingress) -> FastAPI:
 
     app.include_router(webhook_routes)
     app.include_router(email_event_routes)
+    app.include_router(telnyx_routes)
     app.include_router(unsubscribe_routes)
     # Token and role checked by the routers' route class, before the body is even parsed.
     app.include_router(recipient_routes)

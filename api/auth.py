@@ -47,6 +47,7 @@ PUBLIC_ROUTES: dict[str, str] = {
     "POST /v1/receipts/email/sendgrid": (
         "the provider's ECDSA signature (X-Twilio-Email-Event-Webhook-Signature)"
     ),
+    "POST /v1/webhooks/telnyx": "Telnyx's Ed25519 signature (telnyx-signature-ed25519)",
     "GET /v1/unsubscribe/{value}": "the signed token in the link",
     "POST /v1/unsubscribe/{value}": "the signed token in the link",
     "GET /openapi.json": "the API's description",

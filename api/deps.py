@@ -16,6 +16,7 @@ from twilio.request_validator import RequestValidator
 from api import idempotency
 from api.auth import Authenticator
 from api.metrics import build_registry
+from api.telnyx_signature import TelnyxVerifier
 from ledger.transactions import Transactions
 from starter.client import HeraldClient
 
@@ -49,12 +50,15 @@ class Ingress:
         unsubscribe_secret: str,
         temporal_ui_url: str | None = None,
         email_events: EventsConfig | None = None,
+        telnyx_public_key: str | None = None,
     ) -> None:
         self.client = client
         self.email_events = email_events or EventsConfig(public_key=None)
         """The email provider's Event Webhook key and tolerance (api.email_events)."""
         self.tx = Transactions(client.sessions)
         """One transaction of the ledger, run off the event loop (ledger.transactions)."""
+        self.telnyx_verifier = TelnyxVerifier(telnyx_public_key) if telnyx_public_key else None
+        """Checks Telnyx's Ed25519 webhooks; without a key its route refuses every event."""
         self.temporal_ui_url = temporal_ui_url
         """The Temporal Web UI's base URL, for the console's link to a workflow."""
         self.validator = RequestValidator(auth_token)

@@ -32,6 +32,7 @@ def build(cfg: settings_module.Settings, client: HeraldClient) -> FastAPI:
             unsubscribe_secret=cfg.resolved_unsubscribe_secret(),
             temporal_ui_url=cfg.temporal_ui_url,
             email_events=email_events_config(cfg),
+            telnyx_public_key=cfg.telnyx_public_key,
         )
     )
 

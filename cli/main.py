@@ -833,6 +833,7 @@ DEMO_SCENARIOS = (
     "scheduled-alert",
     "itinerary-change",
     "session-report",
+    "provider-outage",
     "email-events",
 )
 """`scenarios.SCENARIOS`' names (a test keeps them equal): importing the scenarios takes

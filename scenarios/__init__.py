@@ -13,6 +13,7 @@ from scenarios import (
     email_events,
     itinerary_change,
     order_created,
+    provider_outage,
     scheduled_alert,
     session_report,
     sms,
@@ -26,6 +27,7 @@ SCENARIOS: dict[str, Scenario] = {
     "scheduled-alert": scheduled_alert.run,
     "itinerary-change": itinerary_change.run,
     "session-report": session_report.run,
+    "provider-outage": provider_outage.run,
     "email-events": email_events.run,
 }
 """In the order `herald demo` (no argument) runs them."""

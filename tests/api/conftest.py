@@ -7,6 +7,8 @@ business keys, message ids and phone numbers.
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -20,6 +22,7 @@ import pytest_asyncio
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from fastapi import FastAPI
+from nacl.signing import SigningKey
 from sqlalchemy import func, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
@@ -54,6 +57,10 @@ EVENT_PRIVATE_KEY = ec.derive_private_key(0x5E9D_64A1_0B7C_33F2, ec.SECP256R1())
 """The email provider's Event Webhook key these tests sign with: fixed, since this module
 is imported both as pytest's conftest and by name, and both must hold the same key."""
 EVENT_PUBLIC_KEY = public_key_of(EVENT_PRIVATE_KEY)
+TELNYX_SIGNING_KEY = SigningKey(hashlib.sha256(b"herald tests: telnyx account").digest())
+"""Telnyx's side, in PyNaCl (what the official `telnyx` package verifies with). Fixed,
+not random: this module is imported both as pytest's conftest and by test modules."""
+TELNYX_PUBLIC_KEY = base64.b64encode(bytes(TELNYX_SIGNING_KEY.verify_key)).decode()
 
 
 @dataclass
@@ -121,6 +128,7 @@ def build_app(
         operator_token=OPERATOR_TOKEN,
         unsubscribe_secret=UNSUBSCRIBE_SECRET,
         email_events=EventsConfig(load_event_public_key(EVENT_PUBLIC_KEY)),
+        telnyx_public_key=TELNYX_PUBLIC_KEY,
     )
     return create_app(ingress), ingress
 

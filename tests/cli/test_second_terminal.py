@@ -115,7 +115,13 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         **{
             f"HERALD_{name}_PORT": str(free_port())
             for name in (
-                *("POSTGRES", "TEMPORAL", "TEMPORAL_UI", "API", "SIMULATOR", "SMTP"),
+                "POSTGRES",
+                "TEMPORAL",
+                "TEMPORAL_UI",
+                "API",
+                "SIMULATOR",
+                "TELNYX_SIMULATOR",
+                "SMTP",
                 "EMAIL_SIMULATOR",
             )
         },
@@ -351,7 +357,12 @@ def test_a_second_stack_on_a_taken_port_names_the_port_and_its_setting(
         **{
             f"HERALD_{name}_PORT": str(free_port())
             for name in (
-                *("POSTGRES", "TEMPORAL", "TEMPORAL_UI", "SIMULATOR", "SMTP"),
+                "POSTGRES",
+                "TEMPORAL",
+                "TEMPORAL_UI",
+                "SIMULATOR",
+                "TELNYX_SIMULATOR",
+                "SMTP",
                 "EMAIL_SIMULATOR",
             )
         },

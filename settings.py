@@ -66,6 +66,16 @@ class Settings(BaseSettings):
     api_port: int = 58080
     public_base_url: str | None = None
     """The URL the SMS provider calls (signature checks need it exactly, behind proxies too)."""
+    trusted_proxies: list[str] = []
+    """HERALD_TRUSTED_PROXIES, a JSON list of addresses or networks (`["10.0.0.0/8"]`) whose
+    X-Forwarded-For names the client. Empty (the default): the client is the socket peer,
+    for the access log and the console's sign-in throttle alike."""
+    console_session_hours: float = 12.0
+    """A console session ends this long after sign-in, however busy (and after 30 minutes
+    without a person's request)."""
+    default_country: str = "GB"
+    """HERALD_DEFAULT_COUNTRY: the ISO 3166 country the console's search reads a phone
+    number in national form for (`07400 000001`), unless the search names another."""
     operator_token: SecretStr | None = None
     """HERALD_OPERATOR_TOKEN: a break-glass admin credential, for the first `herald
     principals add` in production and for when every admin's token is lost. Required

@@ -319,6 +319,30 @@ class ConsoleSession(Base):
     ended_at: Mapped[datetime | None]
 
 
+class SignInCounter(Base):
+    """Refused console sign-ins for one name or one client address (domain.sign_in_throttle):
+    kept here so that every API process counts the same refusals."""
+
+    __tablename__ = "sign_in_counter"
+
+    kind: Mapped[str] = mapped_column(String(10), primary_key=True)
+    """`name` or `address`."""
+    key: Mapped[str] = mapped_column(String(120), primary_key=True)
+    failures: Mapped[int] = mapped_column(Integer, default=0)
+    last_failure_at: Mapped[datetime | None]
+    blocks: Mapped[int] = mapped_column(Integer, default=0)
+    blocked_until: Mapped[datetime | None]
+
+
+class UsedSignInForm(Base):
+    """A sign-in form's CSRF token once it has been posted: each is good for one use."""
+
+    __tablename__ = "used_sign_in_form"
+
+    token_sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    used_at: Mapped[datetime] = mapped_column(index=True)
+
+
 class IdempotencyRecord(Base):
     """Responses of POST /v1/intents by Idempotency-Key (IETF draft semantics)."""
 

@@ -11,6 +11,7 @@ from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
 
 from api import auth
+from api.console.headers import SecurityHeaders
 from api.console.pages import HERE, OPEN_PAGES, SignInNeeded, console_router
 
 if TYPE_CHECKING:
@@ -51,6 +52,8 @@ def mount_console(app: FastAPI, ingress: Ingress) -> None:
     app.include_router(router)
     app.mount("/console/static", StaticFiles(directory=HERE / "static"), name="console-static")
     app.add_exception_handler(SignInNeeded, _to_sign_in)
+    # Every answer under /console, errors and the CSV included, and /docs and /redoc.
+    app.add_middleware(SecurityHeaders)
 
     @app.get("/", include_in_schema=False)
     async def root() -> Response:

@@ -623,7 +623,9 @@ async def _authenticate(ingress: "Ingress", name: str, token: str) -> Principal 
         return (
             Principal(BREAK_GLASS_NAME, Role.ADMIN) if ingress.auth.is_break_glass(token) else None
         )
-    return await ingress.auth.principal_of_name(name, token)
+    # An app's right token is refused inside the same lookup, before its last-used time
+    # is written: the answer is a wrong token's, in a wrong token's time.
+    return await ingress.auth.principal_of_name(name, token, allowed=sessions.may_sign_in)
 
 
 def _workflow_url(ingress: "Ingress", workflow_id: str) -> str | None:

@@ -445,6 +445,18 @@ CSV_COLUMNS = [
 ]
 
 
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+"""A spreadsheet reads a cell that starts with one of these as a formula (CWE-1236)."""
+
+
+def csv_cell(value: Any) -> str:
+    """A value as a CSV cell a spreadsheet shows as text: one that would start a formula is
+    prefixed with an apostrophe. Today's columns (ids, keys, states, times, versions) cannot
+    start so, but a business key is an app's text and a column may be added."""
+    text = "" if value is None else str(value)
+    return "'" + text if text.startswith(FORMULA_STARTS) else text
+
+
 def csv_rows(session: Session, flt: IntentFilter) -> Any:
     """The CSV of the filter, page by page: ids, keys, states and versions; never a
     destination or a body."""
@@ -475,24 +487,23 @@ def csv_rows(session: Session, flt: IntentFilter) -> Any:
         buffer.truncate()
         for item in page.items:
             i = item.intent
-            writer.writerow(
-                [
-                    i.id,
-                    i.business_key,
-                    i.event_type,
-                    i.category,
-                    i.region,
-                    item.state,
-                    item.channel_states.get("sms", ""),
-                    item.channel_states.get("email", ""),
-                    i.created_at.astimezone(UTC).isoformat(),
-                    i.send_at.astimezone(UTC).isoformat() if i.send_at else "",
-                    i.cancelled_at.astimezone(UTC).isoformat() if i.cancelled_at else "",
-                    " ".join(sorted(policies[i.id])),
-                    i.template_key,
-                    " ".join(str(v) for v in sorted(templates[i.id])),
-                ]
-            )
+            cells = [
+                i.id,
+                i.business_key,
+                i.event_type,
+                i.category,
+                i.region,
+                item.state,
+                item.channel_states.get("sms", ""),
+                item.channel_states.get("email", ""),
+                i.created_at.astimezone(UTC).isoformat(),
+                i.send_at.astimezone(UTC).isoformat() if i.send_at else "",
+                i.cancelled_at.astimezone(UTC).isoformat() if i.cancelled_at else "",
+                " ".join(sorted(policies[i.id])),
+                i.template_key,
+                " ".join(str(v) for v in sorted(templates[i.id])),
+            ]
+            writer.writerow([csv_cell(c) for c in cells])
         yield buffer.getvalue()
         if page.next_cursor is None:
             return

@@ -14,7 +14,8 @@ import csv
 import io
 import json
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -37,8 +38,11 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, aggregate_order_by, array_agg
 from sqlalchemy.orm import Session
 
+from api.console.entries import Entry, entries_of
+from domain.destinations import masked
 from domain.intents import IntentState, derive_intent_state
 from domain.policy import Outcome
+from domain.provider_errors import meaning
 from domain.states import AttemptState
 from ledger import reconcile
 from ledger.listing import state_of
@@ -513,89 +517,10 @@ def csv_rows(session: Session, flt: IntentFilter) -> Any:
 # --- one intent ----------------------------------------------------------------------------
 
 
-@dataclass
-class Event:
-    at: str | None
-    kind: str
-    """decision, attempt, observation, operator."""
-    title: str
-    detail: list[tuple[str, str]] = field(default_factory=list)
-    flag: str | None = None
-
-
-def events_of(doc: dict[str, Any]) -> list[Event]:
-    """The timeline of `ledger.timeline.timeline` as one list in time order."""
-    events: list[Event] = []
-    for d in doc["decisions"]:
-        detail = [
-            ("rule", d["rule"]),
-            ("policy version", d["policy_version"]),
-            ("reason", d["reason"]),
-        ]
-        if d["next_eligible_at"]:
-            detail.append(("next eligible", when(d["next_eligible_at"])))
-        events.append(
-            Event(d["decided_at"], "decision", f"Policy {d['outcome']}: {d['channel']}", detail)
-        )
-    for a in doc["attempts"]:
-        detail = [
-            ("token", a["token"]),
-            ("template", f"{a['template_key']} v{a['template_version']}"),
-            ("content sha256", a["content_sha256"]),
-            ("state now", a["state"]),
-        ]
-        if a["remote_id"]:
-            detail.append(("remote id", a["remote_id"]))
-        if a["message_id"]:
-            detail.append(("Message-ID", a["message_id"]))
-        if a["error_code"]:
-            detail.append(("error code", a["error_code"]))
-        events.append(
-            Event(
-                a["prepared_at"],
-                "attempt",
-                f"{a['channel'].upper()} attempt #{a['number']} prepared",
-                detail,
-            )
-        )
-        if a["submitted_at"]:
-            events.append(
-                Event(
-                    a["submitted_at"],
-                    "attempt",
-                    f"{a['channel'].upper()} attempt #{a['number']} handed to the "
-                    + ("carrier" if a["channel"] == "sms" else "mail relay"),
-                )
-            )
-    for o in doc["observations"]:
-        detail = [
-            ("source", o["source"]),
-            ("raw status", o["raw_status"]),
-            ("provider time", when(o["provider_at"]) or "not given"),
-            ("observed at", when(o["observed_at"])),
-        ]
-        if o["provider_code"]:
-            detail.append(("provider code", o["provider_code"]))
-        flag = "applied" if o["applied"] else "kept as evidence, not applied (stale)"
-        if o["conflict"]:
-            flag = "conflict: flagged for review"
-        events.append(
-            Event(
-                o["observed_at"],
-                "observation",
-                f"Observed {o['normalized_status'] or o['raw_status']} ({o['attempt']})",
-                detail,
-                flag,
-            )
-        )
-    for a in doc["operator_actions"]:
-        role = f" ({a['operator_role']})" if a.get("operator_role") else ""
-        detail = [("who", a["operator"] + role), ("why", a["reason"]), ("outcome", a["outcome"])]
-        for key, value in (a["detail"] or {}).items():
-            # The refusal's own `why` is the system's, beside the operator's reason.
-            detail.append(("refused because" if key == "why" else key, str(value)))
-        events.append(Event(a["at"], "operator", f"{a['action']} by {a['operator']}", detail))
-    return sorted(events, key=lambda e: e.at or "")
+def events_of(doc: dict[str, Any]) -> list[Entry]:
+    """The timeline of `ledger.timeline.timeline`, one sentence per entry, in the order
+    things happened (api.console.entries)."""
+    return entries_of(doc)
 
 
 def outcome_sentence(doc: dict[str, Any]) -> str:
@@ -623,7 +548,7 @@ def outcome_sentence(doc: dict[str, Any]) -> str:
         )
     elif intent["state"] in ("failed", "undelivered"):
         failed = by_state.get("failed") or by_state.get("undelivered") or {}
-        code = f" (code {failed.get('error_code')})" if failed.get("error_code") else ""
+        code = f" (error {meaning(failed['error_code'])})" if failed.get("error_code") else ""
         parts.append(f"Not delivered: the last attempt {intent['state']}{code}.")
     elif intent["state"] == "denied":
         reason = doc["decisions"][-1]["reason"] if doc["decisions"] else "policy"
@@ -662,6 +587,25 @@ def outcome_sentence(doc: dict[str, Any]) -> str:
 
 def mask(channel: str) -> str:
     return "+•• ••• ••• ••••" if channel == "sms" else "•••@•••"
+
+
+def masked_destinations(
+    session: Session, intent_id: str, decrypt: Callable[[str, str], str]
+) -> dict[str, str]:
+    """The intent's destinations as every surface shows them (`domain.destinations.masked`:
+    `+44********01`, `a***@example.com`), enough to confirm "the number ending 01" with a
+    caller; none once purged. `decrypt(ciphertext, context)` is the ledger's field cipher."""
+    intent = session.get(Intent, intent_id)
+    if intent is None:
+        return {}
+    return {
+        channel: masked(decrypt(ct, intent.business_key))
+        for channel, ct in (
+            ("sms", intent.sms_destination_ct),
+            ("email", intent.email_destination_ct),
+        )
+        if ct
+    }
 
 
 def review_items_of(session: Session, intent_id: str) -> list[ReviewItem]:

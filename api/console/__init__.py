@@ -11,8 +11,9 @@ from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
 
 from api import auth
+from api.console import errors
 from api.console.headers import SecurityHeaders
-from api.console.pages import HERE, OPEN_PAGES, SignInNeeded, console_router
+from api.console.pages import HERE, OPEN_PAGES, SignInNeeded, console_router, templates
 
 if TYPE_CHECKING:
     from api.app import Ingress
@@ -52,6 +53,8 @@ def mount_console(app: FastAPI, ingress: Ingress) -> None:
     app.include_router(router)
     app.mount("/console/static", StaticFiles(directory=HERE / "static"), name="console-static")
     app.add_exception_handler(SignInNeeded, _to_sign_in)
+    # Every console error a page that says what happened and what to do (not JSON).
+    errors.install(app, templates)
     # Every answer under /console, errors and the CSV included, and /docs and /redoc.
     app.add_middleware(SecurityHeaders)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from fastapi import FastAPI, Request
@@ -9,9 +10,10 @@ from fastapi.dependencies.models import Dependant
 from fastapi.responses import RedirectResponse, Response
 from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
+from markupsafe import Markup
 
 from api import auth
-from api.console import errors
+from api.console import errors, reads
 from api.console.headers import SecurityHeaders
 from api.console.pages import HERE, OPEN_PAGES, SignInNeeded, console_router, templates
 
@@ -32,6 +34,17 @@ def _needs_session(dependant: Dependant) -> bool:
     )
 
 
+def time_element(value: datetime | str | None) -> Markup:
+    """A time as the pages show it: the console's one format (`2026-12-07 20:04:50 UTC`)
+    in a `<time>` element, which console.js shows in the browser's zone when asked."""
+    if value is None:
+        return Markup("")
+    moment = datetime.fromisoformat(value) if isinstance(value, str) else value
+    return Markup('<time datetime="{}">{}</time>').format(
+        moment.astimezone(UTC).isoformat(), reads.when(moment)
+    )
+
+
 def mount_console(app: FastAPI, ingress: Ingress) -> None:
     """The console's pages and static files, and `GET /` leading to it.
 
@@ -40,6 +53,8 @@ def mount_console(app: FastAPI, ingress: Ingress) -> None:
     `api.auth.PUBLIC_ROUTES` as guarded by the session rather than a bearer token.
     """
     router = console_router(ingress)
+    templates.env.filters["at"] = time_element
+    templates.env.globals["rendered_at"] = lambda: time_element(datetime.now(UTC))
     for route in router.routes:
         assert isinstance(route, APIRoute)
         keys = [f"{method} {route.path}" for method in sorted(route.methods or ())]

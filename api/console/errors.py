@@ -62,8 +62,7 @@ def explain(status: int, detail: str) -> Explained:
     if status == 400:
         return Explained(
             "That cannot be read",
-            f"Part of the address could not be read ({detail.rstrip('.')}). Nothing was "
-            "changed.",
+            f"Part of the address could not be read ({detail.rstrip('.')}). Nothing was changed.",
             "Go back and correct it.",
         )
     if status == 405:

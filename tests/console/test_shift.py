@@ -1,0 +1,188 @@
+"""The console through an on-call shift, in Chromium: an open intent's page shows a change
+that lands while it is open (its timeline too), says when it was last updated and can be
+paused; every page fits a 390x844 phone and a 1280x800 laptop (scrollWidth <=
+innerWidth); errors are pages; every page passes axe-core with no serious or critical
+violation; /docs and /redoc start under their own policy."""
+
+from __future__ import annotations
+
+import secrets
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from domain.principals import Principal, Role
+from domain.requests import NotificationRequest
+from tests.console.conftest import CHROMIUM, shot, sign_in
+
+pytestmark = [pytest.mark.e2e, pytest.mark.browser]
+
+WIDTHS = {"phone": (390, 844), "laptop": (1280, 800)}
+VARIABLES = {
+    "class_name": "Spin (c-9081)",
+    "starts_at": "18:30",
+    "hold_until": "18:15",
+    "booking_url": "https://studio.example/c/9081",
+}
+
+
+async def scheduled(stack: Any, member: str, phone: str) -> Any:
+    """An intent scheduled an hour ahead: open (its page refreshes itself) until cancelled."""
+    return await stack.client.notify(
+        NotificationRequest(
+            business_key=f"class-opening:c-{secrets.token_hex(3)}:{member}",
+            recipient_ref=member,
+            template_key="class-opening",
+            phone=phone,
+            variables=VARIABLES,
+            send_at=datetime.now(UTC) + timedelta(hours=1),
+        )
+    )
+
+
+async def fits(page: Any) -> None:
+    widths = await page.evaluate(
+        "() => [document.documentElement.scrollWidth, window.innerWidth, location.pathname]"
+    )
+    assert widths[0] <= widths[1], f"{widths[2]} is {widths[0]} px wide in {widths[1]}"
+
+
+async def accessible(page: Any) -> None:
+    from axe_playwright_python.async_playwright import Axe
+
+    results = await Axe().run(page)
+    bad = [
+        (v["id"], v["impact"], [n["target"] for n in v["nodes"]][:3])
+        for v in results.response["violations"]
+        if v["impact"] in ("serious", "critical")
+    ]
+    assert not bad, (page.url, bad)
+
+
+async def test_an_open_intents_page_shows_a_change_that_lands_while_it_is_open(stack, console):  # type: ignore[no-untyped-def]
+    from playwright.async_api import async_playwright, expect
+
+    member = f"m-{secrets.token_hex(3)}"
+    intent = await scheduled(stack, member, f"+4474004{secrets.randbelow(100_000):05d}")
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=str(CHROMIUM))
+        try:
+            page = await (await browser.new_context()).new_page()
+            await sign_in(page, console.base, console.operator)
+            await page.goto(f"{console.base}/console/intents/{intent.intent_id}")
+            first = await page.locator("#updated").inner_text()
+            assert "Last updated" in first
+            timeline = page.locator("#timeline")
+            await expect(timeline).not_to_contain_text("cancelled the intent")
+            # Someone else cancels it (the JSON API's path), while this page stays open.
+            await stack.client.cancel(
+                intent.intent_id, by=Principal("ops-bot", Role.OPERATOR), reason="class moved"
+            )
+            await expect(timeline).to_contain_text(
+                "ops-bot (operator) cancelled the intent", timeout=15_000
+            )
+            await expect(page.locator("#outcome")).to_contain_text("Cancelled at")
+            await expect(page.locator("#announce")).to_contain_text("Updated.")
+            assert await page.locator("#updated").inner_text() != first
+            assert page.url.endswith(intent.intent_id)  # in place, not reloaded
+
+            # A pause is remembered across pages and reloads.
+            other = await scheduled(stack, member, f"+4474004{secrets.randbelow(100_000):05d}")
+            await page.goto(f"{console.base}/console/intents/{other.intent_id}")
+            await page.get_by_role("button", name="Pause updates").click()
+            await page.reload()
+            await expect(page.get_by_role("button", name="Resume updates")).to_be_visible()
+            await page.get_by_role("button", name="Resume updates").click()
+            await expect(page.get_by_role("button", name="Pause updates")).to_be_visible()
+        finally:
+            await browser.close()
+
+
+async def test_every_page_fits_a_phone_and_a_laptop_and_passes_axe(stack, console):  # type: ignore[no-untyped-def]
+    from playwright.async_api import async_playwright
+
+    member = f"m-{secrets.token_hex(3)}"
+    phone = f"+4474005{secrets.randbelow(100_000):05d}"
+    intent = await scheduled(stack, member, phone)
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=str(CHROMIUM))
+        try:
+            for label, (width, height) in WIDTHS.items():
+                context = await browser.new_context(viewport={"width": width, "height": height})
+                page = await context.new_page()
+                await page.goto(f"{console.base}/console/sign-in")
+                await fits(page)
+                await accessible(page)
+                await sign_in(page, console.base, console.operator)
+                for path in (
+                    "/console",
+                    "/console/intents",
+                    f"/console/intents?key_prefix={intent.business_key}",
+                    f"/console/intents/{intent.intent_id}",
+                    "/console/reconciliation",
+                    "/console/policy",
+                    "/console/intents/no-such-intent",
+                ):
+                    await page.goto(f"{console.base}{path}")
+                    await fits(page)
+                    await accessible(page)
+                if label == "phone":
+                    await page.goto(f"{console.base}/console")
+                    await shot(page, "overview-phone")
+                    await page.goto(f"{console.base}/console/intents/{intent.intent_id}")
+                    await shot(page, "intent-phone")
+                # The answers to POST forms: the search and the recipient's page.
+                await page.goto(f"{console.base}/console")
+                await page.get_by_label("Find a recipient").fill(phone)
+                await page.get_by_role("button", name="Search").click()
+                await page.get_by_role("heading", name="Recipient search").wait_for()
+                await fits(page)
+                await accessible(page)
+                await page.get_by_role("button", name=f"Open recipient {member}").click()
+                await page.get_by_role("heading", name=f"Recipient {member}").wait_for()
+                await fits(page)
+                await accessible(page)
+                await context.close()
+        finally:
+            await browser.close()
+
+
+async def test_errors_are_pages_and_the_api_docs_start_under_their_own_policy(stack, console):  # type: ignore[no-untyped-def]
+    from playwright.async_api import async_playwright, expect
+
+    member = f"m-{secrets.token_hex(3)}"
+    intent = await scheduled(stack, member, f"+4474006{secrets.randbelow(100_000):05d}")
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=str(CHROMIUM))
+        try:
+            page = await (await browser.new_context()).new_page()
+            violations: list[str] = []
+
+            def note(message: Any) -> None:
+                # A script or style the policy blocked (ReDoc's logo from its CDN is blocked
+                # too, by img-src, as it should be: nothing from a CDN).
+                if "Content Security Policy" in message.text and "img-src" not in message.text:
+                    violations.append(message.text)
+
+            page.on("console", note)
+            await sign_in(page, console.base, console.operator)
+            await page.goto(f"{console.base}/console/intents/{intent.intent_id}")
+            # A stale form: the session's CSRF token has changed under it.
+            await page.locator("form[action$='/cancel'] input[name=csrf]").evaluate(
+                "el => el.value = 'stale'"
+            )
+            await page.get_by_label("Reason for cancelling").fill("stale form")
+            await page.get_by_role("button", name="Cancel intent").click()
+            await expect(page.get_by_role("heading", name="This form has expired")).to_be_visible()
+            await shot(page, "error")
+            await page.goto(f"{console.base}/console/intents/nope")
+            await expect(page.get_by_role("heading", name="Not found")).to_be_visible()
+
+            await page.goto(f"{console.base}/docs")
+            await expect(page.locator(".swagger-ui .info .title")).to_contain_text("Herald")
+            await page.goto(f"{console.base}/redoc")
+            await expect(page.locator("h1").first).to_contain_text("Herald", timeout=15_000)
+            assert not violations, violations
+        finally:
+            await browser.close()

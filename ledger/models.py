@@ -84,6 +84,9 @@ class Intent(Base):
     sms_destination_hmac: Mapped[str | None] = mapped_column(String(64), index=True)
     email_destination_ct: Mapped[str | None] = mapped_column(Text)
     email_destination_hmac: Mapped[str | None] = mapped_column(String(64), index=True)
+    email_search_hmac: Mapped[str | None] = mapped_column(String(64), index=True)
+    """The console search's lookup of the address in any letter case (search only: consent
+    and suppressions match `email_destination_hmac`)."""
     variables_ct: Mapped[str | None] = mapped_column(Text)
     artifact_sha256: Mapped[str | None] = mapped_column(String(64))
     send_at: Mapped[datetime | None]

@@ -128,6 +128,9 @@ class IntentFields:
     send_at: datetime | None
     expires_at: datetime | None
     purge_after: datetime | None
+    email_search_hmac: str | None = None
+    """The console search's lookup of the email address in any letter case
+    (`domain.destinations.search_form`); not part of the payload hash."""
 
     def payload_sha256(self) -> str:
         # Hash over lookups and hashes, never plaintext, so the hash itself leaks nothing.

@@ -99,6 +99,8 @@ class IntentFilter:
     then): those the overview's fallback rate counts as falling back."""
     recipient_hmac: str | None = None
     """From the POST search only: never in a URL."""
+    intent_ids: tuple[str, ...] | None = None
+    """From the POST search only (api.console.search): these intents."""
 
     def query_params(self) -> dict[str, str]:
         """The filter as URL parameters (links, paging, CSV); no recipient in them."""
@@ -143,6 +145,8 @@ class IntentFilter:
             query = query.where(self._attempted("sms"), self._attempted("email"))
         if self.state:
             query = query.where(could_be(self.state))
+        if self.intent_ids is not None:
+            query = query.where(Intent.id.in_(self.intent_ids))
         if self.recipient_hmac:
             query = query.where(
                 or_(

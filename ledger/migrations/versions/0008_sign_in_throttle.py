@@ -1,5 +1,7 @@
 """the console's sign-in throttle: refused sign-ins per name and per client address, and
-the sign-in forms already used (their CSRF token is good for one post)
+the sign-in forms already used (their CSRF token is good for one post); the console
+search's lookup of an email address in any letter case (`herald migrate` fills it for the
+intents recorded before)
 
 Revision ID: 0008
 Revises: 0007
@@ -31,9 +33,13 @@ def upgrade() -> None:
         sa.Column("used_at", sa.DateTime(timezone=True), nullable=False),
     )
     op.create_index("ix_used_sign_in_form_used_at", "used_sign_in_form", ["used_at"])
+    op.add_column("intent", sa.Column("email_search_hmac", sa.String(length=64), nullable=True))
+    op.create_index("ix_intent_email_search_hmac", "intent", ["email_search_hmac"])
 
 
 def downgrade() -> None:
+    op.drop_index("ix_intent_email_search_hmac", table_name="intent")
+    op.drop_column("intent", "email_search_hmac")
     op.drop_index("ix_used_sign_in_form_used_at", table_name="used_sign_in_form")
     op.drop_table("used_sign_in_form")
     op.drop_table("sign_in_counter")

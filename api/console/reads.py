@@ -201,8 +201,7 @@ def could_be(state: str) -> Any:
 
 
 def encode_cursor(intent: IntentRow) -> str:
-    raw = json.dumps([intent.created_at.isoformat(), intent.id])
-    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+    return encode_cursor_of((intent.created_at, intent.id))
 
 
 def decode_cursor(value: str) -> tuple[datetime, str]:
@@ -292,7 +291,10 @@ def listed_intent(row: Row[Any], now: datetime) -> ListedIntent:
 class IntentList:
     items: list[ListedIntent]
     next_cursor: str | None
+    """Where the next older page starts (`after`); None: nothing older."""
     scanned: int
+    newer_cursor: str | None = None
+    """Where the next newer page starts (`before`); None: this is the newest."""
 
 
 def plan_for_these_values(session: Session) -> None:
@@ -315,6 +317,7 @@ def list_page(
     scan_limit: int = SCAN_PER_PAGE,
 ) -> IntentList:
     """Newest first, keyset paged on (created_at, id)."""
+    started_after = encode_cursor_of(after) if after is not None else None
     plan_for_these_values(session)
     query = listed(flt.apply(select(Intent))).order_by(Intent.created_at.desc(), Intent.id.desc())
     now = datetime.now(UTC)
@@ -347,7 +350,106 @@ def list_page(
             break
         batch = min(batch * 4, SCAN_BATCH)
     cursor = encode_cursor(last) if last is not None and not exhausted else None
-    return IntentList(matched, cursor, scanned)
+    newer = encode_cursor(matched[0].intent) if started_after and matched else started_after
+    return IntentList(matched, cursor, scanned, newer)
+
+
+def newer_page(
+    session: Session,
+    flt: IntentFilter,
+    *,
+    before: tuple[datetime, str],
+    size: int = PAGE_SIZE,
+    scan_limit: int = SCAN_PER_PAGE,
+) -> IntentList:
+    """The page of intents just newer than `before` (paging back), newest first: read
+    oldest first from `before`, as `list_page` reads newest first from `after`."""
+    plan_for_these_values(session)
+    query = listed(flt.apply(select(Intent))).order_by(Intent.created_at.asc(), Intent.id.asc())
+    now = datetime.now(UTC)
+    matched: list[ListedIntent] = []
+    scanned = 0
+    last: IntentRow | None = None
+    since = before
+    exhausted = False
+    batch = size if flt.state is None else size * 2
+    while len(matched) < size and scanned < scan_limit:
+        rows = list(
+            session.execute(
+                query.where(
+                    func.row(Intent.created_at, Intent.id) > func.row(literal(since[0]), since[1])
+                ).limit(batch)
+            )
+        )
+        for row in rows:
+            scanned += 1
+            last = row
+            since = (row.created_at, row.id)
+            item = listed_intent(row, now)
+            if flt.state is None or item.state == flt.state:
+                matched.append(item)
+                if len(matched) == size:
+                    break
+        if len(rows) < batch:
+            exhausted = not rows or last is rows[-1]
+            break
+        batch = min(batch * 4, SCAN_BATCH)
+    if not exhausted and last is not None:
+        # A full page: is there anything newer at all (one index probe)?
+        exhausted = (
+            session.execute(
+                query.where(
+                    func.row(Intent.created_at, Intent.id) > func.row(literal(since[0]), since[1])
+                ).limit(1)
+            ).first()
+            is None
+        )
+    matched.reverse()
+    newer = encode_cursor(last) if last is not None and not exhausted else None
+    older = encode_cursor(matched[-1].intent) if matched else encode_cursor_of(before)
+    return IntentList(matched, older, scanned, newer)
+
+
+def encode_cursor_of(position: tuple[datetime, str]) -> str:
+    raw = json.dumps([position[0].isoformat(), position[1]])
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+CHOICE_COLUMNS = ("event_type", "region", "category")
+
+
+def filter_choices(session: Session) -> dict[str, list[str]]:
+    """The event types, regions and categories on record, for the list's choice boxes.
+    Each is read by skipping through its index (one probe per distinct value), so the cost
+    follows the number of values, not of intents."""
+    choices: dict[str, list[str]] = {}
+    for column in CHOICE_COLUMNS:  # a fixed set of names, never a request's text
+        values = session.execute(
+            text(
+                f"""
+                WITH RECURSIVE v(x) AS (
+                    SELECT min({column}) FROM intent
+                    UNION ALL
+                    SELECT (SELECT min({column}) FROM intent WHERE {column} > v.x)
+                    FROM v WHERE v.x IS NOT NULL
+                )
+                SELECT x FROM v WHERE x IS NOT NULL LIMIT 500
+                """
+            )
+        ).scalars()
+        choices[column] = list(values)
+    return choices
+
+
+def date_presets(now: datetime) -> list[tuple[str, datetime]]:
+    """The list's date presets: (label, created from), each up to now."""
+    midnight = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    return [
+        ("Last hour", now - timedelta(hours=1)),
+        ("Today (UTC)", midnight),
+        ("Last 24 hours", now - timedelta(days=1)),
+        ("Last 7 days", now - timedelta(days=7)),
+    ]
 
 
 @dataclass

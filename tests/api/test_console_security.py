@@ -16,7 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.console import reads, sessions
-from api.console import sign_in as console_sign_in
+from api.console import sign_in_answer as console_sign_in
 from api.console.headers import CONSOLE_HEADERS
 from domain.principals import Principal, Role
 from ledger.crypto import FieldCipher

@@ -80,7 +80,7 @@ def state_words(state: str | None, channel: str | None) -> str:
 
 def _decision(d: dict[str, Any]) -> Entry:
     what = channel_word(d["channel"])
-    reason = d["reason"]
+    reason = (d["reason"] or "").rstrip(".")
     if d["outcome"] == "allow":
         sentence = f"The policy allowed sending by {what} ({reason})."
     elif d["outcome"] == "deny":

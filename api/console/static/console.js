@@ -43,19 +43,27 @@
 
   // Date inputs hold UTC on the server's side; in local mode they are shown and typed in
   // the browser's zone and turned back into UTC when the form is sent.
-  function isoUtc(date) {
-    return date.getUTCFullYear() + "-" + pad(date.getUTCMonth() + 1) + "-" + pad(date.getUTCDate()) +
-      "T" + pad(date.getUTCHours()) + ":" + pad(date.getUTCMinutes()) + ":" + pad(date.getUTCSeconds());
+  var TYPED = /^(\d{4})-(\d{2})-(\d{2})(?:[ T](\d{2}):(\d{2})(?::(\d{2}))?)?$/;
+  function parts(text) {
+    var m = TYPED.exec(text.trim());
+    return m ? [+m[1], +m[2] - 1, +m[3], +(m[4] || 0), +(m[5] || 0), +(m[6] || 0)] : null;
   }
-  function isoLocal(date) {
+  function utcText(date) {
+    return date.getUTCFullYear() + "-" + pad(date.getUTCMonth() + 1) + "-" + pad(date.getUTCDate()) +
+      " " + pad(date.getUTCHours()) + ":" + pad(date.getUTCMinutes()) + ":" + pad(date.getUTCSeconds());
+  }
+  function localInputText(date) {
     return date.getFullYear() + "-" + pad(date.getMonth() + 1) + "-" + pad(date.getDate()) +
-      "T" + pad(date.getHours()) + ":" + pad(date.getMinutes()) + ":" + pad(date.getSeconds());
+      " " + pad(date.getHours()) + ":" + pad(date.getMinutes()) + ":" + pad(date.getSeconds());
   }
   function showInputs() {
     document.querySelectorAll("input[data-zone-input]").forEach(function (input) {
       if (!input.dataset.utc) input.dataset.utc = input.value;
-      if (!input.dataset.utc) return;
-      input.value = local() ? isoLocal(new Date(input.dataset.utc + "Z")) : input.dataset.utc;
+      var p = parts(input.dataset.utc || "");
+      if (!p) return;
+      input.value = local()
+        ? localInputText(new Date(Date.UTC(p[0], p[1], p[2], p[3], p[4], p[5])))
+        : input.dataset.utc;
     });
     document.querySelectorAll("[data-zone-label]").forEach(function (label) {
       label.textContent = local() ? "local time, " + zoneName(new Date()) : "UTC";
@@ -64,7 +72,8 @@
   document.addEventListener("submit", function (event) {
     if (!local()) return;
     event.target.querySelectorAll("input[data-zone-input]").forEach(function (input) {
-      if (input.value) input.value = isoUtc(new Date(input.value));
+      var p = parts(input.value);
+      if (p) input.value = utcText(new Date(p[0], p[1], p[2], p[3], p[4], p[5]));
     });
   }, true);
 

@@ -186,3 +186,38 @@ async def test_errors_are_pages_and_the_api_docs_start_under_their_own_policy(st
             assert not violations, violations
         finally:
             await browser.close()
+
+
+async def test_times_switch_to_the_browsers_zone_and_back_and_the_choice_is_remembered(
+    stack, console
+):  # type: ignore[no-untyped-def]
+    from playwright.async_api import async_playwright, expect
+
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=str(CHROMIUM))
+        try:
+            context = await browser.new_context(timezone_id="Asia/Kolkata")  # UTC+05:30
+            page = await context.new_page()
+            await sign_in(page, console.base, console.viewer)
+            await page.goto(
+                f"{console.base}/console/intents?created_from=2026-12-07T10:00:00"
+                "&created_to=2026-12-07T11:00:00"
+            )
+            field = page.get_by_label("Created from")
+            await expect(field).to_have_value("2026-12-07 10:00:00")
+            await page.get_by_role("button", name="Times: UTC (show local)").click()
+            await expect(field).to_have_value("2026-12-07 15:30:00")
+            await expect(page.locator("label[for=f-from]")).to_contain_text("local time")
+            await page.reload()  # remembered
+            await expect(page.get_by_label("Created from")).to_have_value("2026-12-07 15:30:00")
+            # A time typed in local time is sent in UTC.
+            await page.get_by_label("Created from").fill("2026-12-07 16:00:00")
+            await page.get_by_role("button", name="Filter").click()
+            await page.wait_for_url("**created_from=2026-12-07+10%3A30%3A00**")
+            await page.goto(f"{console.base}/console")
+            shown = await page.locator("#updated time").inner_text()
+            assert shown.endswith(("GMT+5:30", "IST")), shown
+            await page.get_by_role("button", name="Times: local (show UTC)").click()
+            assert (await page.locator("#updated time").inner_text()).endswith(" UTC")
+        finally:
+            await browser.close()

@@ -25,7 +25,7 @@ from ledger import sign_in_throttle as throttle
 from ledger.models import AuditEvent
 
 if TYPE_CHECKING:
-    from api.app import Ingress
+    from api.deps import Ingress
 
 log = logging.getLogger("herald.console")
 

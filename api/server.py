@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import signal
 from collections.abc import Iterator
+from datetime import timedelta
 
 import uvicorn
 from fastapi import FastAPI
@@ -29,6 +30,8 @@ def build(cfg: settings_module.Settings, client: HeraldClient) -> FastAPI:
             operator_token=cfg.resolved_operator_token(),
             unsubscribe_secret=cfg.resolved_unsubscribe_secret(),
             temporal_ui_url=cfg.temporal_ui_url,
+            console_session_lifetime=timedelta(hours=cfg.console_session_hours),
+            default_country=cfg.default_country,
         )
     )
 

@@ -691,10 +691,6 @@ def outcome_sentence(doc: dict[str, Any]) -> str:
     return " ".join(parts) or f"State: {intent['state']}."
 
 
-def mask(channel: str) -> str:
-    return "+•• ••• ••• ••••" if channel == "sms" else "•••@•••"
-
-
 def masked_destinations(
     session: Session, intent_id: str, decrypt: Callable[[str, str], str]
 ) -> dict[str, str]:

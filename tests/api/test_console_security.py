@@ -250,3 +250,82 @@ def test_a_csv_cell_that_would_start_a_formula_is_kept_as_text() -> None:
         "",
         "3",
     ]
+
+
+async def test_the_sign_in_page_answers_429_with_retry_after_after_five_wrong_tokens(
+    http: httpx.AsyncClient, committed: sessionmaker[Session]
+) -> None:
+    name, token = principal(committed, Role.OPERATOR)
+    statuses = []
+    for attempt in range(6):
+        form = await http.get("/console/sign-in")
+        answer = await http.post(
+            "/console/sign-in",
+            data={
+                "name": name,
+                "token": token if attempt == 5 else "wrong",
+                "csrf": csrf_of(form.text),
+            },
+        )
+        statuses.append(answer.status_code)
+    assert statuses == [401, 401, 401, 401, 429, 429]
+    assert 55 <= int(answer.headers["retry-after"]) <= 60
+    assert "Too many refused sign-ins" in answer.text and "1 minute" in answer.text
+    assert "herald_console=" not in answer.headers.get("set-cookie", "")
+    metrics = (await http.get("/metrics")).text
+    assert re.search(
+        r'^herald_console_sign_ins_refused_total\{reason="throttled"\} [1-9]', metrics, re.M
+    )
+
+
+async def test_a_posted_sign_in_form_cannot_be_posted_again(
+    http: httpx.AsyncClient, committed: sessionmaker[Session]
+) -> None:
+    name, token = principal(committed, Role.VIEWER)
+    form = await http.get("/console/sign-in")
+    data = {"name": name, "token": token, "csrf": csrf_of(form.text)}
+    cookie = http.cookies.get("herald_console_login")
+    assert (await http.post("/console/sign-in", data=data)).status_code == 303
+    http.cookies.set("herald_console_login", cookie or "", path="/console")
+    again = await http.post("/console/sign-in", data=data)
+    assert again.status_code == 403 and "already used" in again.text
+
+
+async def test_a_pages_own_refresh_over_http_leaves_the_idle_clock(
+    http: httpx.AsyncClient, committed: sessionmaker[Session]
+) -> None:
+    name, token = principal(committed, Role.VIEWER)
+    await sign_in(http, name, token)
+    earlier = datetime.now(UTC) - timedelta(minutes=20)
+    with committed.begin() as session:
+        row = session.execute(
+            select(ConsoleSession).where(ConsoleSession.principal == name)
+        ).scalar_one()
+        row.last_seen_at = earlier
+        key = row.id_sha256
+    refreshed = await http.get("/console", headers={sessions.REFRESH_HEADER: "1"})
+    assert refreshed.status_code == 200
+    with committed() as session:
+        assert session.get(ConsoleSession, key).last_seen_at == earlier  # type: ignore[union-attr]
+    assert (await http.get("/console")).status_code == 200  # a person's request is use
+    with committed() as session:
+        assert session.get(ConsoleSession, key).last_seen_at > earlier  # type: ignore[union-attr]
+
+
+async def test_the_session_lifetime_is_a_setting(
+    committed: sessionmaker[Session], cipher: FieldCipher
+) -> None:
+    app, ingress = build_app(committed, cipher, StubTemporal())
+    ingress.console_session_lifetime = timedelta(minutes=5)
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app, client=(unique("10.9"), 1)),
+        base_url="http://10.0.0.5:8080",
+    ) as http:
+        name, token = principal(committed, Role.VIEWER)
+        await sign_in(http, name, token)
+        with committed.begin() as session:
+            row = session.execute(
+                select(ConsoleSession).where(ConsoleSession.principal == name)
+            ).scalar_one()
+            row.created_at = datetime.now(UTC) - timedelta(minutes=5, seconds=1)
+        assert (await http.get("/console")).status_code == 303

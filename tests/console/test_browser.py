@@ -96,9 +96,9 @@ async def test_an_operator_and_a_viewer_work_the_console_in_a_browser(stack, con
             await shot(page, "overview")
 
             # Find the class-opening intent by the member's phone number (a POST form).
-            await page.get_by_label("Find a recipient").fill(phone)
+            await page.get_by_label("Find", exact=True).fill(phone)
             await page.get_by_role("button", name="Search").click()
-            await page.get_by_role("heading", name="Recipient search").wait_for()
+            await page.get_by_role("heading", name="Search", exact=True).wait_for()
             assert phone not in page.url and phone not in await page.content()
             await shot(page, "search")
             await page.get_by_role("link", name=opening.business_key).click()
@@ -162,7 +162,7 @@ async def test_an_operator_and_a_viewer_work_the_console_in_a_browser(stack, con
             assert phone not in body
 
             # The recipient's page, from the intent's search result (POST form).
-            await page.get_by_label("Find a recipient").fill(phone)
+            await page.get_by_label("Find", exact=True).fill(phone)
             await page.get_by_role("button", name="Search").click()
             await page.get_by_role("button", name=f"Open recipient {member}").click()
             await page.get_by_role("heading", name=f"Recipient {member}").wait_for()

@@ -14,6 +14,7 @@ import pytest
 
 from domain.principals import Principal, Role
 from domain.requests import NotificationRequest
+from ledger import evidence
 from tests.console.conftest import CHROMIUM, shot, sign_in
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
@@ -134,9 +135,9 @@ async def test_every_page_fits_a_phone_and_a_laptop_and_passes_axe(stack, consol
                     await shot(page, "intent-phone")
                 # The answers to POST forms: the search and the recipient's page.
                 await page.goto(f"{console.base}/console")
-                await page.get_by_label("Find a recipient").fill(phone)
+                await page.get_by_label("Find", exact=True).fill(phone)
                 await page.get_by_role("button", name="Search").click()
-                await page.get_by_role("heading", name="Recipient search").wait_for()
+                await page.get_by_role("heading", name="Search", exact=True).wait_for()
                 await fits(page)
                 await accessible(page)
                 await page.get_by_role("button", name=f"Open recipient {member}").click()
@@ -219,5 +220,85 @@ async def test_times_switch_to_the_browsers_zone_and_back_and_the_choice_is_reme
             assert shown.endswith(("GMT+5:30", "IST")), shown
             await page.get_by_role("button", name="Times: local (show UTC)").click()
             assert (await page.locator("#updated time").inner_text()).endswith(" UTC")
+        finally:
+            await browser.close()
+
+
+async def test_a_caller_is_found_by_a_national_number_and_by_the_carriers_sid(stack, console):  # type: ignore[no-untyped-def]
+    import asyncio
+
+    from playwright.async_api import async_playwright, expect
+    from sqlalchemy import select
+
+    from ledger.models import Attempt
+
+    member = f"m-{secrets.token_hex(3)}"
+    phone = f"+4474007{secrets.randbelow(100_000):05d}"
+    with stack.client.sessions.begin() as session:
+        evidence.record_consent(
+            session,
+            recipient_ref=member,
+            channel="sms",
+            purpose="service",
+            source="booking app",
+            at=datetime.now(UTC),
+        )
+    sent = await stack.client.notify(
+        NotificationRequest(
+            business_key=f"class-opening:c-{secrets.token_hex(3)}:{member}",
+            recipient_ref=member,
+            template_key="class-opening",
+            phone=phone,
+            variables=VARIABLES,
+        )
+    )
+    await asyncio.wait_for(stack.client.temporal.get_workflow_handle(sent.workflow_id).result(), 60)
+    with stack.client.sessions() as session:
+        sid = session.execute(
+            select(Attempt.remote_id).where(Attempt.intent_id == sent.intent_id)
+        ).scalar_one()
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=str(CHROMIUM))
+        try:
+            page = await (await browser.new_context()).new_page()
+            await sign_in(page, console.base, console.viewer)
+            national = f"0{phone[3:7]} {phone[7:]}"  # 07400 7NNNNN, as a caller says it
+            await page.get_by_label("Find", exact=True).fill(national)
+            await page.get_by_label("Country of a number without +").select_option("GB")
+            await page.get_by_role("button", name="Search").click()
+            await expect(page.get_by_role("link", name=sent.business_key)).to_be_visible()
+            assert phone not in await page.content() and national not in await page.content()
+            await expect(page.locator("main")).to_contain_text(f"+44********{phone[-2:]}")
+            await shot(page, "search")
+            await page.get_by_label("Find", exact=True).fill(sid or "")
+            await page.get_by_role("button", name="Search").click()
+            await expect(page.get_by_role("link", name=sent.business_key)).to_be_visible()
+        finally:
+            await browser.close()
+
+
+async def test_a_guessed_name_meets_a_page_that_says_to_wait(stack, console):  # type: ignore[no-untyped-def]
+    from playwright.async_api import async_playwright, expect
+
+    name = f"guess-{secrets.token_hex(3)}"
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=str(CHROMIUM))
+        try:
+            page = await (
+                await browser.new_context(viewport={"width": 390, "height": 844})
+            ).new_page()
+            statuses = []
+            for _ in range(5):
+                await page.goto(f"{console.base}/console/sign-in")
+                await page.get_by_label("Name").fill(name)
+                await page.get_by_label("Token").fill("not-it")
+                async with page.expect_response("**/console/sign-in") as answer:
+                    await page.get_by_role("button", name="Sign in").click()
+                statuses.append((await answer.value).status)
+            assert statuses == [401, 401, 401, 401, 429]
+            await expect(page.get_by_role("alert")).to_contain_text("Try again in 1 minute")
+            await fits(page)
+            await accessible(page)
+            await shot(page, "sign-in-throttled")
         finally:
             await browser.close()

@@ -638,14 +638,13 @@ def outcome_sentence(doc: dict[str, Any]) -> str:
     delivered = by_state.get("delivered")
     if delivered:
         parts.append(
-            f"Delivered by {delivered['channel'].upper()} at "
-            f"{when(delivered['terminal_at'], with_date=False)}."
+            f"Delivered by {delivered['channel'].upper()} at {when(delivered['terminal_at'])}."
         )
     elif "sent" in by_state:
         sent = by_state["sent"]
         parts.append(
             f"Sent by {sent['channel'].upper()} at "
-            f"{when(sent['submitted_at'], with_date=False)}; no delivery receipt yet."
+            f"{when(sent['submitted_at'])}; no delivery receipt yet."
         )
     elif "unknown" in by_state:
         parts.append(
@@ -674,7 +673,7 @@ def outcome_sentence(doc: dict[str, Any]) -> str:
     ]
     if intent["cancelled_at"]:
         who = f" by {cancels[0]['operator']}" if cancels else ""
-        cancelled = f"Cancelled at {when(intent['cancelled_at'], with_date=False)}{who}"
+        cancelled = f"Cancelled at {when(intent['cancelled_at'])}{who}"
         handed = [
             a for a in attempts if a["submitted_at"] and a["submitted_at"] <= intent["cancelled_at"]
         ]
@@ -683,7 +682,7 @@ def outcome_sentence(doc: dict[str, Any]) -> str:
             to = "carrier" if first["channel"] == "sms" else "mail relay"
             cancelled += (
                 f": no further attempts; the {first['channel'].upper()} was handed to the {to} "
-                f"at {when(first['submitted_at'], with_date=False)} and cannot be recalled."
+                f"at {when(first['submitted_at'])} and cannot be recalled."
             )
         else:
             cancelled += ": no further attempts; nothing had been sent."

@@ -143,7 +143,7 @@ class Attempt(Base):
     Messaging Service SID, or an email From); null on attempts prepared before it was kept."""
     segments: Mapped[int | None] = mapped_column(Integer)
     error_code: Mapped[str | None] = mapped_column(String(20))
-    message_id: Mapped[str | None] = mapped_column(String(200))
+    message_id: Mapped[str | None] = mapped_column(String(200), index=True)
     prepared_at: Mapped[datetime] = mapped_column(server_default=func.now())
     send_started_at: Mapped[datetime | None]
     """Set (committed) just before the provider call: a retry that finds it set with no

@@ -52,6 +52,7 @@ def find(session: Session, text: str, *, country: str, lookup: Callable[[str], s
             select(Intent.id).where(or_(Intent.id == text, Intent.business_key == text))
         ).scalars()
     )
+    # Each through its own index (Postgres combines them with a bitmap OR).
     ids |= set(
         session.execute(
             select(Attempt.intent_id).where(

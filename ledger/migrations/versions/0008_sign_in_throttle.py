@@ -35,9 +35,12 @@ def upgrade() -> None:
     op.create_index("ix_used_sign_in_form_used_at", "used_sign_in_form", ["used_at"])
     op.add_column("intent", sa.Column("email_search_hmac", sa.String(length=64), nullable=True))
     op.create_index("ix_intent_email_search_hmac", "intent", ["email_search_hmac"])
+    # The console search finds an email attempt by its Message-ID.
+    op.create_index("ix_attempt_message_id", "attempt", ["message_id"])
 
 
 def downgrade() -> None:
+    op.drop_index("ix_attempt_message_id", table_name="attempt")
     op.drop_index("ix_intent_email_search_hmac", table_name="intent")
     op.drop_column("intent", "email_search_hmac")
     op.drop_index("ix_used_sign_in_form_used_at", table_name="used_sign_in_form")

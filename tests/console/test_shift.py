@@ -11,10 +11,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from sqlalchemy import update
 
 from domain.principals import Principal, Role
 from domain.requests import NotificationRequest
-from ledger import evidence
+from ledger import evidence, principals
+from ledger.models import PrincipalRecord
 from tests.console.conftest import CHROMIUM, shot, sign_in
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
@@ -179,6 +181,35 @@ async def test_errors_are_pages_and_the_api_docs_start_under_their_own_policy(st
             await shot(page, "error")
             await page.goto(f"{console.base}/console/intents/nope")
             await expect(page.get_by_role("heading", name="Not found")).to_be_visible()
+
+            # A role changed mid-session: the page still shows the button; the answer is a
+            # page naming the role needed, and nothing changes.
+            name = f"ops-{secrets.token_hex(3)}"
+            with stack.client.sessions.begin() as session:
+                issued = principals.create(
+                    session,
+                    name,
+                    Role.OPERATOR,
+                    by=Principal("test", Role.ADMIN),
+                    at=datetime.now(UTC),
+                )
+            demoted = await (await browser.new_context()).new_page()
+            await sign_in(demoted, console.base, (name, issued.token))
+            await demoted.goto(f"{console.base}/console/intents/{intent.intent_id}")
+            with stack.client.sessions.begin() as session:
+                session.execute(
+                    update(PrincipalRecord)
+                    .where(PrincipalRecord.name == name)
+                    .values(role="viewer")
+                )
+            await demoted.get_by_label("Reason for cancelling").fill("role changed")
+            await demoted.get_by_role("button", name="Cancel intent").click()
+            await expect(
+                demoted.get_by_role("heading", name="Your role does not allow this")
+            ).to_be_visible()
+            await expect(demoted.locator("main")).to_contain_text("needs the operator role")
+            await demoted.goto(f"{console.base}/console/intents/{intent.intent_id}")
+            await expect(demoted.locator("#outcome")).not_to_contain_text("Cancelled")
 
             await page.goto(f"{console.base}/docs")
             await expect(page.locator(".swagger-ui .info .title")).to_contain_text("Herald")

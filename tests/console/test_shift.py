@@ -16,7 +16,7 @@ from sqlalchemy import update
 from domain.principals import Principal, Role
 from domain.requests import NotificationRequest
 from ledger import evidence, principals
-from ledger.models import PrincipalRecord
+from ledger.models import ConsoleSession, PrincipalRecord
 from tests.console.conftest import CHROMIUM, shot, sign_in
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
@@ -89,6 +89,28 @@ async def test_an_open_intents_page_shows_a_change_that_lands_while_it_is_open(s
             await expect(page.locator("#announce")).to_contain_text("Updated.")
             assert await page.locator("#updated").inner_text() != first
             assert page.url.endswith(intent.intent_id)  # in place, not reloaded
+
+            # A session that ends while the page refreshes itself leads to the sign-in page.
+            watched = await scheduled(stack, member, f"+4474004{secrets.randbelow(100_000):05d}")
+            alone = await (await browser.new_context()).new_page()
+            name = f"tab-{secrets.token_hex(3)}"
+            with stack.client.sessions.begin() as session:
+                issued = principals.create(
+                    session,
+                    name,
+                    Role.VIEWER,
+                    by=Principal("test", Role.ADMIN),
+                    at=datetime.now(UTC),
+                )
+            await sign_in(alone, console.base, (name, issued.token))
+            await alone.goto(f"{console.base}/console/intents/{watched.intent_id}")
+            with stack.client.sessions.begin() as session:
+                session.execute(
+                    update(ConsoleSession)
+                    .where(ConsoleSession.principal == name)
+                    .values(ended_at=datetime.now(UTC))
+                )
+            await alone.wait_for_url("**/console/sign-in", timeout=15_000)
 
             # A pause is remembered across pages and reloads.
             other = await scheduled(stack, member, f"+4474004{secrets.randbelow(100_000):05d}")

@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING
 from sqlalchemy.orm import Session
 
 from api.console import sessions
-from domain.principals import BREAK_GLASS_NAME, Principal, Role
+from domain.principals import BREAK_GLASS_NAME, Principal, Role, check_name
 from domain.sign_in_throttle import CounterKind
 from ledger import sign_in_throttle as throttle
 from ledger.models import AuditEvent
+from ledger.principals import token_hash
 
 if TYPE_CHECKING:
     from api.deps import Ingress
@@ -56,6 +57,19 @@ def _issued_at(token: str) -> datetime | None:
     if not stamp.isdigit() or len(rest) < 32:
         return None
     return datetime.fromtimestamp(int(stamp), UTC)
+
+
+def as_claimed(name: str) -> str:
+    """A claimed name as the throttle's counter, the audit row and the log line keep it:
+    the name itself when it could be a principal's (no `@`, no `+`, no spaces), otherwise
+    a hash of it, so a phone number or an address typed into the name box is kept nowhere
+    readable."""
+    if name == BREAK_GLASS_NAME:
+        return name
+    try:
+        return check_name(name)
+    except ValueError:
+        return "not-a-name:" + token_hash(name)[:16]
 
 
 def wait_in_words(seconds: int) -> str:
@@ -102,7 +116,8 @@ async def answer(
 ) -> Answer:
     """The answer to one posted sign-in form from client `address`."""
     now = sessions.now()
-    keys = [(CounterKind.NAME, name), (CounterKind.ADDRESS, address)]
+    claimed = as_claimed(name)
+    keys = [(CounterKind.NAME, claimed), (CounterKind.ADDRESS, address)]
 
     async def refuse(reason: str, answer: Answer, *, count: bool) -> Answer:
         def work(session: Session) -> int | None:
@@ -112,7 +127,7 @@ async def answer(
                 actor="(not signed in)",
                 role="none",
                 action=REFUSED,
-                name=name,
+                name=claimed,
                 reason=reason,
                 address=address,
             )
@@ -120,7 +135,7 @@ async def answer(
 
         wait = await ingress.tx(work)
         ingress.counters.sign_ins_refused.labels(reason).inc()
-        log.info("console sign-in refused: name %r from %s (%s)", name, address, reason)
+        log.info("console sign-in refused: name %r from %s (%s)", claimed, address, reason)
         if wait is not None:
             return Answer(None, 429, _too_many(wait), wait)
         return answer
@@ -148,7 +163,7 @@ async def answer(
         return await refuse("credentials", Answer(None, 401, WRONG), count=True)
 
     def signed_in(session: Session) -> None:
-        throttle.forget(session, (CounterKind.NAME, name))
+        throttle.forget(session, (CounterKind.NAME, claimed))
         _audit(
             session,
             actor=principal.name,

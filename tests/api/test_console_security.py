@@ -20,7 +20,7 @@ from api.console import sign_in_answer as console_sign_in
 from api.console.headers import CONSOLE_HEADERS
 from domain.principals import Principal, Role
 from ledger.crypto import FieldCipher
-from ledger.models import AuditEvent, ConsoleSession, PrincipalRecord
+from ledger.models import AuditEvent, ConsoleSession, PrincipalRecord, SignInCounter
 from ledger.principals import token_hash
 from tests.api.conftest import StubTemporal, build_app
 from tests.api.test_console import csrf_of, principal, sign_in
@@ -329,3 +329,22 @@ async def test_the_session_lifetime_is_a_setting(
             ).scalar_one()
             row.created_at = datetime.now(UTC) - timedelta(minutes=5, seconds=1)
         assert (await http.get("/console")).status_code == 303
+
+
+async def test_contact_data_typed_as_a_name_is_kept_nowhere_readable(
+    committed: sessionmaker[Session], cipher: FieldCipher
+) -> None:
+    _, ingress = build_app(committed, cipher, StubTemporal())
+    typed = f"{unique('ann')}@example.com"
+    assert (await post(ingress, typed, "x", unique("10.7"))).status == 401
+    claimed = console_sign_in.as_claimed(typed)
+    assert claimed.startswith("not-a-name:") and "@" not in claimed
+    with committed() as session:
+        rows = list(
+            session.execute(
+                select(AuditEvent).where(AuditEvent.subject == f"principal:{claimed}")
+            ).scalars()
+        )
+        assert len(rows) == 1
+        assert session.get(SignInCounter, ("name", claimed)) is not None
+        assert session.get(SignInCounter, ("name", typed)) is None

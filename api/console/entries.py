@@ -138,6 +138,7 @@ SOURCE_WORDS = {
     "poll": "A status check with {carrier}",
     "webhook": "A delivery receipt from {carrier}",
     "reconcile": "A reconciliation check with {carrier}",
+    "operator": "An operator's settlement",
 }
 
 
@@ -228,6 +229,26 @@ def _operator(a: dict[str, Any]) -> Entry:
     elif action == "legal-hold":
         held = "put the intent under legal hold" if detail_of.get("on") else "lifted its legal hold"
         sentence = f"{who} {held}{reason}."
+    elif action == "settle":
+        rule = detail_of.get("rule", "a rule")
+        if refused:
+            sentence = f"{who} asked to settle the unknown outcome under {rule}{reason}.{why}"
+        else:
+            outcome = detail_of.get("outcome", "settled")
+            resend = (
+                " A resend may follow."
+                if detail_of.get("resend_allowed") == "true"
+                else " No resend follows from it."
+            )
+            sentence = (
+                f"{who} settled the unknown outcome as {outcome} under the rule {rule}"
+                f"{reason}.{resend}"
+            )
+    elif action == "settlement-expired":
+        sentence = (
+            "The settlement window closed with no decision: the attempt stays unknown and "
+            "nothing is sent again."
+        )
     elif action == "workflow-closed":
         sentence = (
             f"The reconciler found the workflow {detail_of.get('workflow_status', 'closed')} "

@@ -91,14 +91,14 @@ def seen(
 
 
 def action(
-    clock: str, name: str, who: str, reason: str, outcome: str = "accepted", **detail: Any
+    clock: str, name: str, who: str, reason: str, result: str = "accepted", **detail: Any
 ) -> dict[str, Any]:
     return {
         "action": name,
         "operator": who,
         "operator_role": "operator",
         "reason": reason,
-        "outcome": outcome,
+        "outcome": result,
         "detail": detail,
         "at": at(clock),
     }
@@ -234,7 +234,7 @@ def test_a_blocked_sms_an_email_fallback_and_a_cancel_after_it_was_handed_on():
                 "approve-resend",
                 "ana",
                 "try SMS again",
-                outcome="refused",
+                result="refused",
                 channel="sms",
                 why="the intent is cancelled",
             ),
@@ -260,4 +260,38 @@ def test_a_blocked_sms_an_email_fallback_and_a_cancel_after_it_was_handed_on():
         "called off”.",
         "2026-12-07 09:01:30 UTC operator: ana (operator) asked for a resend by SMS: “try SMS "
         "again”. Refused: the intent is cancelled.",
+    ]
+
+
+def test_a_settlement_and_an_expired_window_are_told_in_words():
+    story = doc(
+        "delivered",
+        [],
+        [],
+        [],
+        [
+            action(
+                "11:00:00.000",
+                "settle",
+                "ana",
+                "carrier confirmed by phone",
+                rule="carrier_confirmed",
+                outcome="delivered",
+                resend_allowed="false",
+            ),
+            action(
+                "12:00:00.000",
+                "settlement-expired",
+                "herald",
+                "the window closed",
+                outcome="expired",
+            ),
+        ],
+    )
+    assert told(story) == [
+        "2026-12-07 11:00:00 UTC operator: ana (operator) settled the unknown outcome as "
+        "delivered under the rule carrier_confirmed: “carrier confirmed by phone”. No resend "
+        "follows from it.",
+        "2026-12-07 12:00:00 UTC operator: The settlement window closed with no decision: the "
+        "attempt stays unknown and nothing is sent again.",
     ]

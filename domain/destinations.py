@@ -191,10 +191,13 @@ def region_of(country: str) -> str:
 
 
 def phone_e164(raw: str, default_region: str | None = None) -> str:
-    """A phone number in E.164. Looser than an SMS destination: an opt-out is honoured even
+    """Normalize a phone number to E.164 for an opt-out or a search.
+
+    A phone number in E.164. Looser than an SMS destination: an opt-out is honoured even
     for a number Herald would not text (a landline that texted STOP through a gateway).
     With `default_region` (ISO alpha-2), a number in national form (`07400 000001`) is read
-    as that country's."""
+    as that country's.
+    """
     region = default_region.upper() if default_region else None
     try:
         return normalize_phone(raw, region).e164
@@ -209,8 +212,11 @@ def phone_e164(raw: str, default_region: str | None = None) -> str:
 
 
 def normalized_destination(raw: str, channel: str | None) -> str:
-    """What the ledger's HMAC is taken over: E.164 for a phone, the normalized address for
-    an email. For `*` (or no channel), an `@` says which it is."""
+    """The normalized form of a destination that the ledger's HMAC is taken over.
+
+    What the ledger's HMAC is taken over: E.164 for a phone, the normalized address for
+    an email. For `*` (or no channel), an `@` says which it is.
+    """
     as_email = channel == "email" or (channel in ("*", None) and "@" in raw)
     try:
         return normalize_email(raw).address if as_email else phone_e164(raw)
@@ -220,15 +226,20 @@ def normalized_destination(raw: str, channel: str | None) -> str:
 
 
 def search_form(address: str) -> str:
-    """What the console's search-only email lookup is taken over: the normalized address
-    case-folded whole (`Ann.Lee@Example.com` and `ann.lee@example.com` alike), with a
-    prefix so it can never equal the HMAC of a destination's normal form. Consent and
-    suppressions keep matching on the normal form, which keeps the local part's case."""
+    """What the console's search-only email lookup is taken over.
+
+    The normalized address case-folded whole (`Ann.Lee@Example.com` and
+    `ann.lee@example.com` alike), with a prefix so it can never equal the HMAC of a
+    destination's normal form. Consent and suppressions keep matching on the normal form,
+    which keeps the local part's case.
+    """
     return "search:" + address.casefold()
 
 
 def masked(destination: str) -> str:
-    """A destination as support and auditors see it: enough to confirm with the person
+    """A destination masked for support and auditors.
+
+    A destination as support and auditors see it: enough to confirm with the person
     ("ends in 42, at example.com"), not enough to contact them.
 
     `+447400000142` -> `+44********42`; `ann.lee@example.com` -> `a***@example.com`.

@@ -14,6 +14,8 @@ from enum import StrEnum
 
 
 class ErrorKind(StrEnum):
+    """What a provider error means for the next step: give up, retry, or reconcile."""
+
     PERMANENT = "permanent"
     """This destination will not work on this channel: do not retry it."""
     TRANSIENT = "transient"
@@ -105,8 +107,9 @@ WHAT_TO_EXPECT: dict[ErrorKind, str] = {
 
 
 def meaning(code: str | int | None, http_status: int | None = None) -> str:
-    """A provider error in words for a person, from the table above: the code, what it
-    means and what Herald does about it.
+    """A provider error in words for a person, from the table above.
+
+    The code, what it means and what Herald does about it.
 
     `meaning("30003")` -> ``"30003: unreachable destination handset (the message may or
     may not have gone out: it is settled before anything is sent again)"``.

@@ -22,6 +22,8 @@ LONGEST_BLOCK = timedelta(minutes=15)
 
 
 class CounterKind(StrEnum):
+    """What a counter counts refusals of."""
+
     NAME = "name"
     """Refusals for one principal name, whoever sent them."""
     ADDRESS = "address"

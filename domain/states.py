@@ -74,10 +74,12 @@ class Transition:
 
     @property
     def changed(self) -> bool:
+        """Whether the observation moved the attempt's state."""
         return self.verdict in (Verdict.APPLIED, Verdict.SETTLES_UNKNOWN)
 
 
 def is_terminal(state: AttemptState) -> bool:
+    """Whether `state` is terminal (nothing later but a settlement changes it)."""
     return state in TERMINAL
 
 

@@ -1,5 +1,8 @@
-"""The console search's lookups that intake writes for new intents, filled in for the
-intents recorded before they existed (`herald migrate` runs it after the migrations)."""
+"""The console search's lookups, filled in for intents recorded before they existed.
+
+Intake writes them for new intents; this fills them for the older ones (`herald migrate`
+runs it after the migrations).
+"""
 
 from __future__ import annotations
 
@@ -12,9 +15,12 @@ from ledger.models import Intent
 
 
 def backfill_email_search(session: Session, cipher: FieldCipher, *, batch: int = 1000) -> int:
-    """Write `email_search_hmac` for up to `batch` intents that have a readable email
-    destination and no lookup yet; how many were written (0: none left). A purged intent
-    has no readable destination and stays unsearchable by address, as it should."""
+    """Write `email_search_hmac` for up to `batch` intents that lack it.
+
+    Those with a readable email destination and no lookup yet; how many were written (0:
+    none left). A purged intent has no readable destination and stays unsearchable by
+    address, as it should.
+    """
     rows = session.execute(
         select(Intent)
         .where(Intent.email_destination_ct.is_not(None), Intent.email_search_hmac.is_(None))

@@ -1,6 +1,9 @@
-"""The console's sign-in throttle in the ledger: one row per counter (a name, a client
+"""The console's sign-in throttle in the ledger.
+
+One row per counter (a name, a client
 address), read and written under a row lock so that every API process counts the same
-refusals; and the sign-in forms already posted. The rule is domain.sign_in_throttle's."""
+refusals; and the sign-in forms already posted. The rule is domain.sign_in_throttle's.
+"""
 
 from __future__ import annotations
 
@@ -36,8 +39,11 @@ def retry_after(session: Session, keys: Iterable[CounterKey], now: datetime) -> 
 
 
 def record_refusal(session: Session, keys: Iterable[CounterKey], now: datetime) -> int | None:
-    """Count one refused sign-in against each counter; the seconds to wait now, if one of
-    them blocks. Rows are locked in key order, so two processes never deadlock."""
+    """Count one refused sign-in against each counter.
+
+    The seconds to wait now, if one of them blocks. Rows are locked in key order, so two
+    processes never deadlock.
+    """
     wanted = sorted((kind.value, key[:120]) for kind, key in keys)
     session.execute(
         insert(SignInCounter)
@@ -70,8 +76,11 @@ def forget(session: Session, key: CounterKey) -> None:
 
 
 def use_form(session: Session, token: str, issued_at: datetime, now: datetime) -> bool:
-    """Whether a sign-in form's token may be used now: issued within FORM_LIFETIME and not
-    posted before. Marks it used; forgets uses older than any form still accepted."""
+    """Whether a sign-in form's token may be used now.
+
+    Issued within FORM_LIFETIME and not posted before. Marks it used; forgets uses older
+    than any form still accepted.
+    """
     if not now - FORM_LIFETIME <= issued_at <= now + timedelta(minutes=1):
         return False
     session.execute(delete(UsedSignInForm).where(UsedSignInForm.used_at < now - FORM_LIFETIME))

@@ -14,6 +14,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import (
+        PERMANENT_ERRORS,
         AuthorizeInput,
         AuthorizeResult,
         CancelRequest,
@@ -111,13 +112,6 @@ second send while the first is still talking to SMTP."""
 LEDGER_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30)
 )
-PERMANENT_ERRORS = [
-    "PermanentProviderError",
-    "InvalidDestination",
-    "TemplateError",
-    "ArtifactMismatch",
-    "NotFound",
-]
 AUTHORIZE_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
     maximum_interval=timedelta(seconds=30),

@@ -1,4 +1,6 @@
-"""the console's sign-in throttle: refused sign-ins per name and per client address, and
+"""The console's sign-in throttle and the search's email lookup.
+
+the console's sign-in throttle: refused sign-ins per name and per client address, and
 the sign-in forms already used (their CSRF token is good for one post); the console
 search's lookup of an email address in any letter case (`herald migrate` fills it for the
 intents recorded before)

@@ -26,13 +26,13 @@ from activities.contracts import (
     OperatorActionInput,
     VerdictInput,
 )
-from domain import keys, policy, templates
+from domain import channels, keys, policy, templates
 from domain.senders import SenderBook
 from domain.states import AttemptState
 from ledger import metrics
 from ledger import repository as repo
 from ledger.crypto import FieldCipher
-from ledger.models import Attempt, Intent, PolicyDecision, PolicyVersion
+from ledger.models import Attempt, Intent, PolicyDecision, PolicyVersion, intent_destination
 from ledger.repository import ObservationFacts
 from ledger.templates import active_templates
 from ledger.transactions import Transactions
@@ -172,6 +172,14 @@ class LedgerActivities:
         transaction, before anything is sent. A retry returns the attempt already prepared."""
         now = now_utc()
 
+        # An unknown channel is refused before anything is read or recorded.
+        try:
+            channel = channels.get(input.channel)
+        except channels.UnknownChannel as err:
+            raise ApplicationError(
+                str(err), type=ErrorType.UNKNOWN_CHANNEL, non_retryable=True
+            ) from err
+
         def work(session: Session) -> AuthorizeResult:
             intent = _intent_row(session, _AUTHORIZED_INTENT, input.intent_id)
             token = keys.attempt_token(intent.business_key, input.channel, input.attempt_number)
@@ -188,7 +196,7 @@ class LedgerActivities:
                     attempt_token=token,
                 )
             version, pol = self._policies.active(session)
-            destination_ct, destination_hmac = _destination_of(intent, input.channel)
+            destination_ct, destination_hmac = intent_destination(intent, input.channel)
             if destination_ct is None or destination_hmac is None:
                 raise ApplicationError(
                     f"the intent has no {input.channel} destination",
@@ -280,7 +288,8 @@ class LedgerActivities:
                 template_version=rendered.template_version,
                 sender=decision.sender,
                 sender_address=self._senders.resolve(input.channel, decision.sender),
-                segments=rendered.segments if input.channel == "sms" else None,
+                provider=pol.providers_for(intent.region, input.channel)[0],
+                segments=rendered.segments if channel.counts_segments else None,
                 purge_after=now + self._retention,
             )
             metrics.note_prepared(
@@ -360,12 +369,6 @@ class LedgerActivities:
             )
 
         await self._tx(work)
-
-
-def _destination_of(intent: Row[Any], channel: str) -> tuple[str | None, str | None]:
-    if channel == "sms":
-        return intent.sms_destination_ct, intent.sms_destination_hmac
-    return intent.email_destination_ct, intent.email_destination_hmac
 
 
 async def _cancel_requester(prefix: str) -> str:

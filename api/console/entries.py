@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from domain import channels
 from domain.provider_errors import meaning
 from ledger.timeline import approval_time
 
@@ -55,11 +56,15 @@ def time_text(value: datetime, *, millis: bool = False) -> str:
 
 
 def channel_word(channel: str | None) -> str:
-    return {"sms": "SMS", "email": "email"}.get(channel or "", channel or "message")
+    """The channel as people read it (domain.channels: `SMS`, `email`)."""
+    known = channels.REGISTRY.get(channel or "")
+    return known.title if known else (channel or "message")
 
 
 def _carrier(channel: str | None) -> str:
-    return "the mail relay" if channel == "email" else "the carrier"
+    """Who takes the message from Herald on that channel (`the carrier`, `the mail relay`)."""
+    known = channels.REGISTRY.get(channel or "")
+    return f"the {known.handed_to}" if known else "the provider"
 
 
 STATE_WORDS = {
@@ -103,6 +108,7 @@ def _attempt(a: dict[str, Any]) -> list[Entry]:
     to = f" to {a['destination_masked']}" if a.get("destination_masked") else ""
     detail = [
         ("token", a["token"]),
+        ("provider", a.get("provider") or ""),
         ("template", f"{a['template_key']} v{a['template_version']}"),
         ("content sha256", a["content_sha256"]),
         ("state now", a["state"]),

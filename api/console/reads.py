@@ -39,6 +39,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB, aggregate_order_by, arr
 from sqlalchemy.orm import Session
 
 from api.console.entries import Entry, entries_of
+from domain import channels
 from domain.destinations import masked
 from domain.intents import IntentState, derive_intent_state
 from domain.policy import Outcome
@@ -142,7 +143,7 @@ class IntentFilter:
         elif self.attempt_from and not self.both_channels:
             query = query.where(self._attempted())
         if self.both_channels:
-            query = query.where(self._attempted("sms"), self._attempted("email"))
+            query = query.where(*(self._attempted(c) for c in channels.NAMES))
         if self.state:
             query = query.where(could_be(self.state))
         if self.intent_ids is not None:
@@ -544,8 +545,7 @@ CSV_COLUMNS = [
     "category",
     "region",
     "state",
-    "sms_state",
-    "email_state",
+    *(f"{c}_state" for c in channels.NAMES),
     "created_at",
     "send_at",
     "cancelled_at",
@@ -604,8 +604,7 @@ def csv_rows(session: Session, flt: IntentFilter) -> Any:
                 i.category,
                 i.region,
                 item.state,
-                item.channel_states.get("sms", ""),
-                item.channel_states.get("email", ""),
+                *(item.channel_states.get(c, "") for c in channels.NAMES),
                 i.created_at.astimezone(UTC).isoformat(),
                 i.send_at.astimezone(UTC).isoformat() if i.send_at else "",
                 i.cancelled_at.astimezone(UTC).isoformat() if i.cancelled_at else "",
@@ -679,7 +678,7 @@ def outcome_sentence(doc: dict[str, Any]) -> str:
         ]
         if handed:
             first = handed[0]
-            to = "carrier" if first["channel"] == "sms" else "mail relay"
+            to = channels.get(first["channel"]).handed_to
             cancelled += (
                 f": no further attempts; the {first['channel'].upper()} was handed to the {to} "
                 f"at {when(first['submitted_at'])} and cannot be recalled."
@@ -876,12 +875,12 @@ def overview(session: Session, now: datetime) -> Overview:
     unknown_share = day.get("unknown", 0) / total if total else None
     with_email = session.execute(
         select(func.count(func.distinct(Attempt.intent_id))).where(
-            Attempt.prepared_at >= now - WINDOWS["day"], Attempt.channel == "email"
+            Attempt.prepared_at >= now - WINDOWS["day"], Attempt.channel == channels.EMAIL.name
         )
     ).scalar_one()
     with_sms = session.execute(
         select(func.count(func.distinct(Attempt.intent_id))).where(
-            Attempt.prepared_at >= now - WINDOWS["day"], Attempt.channel == "sms"
+            Attempt.prepared_at >= now - WINDOWS["day"], Attempt.channel == channels.SMS.name
         )
     ).scalar_one()
     both = session.execute(

@@ -31,7 +31,7 @@ from activities.contracts import (
     SubmitOutcome,
     VerdictInput,
 )
-from domain import keys
+from domain import channels, keys
 from runtime.sandbox import sandbox_runner
 from starter.client import start_summary
 from workflows.notification import CHANNEL, EVENT_TYPE, REGION, STATE, NotificationWorkflow
@@ -173,7 +173,7 @@ class Harness:
         )
         sms = Worker(
             client,
-            task_queue=f"{queue}-sms",
+            task_queue=channels.SMS.task_queue(queue),
             activities=[a for a in world.activities() if a.__name__ in ("submit_sms", "poll_sms")],
         )
         return _Both(main, sms)

@@ -56,15 +56,15 @@ def time_text(value: datetime, *, millis: bool = False) -> str:
 
 
 def channel_word(channel: str | None) -> str:
-    """The channel as people read it (domain.channels: `SMS`, `email`)."""
-    known = channels.REGISTRY.get(channel or "")
-    return known.title if known else (channel or "message")
+    """The channel as people read it (domain.channels: `SMS`, `email`); an unknown channel
+    raises channels.UnknownChannel. No channel (an orphan observation): "message"."""
+    return channels.get(channel).title if channel else "message"
 
 
 def _carrier(channel: str | None) -> str:
-    """Who takes the message from Herald on that channel (`the carrier`, `the mail relay`)."""
-    known = channels.REGISTRY.get(channel or "")
-    return f"the {known.handed_to}" if known else "the provider"
+    """Who takes the message from Herald on that channel (`the carrier`, `the mail relay`);
+    an unknown channel raises channels.UnknownChannel."""
+    return f"the {channels.get(channel).handed_to}" if channel else "the provider"
 
 
 STATE_WORDS = {

@@ -78,6 +78,7 @@ async def render_intent(
         sentence=reads.outcome_sentence(doc),
         channels=[c for c in intent["channel_plan"]["channels"]],
         destinations=destinations,
+        mask=reads.mask,
         revealed=revealed,
         notice=notice,
         review=review,

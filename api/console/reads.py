@@ -689,6 +689,12 @@ def outcome_sentence(doc: dict[str, Any]) -> str:
     return " ".join(parts) or f"State: {intent['state']}."
 
 
+def mask(channel: str) -> str:
+    """How a destination on `channel` reads when there is none to mask (purged); raises
+    channels.UnknownChannel for a channel Herald does not know."""
+    return channels.get(channel).mask_placeholder
+
+
 def masked_destinations(
     session: Session, intent_id: str, decrypt: Callable[[str, str], str]
 ) -> dict[str, str]:

@@ -80,6 +80,7 @@ def timeline(
             "cancelled_at": iso_utc(intent.cancelled_at),
             "pii_purged_at": iso_utc(intent.pii_purged_at),
             "legal_hold": intent.legal_hold,
+            "created_by": intent.created_by,
         },
         "decisions": [
             {

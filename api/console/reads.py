@@ -46,7 +46,7 @@ from domain.policy import Outcome
 from domain.provider_errors import meaning
 from domain.states import AttemptState
 from ledger import reconcile
-from ledger.listing import state_of
+from ledger.listing import state_of, to_recipient
 from ledger.models import (
     Attempt,
     Consent,
@@ -149,12 +149,7 @@ class IntentFilter:
         if self.intent_ids is not None:
             query = query.where(Intent.id.in_(self.intent_ids))
         if self.recipient_hmac:
-            query = query.where(
-                or_(
-                    Intent.sms_destination_hmac == self.recipient_hmac,
-                    Intent.email_destination_hmac == self.recipient_hmac,
-                )
-            )
+            query = query.where(to_recipient(self.recipient_hmac))
         return query
 
     def _attempted(self, channel: str | None = None) -> Any:

@@ -8,6 +8,7 @@ SMTP relay by setting the variables documented in the README.
 from __future__ import annotations
 
 import secrets
+from datetime import timedelta
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Literal
@@ -23,9 +24,11 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from domain.circuit import BreakerSettings
 from domain.senders import DEV_EMAIL_SENDER, DEV_SMS_SENDER, SenderBook
 
 SIMULATOR_AUTH_TOKEN = "simulator-auth-token"
+SIMULATOR_TELNYX_API_KEY = "simulator-telnyx-api-key"
 
 
 class TwilioProvider(BaseModel):
@@ -53,12 +56,28 @@ class SmtpProvider(BaseModel):
     password: SecretStr | None = None
 
 
-ProviderSettings = Annotated[TwilioProvider | SmtpProvider, Field(discriminator="kind")]
+class TelnyxProvider(BaseModel):
+    """A Telnyx Messaging v2 account (transports.telnyx)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["telnyx"] = "telnyx"
+    base_url: str
+    """`https://api.telnyx.com`, or the Telnyx simulator's URL."""
+    api_key: SecretStr
+    messaging_profile_id: str | None = None
+    from_number: str | None = None
+    """This account's sender; unset, the sender resolved for the policy's alias."""
+
+
+AnyProvider = TwilioProvider | TelnyxProvider | SmtpProvider
+ProviderSettings = Annotated[AnyProvider, Field(discriminator="kind")]
 """One provider account's settings; `kind` says which adapter (domain.providers.KINDS)."""
 
-BUILT_IN_PROVIDERS = ("twilio", "smtp")
-"""The aliases the flat HERALD_SMS_* and HERALD_SMTP_* settings configure (the registry's
-default providers, domain.channels)."""
+BUILT_IN_PROVIDERS = ("twilio", "telnyx", "smtp")
+"""The aliases the flat HERALD_SMS_*, HERALD_TELNYX_* and HERALD_SMTP_* settings configure
+(`twilio` and `smtp` are the registry's default providers, domain.channels; `telnyx` is
+there for a policy that routes to it: `herald dev` runs its simulator)."""
 
 
 class Settings(BaseSettings):
@@ -98,6 +117,10 @@ class Settings(BaseSettings):
     """SMS send and poll run on `<task_queue>-sms`, rate limited by the server for the
     whole fleet at this many activities per second."""
     sms_max_concurrent: int = 20
+    provider_max_per_second: dict[str, float] = {}
+    """HERALD_PROVIDER_MAX_PER_SECOND, a JSON object: SMS provider alias -> activities per
+    second on its own queue (`<task_queue>-sms-<alias>`, used where the policy routes SMS
+    to more than one provider); an alias it does not name gets `sms_max_per_second`."""
 
     worker_metrics_address: str | None = None
     """`host:port` where each worker serves the Temporal SDK's Prometheus metrics."""
@@ -162,6 +185,37 @@ class Settings(BaseSettings):
     `{"herald-us-10dlc": "MG...", "Herald": "Herald", "herald-za": "+27..."}`."""
     simulator_port: int = 58081
 
+    telnyx_base_url: str | None = None
+    """Telnyx Messaging v2 API base (`https://api.telnyx.com`). Unset: `herald dev`'s
+    Telnyx simulator."""
+    telnyx_api_key: SecretStr = SecretStr(SIMULATOR_TELNYX_API_KEY)
+    telnyx_public_key: str | None = None
+    """HERALD_TELNYX_PUBLIC_KEY: the account's Ed25519 public key (base64 of 32 bytes),
+    which Telnyx's webhooks are verified with. Unset, `/v1/webhooks/telnyx` refuses every
+    event; `herald dev` sets its own simulator's (a key pair made per stack)."""
+    telnyx_messaging_profile_id: str | None = None
+    """Sent with every Telnyx message (needed for an alphanumeric sender or a number pool)."""
+    telnyx_from_number: str | None = None
+    """HERALD_TELNYX_FROM_NUMBER: the number the Telnyx account sends from. Unset, Telnyx
+    is given the sender resolved for the policy's alias (HERALD_SMS_SENDERS), which must
+    then be one Telnyx accepts (an E.164 number on the account, or an alphanumeric id
+    with a messaging profile); a Messaging Service SID is Twilio's alone."""
+    telnyx_simulator_port: int = 58082
+
+    circuit_failure_threshold: int = 5
+    """A provider's circuit opens after this many consecutive failures (a provider-side
+    refusal, a refused connection, a 5xx, a timeout) within `circuit_window_seconds`."""
+    circuit_window_seconds: float = 60.0
+    circuit_cool_down_seconds: float = 30.0
+    """How long an open circuit refuses at once before one probe may try (half-open)."""
+
+    def breaker_settings(self) -> BreakerSettings:
+        return BreakerSettings(
+            failure_threshold=self.circuit_failure_threshold,
+            window=timedelta(seconds=self.circuit_window_seconds),
+            cool_down=timedelta(seconds=self.circuit_cool_down_seconds),
+        )
+
     smtp_host: str = "127.0.0.1"
     smtp_port: int = 58025
     smtp_starttls: bool = False
@@ -211,6 +265,10 @@ class Settings(BaseSettings):
     @property
     def sms_api_url(self) -> str:
         return self.sms_base_url or f"http://127.0.0.1:{self.simulator_port}"
+
+    @property
+    def telnyx_api_url(self) -> str:
+        return self.telnyx_base_url or f"http://127.0.0.1:{self.telnyx_simulator_port}"
 
     def resolved_database_url(self) -> str:
         """A SQLAlchemy URL on psycopg 3 (the driver Herald installs). A plain libpq URL,
@@ -280,16 +338,31 @@ class Settings(BaseSettings):
         ]
         if missing:
             raise ValueError(f"HERALD_ENV=production needs {', '.join(missing)}; refusing to start")
+        for alias, provider in self.providers.items():
+            if (
+                isinstance(provider, TwilioProvider)
+                and provider.auth_token.get_secret_value() == SIMULATOR_AUTH_TOKEN
+            ):
+                raise ValueError(
+                    f"HERALD_PROVIDERS {alias!r}: the simulator's auth token outside dev; "
+                    "refusing to start"
+                )
         return self
 
-    def provider_settings(self) -> dict[str, TwilioProvider | SmtpProvider]:
+    def provider_settings(self) -> dict[str, AnyProvider]:
         """Every configured provider account by alias: `twilio` and `smtp` from the flat
         settings, then HERALD_PROVIDERS (which may replace them)."""
-        built_in: dict[str, TwilioProvider | SmtpProvider] = {
+        built_in: dict[str, AnyProvider] = {
             "twilio": TwilioProvider(
                 base_url=self.sms_api_url,
                 account_sid=self.sms_account_sid,
                 auth_token=self.sms_auth_token,
+            ),
+            "telnyx": TelnyxProvider(
+                base_url=self.telnyx_api_url,
+                api_key=self.telnyx_api_key,
+                messaging_profile_id=self.telnyx_messaging_profile_id,
+                from_number=self.telnyx_from_number,
             ),
             "smtp": SmtpProvider(
                 host=self.smtp_host,

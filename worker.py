@@ -21,7 +21,7 @@ import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import NoReturn, TypeVar
@@ -41,6 +41,7 @@ from activities.maintenance import MaintenanceActivities
 from activities.sms import SmsActivities
 from domain import channels
 from domain.channels import Channel
+from domain.providers import provider_task_queue
 from domain.senders import SenderBook
 from ledger.crypto import FieldCipher
 from ledger.engine import ledger_engine
@@ -52,6 +53,8 @@ from starter.client import HeraldClient
 from starter.relay import run_relay
 from transports.artifacts import ArtifactStore
 from transports.email import DkimConfig, SmtpEmail
+from transports.sms import SmsTransport
+from transports.telnyx import TelnyxSms
 from transports.twilio import TwilioSms
 from workflows.maintenance import MaintenanceWorkflow
 from workflows.notification import NotificationWorkflow
@@ -106,10 +109,12 @@ class Workers:
     """The ledger sessions the activities use; the relay shares them."""
     cipher: FieldCipher
     engine: Engine
+    sms_providers: list[Worker] = field(default_factory=list)
+    """One per SMS provider alias, on its own rate-limited queue (failover routes)."""
 
     @property
     def all(self) -> list[Worker]:
-        return [self.main, self.sms]
+        return [self.main, self.sms, *self.sms_providers]
 
 
 def dkim_config(cfg: settings_module.Settings) -> DkimConfig | None:
@@ -121,10 +126,10 @@ def dkim_config(cfg: settings_module.Settings) -> DkimConfig | None:
 
 def provider_transports(
     cfg: settings_module.Settings, http: httpx.AsyncClient
-) -> tuple[dict[str, TwilioSms], dict[str, SmtpEmail]]:
+) -> tuple[dict[str, SmsTransport], dict[str, SmtpEmail]]:
     """A transport for every configured provider alias (settings.provider_settings), by
     the adapter its kind names: (SMS transports, email transports)."""
-    sms: dict[str, TwilioSms] = {}
+    sms: dict[str, SmsTransport] = {}
     email: dict[str, SmtpEmail] = {}
     for alias, provider in cfg.provider_settings().items():
         if isinstance(provider, settings_module.TwilioProvider):
@@ -132,6 +137,14 @@ def provider_transports(
                 base_url=provider.base_url,
                 account_sid=provider.account_sid,
                 auth_token=provider.auth_token.get_secret_value(),
+                client=http,
+            )
+        elif isinstance(provider, settings_module.TelnyxProvider):
+            sms[alias] = TelnyxSms(
+                base_url=provider.base_url,
+                api_key=provider.api_key.get_secret_value(),
+                messaging_profile_id=provider.messaging_profile_id,
+                from_number=provider.from_number,
                 client=http,
             )
         else:
@@ -187,6 +200,7 @@ def build_workers(
         callback_base_url=cfg.callback_base_url,
         senders=senders,
         providers=sms_providers,
+        breaker=cfg.breaker_settings(),
     )
     email_acts = EmailActivities(
         email,
@@ -223,7 +237,22 @@ def build_workers(
         max_concurrent_activities=cfg.sms_max_concurrent,
         graceful_shutdown_timeout=SHUTDOWN_GRACE,
     )
-    return Workers(main, sms_worker, http, sessions, cipher, engine)
+    # Where the policy routes SMS to several providers, each try runs on its provider's
+    # queue: one rate budget per provider (its contract's limits), for the whole fleet.
+    per_provider = [
+        Worker(
+            client,
+            task_queue=provider_task_queue(channels.SMS, queue, alias),
+            activities=[sms_acts.submit_sms, sms_acts.poll_sms],
+            max_task_queue_activities_per_second=cfg.provider_max_per_second.get(
+                alias, cfg.sms_max_per_second
+            ),
+            max_concurrent_activities=cfg.sms_max_concurrent,
+            graceful_shutdown_timeout=SHUTDOWN_GRACE,
+        )
+        for alias in sms_providers
+    ]
+    return Workers(main, sms_worker, http, sessions, cipher, engine, per_provider)
 
 
 Background = Callable[[asyncio.Event], Awaitable[None]]

@@ -41,6 +41,10 @@ class ErrorType(StrEnum):
     RECONCILE_PENDING = "ReconcilePending"
     """An ambiguous submission is not visible at the provider yet: an expected retry,
     raised as benign so it does not read as a failure in the Web UI."""
+    PROVIDER_REFUSED = "ProviderRefused"
+    """A definitive refusal for the provider's own reason (credentials, sender, a refused
+    connection, an open circuit), raised only when the workflow fails over: the next
+    provider (or a deferral of them all) takes it, never this provider again."""
 
 
 PERMANENT_ERRORS: list[str] = [
@@ -49,6 +53,7 @@ PERMANENT_ERRORS: list[str] = [
     ErrorType.TEMPLATE_ERROR.value,
     ErrorType.ARTIFACT_MISMATCH.value,
     ErrorType.NOT_FOUND.value,
+    ErrorType.PROVIDER_REFUSED.value,
 ]
 """The error types no retry can cure (the workflow's `non_retryable_error_types`)."""
 
@@ -109,6 +114,11 @@ class AuthorizeInput:
     intent_id: str
     channel: str
     attempt_number: int
+    provider: str | None = None
+    """A failover try: the alias (one the policy routes the channel to) this attempt
+    goes to. None: the first of the policy's list."""
+    failover_reason: str = ""
+    """A failover try: why the provider before gave way (recorded with the decision)."""
 
 
 @dataclass
@@ -121,11 +131,21 @@ class AuthorizeResult:
     decision_id: int
     next_eligible_at: datetime | None = None
     attempt_token: str | None = None
+    providers: list[str] = field(default_factory=list)
+    """The provider aliases the policy routes this channel and region to, in order."""
+    failover: bool = False
+    """Whether the policy lets another provider take over for this category."""
+    provider: str | None = None
+    """The alias the prepared attempt goes to."""
 
 
 @dataclass
 class SubmitInput:
     attempt_token: str
+    failover: bool = False
+    """Another provider may take over: a definitive provider-side refusal (its error
+    body, a refused connection, an open circuit) is then returned at once as
+    ``ProviderRefused`` instead of being retried with this provider."""
 
 
 @dataclass
@@ -137,6 +157,16 @@ class SubmitOutcome:
     reason: str = ""
     reconciled: bool = False
     """True when an ambiguous submission was looked up at the provider."""
+    lookup: str | None = None
+    """After an ambiguous submission: what the lookup found (domain.failover.Lookup:
+    found, not_found, unavailable); None when there was nothing to look up."""
+    answer: str | None = None
+    """The failover class of the provider's answer (domain.failover.Answer), when the
+    workflow needs it to choose the next move; None for answers older code knew."""
+    provider: str | None = None
+    """The provider alias the attempt went to."""
+    retry_at: datetime | None = None
+    """For a refusal by an open circuit: when its provider lets a probe through."""
 
 
 @dataclass

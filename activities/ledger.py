@@ -187,6 +187,10 @@ class LedgerActivities:
             if existing is not None:
                 decision_row = session.get(PolicyDecision, existing)
                 assert decision_row is not None
+                recorded = decision_row.inputs or {}
+                prepared = session.execute(
+                    select(Attempt.provider).where(Attempt.token == token)
+                ).scalar_one_or_none()
                 return AuthorizeResult(
                     "allow",
                     decision_row.rule,
@@ -194,6 +198,9 @@ class LedgerActivities:
                     decision_row.policy_version,
                     decision_row.id,
                     attempt_token=token,
+                    providers=list(recorded.get("providers") or []),
+                    failover=bool(recorded.get("failover", False)),
+                    provider=prepared,
                 )
             version, pol = self._policies.active(session)
             destination_ct, destination_hmac = intent_destination(intent, input.channel)
@@ -243,6 +250,28 @@ class LedgerActivities:
                 recent=recent,
                 now=now,
             )
+            routed = list(pol.providers_for(intent.region, input.channel))
+            provider = input.provider or routed[0]
+            if provider not in routed:
+                raise ApplicationError(
+                    f"provider {provider!r} is not one the policy routes {input.channel} in "
+                    f"{intent.region} to ({', '.join(routed)})",
+                    type=ErrorType.NOT_FOUND,
+                    non_retryable=True,
+                )
+            may_fail_over = pol.rule_for(intent.region, input.channel, intent.category).failover
+            inputs = dict(decision.inputs)
+            if len(routed) > 1:
+                # Failover is decided by the policy too: the evidence says what it allowed.
+                inputs["providers"] = routed
+                inputs["failover"] = may_fail_over
+            if input.provider is not None:
+                inputs["provider"] = provider
+                inputs["failover_reason"] = input.failover_reason
+            reason = decision.reason
+            if input.provider is not None and input.failover_reason:
+                # On the timeline: why this try goes to another provider.
+                reason = f"{reason}; failover to {provider}: {input.failover_reason}"[:1000]
             decision_id = repo.record_decision(
                 session,
                 intent_id=intent.id,
@@ -250,18 +279,21 @@ class LedgerActivities:
                 policy_version=version,
                 outcome=decision.outcome.value,
                 rule=decision.rule,
-                reason=decision.reason,
-                inputs=json.loads(json.dumps(decision.inputs, default=str)),
+                reason=reason,
+                inputs=json.loads(json.dumps(inputs, default=str)),
                 next_eligible_at=decision.next_eligible_at,
                 decided_at=now,
             )
             result = AuthorizeResult(
                 decision.outcome.value,
                 decision.rule,
-                decision.reason,
+                reason,
                 version,
                 decision_id,
                 next_eligible_at=decision.next_eligible_at,
+                providers=routed,
+                failover=may_fail_over,
+                provider=provider,
             )
             if decision.outcome != policy.Outcome.ALLOW:
                 return result
@@ -288,7 +320,7 @@ class LedgerActivities:
                 template_version=rendered.template_version,
                 sender=decision.sender,
                 sender_address=self._senders.resolve(input.channel, decision.sender),
-                provider=pol.providers_for(intent.region, input.channel)[0],
+                provider=provider,
                 segments=rendered.segments if channel.counts_segments else None,
                 purge_after=now + self._retention,
             )

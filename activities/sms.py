@@ -19,10 +19,12 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from activities import ProviderTransports, heartbeating, now_utc
 from activities.contracts import ErrorType, PollInput, PollOutcome, SubmitInput, SubmitOutcome
-from domain import channels, provider_errors
+from domain import channels, circuit, failover, provider_errors
+from domain.circuit import BreakerSettings
+from domain.provider_errors import Cause, ErrorKind
 from domain.senders import SenderBook
-from domain.states import AttemptState, normalize_provider_status
-from ledger import metrics
+from domain.states import AttemptState
+from ledger import circuits, metrics
 from ledger import repository as repo
 from ledger.crypto import FieldCipher
 from ledger.models import Attempt, Suppression
@@ -39,6 +41,11 @@ from transports.sms import (
 # A timed-out create may take a moment to show in the provider's list; before this grace
 # has passed, "not found" is not evidence that nothing was sent.
 RECONCILE_GRACE = timedelta(seconds=5)
+
+NO_LOOKUP_REASON = (
+    "the provider has no lookup for a lost create: unknown until a person settles it; "
+    "never sent again, never failed over"
+)
 
 _ATTEMPTS = cast(Table, Attempt.__table__)
 _ATTEMPT = _ATTEMPTS.c
@@ -94,20 +101,31 @@ class SmsActivities:
         callback_base_url: str,
         senders: SenderBook | None = None,
         providers: Mapping[str, SmsTransport] | None = None,
+        breaker: BreakerSettings | None = None,
     ) -> None:
         """`transport` is the default provider's (attempts with no provider recorded);
-        `providers` every configured SMS provider by alias (worker.py builds both)."""
+        `providers` every configured SMS provider by alias (worker.py builds both);
+        `breaker` the per-provider circuit breaker's thresholds (None: no breaker)."""
         self._transports = ProviderTransports(transport, providers)
+        self._breaker = breaker
         self._senders = senders or SenderBook.build()
         self._sessions = sessions
         self._tx = Transactions(sessions)
         self._cipher = cipher
         self._callback_base = callback_base_url.rstrip("/")
 
-    def status_callback(self, token: str) -> str:
+    def status_callback(self, token: str, transport: SmsTransport) -> str:
         # The token in the callback URL lets the ingress settle an attempt whose send
-        # response was lost (the receipt then carries a remote id we never saw).
-        return f"{self._callback_base}/v1/receipts/sms?token={quote(token, safe='')}"
+        # response was lost (the receipt then carries a remote id we never saw). Each
+        # provider's receipts come to its own route (`webhook_path`).
+        return f"{self._callback_base}{transport.webhook_path}?token={quote(token, safe='')}"
+
+    async def _health(self, provider: str, outcome: circuit.Outcome) -> None:
+        """Tell the provider's circuit breaker what this call said about it."""
+        if self._breaker is None or outcome == circuit.Outcome.NEUTRAL:
+            return
+        breaker = self._breaker
+        await self._tx(lambda s: circuits.note_outcome(s, provider, outcome, now_utc(), breaker))
 
     def _claim_send(self, session: Session, token: str) -> tuple[_AttemptView, bool]:
         """Read the attempt under a row lock and, if nothing has been sent for it, mark its
@@ -171,55 +189,87 @@ class SmsActivities:
     async def submit_sms(self, input: SubmitInput) -> SubmitOutcome:
         token = input.attempt_token
         view, sendable = await self._tx(lambda s: self._claim_send(s, token))
+        provider = view.provider or channels.SMS.default_providers[0]
         if not sendable:
             if view.remote_id is not None or view.state not in (
                 AttemptState.PREPARED.value,
                 AttemptState.UNKNOWN.value,
             ):
                 # A retried activity whose attempt is already submitted never sends again.
-                return SubmitOutcome(view.state, view.remote_id)
-            return await self._reconcile(view)
+                return SubmitOutcome(view.state, view.remote_id, provider=provider)
+            return await self._reconcile(view, provider)
         try:
             transport = self._transports.for_alias(view.provider)
         except ApplicationError:
             # Nothing left: release the claim, so the retry that finds the account sends.
             await self._release_claim(token)
             raise
+        if self._breaker is not None:
+            breaker = self._breaker
+            admission = await self._tx(
+                lambda s: circuits.admit_send(s, provider, now_utc(), breaker)
+            )
+            if not admission.allowed:
+                return await self._refused_by_circuit(
+                    token, provider, admission.circuit.next_probe_at(breaker), input.failover
+                )
         message = SmsMessage(
             token=token,
             to=view.to,
             body=view.body,
             sender=view.sender,
-            status_callback=self.status_callback(token),
+            status_callback=self.status_callback(token, transport),
         )
         try:
             submitted = await transport.submit(message)
         except SmsPermanentError as err:
-            await self._record(
-                token,
-                ObservationFacts(
-                    source="send",
-                    raw_status="rejected",
-                    normalized=AttemptState.FAILED,
-                    observed_at=now_utc(),
-                    dedupe_key=f"send:{token}:rejected",
-                    provider_code=err.code,
-                    detail={"reason": err.reason},
-                ),
+            refused_by_provider = err.about == Cause.PROVIDER
+            await self._health(
+                provider,
+                circuit.Outcome.FAILURE if refused_by_provider else circuit.Outcome.SUCCESS,
             )
+            await self._record_refusal(token, provider, err.code, err.reason)
             if err.code in provider_errors.OPT_OUT_CODES:
                 await self._suppress(token, reason="opted_out", source=f"provider:{err.code}")
+            # details: (code, what the refusal is about): failover reads the second.
+            error_type = (
+                ErrorType.PROVIDER_REFUSED
+                if refused_by_provider and input.failover
+                else ErrorType.PERMANENT_PROVIDER_ERROR
+            )
             raise ApplicationError(
-                err.reason, err.code, type=ErrorType.PERMANENT_PROVIDER_ERROR, non_retryable=True
+                err.reason, err.code, err.about.value, type=error_type, non_retryable=True
             ) from err
         except SmsTransientError as err:
+            answer = failover.classify_answer(
+                ErrorKind.TRANSIENT, err.about, code=err.code, http_status=err.http_status
+            )
+            busy_for_rate = err.http_status == 429
+            await self._health(
+                provider, circuit.Outcome.NEUTRAL if busy_for_rate else circuit.Outcome.FAILURE
+            )
+            if input.failover and answer == failover.Answer.REFUSED_BY_PROVIDER:
+                # Refused before any byte left: definitive, and another provider may try.
+                await self._record_refusal(token, provider, err.code, err.reason)
+                raise ApplicationError(
+                    err.reason,
+                    err.code,
+                    Cause.PROVIDER.value,
+                    type=ErrorType.PROVIDER_REFUSED,
+                    non_retryable=True,
+                ) from err
             # Never processed (429, 5xx before acceptance, connect failure): safe to send again.
             await self._release_claim(token)
             delay = timedelta(seconds=err.retry_after) if err.retry_after else None
             raise ApplicationError(
-                err.reason, type=ErrorType.TRANSIENT_PROVIDER_ERROR, next_retry_delay=delay
+                err.reason,
+                err.code,
+                err.about.value,
+                type=ErrorType.TRANSIENT_PROVIDER_ERROR,
+                next_retry_delay=delay,
             ) from err
         except SmsAmbiguousError as err:
+            await self._health(provider, circuit.Outcome.FAILURE)
             await self._record(
                 token,
                 ObservationFacts(
@@ -228,7 +278,7 @@ class SmsActivities:
                     normalized=AttemptState.UNKNOWN,
                     observed_at=now_utc(),
                     dedupe_key=f"send:{token}:ambiguous",
-                    detail={"reason": err.reason},
+                    detail={"reason": err.reason, "provider": provider},
                 ),
             )
             # Retried by the RetryPolicy; the next try reconciles before anything is sent.
@@ -236,26 +286,99 @@ class SmsActivities:
                 "the submission may have reached the provider; reconciling before any new request",
                 type=ErrorType.AMBIGUOUS_SUBMISSION,
             ) from err
+        await self._health(provider, circuit.Outcome.SUCCESS)
         result = await self._record(
             token,
             ObservationFacts(
                 source="send",
                 raw_status=submitted.raw_status,
-                normalized=normalize_provider_status(submitted.raw_status)
-                or AttemptState.SUBMITTED,
+                normalized=submitted.state or AttemptState.SUBMITTED,
                 observed_at=now_utc(),
                 dedupe_key=f"send:{token}:submitted",
                 provider_at=submitted.provider_at,
                 remote_id=submitted.remote_id,
+                detail={"provider": provider},
             ),
         )
-        return SubmitOutcome(result.state or AttemptState.SUBMITTED.value, submitted.remote_id)
+        return SubmitOutcome(
+            result.state or AttemptState.SUBMITTED.value,
+            submitted.remote_id,
+            answer=failover.Answer.ACCEPTED.value,
+            provider=provider,
+        )
 
-    async def _reconcile(self, view: _AttemptView) -> SubmitOutcome:
+    async def _record_refusal(
+        self, token: str, provider: str, code: str | None, reason: str
+    ) -> None:
+        await self._record(
+            token,
+            ObservationFacts(
+                source="send",
+                raw_status="rejected",
+                normalized=AttemptState.FAILED,
+                observed_at=now_utc(),
+                dedupe_key=f"send:{token}:rejected",
+                provider_code=code,
+                detail={"reason": reason, "provider": provider},
+            ),
+        )
+
+    async def _refused_by_circuit(
+        self, token: str, provider: str, retry_at: datetime | None, failover_allowed: bool
+    ) -> SubmitOutcome:
+        """The provider's circuit is open: nothing is sent (one fast refusal, no timeout)."""
+        reason = f"{provider} circuit open: refused without sending"
+        if retry_at is not None:
+            reason += f" (a probe may try at {retry_at.isoformat(timespec='seconds')})"
+        # Nothing left this process: the claim is released.
+        await self._release_claim(token)
+        if failover_allowed:
+            await self._record_refusal(token, provider, "circuit_open", reason)
+            # details: code, about, and when a probe may try (the workflow's deferral).
+            raise ApplicationError(
+                reason,
+                "circuit_open",
+                Cause.PROVIDER.value,
+                retry_at.isoformat() if retry_at is not None else "",
+                type=ErrorType.PROVIDER_REFUSED,
+                non_retryable=True,
+            )
+        delay = (retry_at - now_utc()) if retry_at is not None else None
+        raise ApplicationError(
+            reason,
+            "circuit_open",
+            Cause.PROVIDER.value,
+            type=ErrorType.TRANSIENT_PROVIDER_ERROR,
+            next_retry_delay=delay if delay and delay > timedelta(0) else None,
+        )
+
+    async def _reconcile(self, view: _AttemptView, provider: str) -> SubmitOutcome:
         """A request may have left: look it up by destination, time window and content hash."""
         assert view.send_started_at is not None
         now = now_utc()
-        found = await self._transports.for_alias(view.provider).find(
+        transport = self._transports.for_alias(view.provider)
+        if not transport.finds_lost_creates:
+            # Nothing can say "not there" (Telnyx has no lookup by destination): the
+            # attempt stays unknown for a person to settle, and is never sent again.
+            await self._record(
+                view.token,
+                ObservationFacts(
+                    source="reconcile",
+                    raw_status="no_lookup",
+                    normalized=AttemptState.UNKNOWN,
+                    observed_at=now,
+                    dedupe_key=f"reconcile:{view.token}:no_lookup",
+                ),
+            )
+            return SubmitOutcome(
+                AttemptState.UNKNOWN.value,
+                None,
+                reason=NO_LOOKUP_REASON,
+                lookup=failover.Lookup.UNAVAILABLE.value,
+                answer=failover.Answer.AMBIGUOUS.value,
+                provider=provider,
+            )
+        found = await transport.find(
             to=view.to,
             sent_after=view.send_started_at - timedelta(minutes=1),
             sent_before=now + timedelta(minutes=1),
@@ -268,7 +391,7 @@ class SmsActivities:
                 ObservationFacts(
                     source="reconcile",
                     raw_status=match.raw_status,
-                    normalized=normalize_provider_status(match.raw_status),
+                    normalized=match.state,
                     observed_at=now,
                     dedupe_key=f"reconcile:{view.token}:{match.raw_status}",
                     provider_code=match.error_code,
@@ -282,6 +405,9 @@ class SmsActivities:
                 match.remote_id,
                 reconciled=True,
                 reason="reconciled: found at the provider",
+                lookup=failover.Lookup.FOUND.value,
+                answer=failover.Answer.AMBIGUOUS.value,
+                provider=provider,
             )
         if now - view.send_started_at < RECONCILE_GRACE:
             # Expected while the provider's list catches up: benign, so the retry does not
@@ -306,6 +432,9 @@ class SmsActivities:
             None,
             reconciled=True,
             reason="reconciled: not found at the provider; an operator may approve a resend",
+            lookup=failover.Lookup.NOT_FOUND.value,
+            answer=failover.Answer.AMBIGUOUS.value,
+            provider=provider,
         )
 
     @activity.defn(name=channels.SMS.poll_activity)
@@ -320,7 +449,7 @@ class SmsActivities:
             ObservationFacts(
                 source="poll",
                 raw_status=status.raw_status,
-                normalized=normalize_provider_status(status.raw_status),
+                normalized=status.state,
                 observed_at=now_utc(),
                 dedupe_key=f"poll:{token}:{status.raw_status}:{status.error_code or ''}",
                 provider_code=status.error_code,

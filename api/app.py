@@ -32,6 +32,7 @@ from api.intents import router as intents_routes
 from api.principals import router as principals_routes
 from api.query_params import refuse_unknown_query_parameters
 from api.schemas import Health, Readiness
+from api.telnyx_webhooks import router as telnyx_routes
 from api.webhooks import router as webhook_routes
 from api.webhooks import unsubscribe_router as unsubscribe_routes
 
@@ -44,7 +45,9 @@ Herald's HTTP ingress.
 
 - **Provider webhooks** (`/v1/receipts/sms`, `/v1/inbound/sms`) are authenticated by the
   provider's signature (`X-Twilio-Signature`, computed over the public URL the provider
-  called; set `HERALD_PUBLIC_BASE_URL` behind a proxy).
+  called; set `HERALD_PUBLIC_BASE_URL` behind a proxy); Telnyx's events
+  (`/v1/webhooks/telnyx`) by its Ed25519 signature over the timestamp and the raw body
+  (`HERALD_TELNYX_PUBLIC_KEY`).
 - **One-click unsubscribe** (`/v1/unsubscribe/{{token}}`, RFC 8058) is authenticated by
   the signed token in the link.
 - **The operator and app API** (`/v1/intents...`, `/v1/consents...`,
@@ -203,6 +206,7 @@ def create_app(ingress: Ingress) -> FastAPI:
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     app.include_router(webhook_routes)
+    app.include_router(telnyx_routes)
     app.include_router(unsubscribe_routes)
     # Token and role checked by the routers' route class, before the body is even parsed.
     app.include_router(recipient_routes)

@@ -16,6 +16,7 @@ from twilio.request_validator import RequestValidator
 from api import idempotency
 from api.auth import Authenticator
 from api.metrics import build_registry
+from api.telnyx_signature import TelnyxVerifier
 from ledger.transactions import Transactions
 from starter.client import HeraldClient
 
@@ -37,10 +38,13 @@ class Ingress:
         temporal_ui_url: str | None = None,
         console_session_lifetime: timedelta = timedelta(hours=12),
         default_country: str = "GB",
+        telnyx_public_key: str | None = None,
     ) -> None:
         self.client = client
         self.tx = Transactions(client.sessions)
         """One transaction of the ledger, run off the event loop (ledger.transactions)."""
+        self.telnyx_verifier = TelnyxVerifier(telnyx_public_key) if telnyx_public_key else None
+        """Checks Telnyx's Ed25519 webhooks; without a key its route refuses every event."""
         self.temporal_ui_url = temporal_ui_url
         """The Temporal Web UI's base URL, for the console's link to a workflow."""
         self.console_session_lifetime = console_session_lifetime

@@ -7,8 +7,8 @@ the same numbers, and nothing is lost when a process restarts. A few facts never
 ledger (a receipt delivered twice, an Idempotency-Key replay); those are process-local
 counters (:class:`ApiCounters`), summed across replicas by Prometheus.
 
-Labels are only channel, region, state, verdict, source, rule, reason, kind and template
-key/version: never a phone number, address, body, business key or id.
+Labels are only channel, region, state, verdict, source, rule, reason, kind, provider
+alias and template key/version: never a phone number, address, body, business key or id.
 
 Every query returns one row per label combination (bounded by the number of states,
 channels, regions, rules and template versions), under a statement timeout. The scans are
@@ -37,10 +37,13 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
 from domain import channels
+from domain.circuit import CircuitState
 from domain.intents import IntentState, derive_intent_state
 from domain.policy import Outcome
 from domain.states import AttemptState
+from ledger.circuits import all_circuits
 from ledger.metrics import REGISTRY as EVENT_REGISTRY
+from ledger.metrics import label
 
 log = logging.getLogger("herald.metrics")
 
@@ -185,6 +188,21 @@ class LedgerCollector(Collector):
         yield from self._observations(session)
         yield from self._unknown(session)
         yield from self._reconciliation(session)
+        yield self._circuits(session)
+
+    def _circuits(self, session: Session) -> Metric:
+        family = GaugeMetricFamily(
+            "herald_provider_circuit",
+            "Each SMS provider's circuit breaker: 1 for its current state (closed, open, "
+            "half_open), 0 for the others; providers appear once one was used.",
+            labels=["provider", "state"],
+        )
+        for circuit in all_circuits(session):
+            for state in CircuitState:
+                family.add_metric(
+                    [label(circuit.provider), state.value], int(circuit.state == state)
+                )
+        return family
 
     def _intents(self, session: Session) -> Metric:
         family = GaugeMetricFamily(

@@ -32,6 +32,7 @@ def build(cfg: settings_module.Settings, client: HeraldClient) -> FastAPI:
             temporal_ui_url=cfg.temporal_ui_url,
             console_session_lifetime=timedelta(hours=cfg.console_session_hours),
             default_country=cfg.default_country,
+            telnyx_public_key=cfg.telnyx_public_key,
         )
     )
 

@@ -190,6 +190,66 @@ TWIML: dict[int | str, dict[str, Any]] = {
 }
 
 
+async def wake_workflow(ingress: Ingress, result: repo.ObservationResult, code: str | None) -> None:
+    """Signal the intent's workflow after a receipt (from any provider) that settled its
+    attempt.
+
+    Only a settling receipt wakes the workflow (it waits for a terminal state); an
+    intermediate `sent` is in the ledger and would cost a signal and a task for nothing.
+    """
+    if not (
+        result.changed
+        and result.workflow_id
+        and result.token
+        and result.state
+        and is_terminal(AttemptState(result.state))
+    ):
+        return
+    try:
+        handle = ingress.client.temporal.get_workflow_handle(result.workflow_id)
+        await asyncio.wait_for(
+            handle.signal("receipt", ReceiptSignal(result.token, result.state, code)),
+            SIGNAL_TIMEOUT_SECONDS,
+        )
+    except Exception as err:  # noqa: BLE001 - the ledger has it; polling will see it
+        log.info("receipt recorded but the workflow was not signalled: %s", type(err).__name__)
+
+
+async def record_keyword(ingress: Ingress, sender: str, body: str) -> None:
+    """An inbound SMS through any provider: STOP words suppress SMS to the sender, START
+    words lift an opt-out, anything else is ignored. The suppression is per destination
+    and channel, never per provider, so an opt-out received through one provider holds
+    for every provider (failover never bypasses it)."""
+    kind = keywords.classify_keyword(body)
+    if kind is None:
+        return
+    try:
+        e164 = _sender_e164(sender)
+    except ValueError as err:
+        raise _bad(ingress, str(err)) from err
+    lookup = ingress.client.lookup_hmac(e164)
+    word = body.strip().rstrip(".!?;,").strip().upper()
+    sms = channels.SMS.name
+
+    def work(session: Session) -> None:
+        if kind == "opt_out":
+            _suppress(session, lookup, sms, "opted_out", f"keyword:{word}")
+        else:
+            session.execute(
+                update(Suppression)
+                .where(
+                    Suppression.destination_hmac == lookup,
+                    Suppression.channel == sms,
+                    Suppression.reason == "opted_out",
+                    Suppression.lifted_at.is_(None),
+                )
+                .values(lifted_at=datetime.now(UTC), lifted_source=f"keyword:{word}"[:60])
+            )
+
+    await ingress.tx(work)
+    log.info("inbound keyword %s recorded (%s)", word, kind)
+
+
 router = APIRouter(tags=["provider webhooks"])
 """Provider webhooks, signed by the provider."""
 
@@ -247,23 +307,7 @@ async def sms_receipt(
     ingress.counters.receipts.labels(result.verdict).inc()
     if result.verdict == "duplicate":
         ingress.counters.duplicates.labels("webhook_redelivery").inc()
-    # Only a settling receipt wakes the workflow (it waits for a terminal state); an
-    # intermediate `sent` is in the ledger and would cost a signal and a task for nothing.
-    if (
-        result.changed
-        and result.workflow_id
-        and result.token
-        and result.state
-        and is_terminal(AttemptState(result.state))
-    ):
-        try:
-            handle = ingress.client.temporal.get_workflow_handle(result.workflow_id)
-            await asyncio.wait_for(
-                handle.signal("receipt", ReceiptSignal(result.token, result.state, code)),
-                SIGNAL_TIMEOUT_SECONDS,
-            )
-        except Exception as err:  # noqa: BLE001 - the ledger has it; polling will see it
-            log.info("receipt recorded but the workflow was not signalled: %s", type(err).__name__)
+    await wake_workflow(ingress, result, code)
     return Response(status_code=204)
 
 
@@ -281,33 +325,7 @@ async def inbound_sms(request: Request, ingress: IngressDep) -> Response:
     sender, body = params.get("From"), params.get("Body")
     if not sender or body is None:
         raise _bad(ingress, "From and Body are required")
-    kind = keywords.classify_keyword(body)
-    if kind is None:
-        return Response("<Response/>", media_type="application/xml")
-    try:
-        e164 = _sender_e164(sender)
-    except ValueError as err:
-        raise _bad(ingress, str(err)) from err
-    lookup = ingress.client.lookup_hmac(e164)
-    word = body.strip().rstrip(".!?;,").strip().upper()
-
-    def work(session: Session) -> None:
-        if kind == "opt_out":
-            _suppress(session, lookup, channels.SMS.name, "opted_out", f"keyword:{word}")
-        else:
-            session.execute(
-                update(Suppression)
-                .where(
-                    Suppression.destination_hmac == lookup,
-                    Suppression.channel == channels.SMS.name,
-                    Suppression.reason == "opted_out",
-                    Suppression.lifted_at.is_(None),
-                )
-                .values(lifted_at=datetime.now(UTC), lifted_source=f"keyword:{word}"[:60])
-            )
-
-    await ingress.tx(work)
-    log.info("inbound keyword %s recorded (%s)", word, kind)
+    await record_keyword(ingress, sender, body)
     return Response("<Response/>", media_type="application/xml")
 
 

@@ -851,6 +851,7 @@ DEMO_SCENARIOS = (
     "scheduled-alert",
     "itinerary-change",
     "session-report",
+    "provider-outage",
 )
 """`scenarios.SCENARIOS`' names (a test keeps them equal): importing the scenarios takes
 a second and a half, too long to build the parser of every command."""

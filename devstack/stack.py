@@ -36,6 +36,7 @@ from settings import write_secret_file
 from starter.client import HeraldClient
 from transports.simulator import LoopbackServer, SimulatorServer
 from transports.smtp_sink import SmtpSink
+from transports.telnyx_simulator import TelnyxSimulatorServer
 from workflows.notification import SEARCH_ATTRIBUTES
 
 
@@ -58,6 +59,8 @@ class Addresses:
     pids: dict[str, int] = field(default_factory=dict)
     worker_metrics: str = ""
     worker_herald_metrics: str = ""
+    telnyx_simulator: str = ""
+    """The Telnyx simulator (the second SMS provider), unless HERALD_TELNYX_BASE_URL is set."""
 
     def table(self) -> str:
         rows = [
@@ -66,6 +69,7 @@ class Addresses:
             ("Herald API", self.api),
             ("Operator console", f"{self.api}/console  (sign in: {self.admin_name or 'admin'})"),
             ("Carrier simulator", self.simulator),
+            ("Telnyx simulator", self.telnyx_simulator or "(HERALD_TELNYX_BASE_URL)"),
             ("SMTP sink", self.smtp),
             ("Postgres URL", self.postgres),
             (
@@ -135,6 +139,7 @@ class DevStack:
         self.postgres: EmbeddedPostgres | None = None
         self.temporal: TemporalDevServer | None = None
         self.simulator: SimulatorServer | None = None
+        self.telnyx_simulator: TelnyxSimulatorServer | None = None
         self.sink: SmtpSink | None = None
         self.api: LoopbackServer | None = None
         self.worker: ChildProcess | None = None
@@ -165,6 +170,12 @@ class DevStack:
             "HERALD_SMS_ACCOUNT_SID": cfg.sms_account_sid,
             "HERALD_SMS_AUTH_TOKEN": cfg.sms_auth_token.get_secret_value(),
             "HERALD_UNSUBSCRIBE_SECRET": cfg.resolved_unsubscribe_secret(),
+            "HERALD_TELNYX_BASE_URL": cfg.telnyx_api_url,
+            "HERALD_TELNYX_API_KEY": cfg.telnyx_api_key.get_secret_value(),
+            "HERALD_TELNYX_PUBLIC_KEY": cfg.telnyx_public_key or "",
+            "HERALD_CIRCUIT_FAILURE_THRESHOLD": str(cfg.circuit_failure_threshold),
+            "HERALD_CIRCUIT_WINDOW_SECONDS": str(cfg.circuit_window_seconds),
+            "HERALD_CIRCUIT_COOL_DOWN_SECONDS": str(cfg.circuit_cool_down_seconds),
         }
 
     async def start(self) -> Addresses:
@@ -239,6 +250,21 @@ class DevStack:
                 setting="HERALD_SIMULATOR_PORT",
             )
             cfg.simulator_port = self.simulator.port
+        if cfg.telnyx_base_url is None:
+            # A key pair per stack: this stack's ingress trusts only its own simulator.
+            self.telnyx_simulator = TelnyxSimulatorServer(
+                api_key=cfg.telnyx_api_key.get_secret_value(),
+                port=cfg.telnyx_simulator_port,
+                inbound_url=f"{cfg.callback_base_url}/v1/webhooks/telnyx",
+            )
+            await bound_or_named(
+                self.telnyx_simulator.start(),
+                host=self.telnyx_simulator.host,
+                port=cfg.telnyx_simulator_port,
+                setting="HERALD_TELNYX_SIMULATOR_PORT",
+            )
+            cfg.telnyx_simulator_port = self.telnyx_simulator.port
+            cfg.telnyx_public_key = self.telnyx_simulator.sim.public_key
         self.client = HeraldClient(
             await _connect(cfg),
             sessions,
@@ -258,6 +284,7 @@ class DevStack:
                     temporal_ui_url=self.temporal.ui_url if self.temporal else cfg.temporal_ui_url,
                     console_session_lifetime=timedelta(hours=cfg.console_session_hours),
                     default_country=cfg.default_country,
+                    telnyx_public_key=cfg.telnyx_public_key,
                 )
             ),
             host=cfg.api_host,
@@ -284,6 +311,7 @@ class DevStack:
             temporal_ui=self.temporal.ui_url if self.temporal else None,
             api=cfg.api_url,
             simulator=cfg.sms_api_url,
+            telnyx_simulator=cfg.telnyx_api_url if self.telnyx_simulator else "",
             smtp=f"{cfg.smtp_host}:{cfg.smtp_port}",
             postgres=_redact(cfg.resolved_database_url()),
             namespace=cfg.temporal_namespace,
@@ -314,6 +342,8 @@ class DevStack:
             steps.append(self.api.stop)
         if self.simulator is not None:
             steps.append(self.simulator.stop)
+        if self.telnyx_simulator is not None:
+            steps.append(self.telnyx_simulator.stop)
         if self.sink is not None:
             steps.append(lambda: _maybe_await(self.sink.stop()))  # type: ignore[union-attr]
         if self.temporal is not None:

@@ -83,6 +83,11 @@ class Channel:
     """Whether an intent with an attachment may use the channel (never as a fallback
     either: an intent with an artifact may not name a channel that refuses one)."""
 
+    fails_over: bool = False
+    """Whether its send activity takes `SubmitInput.failover` and answers with the class
+    the failover rules need (domain.failover), so the workflow may move an attempt to
+    the next provider of the policy's list."""
+
     def task_queue(self, base: str) -> str:
         """The task queue of this channel's send and poll activities, given the worker's."""
         return base + self.task_queue_suffix
@@ -137,6 +142,7 @@ SMS = Channel(
     has_subject=False,
     counts_segments=True,
     takes_attachments=False,
+    fails_over=True,
 )
 
 EMAIL = Channel(

@@ -48,6 +48,7 @@ _RULE_FIELDS = frozenset(
         "sender",
         "cooldown",
         "footer",
+        "failover",
     }
 )
 _FALLBACK_FIELDS = frozenset(
@@ -124,6 +125,10 @@ class Rule:
     cooldown: Cooldown
     footer: str | None
     """Legal footer appended to the body, e.g. ``"Reply STOP to opt out"``."""
+    failover: bool = True
+    """Whether another provider of the channel's list may take over when one refuses for
+    its own reasons (docs/transports.md, "Failover"); ``false`` for a category that
+    would rather wait than change provider. Moot with one provider."""
 
 
 @dataclass(frozen=True)
@@ -355,6 +360,9 @@ def _resolve_rule(layers: list[tuple[str, dict[str, object]]], category: str) ->
     where_footer, footer = merged.get("footer", (scope, ""))
     if not isinstance(footer, str):
         raise PolicyError(f'{where_footer}: must be a string ("" for none)')
+    where_failover, may_fail_over = merged.get("failover", (scope, True))
+    if not isinstance(may_fail_over, bool):
+        raise PolicyError(f"{where_failover}: must be true or false")
     return Rule(
         allowed_countries=allowed,
         consent_purposes=tuple(purposes),
@@ -363,6 +371,7 @@ def _resolve_rule(layers: list[tuple[str, dict[str, object]]], category: str) ->
         sender=sender,
         cooldown=_cooldown(cooldown, where),
         footer=footer or None,
+        failover=may_fail_over,
     )
 
 

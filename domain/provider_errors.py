@@ -1,10 +1,17 @@
-"""Provider error classification, as a table.
+"""Provider error classification, as tables (one per SMS provider).
 
 The kind decides what Herald does next: a permanent error closes the channel for this
 destination (and may trigger the email fallback at once), a transient one is retried
 with backoff, and an ambiguous one means the message may or may not have gone out, so
 it is reconciled before anything is sent again. An unknown code is ambiguous, never
 permanent: wrongly giving up on a number costs more than one reconciliation.
+
+Each code also says what it is *about* (:class:`Cause`): the destination (the next
+provider would refuse it too, so failover never follows), or this provider (its
+credentials, its sender, its account: another provider may take the same request).
+Twilio's messaging codes (2xxxx, 3xxxx) and Telnyx's (1xxxx, 4xxxx) do not overlap, so
+one merged table serves code-only callers (a workflow reading a stored code); a test
+holds them apart.
 """
 
 from __future__ import annotations
@@ -24,6 +31,19 @@ class ErrorKind(StrEnum):
     """It may have gone out: reconcile before any new request."""
 
 
+class Cause(StrEnum):
+    """What a provider's refusal is about; decides whether another provider may try."""
+
+    DESTINATION = "destination"
+    """The number, or the person behind it (invalid, landline, opted out): every provider
+    would refuse it, so failover never follows."""
+    PROVIDER = "provider"
+    """This provider's side (credentials, permissions, the sender it was given, its own
+    outage): another provider may take the very same request."""
+    UNKNOWN = "unknown"
+    """Not said: treated as the destination's (no failover), the cautious reading."""
+
+
 @dataclass(frozen=True)
 class ErrorClass:
     """What one provider error means for Herald."""
@@ -33,33 +53,65 @@ class ErrorClass:
     """The provider's code as a string (``"21610"``), else ``"HTTP <status>"``, else ``""``."""
     reason: str
     """A short human explanation."""
+    cause: Cause = Cause.UNKNOWN
+    """Whose problem it is: the destination's or this provider's (failover rules)."""
 
+
+_P, _T, _A = ErrorKind.PERMANENT, ErrorKind.TRANSIENT, ErrorKind.AMBIGUOUS
+_DEST, _PROV = Cause.DESTINATION, Cause.PROVIDER
 
 # Twilio error codes (REFERENCE.md). 30003 is listed ambiguous: some operators report it
 # for a phone that is off for an hour, so it must not close the number for good.
-ERROR_TABLE: dict[str, tuple[ErrorKind, str]] = {
-    "21211": (ErrorKind.PERMANENT, "invalid 'To' phone number"),
+TWILIO_ERRORS: dict[str, tuple[ErrorKind, str, Cause]] = {
+    "21211": (_P, "invalid 'To' phone number", _DEST),
     # A sender the provider refuses (HERALD_SMS_SENDERS): nothing was sent, and the same
     # request is refused again, so retrying cannot help; start-up validation prevents it.
-    "21212": (ErrorKind.PERMANENT, "invalid 'From' sender (check HERALD_SMS_SENDERS)"),
-    "21603": (ErrorKind.PERMANENT, "no 'From' or 'MessagingServiceSid' (sender settings)"),
-    "21701": (ErrorKind.PERMANENT, "invalid Messaging Service SID (sender settings)"),
-    "21610": (ErrorKind.PERMANENT, "recipient unsubscribed (replied STOP)"),
-    "21614": (ErrorKind.PERMANENT, "'To' number is not a mobile number"),
-    "30004": (ErrorKind.PERMANENT, "message blocked"),
-    "30005": (ErrorKind.PERMANENT, "unknown or inactive handset"),
-    "30006": (ErrorKind.PERMANENT, "landline or unreachable carrier"),
-    "30007": (ErrorKind.PERMANENT, "filtered as spam by the carrier"),
-    "20429": (ErrorKind.TRANSIENT, "too many concurrent requests"),
-    "21611": (ErrorKind.TRANSIENT, "queue overflow (source number queue full)"),
-    "30001": (ErrorKind.TRANSIENT, "queue overflow (queued longer than the validity period)"),
-    "30003": (ErrorKind.AMBIGUOUS, "unreachable destination handset"),
-    "30008": (ErrorKind.AMBIGUOUS, "unknown error"),
+    # It is this provider's sender that is wrong: another provider has its own.
+    "21212": (_P, "invalid 'From' sender (check HERALD_SMS_SENDERS)", _PROV),
+    "21603": (_P, "no 'From' or 'MessagingServiceSid' (sender settings)", _PROV),
+    "21701": (_P, "invalid Messaging Service SID (sender settings)", _PROV),
+    "20003": (_P, "authentication failed (provider credentials)", _PROV),
+    "21408": (_P, "permission to send to this region is not enabled", _PROV),
+    "21610": (_P, "recipient unsubscribed (replied STOP)", _DEST),
+    "21614": (_P, "'To' number is not a mobile number", _DEST),
+    "30004": (_P, "message blocked", _DEST),
+    "30005": (_P, "unknown or inactive handset", _DEST),
+    "30006": (_P, "landline or unreachable carrier", _DEST),
+    "30007": (_P, "filtered as spam by the carrier", _DEST),
+    "20429": (_T, "too many concurrent requests", _PROV),
+    "21611": (_T, "queue overflow (source number queue full)", _PROV),
+    "30001": (_T, "queue overflow (queued longer than the validity period)", _PROV),
+    "30003": (_A, "unreachable destination handset", _DEST),
+    "30008": (_A, "unknown error", Cause.UNKNOWN),
 }
 
+# Telnyx Messaging v2 codes: API request errors (1xxxx, answered at once, nothing was
+# created) and delivery errors (4xxxx, in `message.finalized` and on a retrieved message).
+TELNYX_ERRORS: dict[str, tuple[ErrorKind, str, Cause]] = {
+    "10001": (_P, "inactive phone number", _DEST),
+    "10002": (_P, "invalid phone number", _DEST),
+    "10009": (_P, "authentication failed (provider credentials)", _PROV),
+    "10010": (_P, "authorization failed (provider account permissions)", _PROV),
+    "10011": (_T, "too many requests", _PROV),
+    "10016": (_P, "phone number must be in +E.164 format", _DEST),
+    "40001": (_P, "not routable (landline or non-routable number)", _DEST),
+    "40002": (_T, "blocked as spam (temporary)", _DEST),
+    "40003": (_P, "blocked as spam (sending number blocked)", _PROV),
+    "40004": (_A, "rejected by destination for an unknown reason", _DEST),
+    "40005": (_T, "message expired before delivery", _PROV),
+    "40006": (_A, "recipient's carrier unavailable", _DEST),
+    "40008": (_P, "undeliverable", _DEST),
+    "40300": (_P, "recipient unsubscribed (replied STOP)", _DEST),
+    "40305": (_P, "invalid 'from' sender (check the Telnyx senders)", _PROV),
+    "40310": (_P, "invalid 'to' address", _DEST),
+}
+
+ERROR_TABLE: dict[str, tuple[ErrorKind, str, Cause]] = {**TWILIO_ERRORS, **TELNYX_ERRORS}
+"""Every provider's codes, for callers that hold a code and not its provider."""
+
 # Codes that mean the person opted out: the ledger turns them into a suppression, the
-# same as an inbound STOP.
-OPT_OUT_CODES: frozenset[str] = frozenset({"21610"})
+# same as an inbound STOP, for every SMS provider.
+OPT_OUT_CODES: frozenset[str] = frozenset({"21610", "40300"})
 
 
 def _normalize(code: str | int | None) -> str:
@@ -73,7 +125,12 @@ def is_opt_out(code: str | int | None) -> bool:
     return _normalize(code) in OPT_OUT_CODES
 
 
-def classify(code: str | int | None, http_status: int | None = None) -> ErrorClass:
+def classify(
+    code: str | int | None,
+    http_status: int | None = None,
+    *,
+    table: dict[str, tuple[ErrorKind, str, Cause]] | None = None,
+) -> ErrorClass:
     """Classify a provider error by its code, then by its HTTP status.
 
     A known code decides. Without one, HTTP 429 and 5xx are transient (the request was
@@ -82,16 +139,20 @@ def classify(code: str | int | None, http_status: int | None = None) -> ErrorCla
     Args:
         code: The provider's error code (``21610``, ``"30007"``), if any.
         http_status: The HTTP status of the response, if any.
+        table: One provider's table (an adapter passes its own); default: every one.
     """
     normalized = _normalize(code)
-    if normalized in ERROR_TABLE:
-        kind, reason = ERROR_TABLE[normalized]
-        return ErrorClass(kind=kind, code=normalized, reason=reason)
+    known = ERROR_TABLE if table is None else table
+    if normalized in known:
+        kind, reason, cause = known[normalized]
+        return ErrorClass(kind=kind, code=normalized, reason=reason, cause=cause)
     label = normalized or (f"HTTP {http_status}" if http_status is not None else "")
     if http_status == 429:
-        return ErrorClass(ErrorKind.TRANSIENT, label, "rate limited (HTTP 429)")
+        return ErrorClass(ErrorKind.TRANSIENT, label, "rate limited (HTTP 429)", Cause.PROVIDER)
     if http_status is not None and 500 <= http_status <= 599:
-        return ErrorClass(ErrorKind.TRANSIENT, label, f"provider error (HTTP {http_status})")
+        return ErrorClass(
+            ErrorKind.TRANSIENT, label, f"provider error (HTTP {http_status})", Cause.PROVIDER
+        )
     if normalized:
         return ErrorClass(ErrorKind.AMBIGUOUS, label, f"unrecognized error code {normalized}")
     return ErrorClass(ErrorKind.AMBIGUOUS, label, "error without a recognized code")

@@ -4,14 +4,15 @@ An alias names one configured provider account; a kind says which adapter speaks
 and for which channel.
 
 Settings hold each provider's credentials under an alias (``HERALD_PROVIDERS``; the
-built-in aliases ``twilio`` and ``smtp`` come from the ``HERALD_SMS_*`` and
-``HERALD_SMTP_*`` settings). The policy names, per channel and region, an ordered list
-of aliases (``[providers]``, ``[regions.<R>.providers]``; a channel it does not name gets
-its registry defaults, domain.channels). Each attempt records the alias that took it.
+built-in aliases ``twilio``, ``telnyx`` and ``smtp`` come from the ``HERALD_SMS_*``,
+``HERALD_TELNYX_*`` and ``HERALD_SMTP_*`` settings). The policy names, per channel and
+region, an ordered list of aliases (``[providers]``, ``[regions.<R>.providers]``; a
+channel it does not name gets its registry defaults, domain.channels). Each attempt
+records the alias that took it.
 
-Today the first alias of the list takes every attempt; the later ones are where failover
-(a later issue) will go, and are checked already, so a policy cannot name a provider the
-settings lack.
+The first alias of the list takes the attempt; the later ones take over on failover
+(domain.failover), each try on its provider's own task queue; all are checked at
+start-up, so a policy cannot name a provider the settings lack.
 
 Standard library only.
 """
@@ -44,11 +45,13 @@ KINDS: Mapping[str, ProviderKind] = {
     kind.name: kind
     for kind in (
         ProviderKind("twilio", channels.SMS.name, lookup=True),
+        # Telnyx has no lookup by destination: a lost create cannot be placed.
+        ProviderKind("telnyx", channels.SMS.name, lookup=False),
         ProviderKind("smtp", channels.EMAIL.name, lookup=False),
     )
 }
-"""Every adapter by kind: a Twilio-compatible REST API (transports.twilio) and SMTP
-(transports.email)."""
+"""Every adapter by kind: a Twilio-compatible REST API (transports.twilio), Telnyx
+Messaging v2 (transports.telnyx) and SMTP (transports.email)."""
 
 
 def kind(name: str) -> ProviderKind:
@@ -85,3 +88,12 @@ def check_routes(
                     f"provider alias {alias!r} is a {adapter.name} account, which sends "
                     f"{adapter.channel}, not {channel} (region {region})"
                 )
+
+
+def provider_task_queue(channel: channels.Channel, base: str, alias: str) -> str:
+    """The task queue of one provider's send and poll activities (``herald-sms-telnyx``).
+
+    On a channel that fails over, each provider has its own rate budget, enforced by the
+    Temporal server for the whole fleet (settings: ``HERALD_PROVIDER_MAX_PER_SECOND``).
+    """
+    return f"{channel.task_queue(base)}-{alias}"

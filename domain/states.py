@@ -143,3 +143,33 @@ def normalize_provider_status(raw: str) -> AttemptState | None:
     if key not in _PROVIDER_STATUS:
         raise ValueError(f"unknown provider status {raw!r}")
     return _PROVIDER_STATUS[key]
+
+
+# Telnyx Messaging v2's per-recipient `to[].status` words. `delivery_unconfirmed` is
+# Telnyx's last word when no handset receipt came: a carrier took it, nothing more is
+# known, exactly Twilio's `sent`. `sending_failed` never left Telnyx (`failed`);
+# `delivery_failed` left and did not arrive (`undelivered`).
+_TELNYX_STATUS: dict[str, AttemptState | None] = {
+    "scheduled": AttemptState.SUBMITTED,
+    "queued": AttemptState.SUBMITTED,
+    "sending": AttemptState.SUBMITTED,
+    "sent": AttemptState.SENT,
+    "cancelled": AttemptState.CANCELLED,
+    "delivery_unconfirmed": AttemptState.SENT,
+    "delivered": AttemptState.DELIVERED,
+    "sending_failed": AttemptState.FAILED,
+    "delivery_failed": AttemptState.UNDELIVERED,
+    "received": None,
+    "webhook_delivered": None,
+}
+
+TELNYX_STATUSES: frozenset[str] = frozenset(_TELNYX_STATUS)
+"""Every status word Telnyx may report for a message."""
+
+
+def normalize_telnyx_status(raw: str) -> AttemptState | None:
+    """Map a Telnyx status word to Herald's state; raises on a word nobody knows."""
+    key = raw.strip().lower()
+    if key not in _TELNYX_STATUS:
+        raise ValueError(f"unknown Telnyx status {raw!r}")
+    return _TELNYX_STATUS[key]

@@ -464,3 +464,25 @@ class AuditEvent(Base):
     subject: Mapped[str] = mapped_column(String(240))
     """What it acted on: a principal's name, a consent or suppression id."""
     detail: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+
+
+class ProviderCircuit(Base):
+    """One provider's circuit breaker (domain.circuit).
+
+    Shared by every worker and the console; changed only under a row lock
+    (ledger.circuits).
+    """
+
+    __tablename__ = "provider_circuit"
+
+    provider: Mapped[str] = mapped_column(String(40), primary_key=True)
+    """The provider alias from settings (`twilio`, `telnyx`)."""
+    state: Mapped[str] = mapped_column(String(12))
+    """closed, open or half_open."""
+    failures: Mapped[int] = mapped_column(Integer)
+    """Consecutive failures in the current window."""
+    first_failure_at: Mapped[datetime | None]
+    opened_at: Mapped[datetime | None]
+    probe_at: Mapped[datetime | None]
+    """When the half-open probe was let through."""
+    updated_at: Mapped[datetime]

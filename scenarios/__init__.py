@@ -12,6 +12,7 @@ from scenarios import (
     class_opening,
     itinerary_change,
     order_created,
+    provider_outage,
     scheduled_alert,
     session_report,
     sms,
@@ -25,6 +26,7 @@ SCENARIOS: dict[str, Scenario] = {
     "scheduled-alert": scheduled_alert.run,
     "itinerary-change": itinerary_change.run,
     "session-report": session_report.run,
+    "provider-outage": provider_outage.run,
 }
 """In the order `herald demo` (no argument) runs them."""
 

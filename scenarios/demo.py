@@ -57,8 +57,10 @@ async def run_demo(
         if not as_json:
             print(f"Using the herald dev stack running on {cfg.data_path} (policy {policy})")
     else:
-        # The scenarios' timings (email after 10 s, horizon 60 s) are the demo policy's.
+        # The scenarios' timings (email after 10 s, horizon 60 s) are the demo policy's;
+        # the provider-outage story's circuit half-opens after 5 s instead of 30.
         cfg.policy_name = "demo"
+        cfg.circuit_cool_down_seconds = min(cfg.circuit_cool_down_seconds, 5.0)
         stack = DevStack(cfg)
         addresses = await stack.start()
         assert stack.client is not None

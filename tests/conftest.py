@@ -137,6 +137,7 @@ def stack_settings(data: Path, **overrides: Any) -> Any:
         # Bound at start on any free port (the stack records which): no window in which
         # a connection of this process could be handed the port first.
         simulator_port=0,
+        telnyx_simulator_port=0,
         smtp_port=0,
         data_key=TEST_KEYRING,
         policy_name="demo",

@@ -262,7 +262,9 @@ class CallbackRecord:
 
 
 @dataclass
-class _Stats:
+class SimStats:
+    """Counts of create requests and created messages (`GET /_sim/stats`)."""
+
     total: int = 0
     by_token: Counter[str] = field(default_factory=Counter)
     by_to: Counter[str] = field(default_factory=Counter)
@@ -330,6 +332,8 @@ class CarrierSimulator:
         self.inbound_url = inbound_url
         self._base_faults = dict(FAULT_NUMBERS if fault_numbers is None else fault_numbers)
         self._validator = RequestValidator(auth_token)
+        self.outage: Any = None
+        """Set by :class:`SimulatorServer`: ``outage(seconds)`` refuses connections."""
         self._aborted = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._http: httpx.AsyncClient | None = None
@@ -339,7 +343,7 @@ class CarrierSimulator:
         self.messages: dict[str, SimMessage] = {}
         self.scripts: dict[str, Fault] = {}
         self._remaining: dict[str, int] = {}
-        self.stats = _Stats()
+        self.stats = SimStats()
         self.callbacks: list[CallbackRecord] = []
 
     # -- lifecycle of the simulator itself --------------------------------------
@@ -748,6 +752,9 @@ def create_simulator_app(
         sim.reset()
         return JSONResponse({"reset": True})
 
+    async def outage(request: Request) -> Response:
+        return await start_outage(request, sim.outage)
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         yield
@@ -763,11 +770,42 @@ def create_simulator_app(
             Route("/_sim/callbacks", callbacks, methods=["GET"]),
             Route("/_sim/inbound", inbound, methods=["POST"]),
             Route("/_sim/reset", reset, methods=["POST"]),
+            Route("/_sim/outage", outage, methods=["POST"]),
         ],
         lifespan=lifespan,
     )
     app.state.sim = sim
     return app
+
+
+_OUTAGES: set[asyncio.Task[None]] = set()
+
+
+def end_outages() -> None:
+    """Cancel running outages (at shutdown: a server being stopped is not bound again)."""
+    for task in list(_OUTAGES):
+        task.cancel()
+
+
+async def start_outage(request: Request, outage: Any) -> Response:
+    """`POST /_sim/outage {"seconds": 20}`: answered first, then the server stops listening
+    for that long (connections refused), then listens again on the same port. 409 when the
+    app is not served by a simulator server (mounted elsewhere)."""
+    payload = await request.json()
+    seconds = payload.get("seconds") if isinstance(payload, dict) else None
+    if not isinstance(seconds, int | float) or not 0 < seconds <= 600:
+        return JSONResponse({"error": "'seconds' is a number in (0, 600]"}, status_code=400)
+    if outage is None:
+        return JSONResponse({"error": "not served by a simulator server"}, status_code=409)
+
+    async def later() -> None:
+        await asyncio.sleep(0.05)  # let this answer leave first
+        await outage(float(seconds))
+
+    task = asyncio.get_running_loop().create_task(later())
+    _OUTAGES.add(task)
+    task.add_done_callback(_OUTAGES.discard)
+    return JSONResponse({"refusing_connections_for": seconds})
 
 
 KEEP_ALIVE_SECONDS = 75
@@ -857,6 +895,13 @@ class LoopbackServer:
             self._server = None
             self._task = None
 
+    async def refuse_connections(self, seconds: float) -> None:
+        """An outage as a client sees it: the listening socket is closed (connections are
+        refused before any byte leaves), then bound again on the same port."""
+        await LoopbackServer.stop(self)
+        await asyncio.sleep(seconds)  # cancelled by stop(): then it stays closed
+        await LoopbackServer.start(self)
+
     async def __aenter__(self) -> LoopbackServer:
         await self.start()
         return self
@@ -892,6 +937,7 @@ class SimulatorServer(LoopbackServer):
             fault_numbers=fault_numbers,
         )
         super().__init__(app, host=host, port=port, log_level=log_level)
+        self.sim.outage = self.refuse_connections
 
     @property
     def sim(self) -> CarrierSimulator:
@@ -899,6 +945,7 @@ class SimulatorServer(LoopbackServer):
 
     async def stop(self) -> None:
         self.sim.abort()
+        end_outages()
         try:
             await super().stop()
         finally:
@@ -942,6 +989,7 @@ __all__ = [
     "CarrierSimulator",
     "Fault",
     "SimDelays",
+    "SimStats",
     "SimulatorServer",
     "count_segments",
     "create_simulator_app",

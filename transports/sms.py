@@ -14,7 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol, runtime_checkable
+from typing import ClassVar, Protocol, runtime_checkable
+
+from domain.provider_errors import Cause
+from domain.states import AttemptState
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,9 @@ class SmsSubmitted:
     """The provider's creation time (timezone-aware UTC), when it said one."""
     segments: int | None
     """Number of billed segments, when known at creation."""
+    state: AttemptState | None = None
+    """``raw_status`` in Herald's vocabulary, mapped by the adapter (each provider's words
+    stop at its adapter); ``None`` when the word says nothing about an outbound message."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +82,9 @@ class ProviderStatus:
     body_sha256: str | None = None
     """SHA-256 (hex) of the body the provider holds; how reconciliation recognizes ours."""
     segments: int | None = None
+    state: AttemptState | None = None
+    """``raw_status`` in Herald's vocabulary, mapped by the adapter; ``None`` when the word
+    says nothing about an outbound message (an inbound status)."""
 
 
 class SmsError(Exception):
@@ -89,6 +98,7 @@ class SmsError(Exception):
         code: str | None = None,
         *,
         http_status: int | None = None,
+        about: Cause = Cause.UNKNOWN,
     ) -> None:
         super().__init__(reason, code)
         self.reason = reason
@@ -96,6 +106,10 @@ class SmsError(Exception):
         self.code = code
         """The provider's error code (``"21211"``) or a transport code (``"timeout"``)."""
         self.http_status = http_status
+        self.about = about
+        """Whose problem it is (``domain.provider_errors.Cause``): a refusal about this
+        provider (credentials, sender, outage) lets another provider try; one about the
+        destination, or an unknown one, never does."""
 
     def __str__(self) -> str:
         code = f" [{self.code}]" if self.code else ""
@@ -121,8 +135,9 @@ class SmsTransientError(SmsError):
         *,
         http_status: int | None = None,
         retry_after: float | None = None,
+        about: Cause = Cause.UNKNOWN,
     ) -> None:
-        super().__init__(reason, code, http_status=http_status)
+        super().__init__(reason, code, http_status=http_status, about=about)
         self.retry_after = retry_after
         """Seconds the provider asked us to wait (from ``Retry-After``), if it said."""
 
@@ -137,9 +152,23 @@ class SmsAmbiguousError(SmsError):
     kind = "ambiguous"
 
 
+class SmsLookupUnavailable(SmsError):
+    """The provider offers no lookup by destination: a lost create cannot be placed."""
+
+    kind = "lookup_unavailable"
+
+
 @runtime_checkable
 class SmsTransport(Protocol):
     """The port every SMS provider adapter implements."""
+
+    finds_lost_creates: ClassVar[bool]
+    """Whether :meth:`find` can look a message up by destination, time and content: only
+    such a provider can answer "not there" after an ambiguous create. One that cannot
+    (Telnyx) ends such an attempt ``unknown`` for a person to settle, never resending."""
+    webhook_path: ClassVar[str]
+    """Herald's ingress path for this provider's signed receipts (``/v1/receipts/sms``);
+    the caller builds ``status_callback`` from it with ``?token=<attempt token>``."""
 
     async def submit(self, msg: SmsMessage) -> SmsSubmitted:
         """Send one message. Raises one of the three :class:`SmsError` kinds."""
@@ -157,7 +186,9 @@ class SmsTransport(Protocol):
         sent_before: datetime,
         body_sha256: str,
     ) -> list[ProviderStatus]:
-        """Reconciliation: messages to ``to`` in the window whose body hashes to ``body_sha256``."""
+        """Reconciliation: messages to ``to`` in the window whose body hashes to ``body_sha256``.
+
+        Raises :class:`SmsLookupUnavailable` when the provider has no such lookup."""
         ...
 
     async def cancel(self, remote_id: str) -> ProviderStatus:

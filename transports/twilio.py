@@ -12,12 +12,13 @@ import logging
 import re
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 
 from domain.keys import content_sha256
-from domain.provider_errors import ErrorKind, classify
+from domain.provider_errors import TWILIO_ERRORS, Cause, ErrorKind, classify
+from domain.states import normalize_provider_status
 from transports.sms import (
     ProviderStatus,
     SmsAmbiguousError,
@@ -98,6 +99,11 @@ def _provider_refusal(status: int, body: dict[str, Any]) -> bool:
 class TwilioSms:
     """:class:`transports.sms.SmsTransport` over Twilio's Programmable Messaging REST API."""
 
+    finds_lost_creates: ClassVar[bool] = True
+    """Twilio lists messages by `To` and `DateSent`: a lost create can be placed."""
+    webhook_path: ClassVar[str] = "/v1/receipts/sms"
+    """Herald's ingress route for Twilio's signed status callbacks."""
+
     def __init__(
         self,
         *,
@@ -163,11 +169,13 @@ class TwilioSms:
             form["ScheduleType"] = "fixed"
             form["SendAt"] = _twilio_time(msg.send_at)
         data = await self._call("POST", f"{self._messages_path}.json", data=form, creates=True)
+        raw_status = data.get("status") or "queued"
         submitted = SmsSubmitted(
             remote_id=data["sid"],
-            raw_status=data.get("status") or "queued",
+            raw_status=raw_status,
             provider_at=parse_twilio_date(data.get("date_created")),
             segments=_int_or_none(data.get("num_segments")),
+            state=normalize_provider_status(raw_status),
         )
         log.info("sms submitted sid=%s status=%s", submitted.remote_id, submitted.raw_status)
         return submitted
@@ -242,7 +250,7 @@ class TwilioSms:
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
             # Nothing left this process: always safe to send again.
             raise SmsTransientError(
-                f"{what}: could not connect ({type(exc).__name__})", "connect"
+                f"{what}: could not connect ({type(exc).__name__})", "connect", about=Cause.PROVIDER
             ) from exc
         except httpx.TransportError as exc:
             # ReadTimeout, WriteTimeout, RemoteProtocolError, ReadError...: the request may
@@ -289,6 +297,7 @@ class TwilioSms:
                 code_text or str(status),
                 http_status=status,
                 retry_after=retry_after,
+                about=Cause.PROVIDER,
             )
         if status >= 500:
             reason = f"{what}: provider error HTTP {status} {provider_message}".strip()
@@ -299,7 +308,10 @@ class TwilioSms:
                 reason, code_text or str(status), http_status=status, retry_after=retry_after
             )
 
-        verdict = classify(code_text, status)
+        verdict = classify(code_text, status, table=TWILIO_ERRORS)
+        about = verdict.cause
+        if about == Cause.UNKNOWN and status in (401, 403):
+            about = Cause.PROVIDER  # credentials and permissions belong to the account
         reason = f"{what}: {verdict.reason}"
         if provider_message:
             reason = f"{reason} (provider: {provider_message})"
@@ -316,19 +328,22 @@ class TwilioSms:
                     f"{reason}; refused with HTTP {status}",
                     verdict.code or code_text,
                     http_status=status,
+                    about=about,
                 )
             if creates:
                 return SmsAmbiguousError(reason, verdict.code or code_text, http_status=status)
             return SmsTransientError(reason, verdict.code or code_text, http_status=status)
-        return SmsPermanentError(reason, verdict.code or code_text, http_status=status)
+        return SmsPermanentError(reason, verdict.code or code_text, http_status=status, about=about)
 
     @staticmethod
     def _provider_status(data: dict[str, Any]) -> ProviderStatus:
         body = data.get("body")
         code = data.get("error_code")
+        raw_status = data.get("status") or ""
         return ProviderStatus(
             remote_id=data["sid"],
-            raw_status=data.get("status") or "",
+            raw_status=raw_status,
+            state=normalize_provider_status(raw_status),
             error_code=str(code) if code not in (None, "", 0) else None,
             provider_at=parse_twilio_date(data.get("date_updated")),
             sent_at=parse_twilio_date(data.get("date_sent")),

@@ -37,7 +37,17 @@ with workflow.unsafe.imports_passed_through():
         SubmitOutcome,
         VerdictInput,
     )
-    from domain import channels, clocks, fallback, intents, keys, provider_errors, states
+    from domain import (
+        channels,
+        clocks,
+        failover,
+        fallback,
+        intents,
+        keys,
+        provider_errors,
+        states,
+    )
+    from domain import providers as providers_domain
     from domain.channels import Channel
     from domain.policy import Outcome
     from domain.states import AttemptState
@@ -96,6 +106,16 @@ OUTCOME_ATTRIBUTES = "outcome-attributes"
 """Patch id: the run's end upserts HeraldOutcome and HeraldChannelsUsed. Runs that started
 before it end with HeraldState alone (and no upsert at all when it already held the
 outcome); on replay they keep doing so."""
+
+PROVIDER_FAILOVER = "provider-failover"
+"""Patch id: with more than one provider routed for a channel that fails over, a
+definitive provider-side refusal (or a lost create the lookup found absent) moves to the
+next provider as the next attempt (domain.failover). Runs that started before it never
+asked; an attempt with one provider never asks either, so its history is unchanged."""
+
+ALL_REFUSED_WAIT = timedelta(minutes=1)
+"""How long to wait before trying the providers again when every one refused for its own
+reasons and none said when it would take work again (an open circuit says)."""
 
 TEMPORAL_CANCEL_OPERATOR = "temporal"
 """The operator a cancel requested through Temporal (Web UI, `temporal workflow cancel`) is
@@ -398,6 +418,8 @@ class NotificationWorkflow:
             await self._wait(until, summary=f"{label} deferred ({auth.rule}) until {_at(until)}")
         token = auth.attempt_token
         assert token is not None
+        if spec.fails_over and len(auth.providers) > 1 and workflow.patched(PROVIDER_FAILOVER):
+            return await self._attempt_across_providers(spec, number, auth, why)
         self._attempt_states[token] = AttemptState.PREPARED.value
         base = ChannelResult(
             channel,
@@ -430,6 +452,171 @@ class NotificationWorkflow:
             base.reason = "no final status before the polling horizon"
         return base
 
+    async def _attempt_across_providers(
+        self, spec: Channel, number: int, auth: AuthorizeResult, why: str
+    ) -> ChannelResult:
+        """Attempts on one channel across the providers the policy routes it to
+        (domain.failover): each try is its own attempt (`<key>:sms:<n>`, its own token and
+        provider alias); the next provider tries only after a definitive provider-side
+        refusal, or after the lookup found a lost create absent. Every provider refusing
+        defers to a half-open or the business expiry, then fails (nothing was sent)."""
+        facts = self._require_facts()
+        providers = list(auth.providers)
+        run = failover.ChannelRun(providers, failover_allowed=auth.failover, first_number=number)
+        moved_on: list[str] = []
+        retry_at: list[datetime] = []
+        while True:
+            token = auth.attempt_token
+            assert token is not None
+            provider = auth.provider or run.current.provider
+            label = f"{spec.name} #{number} via {provider}"
+            self._attempt_states[token] = AttemptState.PREPARED.value
+            base = ChannelResult(
+                spec.name,
+                AttemptState.PREPARED.value,
+                auth.reason,
+                token,
+                attempts=number,
+                policy_version=auth.policy_version,
+                rule=auth.rule,
+            )
+            # With failover allowed, every try hands a definitive provider-side refusal back
+            # at once: to the next provider, or (the last one) to a deferral of them all.
+            hand_back = auth.failover
+            # Each provider's own queue: its own rate budget, enforced by the server.
+            queue = providers_domain.provider_task_queue(spec, workflow.info().task_queue, provider)
+            self._set_phase(
+                f"submitting:{spec.name}", details=f"handing {label} to the provider{why}"
+            )
+            self._in_flight.add(token)
+            try:
+                outcome = await self._submit(
+                    spec,
+                    token,
+                    facts,
+                    summary=f"{label}{why}",
+                    failover_allowed=hand_back,
+                    task_queue=queue,
+                )
+            finally:
+                self._in_flight.discard(token)
+            self._observe(token, outcome.state, outcome.error_code)
+            base.remote_id = outcome.remote_id
+            if outcome.reason:
+                base.reason = outcome.reason
+            answer, lookup = _answer_of(outcome)
+            refusal = f"{provider} refused: {outcome.error_code or ''} {outcome.reason}".strip()
+            if answer == failover.Answer.AMBIGUOUS:
+                refusal = f"{provider} lost the answer and does not hold it ({outcome.reason})"
+            decision = run.step(answer, lookup, why=refusal)
+            if outcome.retry_at is not None:
+                retry_at.append(outcome.retry_at)
+            if decision.move == failover.Move.NEXT_PROVIDER:
+                moved_on.append(refusal)
+                number += 1
+                nxt = run.current.provider
+                why = f", failover from {provider}"
+                next_auth = await self._authorize_failover(spec, number, nxt, refusal)
+                if isinstance(next_auth, ChannelResult):
+                    next_auth.reason = "; ".join([*moved_on, next_auth.reason])
+                    return next_auth
+                auth = next_auth
+                continue
+            if decision.move == failover.Move.DEFER:
+                until = min(retry_at) if retry_at else workflow.now() + ALL_REFUSED_WAIT
+                until = max(until, workflow.now() + MIN_DEFER)
+                if facts.expires_at is None or self._expired() or until >= facts.expires_at:
+                    base.state = AttemptState.FAILED.value
+                    base.error_code = outcome.error_code
+                    base.reason = (
+                        "; ".join([*moved_on, refusal])
+                        + "; every provider refused before the business expiry; nothing was sent"
+                    )
+                    return base
+                self._set_phase(
+                    f"deferred:{spec.name}",
+                    details=f"every {spec.name} provider refused; trying again at {_at(until)}",
+                )
+                await self._wait(
+                    until, summary=f"every {spec.name} provider refused; again at {_at(until)}"
+                )
+                if self._cancelled or self._expired():
+                    base.state = AttemptState.FAILED.value
+                    base.reason = (
+                        "; ".join([*moved_on, refusal])
+                        + "; every provider refused until the intent closed; nothing was sent"
+                    )
+                    return base
+                moved_on.append(refusal)
+                number += 1
+                run = failover.ChannelRun(
+                    providers, failover_allowed=auth.failover, first_number=number
+                )
+                retry_at = []
+                next_auth = await self._authorize_failover(
+                    spec, number, providers[0], "every provider refused; trying again"
+                )
+                if isinstance(next_auth, ChannelResult):
+                    return next_auth
+                auth = next_auth
+                continue
+            break
+        if (
+            spec.poll_activity is not None
+            and not states.is_terminal(AttemptState(self._attempt_states[token]))
+            and self._attempt_states[token] != AttemptState.UNKNOWN.value
+        ):
+            await self._observe_attempt(spec, token, facts, label, task_queue=queue)
+        base.state = self._attempt_states[token]
+        base.error_code = self._error_codes.get(token)
+        if base.state == AttemptState.UNKNOWN.value and not base.reason:
+            base.reason = "no final status before the polling horizon"
+        if moved_on:
+            base.reason = "; ".join([*moved_on, f"sent through {provider}: {base.reason}"])
+        return base
+
+    async def _authorize_failover(
+        self, spec: Channel, number: int, provider: str, reason: str
+    ) -> AuthorizeResult | ChannelResult:
+        """Authorize the next try with `provider`: the policy is asked again (an opt-out
+        received meanwhile, through any provider, still holds). A deferral waits; a denial
+        or a closed intent ends the channel."""
+        facts = self._require_facts()
+        label = f"{spec.name} #{number} via {provider}"
+        while True:
+            if self._cancelled:
+                return ChannelResult(
+                    spec.name, "cancelled", self._cancel_reason or "cancelled", attempts=number - 1
+                )
+            if self._expired():
+                return ChannelResult(
+                    spec.name, "expired", "the business expiry passed", attempts=number - 1
+                )
+            auth = await self._authorize(
+                AuthorizeInput(
+                    facts.intent_id, spec.name, number, provider=provider, failover_reason=reason
+                ),
+                summary=f"authorize {label} (failover)",
+            )
+            if auth.outcome == Outcome.ALLOW.value:
+                return auth
+            if auth.outcome == Outcome.DENY.value:
+                return ChannelResult(
+                    spec.name,
+                    "denied",
+                    auth.reason,
+                    attempts=number - 1,
+                    policy_version=auth.policy_version,
+                    rule=auth.rule,
+                )
+            until = max(
+                auth.next_eligible_at or workflow.now() + timedelta(minutes=1),
+                workflow.now() + MIN_DEFER,
+            )
+            if facts.expires_at is not None:
+                until = min(until, facts.expires_at)
+            await self._wait(until, summary=f"{label} deferred ({auth.rule}) until {_at(until)}")
+
     async def _authorize(self, request: AuthorizeInput, *, summary: str) -> AuthorizeResult:
         """One policy decision (and the attempt it allows), in one ledger transaction.
 
@@ -452,14 +639,21 @@ class NotificationWorkflow:
         )
 
     async def _submit(
-        self, channel: Channel, token: str, facts: IntentFacts, *, summary: str
+        self,
+        channel: Channel,
+        token: str,
+        facts: IntentFacts,
+        *,
+        summary: str,
+        failover_allowed: bool = False,
+        task_queue: str | None = None,
     ) -> SubmitOutcome:
         try:
             return await workflow.execute_activity(
                 channel.send_activity,
-                SubmitInput(token),
+                SubmitInput(token, failover=True) if failover_allowed else SubmitInput(token),
                 result_type=SubmitOutcome,
-                task_queue=_queue_of(channel),
+                task_queue=task_queue or _queue_of(channel),
                 start_to_close_timeout=timedelta(seconds=30),
                 heartbeat_timeout=SEND_HEARTBEAT_TIMEOUT if channel.send_heartbeat else None,
                 schedule_to_close_timeout=timedelta(seconds=facts.submit_window_seconds),
@@ -474,8 +668,21 @@ class NotificationWorkflow:
             cause = err.cause
             if isinstance(cause, ApplicationError) and cause.type in PERMANENT_ERRORS:
                 code = str(cause.details[0]) if cause.details else None
+                answer = None
+                retry_at = None
+                if cause.type == ErrorType.PROVIDER_REFUSED:
+                    answer = failover.Answer.REFUSED_BY_PROVIDER.value
+                    # An open circuit says when its provider lets a probe through.
+                    if len(cause.details) > 2 and cause.details[2]:
+                        retry_at = datetime.fromisoformat(str(cause.details[2]))
+                elif cause.type == ErrorType.PERMANENT_PROVIDER_ERROR:
+                    answer = failover.Answer.REFUSED_FOR_DESTINATION.value
                 return SubmitOutcome(
-                    AttemptState.FAILED.value, error_code=code, reason=cause.message
+                    AttemptState.FAILED.value,
+                    error_code=code,
+                    reason=cause.message,
+                    answer=answer,
+                    retry_at=retry_at,
                 )
             # The transport retry window closed with the outcome still open.
             return SubmitOutcome(
@@ -484,7 +691,13 @@ class NotificationWorkflow:
             )
 
     async def _observe_attempt(
-        self, channel: Channel, token: str, facts: IntentFacts, label: str
+        self,
+        channel: Channel,
+        token: str,
+        facts: IntentFacts,
+        label: str,
+        *,
+        task_queue: str | None = None,
     ) -> None:
         """Wait for a receipt or poll with jittered backoff until terminal or the horizon
         (channels with a `poll_activity`).
@@ -563,7 +776,7 @@ class NotificationWorkflow:
                 channel.poll_activity,
                 PollInput(token),
                 result_type=PollOutcome,
-                task_queue=_queue_of(channel),
+                task_queue=task_queue or _queue_of(channel),
                 start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=LEDGER_RETRY,
                 summary=f"poll {label}, poll {retry + 1} before {_at(horizon)}",
@@ -881,6 +1094,19 @@ class NotificationWorkflow:
     def _require_facts(self) -> IntentFacts:
         assert self._facts is not None
         return self._facts
+
+
+def _answer_of(outcome: SubmitOutcome) -> tuple[failover.Answer, failover.Lookup]:
+    """The failover class of a submit's outcome, and what a lookup found."""
+    lookup = failover.Lookup(outcome.lookup) if outcome.lookup else failover.Lookup.PENDING
+    if outcome.answer:
+        return failover.Answer(outcome.answer), lookup
+    if outcome.state == AttemptState.FAILED.value:
+        return failover.Answer.REFUSED_FOR_DESTINATION, lookup
+    if outcome.state == AttemptState.UNKNOWN.value:
+        # The transport window closed with the outcome open: nobody said "not there".
+        return failover.Answer.AMBIGUOUS, lookup
+    return failover.Answer.ACCEPTED, lookup
 
 
 def _at(moment: datetime) -> str:

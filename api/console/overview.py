@@ -13,6 +13,7 @@ from api.console import reads, sessions
 from api.console.deps import Who
 from api.console.rendering import page
 from api.deps import IngressDep
+from ledger import circuits
 
 router = APIRouter(prefix="/console", include_in_schema=False)
 
@@ -21,11 +22,14 @@ router = APIRouter(prefix="/console", include_in_schema=False)
 async def overview(request: Request, who: Who, ingress: IngressDep) -> HTMLResponse:
     now = sessions.now()
     data = await ingress.tx(lambda s: reads.overview(s, now))
+    # Each SMS provider's circuit breaker, as every worker sees it (ledger.circuits).
+    breakers = await ingress.tx(circuits.all_circuits)
     return page(
         request,
         "overview.html",
         who,
         data=data,
+        breakers=breakers,
         chart=_chart(data),
         since={name: (now - span).isoformat() for name, span in reads.WINDOWS.items()},
     )

@@ -7,6 +7,8 @@ business keys, message ids and phone numbers.
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -18,6 +20,7 @@ import httpx
 import pytest
 import pytest_asyncio
 from fastapi import FastAPI
+from nacl.signing import SigningKey
 from sqlalchemy import func, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
@@ -41,6 +44,10 @@ PUBLIC_BASE = "https://herald.example.test"
 """What the provider calls (and signs); the app itself is reached at INTERNAL_BASE."""
 INTERNAL_BASE = "http://10.0.0.5:8080"
 BEARER = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
+TELNYX_SIGNING_KEY = SigningKey(hashlib.sha256(b"herald tests: telnyx account").digest())
+"""Telnyx's side, in PyNaCl (what the official `telnyx` package verifies with). Fixed,
+not random: this module is imported both as pytest's conftest and by test modules."""
+TELNYX_PUBLIC_KEY = base64.b64encode(bytes(TELNYX_SIGNING_KEY.verify_key)).decode()
 
 
 @dataclass
@@ -107,6 +114,7 @@ def build_app(
         public_base_url=PUBLIC_BASE,
         operator_token=OPERATOR_TOKEN,
         unsubscribe_secret=UNSUBSCRIBE_SECRET,
+        telnyx_public_key=TELNYX_PUBLIC_KEY,
     )
     return create_app(ingress), ingress
 

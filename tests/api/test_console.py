@@ -542,3 +542,20 @@ async def test_the_policy_page_shows_the_active_version_and_its_hash(http, commi
     page = await http.get("/console/policy")
     assert page.status_code == 200
     assert f"Policy {active.version} (active)" in page.text and active.sha256 in page.text
+
+
+async def test_the_overview_shows_each_sms_providers_circuit(http, committed):
+    from domain.circuit import BreakerSettings, Outcome
+    from ledger import circuits
+
+    provider = unique("primary")
+    breaker = BreakerSettings(failure_threshold=2, cool_down=timedelta(minutes=5))
+    now = datetime.now(UTC)
+    with committed.begin() as session:
+        for _ in range(2):
+            circuits.note_outcome(session, provider, Outcome.FAILURE, now, breaker)
+    await sign_in(http, *principal(committed, Role.VIEWER))
+    overview = (await http.get("/console")).text
+    section = overview[overview.index('id="providers-h"') :]
+    row = re.search(rf"<tr><td>{re.escape(provider)}</td>(.*?)</tr>", section)
+    assert row is not None and "open" in row.group(1) and "<td>2</td>" in row.group(1)

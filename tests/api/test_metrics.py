@@ -110,3 +110,21 @@ async def test_a_ledger_outage_is_reported_not_a_500(committed, cipher):
 
     found = samples(generate_latest(registry).decode())
     assert value(found, "herald_ledger_up") == 0
+
+
+async def test_each_providers_circuit_state_is_a_metric(http, committed):
+    from datetime import timedelta
+
+    from domain.circuit import BreakerSettings, Outcome
+    from ledger import circuits
+    from tests.conftest import unique
+
+    provider = unique("primary")
+    breaker = BreakerSettings(failure_threshold=2, cool_down=timedelta(minutes=5))
+    now = datetime.now(UTC)
+    with committed.begin() as session:
+        for _ in range(2):
+            circuits.note_outcome(session, provider, Outcome.FAILURE, now, breaker)
+    found = samples((await http.get("/metrics")).text)
+    assert value(found, "herald_provider_circuit", provider=provider, state="open") == 1
+    assert value(found, "herald_provider_circuit", provider=provider, state="closed") == 0

@@ -114,7 +114,15 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         "HERALD_DATA_DIR": str(data),
         **{
             f"HERALD_{name}_PORT": str(free_port())
-            for name in ("POSTGRES", "TEMPORAL", "TEMPORAL_UI", "API", "SIMULATOR", "SMTP")
+            for name in (
+                "POSTGRES",
+                "TEMPORAL",
+                "TEMPORAL_UI",
+                "API",
+                "SIMULATOR",
+                "TELNYX_SIMULATOR",
+                "SMTP",
+            )
         },
     }
     env = {k: v for k, v in os.environ.items() if not k.startswith("HERALD_")} | settings
@@ -347,7 +355,14 @@ def test_a_second_stack_on_a_taken_port_names_the_port_and_its_setting(
         "HERALD_DATA_DIR": str(data),
         **{
             f"HERALD_{name}_PORT": str(free_port())
-            for name in ("POSTGRES", "TEMPORAL", "TEMPORAL_UI", "SIMULATOR", "SMTP")
+            for name in (
+                "POSTGRES",
+                "TEMPORAL",
+                "TEMPORAL_UI",
+                "SIMULATOR",
+                "TELNYX_SIMULATOR",
+                "SMTP",
+            )
         },
         "HERALD_API_PORT": str(api_port),
     }

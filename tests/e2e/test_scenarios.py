@@ -51,3 +51,7 @@ async def test_itinerary_change_falls_back_honours_opt_outs_and_skips_the_wait_o
 
 async def test_a_session_report_is_emailed_as_a_verified_attachment_and_never_enters_sms(demo):
     await SCENARIOS["session-report"](demo)
+
+
+async def test_a_provider_outage_fails_over_once_per_message_and_the_circuit_recovers(demo):
+    await SCENARIOS["provider-outage"](demo)

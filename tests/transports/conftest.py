@@ -14,10 +14,13 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 from transports.simulator import LoopbackServer, SimDelays, SimulatorServer
+from transports.telnyx import TelnyxSms
+from transports.telnyx_simulator import TelnyxSimulatorServer
 from transports.twilio import TwilioSms
 
 ACCOUNT_SID = "AC" + "0" * 31 + "1"
 AUTH_TOKEN = "test-auth-token-0123456789abcdef"
+TELNYX_API_KEY = "KEY0123456789ABCDEF_test"
 SENDER = "+15005550006"
 NORMAL_TO = "+447400123456"
 
@@ -36,6 +39,8 @@ class Received:
     params: dict[str, str]
     headers: dict[str, str]
     at: float
+    body: bytes = b""
+    """The raw body (a JSON webhook is signed over exactly these bytes)."""
 
 
 class CallbackReceiver:
@@ -46,7 +51,8 @@ class CallbackReceiver:
         self._changed = asyncio.Condition()
 
         async def record(request: Request) -> PlainTextResponse:
-            params = dict(parse_qsl((await request.body()).decode(), keep_blank_values=True))
+            raw = await request.body()
+            params = dict(parse_qsl(raw.decode(), keep_blank_values=True))
             self.requests.append(
                 Received(
                     path=request.url.path,
@@ -54,6 +60,7 @@ class CallbackReceiver:
                     params=params,
                     headers={k.lower(): v for k, v in request.headers.items()},
                     at=asyncio.get_running_loop().time(),
+                    body=raw,
                 )
             )
             async with self._changed:
@@ -64,6 +71,7 @@ class CallbackReceiver:
             routes=[
                 Route("/receipts", record, methods=["POST"]),
                 Route("/inbound", record, methods=["POST"]),
+                Route("/telnyx", record, methods=["POST"]),
             ]
         )
         self.server = LoopbackServer(app)
@@ -100,13 +108,23 @@ async def simulator(receiver: CallbackReceiver) -> AsyncIterator[SimulatorServer
     await server.stop()
 
 
+@pytest.fixture(scope="session")
+async def telnyx_simulator(receiver: CallbackReceiver) -> AsyncIterator[TelnyxSimulatorServer]:
+    server = TelnyxSimulatorServer(
+        api_key=TELNYX_API_KEY, delays=FAST, inbound_url=f"{receiver.server.url}/inbound"
+    )
+    await server.start()
+    yield server
+    await server.stop()
+
+
 @pytest.fixture(autouse=True)
 def _clean_simulator(request: pytest.FixtureRequest) -> None:
-    # Only for tests that use the simulator: forget messages, counts and scripts.
-    if "simulator" in request.fixturenames:
-        sim = request.getfixturevalue("simulator").sim
-        sim.reset()
-        request.getfixturevalue("receiver").requests.clear()
+    # Only for tests that use a simulator: forget messages, counts and scripts.
+    for name in ("simulator", "telnyx_simulator"):
+        if name in request.fixturenames:
+            request.getfixturevalue(name).sim.reset()
+            request.getfixturevalue("receiver").requests.clear()
 
 
 @pytest.fixture
@@ -115,6 +133,18 @@ async def sms(simulator: SimulatorServer) -> AsyncIterator[TwilioSms]:
         base_url=simulator.url,
         account_sid=ACCOUNT_SID,
         auth_token=AUTH_TOKEN,
+        connect_timeout=1.0,
+        read_timeout=2.0,
+    )
+    yield transport
+    await transport.aclose()
+
+
+@pytest.fixture
+async def telnyx(telnyx_simulator: TelnyxSimulatorServer) -> AsyncIterator[TelnyxSms]:
+    transport = TelnyxSms(
+        base_url=telnyx_simulator.url,
+        api_key=TELNYX_API_KEY,
         connect_timeout=1.0,
         read_timeout=2.0,
     )

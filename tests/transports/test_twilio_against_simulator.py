@@ -400,7 +400,7 @@ async def test_a_server_error_on_create_is_ambiguous_but_transient_on_a_fetch() 
     await client.aclose()
 
 
-@pytest.mark.parametrize(("code", "http_status"), [(21408, 400), (20003, 401), (21606, 403)])
+@pytest.mark.parametrize(("code", "http_status"), [(21612, 400), (20008, 401), (21606, 403)])
 async def test_an_unknown_4xx_with_the_providers_error_body_is_a_definitive_refusal(
     sms: TwilioSms,
     simulator: SimulatorServer,

@@ -9,6 +9,9 @@ from hypothesis import strategies as st
 from domain.provider_errors import (
     ERROR_TABLE,
     OPT_OUT_CODES,
+    TELNYX_ERRORS,
+    TWILIO_ERRORS,
+    Cause,
     ErrorKind,
     classify,
     is_opt_out,
@@ -56,6 +59,35 @@ def test_an_unknown_code_is_never_permanent(code: int | str, status: int | None)
 
 
 def test_a_stop_reply_error_becomes_a_suppression() -> None:
-    assert OPT_OUT_CODES == {"21610"}
-    assert is_opt_out(21610) and is_opt_out(" 21610 ")
+    # Twilio's 21610 and Telnyx's 40300: an opt-out through either provider holds for all.
+    assert OPT_OUT_CODES == {"21610", "40300"}
+    assert is_opt_out(21610) and is_opt_out(" 21610 ") and is_opt_out("40300")
     assert not is_opt_out("30007") and not is_opt_out(None)
+
+
+def test_the_providers_code_spaces_do_not_overlap() -> None:
+    # The merged table serves callers that hold only a code (a stored error_code).
+    assert not set(TWILIO_ERRORS) & set(TELNYX_ERRORS)
+    assert set(ERROR_TABLE) == set(TWILIO_ERRORS) | set(TELNYX_ERRORS)
+
+
+@pytest.mark.parametrize("code", ["21211", "21610", "21614", "10002", "40300", "40310", "40001"])
+def test_a_refusal_about_the_number_or_the_person_is_about_the_destination(code: str) -> None:
+    assert classify(code).cause == Cause.DESTINATION
+
+
+@pytest.mark.parametrize("code", ["20003", "21212", "21408", "10009", "10010", "40305"])
+def test_credentials_senders_and_permissions_are_the_providers_own(code: str) -> None:
+    verdict = classify(code)
+    assert (verdict.kind, verdict.cause) == (ErrorKind.PERMANENT, Cause.PROVIDER)
+
+
+def test_one_providers_table_does_not_know_the_others_codes() -> None:
+    assert classify("40300", 400, table=TWILIO_ERRORS).kind == ErrorKind.AMBIGUOUS
+    assert classify("21610", 400, table=TELNYX_ERRORS).kind == ErrorKind.AMBIGUOUS
+    assert classify("40300", 400, table=TELNYX_ERRORS).kind == ErrorKind.PERMANENT
+
+
+def test_an_unknown_code_is_not_said_to_be_the_providers() -> None:
+    # Unknown means no failover: the cautious reading.
+    assert classify("99999", 400).cause == Cause.UNKNOWN

@@ -85,7 +85,7 @@ def test_the_built_in_aliases_come_from_the_flat_settings_and_json_adds_more(
         '"relay-2": {"kind": "smtp", "host": "mx"}}',
     )
     configured = Settings().provider_settings()
-    assert sorted(configured) == ["relay-2", "smtp", "twilio", "twilio-eu"]
+    assert sorted(configured) == ["relay-2", "smtp", "telnyx", "twilio", "twilio-eu"]
     twilio = configured["twilio"]
     assert isinstance(twilio, TwilioProvider) and twilio.base_url == "https://sms.example.net"
     assert isinstance(configured["relay-2"], SmtpProvider)
@@ -120,6 +120,35 @@ def test_transports_are_picked_by_the_alias_an_attempt_recorded() -> None:
         transports.for_alias("gone")
 
 
+def test_telnyx_is_a_built_in_sms_alias_without_a_lookup(monkeypatch: pytest.MonkeyPatch) -> None:
+    from settings import TelnyxProvider
+
+    monkeypatch.setenv("HERALD_TELNYX_BASE_URL", "https://api.telnyx.example")
+    monkeypatch.setenv(
+        "HERALD_PROVIDERS",
+        '{"telnyx-eu": {"kind": "telnyx", "base_url": "https://eu.example", "api_key": "k-eu"}}',
+    )
+    configured = Settings().provider_settings()
+    telnyx = configured["telnyx"]
+    assert isinstance(telnyx, TelnyxProvider) and telnyx.base_url == "https://api.telnyx.example"
+    assert isinstance(configured["telnyx-eu"], TelnyxProvider)
+    assert "k-eu" not in repr(configured["telnyx-eu"])
+    assert providers.kind("telnyx").channel == "sms" and not providers.kind("telnyx").lookup
+
+
+def test_the_policy_says_per_category_whether_another_provider_may_take_over() -> None:
+    pol = policy.load_policy(
+        DEFAULT.replace(
+            "[rules.promotional]\n", "[rules.promotional]\nfailover = false\n", 1
+        ).replace("[rules]\n", '[providers]\nsms = ["twilio", "telnyx"]\n\n[rules]\n', 1)
+    )
+    assert pol.providers_for("US", "sms") == ("twilio", "telnyx")
+    assert pol.rule_for("US", "sms", "transactional").failover is True  # the default
+    assert pol.rule_for("US", "sms", "promotional").failover is False
+    with pytest.raises(policy.PolicyError, match="failover"):
+        policy.load_policy(DEFAULT.replace("[rules]\n", '[rules]\nfailover = "yes"\n', 1))
+
+
 async def test_the_worker_builds_one_transport_per_alias_by_its_kind(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -127,6 +156,7 @@ async def test_the_worker_builds_one_transport_per_alias_by_its_kind(
 
     from domain import channels
     from transports.email import SmtpEmail
+    from transports.telnyx import TelnyxSms
     from transports.twilio import TwilioSms
     from worker import _default_transport, provider_transports
 
@@ -137,8 +167,9 @@ async def test_the_worker_builds_one_transport_per_alias_by_its_kind(
     )
     async with httpx.AsyncClient() as http:
         sms, email = provider_transports(Settings(), http)
-        assert sorted(sms) == ["twilio", "twilio-eu"]
-        assert all(isinstance(t, TwilioSms) for t in sms.values())
+        assert sorted(sms) == ["telnyx", "twilio", "twilio-eu"]
+        assert isinstance(sms["telnyx"], TelnyxSms)
+        assert all(isinstance(sms[a], TwilioSms) for a in ("twilio", "twilio-eu"))
         assert sorted(email) == ["relay-2", "smtp"]
         assert all(isinstance(t, SmtpEmail) for t in email.values())
         assert _default_transport(sms, channels.SMS) is sms["twilio"]

@@ -32,6 +32,7 @@ from activities.contracts import (
     VerdictInput,
 )
 from domain import channels, keys
+from domain.providers import provider_task_queue
 from runtime.sandbox import sandbox_runner
 from starter.client import start_summary
 from workflows.notification import CHANNEL, EVENT_TYPE, REGION, STATE, NotificationWorkflow
@@ -64,6 +65,8 @@ class World:
     clock: Callable[[], Awaitable[datetime]] | None = None
     calls: list[tuple[str, Any, datetime]] = field(default_factory=list)
     polls: int = 0
+    sms_queues: list[tuple[str, str]] = field(default_factory=list)
+    """(activity, task queue) of every SMS submit and poll."""
 
     def names(self) -> list[str]:
         return [c[0] for c in self.calls]
@@ -99,6 +102,7 @@ class World:
         @activity.defn(name="submit_sms")
         async def submit_sms(input: SubmitInput) -> SubmitOutcome:
             world.calls.append(("submit_sms", input, await now()))
+            world.sms_queues.append(("submit_sms", activity.info().task_queue))
             return world.submit("sms", input.attempt_token)
 
         @activity.defn(name="send_email")
@@ -110,6 +114,7 @@ class World:
         async def poll_sms(input: PollInput) -> PollOutcome:
             world.polls += 1
             world.calls.append(("poll_sms", input, await now()))
+            world.sms_queues.append(("poll_sms", activity.info().task_queue))
             return PollOutcome(world.poll(input.attempt_token, world.polls))
 
         @activity.defn(name="record_verdict")
@@ -171,12 +176,18 @@ class Harness:
             # Without a cache no sticky queue is bound to this worker process.
             max_cached_workflows=100 if sticky else 0,
         )
-        sms = Worker(
-            client,
-            task_queue=channels.SMS.task_queue(queue),
-            activities=[a for a in world.activities() if a.__name__ in ("submit_sms", "poll_sms")],
-        )
-        return _Both(main, sms)
+        sms_activities = [a for a in world.activities() if a.__name__ in ("submit_sms", "poll_sms")]
+        sms = Worker(client, task_queue=channels.SMS.task_queue(queue), activities=sms_activities)
+        # Each SMS provider's own queue (failover routes: one rate budget per provider).
+        per_provider = [
+            Worker(
+                client,
+                task_queue=provider_task_queue(channels.SMS, queue, alias),
+                activities=sms_activities,
+            )
+            for alias in SMS_PROVIDERS
+        ]
+        return _Both(main, sms, *per_provider)
 
     async def start(self, world: World, queue: str) -> WorkflowHandle[Any, Any]:
         f = world.facts
@@ -206,18 +217,24 @@ class Harness:
         )
 
 
+SMS_PROVIDERS = ("twilio", "telnyx")
+"""The provider aliases the failover tests route SMS to."""
+
+
 class _Both:
-    def __init__(self, a: Worker, b: Worker) -> None:
-        self.a, self.b = a, b
+    """Several workers started and stopped together (the main queue's first)."""
+
+    def __init__(self, *workers: Worker) -> None:
+        self.workers = workers
 
     async def __aenter__(self) -> _Both:
-        await self.a.__aenter__()
-        await self.b.__aenter__()
+        for worker in self.workers:
+            await worker.__aenter__()
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
-        await self.b.__aexit__(*exc)
-        await self.a.__aexit__(*exc)
+        for worker in reversed(self.workers):
+            await worker.__aexit__(*exc)
 
 
 @pytest.fixture

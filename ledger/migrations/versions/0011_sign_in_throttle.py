@@ -5,16 +5,16 @@ the sign-in forms already used (their CSRF token is good for one post); the cons
 search's lookup of an email address in any letter case (`herald migrate` fills it for the
 intents recorded before)
 
-Revision ID: 0010
-Revises: 0009
+Revision ID: 0011
+Revises: 0041 (0010_provider_circuit)
 Create Date: 2026-12-07 00:30:00
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0010"
-down_revision = "0009"
+revision = "0011"
+down_revision = "0041"
 branch_labels = None
 depends_on = None
 

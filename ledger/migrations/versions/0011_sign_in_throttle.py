@@ -6,7 +6,7 @@ search's lookup of an email address in any letter case (`herald migrate` fills i
 intents recorded before)
 
 Revision ID: 0011
-Revises: 0041 (0010_provider_circuit)
+Revises: 0010 (0010_provider_circuit)
 Create Date: 2026-12-07 00:30:00
 """
 
@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0011"
-down_revision = "0041"
+down_revision = "0010"
 branch_labels = None
 depends_on = None
 

@@ -144,6 +144,40 @@ class Settings(BaseSettings):
     api_port: int = 58080
     public_base_url: str | None = None
     """The URL the SMS provider calls (signature checks need it exactly, behind proxies too)."""
+    trusted_proxies: list[str] = []
+    """HERALD_TRUSTED_PROXIES, a JSON list of addresses or networks (`["10.0.0.0/8"]`) whose
+    X-Forwarded-For names the client. Empty (the default): the client is the socket peer,
+    for the access log and the console's sign-in throttle alike."""
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _addresses_or_networks(cls, proxies: list[str]) -> list[str]:
+        import ipaddress
+
+        for proxy in proxies:
+            try:
+                ipaddress.ip_network(proxy, strict=False)
+            except ValueError:
+                raise ValueError(f"{proxy!r} is not an address or a network") from None
+        return proxies
+
+    console_session_hours: float = Field(default=12.0, gt=0, le=24 * 30)
+    """A console session ends this long after sign-in, however busy (and after 30 minutes
+    without a person's request)."""
+    default_country: str = "GB"
+    """HERALD_DEFAULT_COUNTRY: the ISO 3166 country the console's search reads a phone
+    number in national form for (`07400 000001`), unless the search names another."""
+
+    @field_validator("default_country")
+    @classmethod
+    def _a_country_with_numbers(cls, country: str) -> str:
+        import phonenumbers
+
+        code = country.strip().upper()
+        if code not in phonenumbers.SUPPORTED_REGIONS:
+            raise ValueError(f"{country!r} is not an ISO 3166 country code with phone numbers")
+        return code
+
     operator_token: SecretStr | None = None
     """HERALD_OPERATOR_TOKEN: a break-glass admin credential, for the first `herald
     principals add` in production and for when every admin's token is lost. Required

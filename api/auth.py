@@ -102,11 +102,15 @@ class Authenticator:
             self._sessions, lambda s: principals.authenticate(s, token, at=now)
         )
 
-    async def principal_of_name(self, name: str, token: str) -> Principal | None:
-        """A sign-in form's name and token, checked against the ledger (constant-time)."""
+    async def principal_of_name(
+        self, name: str, token: str, *, allowed: Callable[[Principal], bool] = lambda _: True
+    ) -> Principal | None:
+        """A sign-in form's name and token, checked against the ledger (constant-time); a
+        principal `allowed` refuses is refused before anything is written."""
         now = datetime.now(UTC)
         return await in_transaction(
-            self._sessions, lambda s: principals.authenticate_name(s, name, token, at=now)
+            self._sessions,
+            lambda s: principals.authenticate_name(s, name, token, at=now, allowed=allowed),
         )
 
 

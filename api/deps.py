@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
@@ -50,6 +51,8 @@ class Ingress:
         unsubscribe_secret: str,
         temporal_ui_url: str | None = None,
         email_events: EventsConfig | None = None,
+        console_session_lifetime: timedelta = timedelta(hours=12),
+        default_country: str = "GB",
         telnyx_public_key: str | None = None,
     ) -> None:
         self.client = client
@@ -61,6 +64,11 @@ class Ingress:
         """Checks Telnyx's Ed25519 webhooks; without a key its route refuses every event."""
         self.temporal_ui_url = temporal_ui_url
         """The Temporal Web UI's base URL, for the console's link to a workflow."""
+        self.console_session_lifetime = console_session_lifetime
+        """A console session ends this long after sign-in (HERALD_CONSOLE_SESSION_HOURS)."""
+        self.default_country = default_country.upper()
+        """The console search reads a national phone number in this country unless told
+        another (HERALD_DEFAULT_COUNTRY)."""
         self.validator = RequestValidator(auth_token)
         self.public_base_url = public_base_url.rstrip("/")
         # HERALD_OPERATOR_TOKEN: the break-glass admin (optional in dev).

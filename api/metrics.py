@@ -129,6 +129,17 @@ class ApiCounters:
             ["reason"],
             registry=registry,
         )
+        self.sign_ins_refused = Counter(
+            "herald_console_sign_ins_refused",
+            "Console sign-ins refused, by reason: credentials (a wrong name or token, or a "
+            "principal who may not use the console), throttled (too many refusals for the "
+            "name or the client address: answered 429), form (a stale or reused form). "
+            "Alert on a rise of credentials or throttled.",
+            ["reason"],
+            registry=registry,
+        )
+        for reason in ("credentials", "throttled", "form"):
+            self.sign_ins_refused.labels(reason)
         for kind in ("webhook_redelivery", "idempotency_key_replay", "business_key_existing"):
             self.duplicates.labels(kind)
 

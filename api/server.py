@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import signal
 from collections.abc import Iterator
+from datetime import timedelta
 
 import uvicorn
 from fastapi import FastAPI
@@ -32,6 +33,8 @@ def build(cfg: settings_module.Settings, client: HeraldClient) -> FastAPI:
             unsubscribe_secret=cfg.resolved_unsubscribe_secret(),
             temporal_ui_url=cfg.temporal_ui_url,
             email_events=email_events_config(cfg),
+            console_session_lifetime=timedelta(hours=cfg.console_session_hours),
+            default_country=cfg.default_country,
             telnyx_public_key=cfg.telnyx_public_key,
         )
     )
@@ -76,18 +79,30 @@ async def serve(
     cfg.sender_book()
     client = await HeraldClient.connect(cfg)
     app = build(cfg, client)
-    config = uvicorn.Config(
+    config = server_config(
+        cfg, app, host=host or cfg.api_host, port=port if port is not None else cfg.api_port
+    )
+    await _Server(config).serve()
+
+
+def server_config(
+    cfg: settings_module.Settings, app: FastAPI, *, host: str, port: int
+) -> uvicorn.Config:
+    """uvicorn's settings for the API. The client address (the access log's, and the one
+    the console's sign-in throttle counts) is the socket peer, unless the peer is one of
+    HERALD_TRUSTED_PROXIES: then it is the address that proxy put in X-Forwarded-For
+    (the nearest one not itself trusted). Signatures use HERALD_PUBLIC_BASE_URL, never
+    forwarded headers."""
+    return uvicorn.Config(
         app,
-        host=host or cfg.api_host,
-        port=port if port is not None else cfg.api_port,
+        host=host,
+        port=port,
         log_level="info",
         log_config=None,  # keep the JSON handler configured above
-        # The ingress sits behind a proxy in production: trust its X-Forwarded-* only
-        # for the client address; signatures use HERALD_PUBLIC_BASE_URL, never headers.
-        proxy_headers=True,
+        proxy_headers=bool(cfg.trusted_proxies),
+        forwarded_allow_ips=list(cfg.trusted_proxies),
         timeout_graceful_shutdown=10,
         # Longer than the proxy's or provider's pooled connections stay idle (load
         # balancers: 60 s), so none is reused just as this server closes it.
         timeout_keep_alive=75,
     )
-    await _Server(config).serve()

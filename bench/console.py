@@ -346,7 +346,7 @@ async def measure(
                 },
             ),
             "recipient search": lambda: http.post(
-                "/console/search", data={"destination": rng.choice(seeded.phones), "csrf": csrf}
+                "/console/search", data={"q": rng.choice(seeded.phones), "csrf": csrf}
             ),
             "intent page": lambda: http.get(f"/console/intents/{rng.choice(seeded.intent_ids)}"),
             "reconciliation": lambda: http.get("/console/reconciliation"),

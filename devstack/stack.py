@@ -15,7 +15,7 @@ import json
 import os
 import sys
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, Any
 
@@ -326,6 +326,8 @@ class DevStack:
                     unsubscribe_secret=cfg.resolved_unsubscribe_secret(),
                     temporal_ui_url=self.temporal.ui_url if self.temporal else cfg.temporal_ui_url,
                     email_events=email_events_config(cfg),
+                    console_session_lifetime=timedelta(hours=cfg.console_session_hours),
+                    default_country=cfg.default_country,
                     telnyx_public_key=cfg.telnyx_public_key,
                 )
             ),

@@ -198,17 +198,20 @@ def region_of(country: str) -> str:
     return "default"
 
 
-def phone_e164(raw: str) -> str:
-    """Normalize a phone number to E.164 for an opt-out.
+def phone_e164(raw: str, default_region: str | None = None) -> str:
+    """Normalize a phone number to E.164 for an opt-out or a search.
 
     A phone number in E.164. Looser than an SMS destination: an opt-out is honoured even
     for a number Herald would not text (a landline that texted STOP through a gateway).
+    With `default_region` (ISO alpha-2), a number in national form (`07400 000001`) is read
+    as that country's.
     """
+    region = default_region.upper() if default_region else None
     try:
-        return normalize_phone(raw).e164
+        return normalize_phone(raw, region).e164
     except InvalidDestination:
         try:
-            number = phonenumbers.parse(raw, None)
+            number = phonenumbers.parse(raw, region)
         except phonenumbers.NumberParseException as err:
             raise ValueError("not a phone number (E.164, with its + prefix)") from err
         if not phonenumbers.is_possible_number(number):
@@ -259,6 +262,17 @@ def normalized_destination(raw: str, channel: str | None) -> str:
     except InvalidDestination as err:
         # The domain's messages describe the problem without repeating the address.
         raise ValueError(str(err)) from err
+
+
+def search_form(address: str) -> str:
+    """What the console's search-only email lookup is taken over.
+
+    The normalized address case-folded whole (`Ann.Lee@Example.com` and
+    `ann.lee@example.com` alike), with a prefix so it can never equal the HMAC of a
+    destination's normal form. Consent and suppressions keep matching on the normal form,
+    which keeps the local part's case.
+    """
+    return "search:" + address.casefold()
 
 
 def masked(destination: str) -> str:

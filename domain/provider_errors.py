@@ -161,3 +161,24 @@ def classify(
     if normalized:
         return ErrorClass(ErrorKind.AMBIGUOUS, label, f"unrecognized error code {normalized}")
     return ErrorClass(ErrorKind.AMBIGUOUS, label, "error without a recognized code")
+
+
+WHAT_TO_EXPECT: dict[ErrorKind, str] = {
+    ErrorKind.PERMANENT: "permanent: this destination will not work on this channel; "
+    "Herald does not retry it",
+    ErrorKind.TRANSIENT: "temporary: Herald retries it after a pause",
+    ErrorKind.AMBIGUOUS: "the message may or may not have gone out: it is settled "
+    "before anything is sent again",
+}
+
+
+def meaning(code: str | int | None, http_status: int | None = None) -> str:
+    """A provider error in words for a person, from the table above.
+
+    The code, what it means and what Herald does about it.
+
+    `meaning("30003")` -> ``"30003: unreachable destination handset (the message may or
+    may not have gone out: it is settled before anything is sent again)"``.
+    """
+    found = classify(code, http_status)
+    return f"{found.code or 'no code'}: {found.reason} ({WHAT_TO_EXPECT[found.kind]})"

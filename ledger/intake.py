@@ -174,6 +174,9 @@ def validate(
         sms_destination_hmac=cipher.lookup_hmac(phone.e164) if phone else None,
         email_destination_ct=cipher.encrypt(email.address, context=context) if email else None,
         email_destination_hmac=cipher.lookup_hmac(email.address) if email else None,
+        email_search_hmac=(
+            cipher.lookup_hmac(destinations.search_form(email.address)) if email else None
+        ),
         variables_ct=cipher.encrypt(variables_json, context=context) if request.variables else None,
         variables_sha256=hashlib.sha256(variables_json.encode()).hexdigest(),
         artifact_sha256=request.artifact_sha256,

@@ -101,6 +101,9 @@ class Intent(Base):
     sms_destination_hmac: Mapped[str | None] = mapped_column(String(64), index=True)
     email_destination_ct: Mapped[str | None] = mapped_column(Text)
     email_destination_hmac: Mapped[str | None] = mapped_column(String(64), index=True)
+    email_search_hmac: Mapped[str | None] = mapped_column(String(64), index=True)
+    """The console search's lookup of the address in any letter case (search only: consent
+    and suppressions match `email_destination_hmac`)."""
     variables_ct: Mapped[str | None] = mapped_column(Text)
     artifact_sha256: Mapped[str | None] = mapped_column(String(64))
     send_at: Mapped[datetime | None]
@@ -183,7 +186,7 @@ class Attempt(Base):
     region, domain.providers); null on attempts prepared before providers were data."""
     segments: Mapped[int | None] = mapped_column(Integer)
     error_code: Mapped[str | None] = mapped_column(String(20))
-    message_id: Mapped[str | None] = mapped_column(String(200))
+    message_id: Mapped[str | None] = mapped_column(String(200), index=True)
     prepared_at: Mapped[datetime] = mapped_column(server_default=func.now())
     send_started_at: Mapped[datetime | None]
     """Set (committed) just before the provider call: a retry that finds it set with no
@@ -381,6 +384,33 @@ class ConsoleSession(Base):
     last_seen_at: Mapped[datetime]
     """Refreshed on each request; past the idle limit the session is over."""
     ended_at: Mapped[datetime | None]
+
+
+class SignInCounter(Base):
+    """Refused console sign-ins for one name or one client address.
+
+    Counted by domain.sign_in_throttle's rule, kept here so that every API process counts
+    the same refusals.
+    """
+
+    __tablename__ = "sign_in_counter"
+
+    kind: Mapped[str] = mapped_column(String(10), primary_key=True)
+    """`name` or `address`."""
+    key: Mapped[str] = mapped_column(String(120), primary_key=True)
+    failures: Mapped[int] = mapped_column(Integer, default=0)
+    last_failure_at: Mapped[datetime | None]
+    blocks: Mapped[int] = mapped_column(Integer, default=0)
+    blocked_until: Mapped[datetime | None]
+
+
+class UsedSignInForm(Base):
+    """A sign-in form's CSRF token once it has been posted: each is good for one use."""
+
+    __tablename__ = "used_sign_in_form"
+
+    token_sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    used_at: Mapped[datetime] = mapped_column(index=True)
 
 
 class IdempotencyRecord(Base):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -165,8 +166,19 @@ def authenticate(session: Session, token: str, *, at: datetime) -> Principal | N
     return Principal(row.name, Role(row.role))
 
 
-def authenticate_name(session: Session, name: str, token: str, *, at: datetime) -> Principal | None:
-    """The live principal `name` if `token` is its token (a sign-in form), else None."""
+def authenticate_name(
+    session: Session,
+    name: str,
+    token: str,
+    *,
+    at: datetime,
+    allowed: Callable[[Principal], bool] = lambda _: True,
+) -> Principal | None:
+    """The live principal `name` if `token` is its token and `allowed` lets it sign in.
+
+    For a sign-in form; else None. A principal refused by `allowed` is refused before
+    anything is written (its `last_used_at` stays), on the path a wrong token takes.
+    """
     row = session.execute(
         select(PrincipalRecord).where(PrincipalRecord.name == name)
     ).scalar_one_or_none()
@@ -175,8 +187,11 @@ def authenticate_name(session: Session, name: str, token: str, *, at: datetime) 
     stored = row.token_sha256 if row is not None else token_hash(new_token())
     if not hmac.compare_digest(offered, stored) or row is None or row.revoked_at is not None:
         return None
+    principal = Principal(row.name, Role(row.role))
+    if not allowed(principal):
+        return None
     touch_last_used(session, row.id, at=at)
-    return Principal(row.name, Role(row.role))
+    return principal
 
 
 def touch_last_used(session: Session, principal_id: int, *, at: datetime) -> None:

@@ -137,6 +137,9 @@ class IntentFields:
     created_by: str | None = None
     """The principal recording it (not part of the payload: who asks does not change what
     is asked)."""
+    email_search_hmac: str | None = None
+    """The console search's lookup of the email address in any letter case
+    (`domain.destinations.search_form`); not part of the payload hash."""
 
     def payload_sha256(self) -> str:
         """A hash of the request's fields, to tell a repeat from a different request."""

@@ -223,13 +223,13 @@ def rows(doc: dict[str, Any], time_text: Callable[[str], str] = str) -> list[dic
             "operator",
             detail.get("channel"),
             f"{text} ({notes})" if notes else text,
-            key=_approval_time(a, doc, prepared),
+            key=approval_time(a, doc, prepared),
         )
     events.sort(key=lambda e: (e[0], e[1]))
     return [row for _, _, row in events]
 
 
-def _approval_time(
+def approval_time(
     action: dict[str, Any], doc: dict[str, Any], prepared: dict[str, str | None]
 ) -> datetime:
     """When an accepted approve-resend takes its place in the timeline.

@@ -287,6 +287,12 @@ class HeraldClient:
         """A ledger field in clear (the console's recorded reveal of a destination)."""
         return self._cipher.decrypt(ciphertext, context=context)
 
+    @property
+    def cipher(self) -> FieldCipher:
+        """The ledger's field cipher, for read models that show a destination masked
+        (`ledger.timeline.timeline(..., cipher=)`), as `timeline` below does."""
+        return self._cipher
+
     def _read_start_options(self, intent_id: str) -> StartOptions:
         with self.sessions() as session:
             intent = session.get(Intent, intent_id)

@@ -12,24 +12,30 @@ in `deps` (the session, the form checks) and `rendering` (templates and headers)
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from fastapi import FastAPI, Request
 from fastapi.dependencies.models import Dependant
 from fastapi.responses import RedirectResponse, Response
 from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
+from markupsafe import Markup
 
 from api import auth
 from api.console import (
+    errors,
     intent,
     intents,
     overview,
     policy,
+    reads,
     recipient,
     reconciliation,
     sign_in,
 )
 from api.console.deps import SignInNeeded, signed_in
-from api.console.rendering import HERE
+from api.console.headers import SecurityHeaders
+from api.console.rendering import HERE, templates
 from api.console.sign_in import OPEN_PAGES
 
 PAGE_GROUPS = (sign_in, overview, intents, intent, reconciliation, recipient, policy)
@@ -46,6 +52,17 @@ def _needs_session(dependant: Dependant) -> bool:
     return any(sub.call is signed_in or _needs_session(sub) for sub in dependant.dependencies)
 
 
+def time_element(value: datetime | str | None) -> Markup:
+    """A time as the pages show it: the console's one format (`2026-12-07 20:04:50 UTC`)
+    in a `<time>` element, which console.js shows in the browser's zone when asked."""
+    if value is None:
+        return Markup("")
+    moment = datetime.fromisoformat(value) if isinstance(value, str) else value
+    return Markup('<time datetime="{}">{}</time>').format(
+        moment.astimezone(UTC).isoformat(), reads.when(moment)
+    )
+
+
 def mount_console(app: FastAPI) -> None:
     """The console's pages and static files, and `GET /` leading to it.
 
@@ -53,6 +70,8 @@ def mount_console(app: FastAPI) -> None:
     checked here (a route without it refuses to mount) and registered in
     `api.auth.PUBLIC_ROUTES` as guarded by the session rather than a bearer token.
     """
+    templates.env.filters["at"] = time_element
+    templates.env.globals["rendered_at"] = lambda: time_element(datetime.now(UTC))
     for group in PAGE_GROUPS:
         for route in group.router.routes:
             assert isinstance(route, APIRoute)
@@ -67,6 +86,10 @@ def mount_console(app: FastAPI) -> None:
     auth.PUBLIC_ROUTES.setdefault("GET /", "a redirect to the console")
     app.mount("/console/static", StaticFiles(directory=HERE / "static"), name="console-static")
     app.add_exception_handler(SignInNeeded, _to_sign_in)
+    # Every console error a page that says what happened and what to do (not JSON).
+    errors.install(app, templates)
+    # Every answer under /console, errors and the CSV included, and /docs and /redoc.
+    app.add_middleware(SecurityHeaders)
 
     @app.get("/", include_in_schema=False)
     async def root() -> Response:

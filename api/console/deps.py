@@ -23,12 +23,20 @@ class SignInNeeded(Exception):
 
 
 async def signed_in(request: Request, ingress: IngressDep) -> SignedIn:
-    """The live session the cookie names; without one, the sign-in page."""
+    """The live session the cookie names; without one, the sign-in page. A request the
+    page's own refresh sent (its REFRESH_HEADER) is not a person's use: it leaves the
+    session's idle clock alone."""
     value = request.cookies.get(sessions.COOKIE)
+    used = sessions.REFRESH_HEADER not in request.headers
 
     def work(session: Session) -> SignedIn | None:
         return sessions.resume(
-            session, value, sessions.now(), break_glass=ingress.auth.is_break_glass_digest
+            session,
+            value,
+            sessions.now(),
+            break_glass=ingress.auth.is_break_glass_digest,
+            used=used,
+            lifetime=ingress.console_session_lifetime,
         )
 
     who = await ingress.tx(work) if value else None

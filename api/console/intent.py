@@ -47,12 +47,18 @@ async def render_intent(
     if "\x00" in intent_id:
         raise HTTPException(404, "no such intent")
 
-    def work(session: Session) -> tuple[dict[str, Any], list[ReviewItem]]:
-        doc = timeline.timeline(session, intent_id)
-        return doc, reads.review_items_of(session, doc["intent"]["id"])
+    def work(session: Session) -> tuple[dict[str, Any], list[ReviewItem], dict[str, str]]:
+        # Destinations masked as every surface masks them (domain.destinations.masked).
+        doc = timeline.timeline(session, intent_id, cipher=ingress.client.cipher)
+        shown = reads.masked_destinations(
+            session,
+            doc["intent"]["id"],
+            lambda ct, context: ingress.client.decrypt_field(ct, context=context),
+        )
+        return doc, reads.review_items_of(session, doc["intent"]["id"]), shown
 
     try:
-        doc, review = await ingress.tx(work)
+        doc, review, destinations = await ingress.tx(work)
     except repo.NotFound as err:
         raise HTTPException(404, "no such intent") from err
     intent = doc["intent"]
@@ -71,6 +77,7 @@ async def render_intent(
         events=reads.events_of(doc),
         sentence=reads.outcome_sentence(doc),
         channels=[c for c in intent["channel_plan"]["channels"]],
+        destinations=destinations,
         mask=reads.mask,
         revealed=revealed,
         notice=notice,

@@ -1,5 +1,5 @@
 """The intents list (filtered, paged, counted by state), its CSV export, and the
-search by recipient (a POST form: contact data never reaches a URL)."""
+search (a POST form: contact data never reaches a URL)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,11 @@ from fastapi import APIRouter, Depends, Form, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, StreamingResponse
 from sqlalchemy.orm import Session
 
-from api.console import reads
+from api.console import reads, search
 from api.console.deps import Who, checked
 from api.console.rendering import page
 from api.deps import IngressDep
 from domain import channels
-from domain.destinations import normalized_destination
 
 log = logging.getLogger("herald.console")
 router = APIRouter(prefix="/console", include_in_schema=False)
@@ -40,13 +39,14 @@ def parse_filter(
     def moment(name: str, value: str | None) -> datetime | None:
         if not value:
             return None
+        text = value.strip().removesuffix("UTC").strip()
         try:
-            parsed = datetime.fromisoformat(value)
+            parsed = datetime.fromisoformat(text)
         except ValueError as err:
             raise HTTPException(
-                400, f"{name}: not a date and time (YYYY-MM-DDTHH:MM, UTC)"
+                400, f"{name}: not a date and time (YYYY-MM-DD HH:MM:SS, UTC)"
             ) from err
-        return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+        return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).astimezone(UTC)
 
     if state and state not in reads.STATES:
         raise HTTPException(400, f"state: one of {', '.join(reads.STATES)}")
@@ -109,16 +109,40 @@ async def intents(
     flt: Annotated[reads.IntentFilter, Depends(intent_filter)],
     ingress: IngressDep,
     after: Filter = None,
+    before: Filter = None,
 ) -> HTMLResponse:
     try:
         cursor = reads.decode_cursor(after) if after else None
+        back = reads.decode_cursor(before) if before else None
     except ValueError as err:
         raise HTTPException(400, "after: not a page cursor from this console") from err
 
-    def work(session: Session) -> tuple[reads.IntentList, reads.StateCounts]:
-        return reads.list_page(session, flt, after=cursor), reads.counts_by_state(session, flt)
+    def work(
+        session: Session,
+    ) -> tuple[reads.IntentList, reads.StateCounts, dict[str, list[str]]]:
+        listed = (
+            reads.newer_page(session, flt, before=back)
+            if back is not None
+            else reads.list_page(session, flt, after=cursor)
+        )
+        return listed, reads.counts_by_state(session, flt), reads.filter_choices(session)
 
-    listed, counts = await ingress.tx(work)
+    listed, counts, choices = await ingress.tx(work)
+    now = datetime.now(UTC)
+    presets = [
+        (
+            label,
+            "/console/intents?"
+            + urlencode(
+                {
+                    **flt.query_params(),
+                    "created_from": start.replace(microsecond=0).isoformat(),
+                    "created_to": "",
+                }
+            ),
+        )
+        for label, start in reads.date_presets(now)
+    ]
     return page(
         request,
         "intents.html",
@@ -133,6 +157,13 @@ async def intents(
             if listed.next_cursor
             else None
         ),
+        prev_url=(
+            "/console/intents?" + urlencode({**flt.query_params(), "before": listed.newer_cursor})
+            if listed.newer_cursor
+            else None
+        ),
+        choices=choices,
+        presets=presets,
         csv_url="/console/intents.csv?" + urlencode(flt.query_params()),
         state_url=lambda s: "/console/intents?" + urlencode({**flt.query_params(), "state": s}),
     )
@@ -159,33 +190,21 @@ async def intents_csv(
 
 
 @router.post("/search", response_class=HTMLResponse)
-async def search(
+async def search_page(
     request: Request,
     who: Who,
     ingress: IngressDep,
-    destination: Annotated[str, Form(max_length=320)] = "",
+    q: Annotated[str, Form(max_length=320)] = "",
+    country: Annotated[str, Form(pattern="^[A-Za-z]{2}$")] = "",
     csrf: Annotated[str | None, Form()] = None,
 ) -> HTMLResponse:
-    """A recipient's phone number or address, matched by the ledger's HMAC; the answer
-    is rendered here (never a redirect, which would put it in a URL)."""
+    """Whatever a caller gives (api.console.search), matched in the ledger; the answer is
+    rendered here (never a redirect, which would put a phone number in a URL)."""
     checked(who, csrf, act=False)
-    try:
-        lookup = ingress.client.lookup_hmac(normalized_destination(destination.strip(), None))
-    except ValueError as err:
-        return page(
-            request,
-            "search.html",
-            who,
-            status_code=400,
-            error=f"Not a phone number or an email address: {err}",
-        )
-    flt = reads.IntentFilter(recipient_hmac=lookup)
-
-    def work(session: Session) -> tuple[reads.IntentList, list[str]]:
-        return (
-            reads.list_page(session, flt, size=100),
-            reads.recipient_refs_for(session, lookup),
-        )
-
-    listed, refs = await ingress.tx(work)
-    return page(request, "search.html", who, listed=listed, refs=refs, searched=True)
+    region = (country or ingress.default_country).upper()
+    if not q.strip():
+        return page(request, "search.html", who, status_code=400, error="Type something to find.")
+    found = await ingress.tx(
+        lambda s: search.find(s, q, country=region, lookup=ingress.client.lookup_hmac)
+    )
+    return page(request, "search.html", who, found=found, country=region)

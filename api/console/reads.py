@@ -14,6 +14,7 @@ import csv
 import io
 import json
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -37,9 +38,12 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, aggregate_order_by, array_agg
 from sqlalchemy.orm import Session
 
+from api.console.entries import Entry, entries_of
 from domain import channels
+from domain.destinations import masked
 from domain.intents import IntentState, derive_intent_state
 from domain.policy import Outcome
+from domain.provider_errors import meaning
 from domain.states import AttemptState
 from ledger import email_health, reconcile
 from ledger.email_health import EmailRates
@@ -97,6 +101,8 @@ class IntentFilter:
     then): those the overview's fallback rate counts as falling back."""
     recipient_hmac: str | None = None
     """From the POST search only: never in a URL."""
+    intent_ids: tuple[str, ...] | None = None
+    """From the POST search only (api.console.search): these intents."""
 
     def query_params(self) -> dict[str, str]:
         """The filter as URL parameters (links, paging, CSV); no recipient in them."""
@@ -141,6 +147,8 @@ class IntentFilter:
             query = query.where(*(self._attempted(c) for c in channels.NAMES))
         if self.state:
             query = query.where(could_be(self.state))
+        if self.intent_ids is not None:
+            query = query.where(Intent.id.in_(self.intent_ids))
         if self.recipient_hmac:
             query = query.where(to_recipient(self.recipient_hmac))
         return query
@@ -190,8 +198,7 @@ def could_be(state: str) -> Any:
 
 
 def encode_cursor(intent: IntentRow) -> str:
-    raw = json.dumps([intent.created_at.isoformat(), intent.id])
-    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+    return encode_cursor_of((intent.created_at, intent.id))
 
 
 def decode_cursor(value: str) -> tuple[datetime, str]:
@@ -281,7 +288,10 @@ def listed_intent(row: Row[Any], now: datetime) -> ListedIntent:
 class IntentList:
     items: list[ListedIntent]
     next_cursor: str | None
+    """Where the next older page starts (`after`); None: nothing older."""
     scanned: int
+    newer_cursor: str | None = None
+    """Where the next newer page starts (`before`); None: this is the newest."""
 
 
 def plan_for_these_values(session: Session) -> None:
@@ -304,6 +314,7 @@ def list_page(
     scan_limit: int = SCAN_PER_PAGE,
 ) -> IntentList:
     """Newest first, keyset paged on (created_at, id)."""
+    started_after = encode_cursor_of(after) if after is not None else None
     plan_for_these_values(session)
     query = listed(flt.apply(select(Intent))).order_by(Intent.created_at.desc(), Intent.id.desc())
     now = datetime.now(UTC)
@@ -336,7 +347,106 @@ def list_page(
             break
         batch = min(batch * 4, SCAN_BATCH)
     cursor = encode_cursor(last) if last is not None and not exhausted else None
-    return IntentList(matched, cursor, scanned)
+    newer = encode_cursor(matched[0].intent) if started_after and matched else started_after
+    return IntentList(matched, cursor, scanned, newer)
+
+
+def newer_page(
+    session: Session,
+    flt: IntentFilter,
+    *,
+    before: tuple[datetime, str],
+    size: int = PAGE_SIZE,
+    scan_limit: int = SCAN_PER_PAGE,
+) -> IntentList:
+    """The page of intents just newer than `before` (paging back), newest first: read
+    oldest first from `before`, as `list_page` reads newest first from `after`."""
+    plan_for_these_values(session)
+    query = listed(flt.apply(select(Intent))).order_by(Intent.created_at.asc(), Intent.id.asc())
+    now = datetime.now(UTC)
+    matched: list[ListedIntent] = []
+    scanned = 0
+    last: IntentRow | None = None
+    since = before
+    exhausted = False
+    batch = size if flt.state is None else size * 2
+    while len(matched) < size and scanned < scan_limit:
+        rows = list(
+            session.execute(
+                query.where(
+                    func.row(Intent.created_at, Intent.id) > func.row(literal(since[0]), since[1])
+                ).limit(batch)
+            )
+        )
+        for row in rows:
+            scanned += 1
+            last = row
+            since = (row.created_at, row.id)
+            item = listed_intent(row, now)
+            if flt.state is None or item.state == flt.state:
+                matched.append(item)
+                if len(matched) == size:
+                    break
+        if len(rows) < batch:
+            exhausted = not rows or last is rows[-1]
+            break
+        batch = min(batch * 4, SCAN_BATCH)
+    if not exhausted and last is not None:
+        # A full page: is there anything newer at all (one index probe)?
+        exhausted = (
+            session.execute(
+                query.where(
+                    func.row(Intent.created_at, Intent.id) > func.row(literal(since[0]), since[1])
+                ).limit(1)
+            ).first()
+            is None
+        )
+    matched.reverse()
+    newer = encode_cursor(last) if last is not None and not exhausted else None
+    older = encode_cursor(matched[-1].intent) if matched else encode_cursor_of(before)
+    return IntentList(matched, older, scanned, newer)
+
+
+def encode_cursor_of(position: tuple[datetime, str]) -> str:
+    raw = json.dumps([position[0].isoformat(), position[1]])
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+CHOICE_COLUMNS = ("event_type", "region", "category")
+
+
+def filter_choices(session: Session) -> dict[str, list[str]]:
+    """The event types, regions and categories on record, for the list's choice boxes.
+    Each is read by skipping through its index (one probe per distinct value), so the cost
+    follows the number of values, not of intents."""
+    choices: dict[str, list[str]] = {}
+    for column in CHOICE_COLUMNS:  # a fixed set of names, never a request's text
+        values = session.execute(
+            text(
+                f"""
+                WITH RECURSIVE v(x) AS (
+                    SELECT min({column}) FROM intent
+                    UNION ALL
+                    SELECT (SELECT min({column}) FROM intent WHERE {column} > v.x)
+                    FROM v WHERE v.x IS NOT NULL
+                )
+                SELECT x FROM v WHERE x IS NOT NULL LIMIT 500
+                """
+            )
+        ).scalars()
+        choices[column] = list(values)
+    return choices
+
+
+def date_presets(now: datetime) -> list[tuple[str, datetime]]:
+    """The list's date presets: (label, created from), each up to now."""
+    midnight = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    return [
+        ("Last hour", now - timedelta(hours=1)),
+        ("Today (UTC)", midnight),
+        ("Last 24 hours", now - timedelta(days=1)),
+        ("Last 7 days", now - timedelta(days=7)),
+    ]
 
 
 @dataclass
@@ -441,6 +551,18 @@ CSV_COLUMNS = [
 ]
 
 
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+"""A spreadsheet reads a cell that starts with one of these as a formula (CWE-1236)."""
+
+
+def csv_cell(value: Any) -> str:
+    """A value as a CSV cell a spreadsheet shows as text: one that would start a formula is
+    prefixed with an apostrophe. Today's columns (ids, keys, states, times, versions) cannot
+    start so, but a business key is an app's text and a column may be added."""
+    text = "" if value is None else str(value)
+    return "'" + text if text.startswith(FORMULA_STARTS) else text
+
+
 def csv_rows(session: Session, flt: IntentFilter) -> Any:
     """The CSV of the filter, page by page: ids, keys, states and versions; never a
     destination or a body."""
@@ -471,23 +593,22 @@ def csv_rows(session: Session, flt: IntentFilter) -> Any:
         buffer.truncate()
         for item in page.items:
             i = item.intent
-            writer.writerow(
-                [
-                    i.id,
-                    i.business_key,
-                    i.event_type,
-                    i.category,
-                    i.region,
-                    item.state,
-                    *(item.channel_states.get(c, "") for c in channels.NAMES),
-                    i.created_at.astimezone(UTC).isoformat(),
-                    i.send_at.astimezone(UTC).isoformat() if i.send_at else "",
-                    i.cancelled_at.astimezone(UTC).isoformat() if i.cancelled_at else "",
-                    " ".join(sorted(policies[i.id])),
-                    i.template_key,
-                    " ".join(str(v) for v in sorted(templates[i.id])),
-                ]
-            )
+            cells = [
+                i.id,
+                i.business_key,
+                i.event_type,
+                i.category,
+                i.region,
+                item.state,
+                *(item.channel_states.get(c, "") for c in channels.NAMES),
+                i.created_at.astimezone(UTC).isoformat(),
+                i.send_at.astimezone(UTC).isoformat() if i.send_at else "",
+                i.cancelled_at.astimezone(UTC).isoformat() if i.cancelled_at else "",
+                " ".join(sorted(policies[i.id])),
+                i.template_key,
+                " ".join(str(v) for v in sorted(templates[i.id])),
+            ]
+            writer.writerow([csv_cell(c) for c in cells])
         yield buffer.getvalue()
         if page.next_cursor is None:
             return
@@ -497,90 +618,10 @@ def csv_rows(session: Session, flt: IntentFilter) -> Any:
 # --- one intent ----------------------------------------------------------------------------
 
 
-@dataclass
-class Event:
-    at: str | None
-    kind: str
-    """decision, attempt, observation, operator."""
-    title: str
-    detail: list[tuple[str, str]] = field(default_factory=list)
-    flag: str | None = None
-
-
-def events_of(doc: dict[str, Any]) -> list[Event]:
-    """The timeline of `ledger.timeline.timeline` as one list in time order."""
-    events: list[Event] = []
-    for d in doc["decisions"]:
-        detail = [
-            ("rule", d["rule"]),
-            ("policy version", d["policy_version"]),
-            ("reason", d["reason"]),
-        ]
-        if d["next_eligible_at"]:
-            detail.append(("next eligible", when(d["next_eligible_at"])))
-        events.append(
-            Event(d["decided_at"], "decision", f"Policy {d['outcome']}: {d['channel']}", detail)
-        )
-    for a in doc["attempts"]:
-        detail = [
-            ("token", a["token"]),
-            ("provider", a.get("provider") or ""),
-            ("template", f"{a['template_key']} v{a['template_version']}"),
-            ("content sha256", a["content_sha256"]),
-            ("state now", a["state"]),
-        ]
-        if a["remote_id"]:
-            detail.append(("remote id", a["remote_id"]))
-        if a["message_id"]:
-            detail.append(("Message-ID", a["message_id"]))
-        if a["error_code"]:
-            detail.append(("error code", a["error_code"]))
-        events.append(
-            Event(
-                a["prepared_at"],
-                "attempt",
-                f"{a['channel'].upper()} attempt #{a['number']} prepared",
-                detail,
-            )
-        )
-        if a["submitted_at"]:
-            events.append(
-                Event(
-                    a["submitted_at"],
-                    "attempt",
-                    f"{a['channel'].upper()} attempt #{a['number']} handed to the "
-                    + channels.get(a["channel"]).handed_to,
-                )
-            )
-    for o in doc["observations"]:
-        detail = [
-            ("source", o["source"]),
-            ("raw status", o["raw_status"]),
-            ("provider time", when(o["provider_at"]) or "not given"),
-            ("observed at", when(o["observed_at"])),
-        ]
-        if o["provider_code"]:
-            detail.append(("provider code", o["provider_code"]))
-        flag = "applied" if o["applied"] else "kept as evidence, not applied (stale)"
-        if o["conflict"]:
-            flag = "conflict: flagged for review"
-        events.append(
-            Event(
-                o["observed_at"],
-                "observation",
-                f"Observed {o['normalized_status'] or o['raw_status']} ({o['attempt']})",
-                detail,
-                flag,
-            )
-        )
-    for a in doc["operator_actions"]:
-        role = f" ({a['operator_role']})" if a.get("operator_role") else ""
-        detail = [("who", a["operator"] + role), ("why", a["reason"]), ("outcome", a["outcome"])]
-        for key, value in (a["detail"] or {}).items():
-            # The refusal's own `why` is the system's, beside the operator's reason.
-            detail.append(("refused because" if key == "why" else key, str(value)))
-        events.append(Event(a["at"], "operator", f"{a['action']} by {a['operator']}", detail))
-    return sorted(events, key=lambda e: e.at or "")
+def events_of(doc: dict[str, Any]) -> list[Entry]:
+    """The timeline of `ledger.timeline.timeline`, one sentence per entry, in the order
+    things happened (api.console.entries)."""
+    return entries_of(doc)
 
 
 def outcome_sentence(doc: dict[str, Any]) -> str:
@@ -592,14 +633,13 @@ def outcome_sentence(doc: dict[str, Any]) -> str:
     delivered = by_state.get("delivered")
     if delivered:
         parts.append(
-            f"Delivered by {delivered['channel'].upper()} at "
-            f"{when(delivered['terminal_at'], with_date=False)}."
+            f"Delivered by {delivered['channel'].upper()} at {when(delivered['terminal_at'])}."
         )
     elif "sent" in by_state:
         sent = by_state["sent"]
         parts.append(
             f"Sent by {sent['channel'].upper()} at "
-            f"{when(sent['submitted_at'], with_date=False)}; no delivery receipt yet."
+            f"{when(sent['submitted_at'])}; no delivery receipt yet."
         )
     elif "unknown" in by_state:
         parts.append(
@@ -608,7 +648,7 @@ def outcome_sentence(doc: dict[str, Any]) -> str:
         )
     elif intent["state"] in ("failed", "undelivered"):
         failed = by_state.get("failed") or by_state.get("undelivered") or {}
-        code = f" (code {failed.get('error_code')})" if failed.get("error_code") else ""
+        code = f" (error {meaning(failed['error_code'])})" if failed.get("error_code") else ""
         parts.append(f"Not delivered: the last attempt {intent['state']}{code}.")
     elif intent["state"] == "denied":
         reason = doc["decisions"][-1]["reason"] if doc["decisions"] else "policy"
@@ -628,7 +668,7 @@ def outcome_sentence(doc: dict[str, Any]) -> str:
     ]
     if intent["cancelled_at"]:
         who = f" by {cancels[0]['operator']}" if cancels else ""
-        cancelled = f"Cancelled at {when(intent['cancelled_at'], with_date=False)}{who}"
+        cancelled = f"Cancelled at {when(intent['cancelled_at'])}{who}"
         handed = [
             a for a in attempts if a["submitted_at"] and a["submitted_at"] <= intent["cancelled_at"]
         ]
@@ -637,7 +677,7 @@ def outcome_sentence(doc: dict[str, Any]) -> str:
             to = channels.get(first["channel"]).handed_to
             cancelled += (
                 f": no further attempts; the {first['channel'].upper()} was handed to the {to} "
-                f"at {when(first['submitted_at'], with_date=False)} and cannot be recalled."
+                f"at {when(first['submitted_at'])} and cannot be recalled."
             )
         else:
             cancelled += ": no further attempts; nothing had been sent."
@@ -646,9 +686,28 @@ def outcome_sentence(doc: dict[str, Any]) -> str:
 
 
 def mask(channel: str) -> str:
-    """How a destination on `channel` reads when it is not shown; raises
+    """How a destination on `channel` reads when there is none to mask (purged); raises
     channels.UnknownChannel for a channel Herald does not know."""
     return channels.get(channel).mask_placeholder
+
+
+def masked_destinations(
+    session: Session, intent_id: str, decrypt: Callable[[str, str], str]
+) -> dict[str, str]:
+    """The intent's destinations as every surface shows them (`domain.destinations.masked`:
+    `+44********01`, `a***@example.com`), enough to confirm "the number ending 01" with a
+    caller; none once purged. `decrypt(ciphertext, context)` is the ledger's field cipher."""
+    intent = session.get(Intent, intent_id)
+    if intent is None:
+        return {}
+    return {
+        channel: masked(decrypt(ct, intent.business_key))
+        for channel, ct in (
+            ("sms", intent.sms_destination_ct),
+            ("email", intent.email_destination_ct),
+        )
+        if ct
+    }
 
 
 def review_items_of(session: Session, intent_id: str) -> list[ReviewItem]:

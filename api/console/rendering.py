@@ -1,4 +1,5 @@
-"""How a console page is rendered: the templates, the headers every page carries."""
+"""How a console page is rendered: the templates and what every page is given. The
+headers every answer carries are set by `api.console.headers.SecurityHeaders`."""
 
 from __future__ import annotations
 
@@ -18,13 +19,12 @@ templates.env.filters["when"] = reads.when
 templates.env.globals["states"] = reads.STATES
 templates.env.globals["attempt_states"] = reads.ATTEMPT_STATES
 REFRESH_SECONDS = 5
-HEADERS = {
-    # Nothing but the app's own files; no inline script; never framed.
-    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'",
-    "Cache-Control": "no-store",
-    "Referrer-Policy": "no-referrer",
-    "X-Content-Type-Options": "nosniff",
-}
+SEARCH_COUNTRIES = (
+    "GB", "IE", "US", "CA", "AU", "NZ", "ZA", "IN",
+    "FR", "DE", "ES", "IT", "NL", "BE", "PT", "AT", "CH", "SE", "DK", "NO", "FI", "PL",
+)  # fmt: skip
+"""The search box's choice of country for a number in national form (the default, from
+HERALD_DEFAULT_COUNTRY, is added when it is not one of these)."""
 
 
 def page(
@@ -34,10 +34,18 @@ def page(
     status_code: int = 200,
     **context: Any,
 ) -> HTMLResponse:
+    ingress = getattr(request.app.state, "ingress", None)
+    default_country = getattr(ingress, "default_country", "GB")
+    countries = sorted({*SEARCH_COUNTRIES, default_country})
     return templates.TemplateResponse(
         request,
         name,
-        {"who": who, "refresh_seconds": REFRESH_SECONDS, **context},
+        {
+            "who": who,
+            "refresh_seconds": REFRESH_SECONDS,
+            "default_country": default_country,
+            "search_countries": countries,
+            **context,
+        },
         status_code=status_code,
-        headers=HEADERS,
     )

@@ -2,8 +2,12 @@
 
 The cookie carries 32 random bytes; the ledger keeps only their SHA-256 beside the
 principal's name and role, the session's CSRF token and when it was last used, so a
-session ends on sign-out or after `IDLE_LIMIT` without use, and any API process can
-check it.
+session ends on sign-out, after `IDLE_LIMIT` without use or `LIFETIME` after sign-in
+(HERALD_CONSOLE_SESSION_HOURS), and any API process can check it.
+
+Only a person's requests are use: a page's own refresh says so (the `REFRESH_HEADER`)
+and leaves the idle clock alone, so an unattended tab on an open intent ends like any
+other.
 """
 
 from __future__ import annotations
@@ -24,6 +28,10 @@ from ledger.principals import hashes_to, token_hash
 COOKIE = "herald_console"
 IDLE_LIMIT = timedelta(minutes=30)
 """A session unused this long is over; the next request goes to the sign-in page."""
+LIFETIME = timedelta(hours=12)
+"""A session this old is over, used or not (the default of HERALD_CONSOLE_SESSION_HOURS)."""
+REFRESH_HEADER = "X-Herald-Refresh"
+"""Sent by the page's own refresh (console.js): such a request is not a person's use."""
 SEEN_EVERY = timedelta(seconds=30)
 """`last_seen_at` is written at most this often (every page would otherwise write)."""
 
@@ -70,15 +78,21 @@ def resume(
     now: datetime,
     *,
     break_glass: Callable[[str], bool],
+    used: bool = True,
+    lifetime: timedelta = LIFETIME,
 ) -> SignedIn | None:
-    """The live session the cookie names, its idle clock restarted; None when there is
-    none (no cookie, signed out, idle too long, or the token it was opened with is no
+    """The live session the cookie names, its idle clock restarted when `used` (a person's
+    request, not a page's refresh); None when there is none (no cookie, signed out, idle
+    longer than IDLE_LIMIT, older than `lifetime`, or the token it was opened with is no
     longer the principal's: revoked or rotated; `break_glass` says whether a hash is that
     of today's HERALD_OPERATOR_TOKEN)."""
     if not value:
         return None
     row = session.get(ConsoleSession, token_hash(value))
     if row is None or row.ended_at is not None or now - row.last_seen_at > IDLE_LIMIT:
+        return None
+    if now - row.created_at > lifetime:
+        row.ended_at = now
         return None
     role = Role(row.role)
     if row.principal == BREAK_GLASS_NAME:
@@ -99,7 +113,7 @@ def resume(
             row.ended_at = now
             return None
         role = Role(record.role)
-    if now - row.last_seen_at > SEEN_EVERY:
+    if used and now - row.last_seen_at > SEEN_EVERY:
         row.last_seen_at = now
     return SignedIn(Principal(row.principal, role), row.csrf_token)
 

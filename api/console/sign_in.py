@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import logging
-import secrets
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from api.console import sessions
+from api.console import sessions, sign_in_answer
 from api.console.deps import Who, checked
 from api.console.rendering import page
-from api.deps import Ingress, IngressDep
-from domain.principals import BREAK_GLASS_NAME, Principal, Role
+from api.deps import IngressDep
+from ledger.sign_in_throttle import FORM_LIFETIME
 
 log = logging.getLogger("herald.console")
 router = APIRouter(prefix="/console", include_in_schema=False)
@@ -25,8 +24,9 @@ OPEN_PAGES = {"GET /console/sign-in", "POST /console/sign-in"}
 
 
 def sign_in_form(request: Request, status_code: int = 200, **context: Any) -> HTMLResponse:
-    """The sign-in page with a fresh pre-session CSRF pair (cookie + hidden field)."""
-    token = secrets.token_urlsafe(32)
+    """The sign-in page with a fresh pre-session CSRF pair (cookie + hidden field), good
+    for one post (api.console.sign_in_answer)."""
+    token = sign_in_answer.form_token(sessions.now())
     response = page(
         request, "sign_in.html", None, status_code=status_code, login_csrf=token, **context
     )
@@ -37,6 +37,7 @@ def sign_in_form(request: Request, status_code: int = 200, **context: Any) -> HT
         samesite="strict",
         secure=request.url.scheme == "https",
         path="/console",
+        max_age=int(FORM_LIFETIME.total_seconds()),
     )
     return response
 
@@ -54,23 +55,32 @@ async def sign_in(
     token: Annotated[str, Form(max_length=500)] = "",
     csrf: Annotated[str | None, Form()] = None,
 ) -> Response:
-    # Before sign-in the CSRF token is a double-submit pair: the form's hidden field
-    # must equal the cookie this page set (a cross-site form cannot read or set it).
-    if not sessions.csrf_ok(request.cookies.get(LOGIN_COOKIE, ""), csrf):
-        return sign_in_form(request, 403, error="The form expired; sign in again.")
-    principal = await _authenticate(ingress, name.strip(), token.strip())
-    if principal is None or not sessions.may_sign_in(principal):
-        log.info("console sign-in refused")
-        return sign_in_form(
+    """The throttle, the one-use form and the credentials (sign_in_answer.answer), then
+    the session cookie."""
+    answer = await sign_in_answer.answer(
+        ingress,
+        name=name.strip(),
+        token=token.strip(),
+        # The socket peer, or the client a trusted proxy named (api.server.server_config).
+        address=request.client.host if request.client else "unknown",
+        cookie_csrf=request.cookies.get(LOGIN_COOKIE),
+        form_csrf=csrf,
+    )
+    principal = answer.principal
+    if principal is None:
+        refused = sign_in_form(
             request,
-            401,
-            error="That name and token do not match a principal who may use the console.",
+            answer.status,
+            error=answer.message,
             entered_name=name,
+            retry=answer.status == 429,
         )
+        if answer.retry_after is not None:
+            refused.headers["Retry-After"] = str(answer.retry_after)
+        return refused
     value, _ = await ingress.tx(
         lambda s: sessions.start(s, principal, token.strip(), sessions.now())
     )
-    log.info("console sign-in: %s (%s)", principal.name, principal.role.value)
     response = RedirectResponse("/console", status_code=303)
     response.set_cookie(
         sessions.COOKIE,
@@ -94,13 +104,3 @@ async def sign_out(
     response = RedirectResponse("/console/sign-in", status_code=303)
     response.delete_cookie(sessions.COOKIE, path="/console")
     return response
-
-
-async def _authenticate(ingress: Ingress, name: str, token: str) -> Principal | None:
-    """A ledger principal by name and token; HERALD_OPERATOR_TOKEN signs in as the
-    break-glass admin under its reserved name."""
-    if name == BREAK_GLASS_NAME:
-        return (
-            Principal(BREAK_GLASS_NAME, Role.ADMIN) if ingress.auth.is_break_glass(token) else None
-        )
-    return await ingress.auth.principal_of_name(name, token)

@@ -145,8 +145,11 @@ def app(committed: sessionmaker[Session], cipher: FieldCipher, temporal: StubTem
 
 @pytest_asyncio.fixture
 async def http(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    # Each test its own client address: the console's sign-in throttle counts refusals
+    # per address in the shared ledger, across tests.
+    address = ".".join(str(secrets.randbelow(250) + 1) for _ in range(4))
     async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url=INTERNAL_BASE
+        transport=httpx.ASGITransport(app=app, client=(address, 4000)), base_url=INTERNAL_BASE
     ) as client:
         yield client
 

@@ -76,7 +76,7 @@ async def test_nothing_but_sign_in_and_static_without_a_session(http):
     for path in ("/console", "/console/intents", "/console/reconciliation", "/console/policy"):
         answer = await http.get(path)
         assert answer.status_code == 303 and answer.headers["location"] == "/console/sign-in"
-    assert (await http.post("/console/search", data={"destination": "+447400000100"})).headers[
+    assert (await http.post("/console/search", data={"q": "+447400000100"})).headers[
         "location"
     ] == "/console/sign-in"
     assert (await http.get("/console/sign-in")).status_code == 200
@@ -147,7 +147,7 @@ async def test_search_by_phone_finds_the_intent_and_no_page_or_url_carries_the_n
     phone = random_mobile()
     sent = submitted_attempt(committed, cipher, phone=phone)
     csrf = await sign_in(http, *principal(committed, Role.VIEWER))
-    found = await http.post("/console/search", data={"destination": phone, "csrf": csrf})
+    found = await http.post("/console/search", data={"q": phone, "csrf": csrf})
     assert found.status_code == 200
     assert sent.intent_id in found.text
     assert phone not in found.text and phone[1:] not in found.text

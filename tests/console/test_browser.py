@@ -10,100 +10,24 @@ from __future__ import annotations
 import asyncio
 import csv
 import io
-import os
 import secrets
-import sys
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import httpx
 import pytest
-import pytest_asyncio
 
-from devstack import free_port
-from devstack.processes import ChildProcess
-from domain.principals import Principal, Role
 from domain.requests import NotificationRequest
-from ledger import evidence, principals, reconcile
+from ledger import evidence, reconcile
+from tests.console.conftest import CHROMIUM, shot, sign_in
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
-ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = Path("/usr/bin/chromium")
-SHOTS = os.environ.get("HERALD_CONSOLE_SCREENSHOTS")
 CLASS_VARIABLES = {
     "class_name": "Spin (c-9081)",
     "starts_at": "18:30",
     "hold_until": "18:15",
     "booking_url": "https://studio.example/c/9081",
 }
-
-
-@dataclass
-class Console:
-    base: str
-    operator: tuple[str, str]
-    viewer: tuple[str, str]
-    log: Path
-
-
-@pytest_asyncio.fixture(scope="module")
-async def console(stack, tmp_path_factory) -> AsyncIterator[Console]:  # type: ignore[no-untyped-def]
-    if not CHROMIUM.exists():
-        pytest.fail("/usr/bin/chromium is missing: `make test` installs the chromium package")
-    admin = Principal("test", Role.ADMIN)
-    now = datetime.now(UTC)
-    operator_name, viewer_name = f"ana-{secrets.token_hex(3)}", f"vic-{secrets.token_hex(3)}"
-    with stack.client.sessions.begin() as session:
-        operator = principals.create(session, operator_name, Role.OPERATOR, by=admin, at=now)
-        viewer = principals.create(session, viewer_name, Role.VIEWER, by=admin, at=now)
-    port = free_port()
-    log = tmp_path_factory.mktemp("console") / "api.log"
-    api = ChildProcess(
-        "api",
-        [sys.executable, "-m", "cli", "api", "--port", str(port)],
-        log_path=log,
-        env={**os.environ, **stack.env(), "HERALD_API_PORT": str(port)},
-        cwd=ROOT,
-    )
-    api.start()
-    base = f"http://127.0.0.1:{port}"
-    try:
-        async with httpx.AsyncClient(base_url=base, timeout=5) as http:
-            for _ in range(200):
-                try:
-                    if (await http.get("/healthz")).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                await asyncio.sleep(0.1)
-            else:
-                raise AssertionError(log.read_text()[-2000:])
-        yield Console(
-            base,
-            (operator_name, operator.token),
-            (viewer_name, viewer.token),
-            log,
-        )
-    finally:
-        await asyncio.to_thread(api.stop)
-
-
-async def shot(page, name: str) -> None:  # type: ignore[no-untyped-def]
-    if SHOTS:
-        Path(SHOTS).mkdir(parents=True, exist_ok=True)
-        await page.screenshot(path=str(Path(SHOTS) / f"{name}.png"), full_page=True)
-
-
-async def sign_in(page, base: str, who: tuple[str, str]) -> None:  # type: ignore[no-untyped-def]
-    await page.goto(f"{base}/console")
-    assert page.url.endswith("/console/sign-in")  # nothing without a session
-    await page.get_by_label("Name").fill(who[0])
-    await page.get_by_label("Token").fill(who[1])
-    await page.get_by_role("button", name="Sign in").click()
-    await page.get_by_role("heading", name="Overview").wait_for()
 
 
 async def test_an_operator_and_a_viewer_work_the_console_in_a_browser(stack, console, tmp_path):
@@ -172,9 +96,9 @@ async def test_an_operator_and_a_viewer_work_the_console_in_a_browser(stack, con
             await shot(page, "overview")
 
             # Find the class-opening intent by the member's phone number (a POST form).
-            await page.get_by_label("Find a recipient").fill(phone)
+            await page.get_by_label("Find", exact=True).fill(phone)
             await page.get_by_role("button", name="Search").click()
-            await page.get_by_role("heading", name="Recipient search").wait_for()
+            await page.get_by_role("heading", name="Search", exact=True).wait_for()
             assert phone not in page.url and phone not in await page.content()
             await shot(page, "search")
             await page.get_by_role("link", name=opening.business_key).click()
@@ -238,7 +162,7 @@ async def test_an_operator_and_a_viewer_work_the_console_in_a_browser(stack, con
             assert phone not in body
 
             # The recipient's page, from the intent's search result (POST form).
-            await page.get_by_label("Find a recipient").fill(phone)
+            await page.get_by_label("Find", exact=True).fill(phone)
             await page.get_by_role("button", name="Search").click()
             await page.get_by_role("button", name=f"Open recipient {member}").click()
             await page.get_by_role("heading", name=f"Recipient {member}").wait_for()

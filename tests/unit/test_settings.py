@@ -67,3 +67,20 @@ def test_production_given_the_simulators_sms_token_is_refused(clean_env):
 def test_dev_needs_no_secret(clean_env):
     assert Settings().env == "dev"
     assert Settings().resolved_operator_token() is None
+
+
+def test_the_consoles_settings_check_themselves(clean_env):
+    cfg = Settings(default_country="fr", trusted_proxies=["10.0.0.0/8", "192.0.2.7"])
+    assert cfg.default_country == "FR" and cfg.console_session_hours == 12
+    for name, value, says in (
+        ("HERALD_DEFAULT_COUNTRY", "XX", "not an ISO 3166 country code"),
+        ("HERALD_TRUSTED_PROXIES", '["10.0.0.0/8", "proxy.example"]', "not an address"),
+        ("HERALD_CONSOLE_SESSION_HOURS", "0", "greater than 0"),
+    ):
+        clean_env.setenv(name, value)
+        with pytest.raises(ValidationError) as refused:
+            Settings()
+        assert settings.problem(refused.value).startswith(name) and says in settings.problem(
+            refused.value
+        ), settings.problem(refused.value)
+        clean_env.delenv(name)

@@ -1,6 +1,6 @@
 """A circuit breaker per SMS provider, shared by every worker and the console.
 
-Revision ID: 0041
+Revision ID: 0010
 Revises: 0009
 Create Date: 2026-12-07 00:30:00
 """
@@ -8,7 +8,7 @@ Create Date: 2026-12-07 00:30:00
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0041"
+revision = "0010"
 down_revision = "0009"
 branch_labels = None
 depends_on = None

@@ -1,7 +1,7 @@
 """Suppressions for one message category (complaints, unsubscribes), and their evidence.
 
 Revision ID: 0040
-Revises: 0041 (0010_provider_circuit)
+Revises: 0011
 Create Date: 2026-12-07 00:30:00
 """
 
@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0040"
-down_revision = "0041"
+down_revision = "0011"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,108 @@
+"""The console's search: whatever a caller or a colleague gives, in one box.
+
+An intent id, a business key, an attempt token, the provider's message id (a Twilio SID,
+`SM...`) or an email's Message-ID match exactly. A phone number matches as a person says
+it, national form included (`07400 000001`, read in the country chosen beside the box,
+HERALD_DEFAULT_COUNTRY by default), by the ledger's HMAC of its E.164 form; an email
+address in any letter case, by the search-only lookup of its case-folded form
+(`domain.destinations.search_form`) beside the exact one. Contact data never reaches a
+URL or the answer page: the page says what was searched for, masked.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from sqlalchemy import or_, select
+from sqlalchemy.orm import Session
+
+from api.console import reads
+from domain.destinations import masked, normalize_email, phone_e164, search_form
+from ledger.models import Attempt, Intent
+
+MAX_MATCHES = 100
+_PHONE_CHARACTERS = re.compile(r"^[+\d\s().\-/]{6,40}$")
+
+
+@dataclass
+class Found:
+    searched: str
+    """What was searched for, in words, contact data masked."""
+    listed: reads.IntentList
+    recipients: list[str] = field(default_factory=list)
+    """Recipient refs of a phone number or an address."""
+
+
+def _digits(text: str) -> int:
+    return sum(c.isdigit() for c in text)
+
+
+def find(session: Session, text: str, *, country: str, lookup: Callable[[str], str]) -> Found:
+    """The intents `text` names, newest first; `lookup` is the ledger's HMAC."""
+    text = text.strip()
+    ids: set[str] = set()
+    words: list[str] = []
+    by_destination: set[str] = set()
+
+    # Identifiers: exact matches (each through a unique index).
+    ids |= set(
+        session.execute(
+            select(Intent.id).where(or_(Intent.id == text, Intent.business_key == text))
+        ).scalars()
+    )
+    # Each through its own index (Postgres combines them with a bitmap OR).
+    ids |= set(
+        session.execute(
+            select(Attempt.intent_id).where(
+                or_(Attempt.token == text, Attempt.remote_id == text, Attempt.message_id == text)
+            )
+        ).scalars()
+    )
+    if ids:
+        words.append(f"“{text}” as an intent id, business key, attempt token or message id")
+
+    if "@" in text:
+        try:
+            address = normalize_email(text).address
+        except ValueError:
+            words.append("an email address that is not valid (not shown)")
+        else:
+            exact, folded = lookup(address), lookup(search_form(address))
+            by_destination |= set(
+                session.execute(
+                    select(Intent.id).where(
+                        or_(
+                            Intent.email_destination_hmac == exact,
+                            Intent.email_search_hmac == folded,
+                        )
+                    )
+                ).scalars()
+            )
+            words.append(f"the email address {masked(address.lower())} (in any letter case)")
+    elif _PHONE_CHARACTERS.match(text) and _digits(text) >= 6:
+        try:
+            e164 = phone_e164(text, country)
+        except ValueError:
+            if not ids:
+                words.append("a phone number that is not valid (not shown)")
+        else:
+            h = lookup(e164)
+            by_destination |= set(
+                session.execute(select(Intent.id).where(Intent.sms_destination_hmac == h)).scalars()
+            )
+            national = "" if text.lstrip().startswith("+") else f", read as a number in {country}"
+            words.append(f"the phone number {masked(e164)}{national}")
+    if not words:
+        # Not an id that matched, not contact data: safe to repeat unless it looks like some.
+        shown = "what you typed (not shown)" if _digits(text) >= 6 else f"“{text}”"
+        words.append(f"{shown}: no intent id, business key, attempt token or message id")
+    ids |= by_destination
+    recipients = sorted(
+        session.execute(
+            select(Intent.recipient_ref).where(Intent.id.in_(by_destination)).distinct().limit(20)
+        ).scalars()
+    )
+    flt = reads.IntentFilter(intent_ids=tuple(sorted(ids))[:MAX_MATCHES] or ("",))
+    return Found("; ".join(words), reads.list_page(session, flt, size=MAX_MATCHES), recipients)

@@ -1,0 +1,89 @@
+"""Every console error is a page that says what happened and what to do (ASGI, real
+Postgres): a stale form, an expired CSRF token, a role changed mid-session, a missing
+reason, an unknown intent or page, a wrong method; the JSON API keeps its JSON."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from sqlalchemy import update
+from sqlalchemy.orm import Session, sessionmaker
+
+from domain.principals import Role
+from ledger.crypto import FieldCipher
+from ledger.models import PrincipalRecord
+from tests.api.conftest import BEARER, submitted_attempt
+from tests.api.test_console import principal, sign_in
+
+pytestmark = pytest.mark.ledger
+
+
+def a_page(answer: httpx.Response, status: int, *words: str) -> None:
+    assert answer.status_code == status, answer.text[:300]
+    assert answer.headers["content-type"].startswith("text/html")
+    assert '{"detail"' not in answer.text
+    for word in words:
+        assert word in answer.text, (word, answer.text[:2000])
+
+
+async def test_an_expired_csrf_token_answers_a_page_saying_to_reload(
+    http: httpx.AsyncClient, committed: sessionmaker[Session], cipher: FieldCipher
+) -> None:
+    sent = submitted_attempt(committed, cipher)
+    await sign_in(http, *principal(committed, Role.OPERATOR))
+    stale = await http.post(
+        f"/console/intents/{sent.intent_id}/cancel", data={"reason": "x", "csrf": "old"}
+    )
+    a_page(stale, 403, "This form has expired", "reload the page", "Nothing was changed")
+
+
+async def test_a_role_changed_mid_session_answers_a_page_naming_the_role_needed(
+    http: httpx.AsyncClient, committed: sessionmaker[Session], cipher: FieldCipher
+) -> None:
+    sent = submitted_attempt(committed, cipher)
+    name, token = principal(committed, Role.OPERATOR)
+    csrf = await sign_in(http, name, token)
+    assert "Cancel intent" in (await http.get(f"/console/intents/{sent.intent_id}")).text
+    with committed.begin() as session:
+        session.execute(
+            update(PrincipalRecord).where(PrincipalRecord.name == name).values(role="viewer")
+        )
+    refused = await http.post(
+        f"/console/intents/{sent.intent_id}/cancel", data={"reason": "x", "csrf": csrf}
+    )
+    a_page(refused, 403, "Your role does not allow this", "needs the operator role", "viewer")
+
+
+async def test_a_form_without_its_reason_answers_a_page_naming_the_field(
+    http: httpx.AsyncClient, committed: sessionmaker[Session], cipher: FieldCipher
+) -> None:
+    sent = submitted_attempt(committed, cipher)
+    csrf = await sign_in(http, *principal(committed, Role.OPERATOR))
+    missing = await http.post(
+        f"/console/intents/{sent.intent_id}/cancel", data={"reason": "", "csrf": csrf}
+    )
+    a_page(missing, 422, "Something in the form is missing", "a reason")
+
+
+async def test_unknown_intents_pages_and_methods_answer_pages(
+    http: httpx.AsyncClient, committed: sessionmaker[Session]
+) -> None:
+    await sign_in(http, *principal(committed, Role.VIEWER))
+    a_page(await http.get("/console/intents/no-such-intent"), 404, "no such intent")
+    a_page(await http.get("/console/no-such-page"), 404, "no such page")
+    a_page(await http.put("/console/intents"), 405, "Not a page")
+    a_page(
+        await http.get("/console/intents", params={"created_from": "yesterday"}),
+        400,
+        "created from",
+    )
+
+
+async def test_the_json_api_keeps_its_json_errors(http: httpx.AsyncClient) -> None:
+    missing = await http.get("/v1/intents/no-such-intent", headers=BEARER)
+    assert missing.status_code == 404 and missing.json()["detail"]
+    wrong = await http.put("/healthz")
+    assert wrong.status_code == 405 and wrong.headers["allow"] == "GET"
+    assert wrong.json() == {"detail": "Method Not Allowed"}
+    invalid = await http.get("/v1/intents", params={"limit": "many"}, headers=BEARER)
+    assert invalid.status_code == 422 and isinstance(invalid.json()["detail"], list)

@@ -1,0 +1,74 @@
+"""The console's pages over HTTP (ASGI, real Postgres): the search box finds what a caller
+gives without the number reaching the page, the intent page masks destinations as the API
+does, and the list's choices, presets, paging back and selected state."""
+
+from __future__ import annotations
+
+import html
+import re
+
+import httpx
+import pytest
+from sqlalchemy.orm import Session, sessionmaker
+
+from api.console import reads
+from domain.destinations import masked
+from domain.principals import Role
+from ledger.crypto import FieldCipher
+from ledger.models import Intent
+from tests.api.conftest import random_mobile, submitted_attempt
+from tests.api.test_console import principal, sign_in
+
+pytestmark = pytest.mark.ledger
+
+
+async def test_the_search_finds_a_national_number_and_a_provider_sid_and_shows_neither_number(
+    http: httpx.AsyncClient, committed: sessionmaker[Session], cipher: FieldCipher
+) -> None:
+    phone = random_mobile()
+    sent = submitted_attempt(committed, cipher, phone=phone)
+    csrf = await sign_in(http, *principal(committed, Role.VIEWER))
+    national = f"0{phone[3:7]} {phone[7:]}"
+    found = await http.post("/console/search", data={"q": national, "country": "GB", "csrf": csrf})
+    assert found.status_code == 200 and sent.intent_id in found.text
+    assert phone not in found.text and national not in found.text and phone[4:] not in found.text
+    assert f"the phone number {masked(phone)}" in html.unescape(found.text)
+    by_sid = await http.post("/console/search", data={"q": sent.remote_id, "csrf": csrf})
+    assert sent.intent_id in by_sid.text
+    elsewhere = await http.post(
+        "/console/search", data={"q": national, "country": "FR", "csrf": csrf}
+    )
+    assert sent.intent_id not in elsewhere.text
+
+
+async def test_the_intent_page_masks_a_destination_as_the_api_does(
+    http: httpx.AsyncClient, committed: sessionmaker[Session], cipher: FieldCipher
+) -> None:
+    phone = random_mobile()
+    sent = submitted_attempt(committed, cipher, phone=phone)
+    await sign_in(http, *principal(committed, Role.VIEWER))
+    page = (await http.get(f"/console/intents/{sent.intent_id}")).text
+    assert phone not in page
+    assert masked(phone) in page  # the number ending in its last two digits, in the facts
+    assert f"to {masked(phone)}" in html.unescape(page)  # and in the timeline
+
+
+async def test_the_list_offers_choices_from_the_data_presets_paging_back_and_the_selected_state(
+    http: httpx.AsyncClient, committed: sessionmaker[Session], cipher: FieldCipher
+) -> None:
+    sent = [submitted_attempt(committed, cipher) for _ in range(2)]
+    with committed() as session:
+        newest = session.get(Intent, sent[1].intent_id)
+        assert newest is not None
+        key = newest.business_key.rsplit("-", 1)[0]
+        cursor = reads.encode_cursor_of((newest.created_at, newest.id))
+    await sign_in(http, *principal(committed, Role.VIEWER))
+    page = (await http.get("/console/intents", params={"state": "sending"})).text
+    assert re.search(r'<option value="order-created"[^>]*>order-created</option>', page)
+    assert 'aria-current="true"><span class="state s-sending">sending</span>' in page
+    assert ">Last hour</a>" in page and ">Last 7 days</a>" in page
+    older = (await http.get("/console/intents", params={"key_prefix": key, "after": cursor})).text
+    assert 'rel="prev"' in older and "Newer intents" in older
+    prev = html.unescape(re.search(r'rel="prev" href="([^"]+)"', older).group(1))  # type: ignore[union-attr]
+    newer = (await http.get(prev)).text
+    assert sent[1].intent_id in newer and 'rel="prev"' not in newer

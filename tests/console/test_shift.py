@@ -1,0 +1,357 @@
+"""The console through an on-call shift, in Chromium: an open intent's page shows a change
+that lands while it is open (its timeline too), says when it was last updated and can be
+paused; every page fits a 390x844 phone and a 1280x800 laptop (scrollWidth <=
+innerWidth); errors are pages; every page passes axe-core with no serious or critical
+violation; /docs and /redoc start under their own policy."""
+
+from __future__ import annotations
+
+import secrets
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import update
+
+from domain.principals import Principal, Role
+from domain.requests import NotificationRequest
+from ledger import evidence, principals
+from ledger.models import ConsoleSession, PrincipalRecord
+from tests.console.conftest import CHROMIUM, shot, sign_in
+
+pytestmark = [pytest.mark.e2e, pytest.mark.browser]
+
+WIDTHS = {"phone": (390, 844), "laptop": (1280, 800)}
+VARIABLES = {
+    "class_name": "Spin (c-9081)",
+    "starts_at": "18:30",
+    "hold_until": "18:15",
+    "booking_url": "https://studio.example/c/9081",
+}
+
+
+async def scheduled(stack: Any, member: str, phone: str) -> Any:
+    """An intent scheduled an hour ahead: open (its page refreshes itself) until cancelled."""
+    return await stack.client.notify(
+        NotificationRequest(
+            business_key=f"class-opening:c-{secrets.token_hex(3)}:{member}",
+            recipient_ref=member,
+            template_key="class-opening",
+            phone=phone,
+            variables=VARIABLES,
+            send_at=datetime.now(UTC) + timedelta(hours=1),
+        )
+    )
+
+
+async def fits(page: Any) -> None:
+    widths = await page.evaluate(
+        "() => [document.documentElement.scrollWidth, window.innerWidth, location.pathname]"
+    )
+    assert widths[0] <= widths[1], f"{widths[2]} is {widths[0]} px wide in {widths[1]}"
+
+
+async def accessible(page: Any) -> None:
+    from axe_playwright_python.async_playwright import Axe
+
+    results = await Axe().run(page)
+    bad = [
+        (v["id"], v["impact"], [n["target"] for n in v["nodes"]][:3])
+        for v in results.response["violations"]
+        if v["impact"] in ("serious", "critical")
+    ]
+    assert not bad, (page.url, bad)
+
+
+async def test_an_open_intents_page_shows_a_change_that_lands_while_it_is_open(stack, console):  # type: ignore[no-untyped-def]
+    from playwright.async_api import async_playwright, expect
+
+    member = f"m-{secrets.token_hex(3)}"
+    intent = await scheduled(stack, member, f"+4474004{secrets.randbelow(100_000):05d}")
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=str(CHROMIUM))
+        try:
+            page = await (await browser.new_context()).new_page()
+            await sign_in(page, console.base, console.operator)
+            await page.goto(f"{console.base}/console/intents/{intent.intent_id}")
+            first = await page.locator("#updated").inner_text()
+            assert "Last updated" in first
+            timeline = page.locator("#timeline")
+            await expect(timeline).not_to_contain_text("cancelled the intent")
+            # Someone else cancels it (the JSON API's path), while this page stays open.
+            await stack.client.cancel(
+                intent.intent_id, by=Principal("ops-bot", Role.OPERATOR), reason="class moved"
+            )
+            await expect(timeline).to_contain_text(
+                "ops-bot (operator) cancelled the intent", timeout=15_000
+            )
+            await expect(page.locator("#outcome")).to_contain_text("Cancelled at")
+            await expect(page.locator("#announce")).to_contain_text("Updated.")
+            assert await page.locator("#updated").inner_text() != first
+            assert page.url.endswith(intent.intent_id)  # in place, not reloaded
+
+            # A session that ends while the page refreshes itself leads to the sign-in page.
+            watched = await scheduled(stack, member, f"+4474004{secrets.randbelow(100_000):05d}")
+            alone = await (await browser.new_context()).new_page()
+            name = f"tab-{secrets.token_hex(3)}"
+            with stack.client.sessions.begin() as session:
+                issued = principals.create(
+                    session,
+                    name,
+                    Role.VIEWER,
+                    by=Principal("test", Role.ADMIN),
+                    at=datetime.now(UTC),
+                )
+            await sign_in(alone, console.base, (name, issued.token))
+            await alone.goto(f"{console.base}/console/intents/{watched.intent_id}")
+            with stack.client.sessions.begin() as session:
+                session.execute(
+                    update(ConsoleSession)
+                    .where(ConsoleSession.principal == name)
+                    .values(ended_at=datetime.now(UTC))
+                )
+            await alone.wait_for_url("**/console/sign-in", timeout=15_000)
+
+            # A pause is remembered across pages and reloads.
+            other = await scheduled(stack, member, f"+4474004{secrets.randbelow(100_000):05d}")
+            await page.goto(f"{console.base}/console/intents/{other.intent_id}")
+            await page.get_by_role("button", name="Pause updates").click()
+            await page.reload()
+            await expect(page.get_by_role("button", name="Resume updates")).to_be_visible()
+            await page.get_by_role("button", name="Resume updates").click()
+            await expect(page.get_by_role("button", name="Pause updates")).to_be_visible()
+        finally:
+            await browser.close()
+
+
+async def test_every_page_fits_a_phone_and_a_laptop_and_passes_axe(stack, console):  # type: ignore[no-untyped-def]
+    from playwright.async_api import async_playwright
+
+    member = f"m-{secrets.token_hex(3)}"
+    phone = f"+4474005{secrets.randbelow(100_000):05d}"
+    intent = await scheduled(stack, member, phone)
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=str(CHROMIUM))
+        try:
+            for label, (width, height) in WIDTHS.items():
+                context = await browser.new_context(viewport={"width": width, "height": height})
+                page = await context.new_page()
+                await page.goto(f"{console.base}/console/sign-in")
+                await fits(page)
+                await accessible(page)
+                await sign_in(page, console.base, console.operator)
+                for path in (
+                    "/console",
+                    "/console/intents",
+                    f"/console/intents?key_prefix={intent.business_key}",
+                    f"/console/intents/{intent.intent_id}",
+                    "/console/reconciliation",
+                    "/console/policy",
+                    "/console/intents/no-such-intent",
+                ):
+                    await page.goto(f"{console.base}{path}")
+                    await fits(page)
+                    await accessible(page)
+                if label == "phone":
+                    await page.goto(f"{console.base}/console")
+                    await shot(page, "overview-phone")
+                    await page.goto(f"{console.base}/console/intents/{intent.intent_id}")
+                    await shot(page, "intent-phone")
+                # The answers to POST forms: the search and the recipient's page.
+                await page.goto(f"{console.base}/console")
+                await page.get_by_label("Find", exact=True).fill(phone)
+                await page.get_by_role("button", name="Search").click()
+                await page.get_by_role("heading", name="Search", exact=True).wait_for()
+                await fits(page)
+                await accessible(page)
+                await page.get_by_role("button", name=f"Open recipient {member}").click()
+                await page.get_by_role("heading", name=f"Recipient {member}").wait_for()
+                await fits(page)
+                await accessible(page)
+                await context.close()
+        finally:
+            await browser.close()
+
+
+async def test_errors_are_pages_and_the_api_docs_start_under_their_own_policy(stack, console):  # type: ignore[no-untyped-def]
+    from playwright.async_api import async_playwright, expect
+
+    member = f"m-{secrets.token_hex(3)}"
+    intent = await scheduled(stack, member, f"+4474006{secrets.randbelow(100_000):05d}")
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=str(CHROMIUM))
+        try:
+            page = await (await browser.new_context()).new_page()
+            violations: list[str] = []
+
+            def note(message: Any) -> None:
+                # A script or style the policy blocked (ReDoc's logo from its CDN is blocked
+                # too, by img-src, as it should be: nothing from a CDN).
+                if "Content Security Policy" in message.text and "img-src" not in message.text:
+                    violations.append(message.text)
+
+            page.on("console", note)
+            await sign_in(page, console.base, console.operator)
+            await page.goto(f"{console.base}/console/intents/{intent.intent_id}")
+            # A stale form: the session's CSRF token has changed under it.
+            await page.locator("form[action$='/cancel'] input[name=csrf]").evaluate(
+                "el => el.value = 'stale'"
+            )
+            await page.get_by_label("Reason for cancelling").fill("stale form")
+            await page.get_by_role("button", name="Cancel intent").click()
+            await expect(page.get_by_role("heading", name="This form has expired")).to_be_visible()
+            await shot(page, "error")
+            await page.goto(f"{console.base}/console/intents/nope")
+            await expect(page.get_by_role("heading", name="Not found")).to_be_visible()
+
+            # A role changed mid-session: the page still shows the button; the answer is a
+            # page naming the role needed, and nothing changes.
+            name = f"ops-{secrets.token_hex(3)}"
+            with stack.client.sessions.begin() as session:
+                issued = principals.create(
+                    session,
+                    name,
+                    Role.OPERATOR,
+                    by=Principal("test", Role.ADMIN),
+                    at=datetime.now(UTC),
+                )
+            demoted = await (await browser.new_context()).new_page()
+            await sign_in(demoted, console.base, (name, issued.token))
+            await demoted.goto(f"{console.base}/console/intents/{intent.intent_id}")
+            with stack.client.sessions.begin() as session:
+                session.execute(
+                    update(PrincipalRecord)
+                    .where(PrincipalRecord.name == name)
+                    .values(role="viewer")
+                )
+            await demoted.get_by_label("Reason for cancelling").fill("role changed")
+            await demoted.get_by_role("button", name="Cancel intent").click()
+            await expect(
+                demoted.get_by_role("heading", name="Your role does not allow this")
+            ).to_be_visible()
+            await expect(demoted.locator("main")).to_contain_text("needs the operator role")
+            await demoted.goto(f"{console.base}/console/intents/{intent.intent_id}")
+            await expect(demoted.locator("#outcome")).not_to_contain_text("Cancelled")
+
+            await page.goto(f"{console.base}/docs")
+            await expect(page.locator(".swagger-ui .info .title")).to_contain_text("Herald")
+            await page.goto(f"{console.base}/redoc")
+            await expect(page.locator("h1").first).to_contain_text("Herald", timeout=15_000)
+            assert not violations, violations
+        finally:
+            await browser.close()
+
+
+async def test_times_switch_to_the_browsers_zone_and_back_and_the_choice_is_remembered(
+    stack, console
+):  # type: ignore[no-untyped-def]
+    from playwright.async_api import async_playwright, expect
+
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=str(CHROMIUM))
+        try:
+            context = await browser.new_context(timezone_id="Asia/Kolkata")  # UTC+05:30
+            page = await context.new_page()
+            await sign_in(page, console.base, console.viewer)
+            await page.goto(
+                f"{console.base}/console/intents?created_from=2026-12-07T10:00:00"
+                "&created_to=2026-12-07T11:00:00"
+            )
+            field = page.get_by_label("Created from")
+            await expect(field).to_have_value("2026-12-07 10:00:00")
+            await page.get_by_role("button", name="Times: UTC (show local)").click()
+            await expect(field).to_have_value("2026-12-07 15:30:00")
+            await expect(page.locator("label[for=f-from]")).to_contain_text("local time")
+            await page.reload()  # remembered
+            await expect(page.get_by_label("Created from")).to_have_value("2026-12-07 15:30:00")
+            # A time typed in local time is sent in UTC.
+            await page.get_by_label("Created from").fill("2026-12-07 16:00:00")
+            await page.get_by_role("button", name="Filter").click()
+            await page.wait_for_url("**created_from=2026-12-07+10%3A30%3A00**")
+            await page.goto(f"{console.base}/console")
+            shown = await page.locator("#updated time").inner_text()
+            assert shown.endswith(("GMT+5:30", "IST")), shown
+            await page.get_by_role("button", name="Times: local (show UTC)").click()
+            assert (await page.locator("#updated time").inner_text()).endswith(" UTC")
+        finally:
+            await browser.close()
+
+
+async def test_a_caller_is_found_by_a_national_number_and_by_the_carriers_sid(stack, console):  # type: ignore[no-untyped-def]
+    import asyncio
+
+    from playwright.async_api import async_playwright, expect
+    from sqlalchemy import select
+
+    from ledger.models import Attempt
+
+    member = f"m-{secrets.token_hex(3)}"
+    phone = f"+4474007{secrets.randbelow(100_000):05d}"
+    with stack.client.sessions.begin() as session:
+        evidence.record_consent(
+            session,
+            recipient_ref=member,
+            channel="sms",
+            purpose="service",
+            source="booking app",
+            at=datetime.now(UTC),
+        )
+    sent = await stack.client.notify(
+        NotificationRequest(
+            business_key=f"class-opening:c-{secrets.token_hex(3)}:{member}",
+            recipient_ref=member,
+            template_key="class-opening",
+            phone=phone,
+            variables=VARIABLES,
+        )
+    )
+    await asyncio.wait_for(stack.client.temporal.get_workflow_handle(sent.workflow_id).result(), 60)
+    with stack.client.sessions() as session:
+        sid = session.execute(
+            select(Attempt.remote_id).where(Attempt.intent_id == sent.intent_id)
+        ).scalar_one()
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=str(CHROMIUM))
+        try:
+            page = await (await browser.new_context()).new_page()
+            await sign_in(page, console.base, console.viewer)
+            national = f"0{phone[3:7]} {phone[7:]}"  # 07400 7NNNNN, as a caller says it
+            await page.get_by_label("Find", exact=True).fill(national)
+            await page.get_by_label("Country of a number without +").select_option("GB")
+            await page.get_by_role("button", name="Search").click()
+            await expect(page.get_by_role("link", name=sent.business_key)).to_be_visible()
+            assert phone not in await page.content() and national not in await page.content()
+            await expect(page.locator("main")).to_contain_text(f"+44********{phone[-2:]}")
+            await shot(page, "search")
+            await page.get_by_label("Find", exact=True).fill(sid or "")
+            await page.get_by_role("button", name="Search").click()
+            await expect(page.get_by_role("link", name=sent.business_key)).to_be_visible()
+        finally:
+            await browser.close()
+
+
+async def test_a_guessed_name_meets_a_page_that_says_to_wait(stack, console):  # type: ignore[no-untyped-def]
+    from playwright.async_api import async_playwright, expect
+
+    name = f"guess-{secrets.token_hex(3)}"
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=str(CHROMIUM))
+        try:
+            page = await (
+                await browser.new_context(viewport={"width": 390, "height": 844})
+            ).new_page()
+            statuses = []
+            for _ in range(5):
+                await page.goto(f"{console.base}/console/sign-in")
+                await page.get_by_label("Name").fill(name)
+                await page.get_by_label("Token").fill("not-it")
+                async with page.expect_response("**/console/sign-in") as answer:
+                    await page.get_by_role("button", name="Sign in").click()
+                statuses.append((await answer.value).status)
+            assert statuses == [401, 401, 401, 401, 429]
+            await expect(page.get_by_role("alert")).to_contain_text("Try again in 1 minute")
+            await fits(page)
+            await accessible(page)
+            await shot(page, "sign-in-throttled")
+        finally:
+            await browser.close()

@@ -28,6 +28,7 @@ from domain.circuit import BreakerSettings
 from domain.senders import DEV_EMAIL_SENDER, DEV_SMS_SENDER, SenderBook
 
 SIMULATOR_AUTH_TOKEN = "simulator-auth-token"
+SIMULATOR_SENDGRID_KEY = "SG.simulator-api-key"
 SIMULATOR_TELNYX_API_KEY = "simulator-telnyx-api-key"
 
 
@@ -56,6 +57,16 @@ class SmtpProvider(BaseModel):
     password: SecretStr | None = None
 
 
+class SendGridProvider(BaseModel):
+    """A SendGrid-compatible email API with a signed Event Webhook (transports.sendgrid)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["sendgrid"] = "sendgrid"
+    base_url: str = "https://api.sendgrid.com"
+    api_key: SecretStr
+
+
 class TelnyxProvider(BaseModel):
     """A Telnyx Messaging v2 account (transports.telnyx)."""
 
@@ -70,14 +81,15 @@ class TelnyxProvider(BaseModel):
     """This account's sender; unset, the sender resolved for the policy's alias."""
 
 
-AnyProvider = TwilioProvider | TelnyxProvider | SmtpProvider
+AnyProvider = TwilioProvider | TelnyxProvider | SmtpProvider | SendGridProvider
 ProviderSettings = Annotated[AnyProvider, Field(discriminator="kind")]
 """One provider account's settings; `kind` says which adapter (domain.providers.KINDS)."""
 
-BUILT_IN_PROVIDERS = ("twilio", "telnyx", "smtp")
+BUILT_IN_PROVIDERS = ("twilio", "telnyx", "smtp", "sendgrid")
 """The aliases the flat HERALD_SMS_*, HERALD_TELNYX_* and HERALD_SMTP_* settings configure
 (`twilio` and `smtp` are the registry's default providers, domain.channels; `telnyx` is
-there for a policy that routes to it: `herald dev` runs its simulator)."""
+there for a policy that routes to it: `herald dev` runs its simulator), and
+HERALD_SENDGRID_* the `sendgrid` email alias (`herald dev`'s default email provider)."""
 
 
 class Settings(BaseSettings):
@@ -185,6 +197,22 @@ class Settings(BaseSettings):
     `{"herald-us-10dlc": "MG...", "Herald": "Herald", "herald-za": "+27..."}`."""
     simulator_port: int = 58081
 
+    email_provider: str | None = None
+    """The provider alias email goes through where the policy names none for email
+    (`[providers]`): `smtp` (an SMTP relay: acceptance is the last word), `sendgrid` (a
+    SendGrid-compatible HTTP API whose Event Webhook reports delivered, bounces and
+    complaints), or an alias of HERALD_PROVIDERS. Unset: `sendgrid` in dev (its
+    simulator), `smtp` elsewhere."""
+    sendgrid_base_url: str | None = None
+    """SendGrid-compatible API base. Unset: the SendGrid simulator `herald dev` starts."""
+    sendgrid_api_key: SecretStr = SecretStr(SIMULATOR_SENDGRID_KEY)
+    sendgrid_event_public_key: str | None = None
+    """The Event Webhook's verification key as SendGrid shows it (base64 DER). Unset in
+    dev: the key the simulator of this data folder signs with."""
+    sendgrid_event_tolerance_seconds: int = 26 * 3600
+    """How old an event batch's signed timestamp may be: SendGrid retries for up to 24
+    hours (api.email_events); deduplication by event id makes a replay harmless."""
+    email_simulator_port: int = 58083
     telnyx_base_url: str | None = None
     """Telnyx Messaging v2 API base (`https://api.telnyx.com`). Unset: `herald dev`'s
     Telnyx simulator."""
@@ -263,6 +291,31 @@ class Settings(BaseSettings):
         return self.temporal_address or f"127.0.0.1:{self.temporal_port}"
 
     @property
+    def resolved_email_provider(self) -> str:
+        if self.email_provider:
+            return self.email_provider
+        return "sendgrid" if self.env == "dev" else "smtp"
+
+    @property
+    def sendgrid_api_url(self) -> str:
+        return self.sendgrid_base_url or f"http://127.0.0.1:{self.email_simulator_port}"
+
+    @property
+    def sendgrid_event_key_file(self) -> Path:
+        """Dev only: the simulator's event signing key (private, 0600) and, beside it with
+        `.pub`, its public half for the API."""
+        return self.data_path / "sendgrid-events.key"
+
+    def resolved_sendgrid_event_public_key(self) -> str | None:
+        """HERALD_SENDGRID_EVENT_PUBLIC_KEY, else (in dev) the simulator's public key."""
+        if self.sendgrid_event_public_key:
+            return self.sendgrid_event_public_key
+        public = self.sendgrid_event_key_file.with_suffix(".pub")
+        if self.env == "dev" and public.exists():
+            return public.read_text().strip()
+        return None
+
+    @property
     def sms_api_url(self) -> str:
         return self.sms_base_url or f"http://127.0.0.1:{self.simulator_port}"
 
@@ -336,6 +389,7 @@ class Settings(BaseSettings):
             if isinstance(provider, TwilioProvider)
             and provider.auth_token.get_secret_value() == SIMULATOR_AUTH_TOKEN
         ]
+        missing += self._sendgrid_problems()
         if missing:
             raise ValueError(f"HERALD_ENV=production needs {', '.join(missing)}; refusing to start")
         for alias, provider in self.providers.items():
@@ -348,6 +402,36 @@ class Settings(BaseSettings):
                     "refusing to start"
                 )
         return self
+
+    def _sendgrid_problems(self) -> list[str]:
+        """What a SendGrid account email may go through (HERALD_EMAIL_PROVIDER, or a route of
+        the packaged policy) lacks in production: a real API key, and the Event Webhook's
+        public key (without it every event is refused, and bounces and complaints never
+        suppress)."""
+        from domain.channels import EMAIL
+        from domain.policy import load_policy
+        from policies import load_packaged
+
+        used = {self.resolved_email_provider}
+        try:
+            packaged = load_policy(load_packaged(self.policy_name))
+        except FileNotFoundError:
+            packaged = None
+        if packaged is not None:
+            for (_, channel), aliases in packaged.providers.items():
+                if channel == EMAIL.name:
+                    used |= set(aliases)
+        problems: list[str] = []
+        for alias, provider in self.provider_settings().items():
+            if alias not in used or not isinstance(provider, SendGridProvider):
+                continue
+            if provider.api_key.get_secret_value() == SIMULATOR_SENDGRID_KEY:
+                problems.append(f"a SendGrid API key for email provider {alias!r}")
+            if not self.sendgrid_event_public_key:
+                problems.append(
+                    f"HERALD_SENDGRID_EVENT_PUBLIC_KEY (email provider {alias!r} is SendGrid)"
+                )
+        return problems
 
     def provider_settings(self) -> dict[str, AnyProvider]:
         """Every configured provider account by alias: `twilio` and `smtp` from the flat
@@ -370,6 +454,9 @@ class Settings(BaseSettings):
                 starttls=self.smtp_starttls,
                 username=self.smtp_username,
                 password=self.smtp_password,
+            ),
+            "sendgrid": SendGridProvider(
+                base_url=self.sendgrid_api_url, api_key=self.sendgrid_api_key
             ),
         }
         return {**built_in, **self.providers}

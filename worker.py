@@ -52,7 +52,8 @@ from runtime.schedules import ensure_schedules
 from starter.client import HeraldClient
 from starter.relay import run_relay
 from transports.artifacts import ArtifactStore
-from transports.email import DkimConfig, SmtpEmail
+from transports.email import DkimConfig, EmailTransport, SmtpEmail
+from transports.sendgrid import SendGridEmail
 from transports.sms import SmsTransport
 from transports.telnyx import TelnyxSms
 from transports.twilio import TwilioSms
@@ -126,11 +127,11 @@ def dkim_config(cfg: settings_module.Settings) -> DkimConfig | None:
 
 def provider_transports(
     cfg: settings_module.Settings, http: httpx.AsyncClient
-) -> tuple[dict[str, SmsTransport], dict[str, SmtpEmail]]:
+) -> tuple[dict[str, SmsTransport], dict[str, EmailTransport]]:
     """A transport for every configured provider alias (settings.provider_settings), by
     the adapter its kind names: (SMS transports, email transports)."""
     sms: dict[str, SmsTransport] = {}
-    email: dict[str, SmtpEmail] = {}
+    email: dict[str, EmailTransport] = {}
     for alias, provider in cfg.provider_settings().items():
         if isinstance(provider, settings_module.TwilioProvider):
             sms[alias] = TwilioSms(
@@ -147,6 +148,10 @@ def provider_transports(
                 from_number=provider.from_number,
                 client=http,
             )
+        elif isinstance(provider, settings_module.SendGridProvider):
+            email[alias] = SendGridEmail(
+                api_key=provider.api_key.get_secret_value(), base_url=provider.base_url, client=http
+            )
         else:
             email[alias] = SmtpEmail(
                 host=provider.host,
@@ -162,8 +167,10 @@ def provider_transports(
 Transport = TypeVar("Transport")
 
 
-def _default_transport(transports: dict[str, Transport], channel: Channel) -> Transport:
-    alias = channel.default_providers[0]
+def _default_transport(
+    transports: dict[str, Transport], channel: Channel, alias: str | None = None
+) -> Transport:
+    alias = alias or channel.default_providers[0]
     try:
         return transports[alias]
     except KeyError:
@@ -189,9 +196,14 @@ def build_workers(
     http = httpx.AsyncClient()
     sms_providers, email_providers = provider_transports(cfg, http)
     sms = _default_transport(sms_providers, channels.SMS)
-    email = _default_transport(email_providers, channels.EMAIL)
+    # The email provider of attempts prepared before providers were recorded.
+    email = _default_transport(email_providers, channels.EMAIL, cfg.resolved_email_provider)
     ledger_acts = LedgerActivities(
-        sessions, cipher, retention_days=cfg.pii_retention_days, senders=senders
+        sessions,
+        cipher,
+        retention_days=cfg.pii_retention_days,
+        senders=senders,
+        default_providers={channels.EMAIL.name: (cfg.resolved_email_provider,)},
     )
     sms_acts = SmsActivities(
         sms,

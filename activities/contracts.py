@@ -102,6 +102,9 @@ class IntentFacts:
     poll_initial_seconds: float = 5.0
     poll_max_seconds: float = 120.0
     poll_horizon_seconds: float = 1800.0
+    email_events_horizon_seconds: float = 3600.0
+    """How long an email accepted by a provider that reports events waits for a final one
+    before `sent` is recorded (the policy's `email_events_horizon_seconds`)."""
     resend_window_seconds: float = 3600.0
     submit_window_seconds: float = 600.0
     """The transport retry window: how long submit keeps retrying transient errors."""
@@ -187,6 +190,10 @@ class VerdictInput:
     state: str
     source: str
     reason: str = ""
+    answer_state: bool = False
+    """Answer the attempt's state in the ledger afterwards instead of the verdict: a
+    receipt the workflow was never signalled about (the ingress could not reach Temporal)
+    is then still the workflow's outcome (the email events horizon asks for it)."""
 
 
 @dataclass

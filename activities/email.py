@@ -1,12 +1,19 @@
-"""Email activity: one SMTP submission per attempt token, attachments verified first."""
+"""Email activity: one submission per attempt token, attachments verified first.
+
+Over SMTP the relay's 250 is the last word (`sent`), and a lost answer is sent again with
+the same Message-ID. Through a provider that reports events (SendGrid) the 202 leaves the
+attempt `submitted` until its events arrive, and a send whose answer was lost is never
+sent again: the attempt is recorded `unknown` for a person to settle (docs/transports.md).
+"""
 
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import NoReturn
 
+from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -14,6 +21,7 @@ from temporalio.exceptions import ApplicationError
 from activities import ProviderTransports, now_utc
 from activities.contracts import ErrorType, SubmitInput, SubmitOutcome
 from domain import channels
+from domain.email_events import without_addresses
 from domain.senders import SenderBook
 from domain.states import AttemptState
 from domain.unsubscribe import unsubscribe_token
@@ -29,26 +37,19 @@ from transports.email import (
     EmailAttachment,
     EmailMessageSpec,
     EmailPermanentError,
+    EmailSubmitted,
     EmailTransientError,
-    SmtpEmail,
+    EmailTransport,
 )
 
 # Categories that are subscription-like and so carry RFC 8058 one-click unsubscribe headers.
 SUBSCRIPTION_LIKE = {"promotional", "operational"}
 
 
-_ADDRESS = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
-
-
-def _without_addresses(text: str) -> str:
-    """SMTP replies often quote the recipient; errors reach Temporal history and logs."""
-    return _ADDRESS.sub("<address>", text)
-
-
 class EmailActivities:
     def __init__(
         self,
-        transport: SmtpEmail,
+        transport: EmailTransport,
         sessions: sessionmaker[Session],
         cipher: FieldCipher,
         artifacts: ArtifactStore,
@@ -56,7 +57,7 @@ class EmailActivities:
         public_base_url: str,
         unsubscribe_secret: str,
         senders: SenderBook | None = None,
-        providers: Mapping[str, SmtpEmail] | None = None,
+        providers: Mapping[str, EmailTransport] | None = None,
     ) -> None:
         """`transport` is the default provider's (attempts with no provider recorded);
         `providers` every configured email provider by alias (worker.py builds both)."""
@@ -84,9 +85,18 @@ class EmailActivities:
             return attempt, intent, artifact
 
         attempt, intent, artifact = await self._tx(load)
-        if attempt.state not in (AttemptState.PREPARED.value, AttemptState.UNKNOWN.value):
+        # The provider the attempt was prepared for (its alias); it decides what a lost
+        # answer means and what the acceptance is.
+        transport = self._transports.for_alias(attempt.provider)
+        resends = transport.resend_after_ambiguity
+        sendable = (
+            (AttemptState.PREPARED.value, AttemptState.UNKNOWN.value)
+            if resends
+            else (AttemptState.PREPARED.value,)
+        )
+        if attempt.state not in sendable:
             metrics.count_duplicate("send_already_submitted", channels.EMAIL.name)
-            return SubmitOutcome(attempt.state, attempt.message_id)
+            return SubmitOutcome(attempt.state, attempt.remote_id or attempt.message_id)
         if attempt.destination_ct is None or attempt.body_ct is None:
             raise ApplicationError(
                 "the attempt's destination or body was purged",
@@ -130,44 +140,124 @@ class EmailActivities:
                 if intent.category in SUBSCRIPTION_LIKE
                 else None
             ),
+            categories=(intent.category,),
         )
+        if not resends and not await self._tx(lambda s: self._claim(s, token)):
+            # An earlier try of this activity started the send and its answer was lost
+            # (a worker died mid-request): the provider may have it, and cannot be asked.
+            return await self._unknown(
+                transport,
+                token,
+                "send_outcome_lost",
+                "an earlier try started the send; its answer was lost",
+            )
         try:
-            sent = await self._transports.for_alias(attempt.provider).send(spec)
+            sent = await transport.send(spec)
         except EmailPermanentError as err:
             await self._fail(
-                token, "rejected", _without_addresses(err.reason), code=str(err.code or "")
+                token, "rejected", without_addresses(err.reason), code=str(err.code or "")
             )
         except EmailTransientError as err:
+            if not resends:
+                # Nothing was accepted (429, connection refused): the claim is released.
+                await self._tx(lambda s: self._release(s, token))
             raise ApplicationError(
-                _without_addresses(err.reason), type=ErrorType.TRANSIENT_PROVIDER_ERROR
+                without_addresses(err.reason),
+                type=ErrorType.TRANSIENT_PROVIDER_ERROR,
+                next_retry_delay=(
+                    timedelta(seconds=err.retry_after) if err.retry_after is not None else None
+                ),
             ) from err
         except EmailAmbiguousError as err:
+            if not resends:
+                # No idempotency key and no lookup: a second request would be a second
+                # message in the inbox. A person settles it (ARCHITECTURE.md).
+                return await self._unknown(
+                    transport, token, "ambiguous", without_addresses(err.reason)
+                )
             # SMTP has no lookup; a resend reuses the same Message-ID, which receivers dedupe.
             raise ApplicationError(
-                _without_addresses(err.reason), type=ErrorType.AMBIGUOUS_SUBMISSION
+                without_addresses(err.reason), type=ErrorType.AMBIGUOUS_SUBMISSION
             ) from err
 
-        def record(session: Session) -> str | None:
-            session.query(Attempt).filter(Attempt.token == token).update(
-                {Attempt.message_id: sent.message_id}
-            )
-            result = repo.record_observation(
-                session,
-                ObservationFacts(
-                    source="send",
-                    raw_status="smtp_250",
-                    normalized=AttemptState.SENT,
-                    observed_at=sent.accepted_at,
-                    dedupe_key=f"send:{token}:smtp_250",
-                    remote_id=None,
-                    detail={"message_id": sent.message_id},
-                ),
-                token=token,
-            )
-            return result.state
+        state = await self._tx(lambda s: self._record_accepted(s, transport, token, sent))
+        default = AttemptState.SUBMITTED if transport.reports_events else AttemptState.SENT
+        return SubmitOutcome(state or default.value, sent.remote_id or sent.message_id)
 
-        state = await self._tx(record)
-        return SubmitOutcome(state or AttemptState.SENT.value, sent.message_id)
+    @staticmethod
+    def _record_accepted(
+        session: Session, transport: EmailTransport, token: str, sent: EmailSubmitted
+    ) -> str | None:
+        session.query(Attempt).filter(Attempt.token == token).update(
+            {Attempt.message_id: sent.message_id}
+        )
+        if transport.reports_events:
+            # Accepted by a provider that will report delivery: open until its events.
+            raw, normalized = f"{transport.provider}_{sent.response}", AttemptState.SUBMITTED
+        else:
+            raw, normalized = "smtp_250", AttemptState.SENT
+        result = repo.record_observation(
+            session,
+            ObservationFacts(
+                source="send",
+                raw_status=raw[:40],
+                normalized=normalized,
+                observed_at=sent.accepted_at,
+                dedupe_key=f"send:{token}:{raw}",
+                remote_id=sent.remote_id,
+                detail={"message_id": sent.message_id, "provider": transport.provider},
+            ),
+            token=token,
+        )
+        return result.state
+
+    @staticmethod
+    def _claim(session: Session, token: str) -> bool:
+        """Mark the send started, unless an earlier try did (then its outcome is unknown)."""
+        claimed = session.execute(
+            update(Attempt)
+            .where(
+                Attempt.token == token,
+                Attempt.state == AttemptState.PREPARED.value,
+                Attempt.send_started_at.is_(None),
+            )
+            .values(send_started_at=now_utc())
+            .returning(Attempt.id)
+        ).scalar_one_or_none()
+        return claimed is not None
+
+    @staticmethod
+    def _release(session: Session, token: str) -> None:
+        session.execute(
+            update(Attempt)
+            .where(Attempt.token == token, Attempt.state == AttemptState.PREPARED.value)
+            .values(send_started_at=None)
+        )
+
+    async def _unknown(
+        self, transport: EmailTransport, token: str, raw: str, reason: str
+    ) -> SubmitOutcome:
+        why = (
+            f"{reason}; {transport.provider} has no lookup, so it is not sent again: "
+            "a person settles it"
+        )
+        state = await self._tx(
+            lambda s: (
+                repo.record_observation(
+                    s,
+                    ObservationFacts(
+                        source="send",
+                        raw_status=raw,
+                        normalized=AttemptState.UNKNOWN,
+                        observed_at=now_utc(),
+                        dedupe_key=f"send:{token}:{raw}",
+                        detail={"reason": why, "provider": transport.provider},
+                    ),
+                    token=token,
+                ).state
+            )
+        )
+        return SubmitOutcome(state or AttemptState.UNKNOWN.value, reason=why)
 
     async def _fail(
         self,

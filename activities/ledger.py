@@ -4,6 +4,7 @@ operator actions. Each is one database transaction; the rules come from `domain`
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any, cast
 
@@ -126,7 +127,11 @@ class LedgerActivities:
         *,
         retention_days: int = 30,
         senders: SenderBook | None = None,
+        default_providers: Mapping[str, tuple[str, ...]] | None = None,
     ) -> None:
+        """`default_providers`: channel -> provider aliases where the policy names none
+        (settings: HERALD_EMAIL_PROVIDER); else the registry's defaults."""
+        self._default_providers = dict(default_providers or {})
         self._sessions = sessions
         self._tx = Transactions(sessions)
         self._cipher = cipher
@@ -160,6 +165,7 @@ class LedgerActivities:
                 poll_initial_seconds=rule.poll_initial_seconds,
                 poll_max_seconds=rule.poll_max_seconds,
                 poll_horizon_seconds=float(rule.sms_poll_horizon_seconds),
+                email_events_horizon_seconds=float(rule.email_events_horizon_seconds),
                 resend_window_seconds=float(getattr(rule, "resend_window_seconds", 3600)),
                 submit_window_seconds=float(getattr(rule, "submit_window_seconds", 600)),
             )
@@ -227,7 +233,13 @@ class LedgerActivities:
                 for c in repo.consents_for(session, intent.recipient_ref, input.channel)
             ]
             suppressions = [
-                policy.Suppression(channel=s.channel, reason=s.reason, at=s.at, id=str(s.id))
+                policy.Suppression(
+                    channel=s.channel,
+                    reason=s.reason,
+                    at=s.at,
+                    id=str(s.id),
+                    category=s.category,
+                )
                 for s in repo.suppressions_for(session, destination_hmac, input.channel)
             ]
             recent = [
@@ -250,7 +262,9 @@ class LedgerActivities:
                 recent=recent,
                 now=now,
             )
-            routed = list(pol.providers_for(intent.region, input.channel))
+            routed = list(
+                pol.providers_for(intent.region, input.channel, defaults=self._default_providers)
+            )
             provider = input.provider or routed[0]
             if provider not in routed:
                 raise ApplicationError(
@@ -376,6 +390,8 @@ class LedgerActivities:
                 ),
                 token=input.attempt_token,
             )
+            if input.answer_state:
+                return result.state or input.state
             return result.verdict
 
         return await self._tx(work)

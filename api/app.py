@@ -25,6 +25,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from api.auth import check_every_route_declared
 from api.console import mount_console
 from api.deps import MAX_BODY_BYTES, Ingress
+from api.email_events import EVENTS_PATH, MAX_BATCH_BYTES
+from api.email_events import router as email_event_routes
 from api.evidence import router as evidence_routes
 from api.intent_search import router as recipient_routes
 from api.intents import RETENTION_NOTE, validation_problem
@@ -47,7 +49,9 @@ Herald's HTTP ingress.
   provider's signature (`X-Twilio-Signature`, computed over the public URL the provider
   called; set `HERALD_PUBLIC_BASE_URL` behind a proxy); Telnyx's events
   (`/v1/webhooks/telnyx`) by its Ed25519 signature over the timestamp and the raw body
-  (`HERALD_TELNYX_PUBLIC_KEY`).
+  (`HERALD_TELNYX_PUBLIC_KEY`); email events
+  (`/v1/receipts/email/sendgrid`, batches up to {MAX_BATCH_BYTES} bytes) carry an ECDSA
+  signature over their timestamp and raw body (`HERALD_SENDGRID_EVENT_PUBLIC_KEY`).
 - **One-click unsubscribe** (`/v1/unsubscribe/{{token}}`, RFC 8058) is authenticated by
   the signed token in the link.
 - **The operator and app API** (`/v1/intents...`, `/v1/consents...`,
@@ -79,20 +83,23 @@ async def _check(probe: Any) -> str:
 class BodyLimit:
     """Refuse bodies over `max_bytes` with 413, whether declared or streamed (chunked).
 
-    The body is read here, up to the limit, and handed on; bodies are small by design.
+    The body is read here, up to the limit, and handed on; bodies are small by design,
+    except an email provider's event batch (`larger`: path -> its own limit).
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, larger: dict[str, int] | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.larger = larger or {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit = self.larger.get(scope.get("path", ""), self.max_bytes)
         declared = dict(scope["headers"]).get(b"content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
-            await self._refuse(scope, receive, send)
+        if declared is not None and (not declared.isdigit() or int(declared) > limit):
+            await self._refuse(scope, receive, send, limit)
             return
         chunks: list[bytes] = []
         size = 0
@@ -102,8 +109,8 @@ class BodyLimit:
                 return
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > self.max_bytes:
-                await self._refuse(scope, receive, send)
+            if size > limit:
+                await self._refuse(scope, receive, send, limit)
                 return
             chunks.append(chunk)
             if not message.get("more_body", False):
@@ -120,12 +127,12 @@ class BodyLimit:
 
         await self.app(scope, replay, send)
 
-    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
         app = scope.get("app")
         ingress = getattr(getattr(app, "state", None), "ingress", None)
         if ingress is not None:
             ingress.counters.rejected.labels("too_large").inc()
-        response = JSONResponse({"detail": f"body larger than {self.max_bytes} bytes"}, 413)
+        response = JSONResponse({"detail": f"body larger than {limit} bytes"}, 413)
         await response(scope, receive, send)
 
 
@@ -161,7 +168,7 @@ def create_app(ingress: Ingress) -> FastAPI:
     )
     app.state.ingress = ingress
     app.state.authenticator = ingress.auth
-    app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
+    app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES, larger={EVENTS_PATH: MAX_BATCH_BYTES})
     # Every route's 422 names the problem without echoing what was sent.
     app.add_exception_handler(RequestValidationError, validation_problem)
     app.add_exception_handler(405, method_not_allowed)
@@ -206,6 +213,7 @@ def create_app(ingress: Ingress) -> FastAPI:
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     app.include_router(webhook_routes)
+    app.include_router(email_event_routes)
     app.include_router(telnyx_routes)
     app.include_router(unsubscribe_routes)
     # Token and role checked by the routers' route class, before the body is even parsed.

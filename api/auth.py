@@ -44,6 +44,9 @@ PUBLIC_ROUTES: dict[str, str] = {
     "GET /metrics": "aggregates only; no PII in labels",
     "POST /v1/receipts/sms": "the provider's signature (X-Twilio-Signature)",
     "POST /v1/inbound/sms": "the provider's signature (X-Twilio-Signature)",
+    "POST /v1/receipts/email/sendgrid": (
+        "the provider's ECDSA signature (X-Twilio-Email-Event-Webhook-Signature)"
+    ),
     "POST /v1/webhooks/telnyx": "Telnyx's Ed25519 signature (telnyx-signature-ed25519)",
     "GET /v1/unsubscribe/{value}": "the signed token in the link",
     "POST /v1/unsubscribe/{value}": "the signed token in the link",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Annotated, Any
 
@@ -22,6 +23,19 @@ from starter.client import HeraldClient
 
 MAX_BODY_BYTES = 64 * 1024
 """The largest request body the app reads (413 beyond it, `api.app.BodyLimit`)."""
+DEFAULT_EVENT_TOLERANCE_SECONDS = 26 * 3600
+"""How old an email event batch's signed timestamp may be: SendGrid's 24 hours of retries,
+and two to spare (api.email_events)."""
+
+
+@dataclass(frozen=True)
+class EventsConfig:
+    """The email provider's Event Webhook: its verification key and timestamp tolerance."""
+
+    public_key: Any
+    """An `EllipticCurvePublicKey` (transports.sendgrid.load_event_public_key), or None
+    when email events are not configured (the route answers 404 and stores nothing)."""
+    tolerance_seconds: int = DEFAULT_EVENT_TOLERANCE_SECONDS
 
 
 class Ingress:
@@ -36,11 +50,14 @@ class Ingress:
         operator_token: str | None,
         unsubscribe_secret: str,
         temporal_ui_url: str | None = None,
+        email_events: EventsConfig | None = None,
         console_session_lifetime: timedelta = timedelta(hours=12),
         default_country: str = "GB",
         telnyx_public_key: str | None = None,
     ) -> None:
         self.client = client
+        self.email_events = email_events or EventsConfig(public_key=None)
+        """The email provider's Event Webhook key and tolerance (api.email_events)."""
         self.tx = Transactions(client.sessions)
         """One transaction of the ledger, run off the event loop (ledger.transactions)."""
         self.telnyx_verifier = TelnyxVerifier(telnyx_public_key) if telnyx_public_key else None

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
@@ -41,6 +41,7 @@ from domain.circuit import CircuitState
 from domain.intents import IntentState, derive_intent_state
 from domain.policy import Outcome
 from domain.states import AttemptState
+from ledger import email_health
 from ledger.circuits import all_circuits
 from ledger.metrics import REGISTRY as EVENT_REGISTRY
 from ledger.metrics import label
@@ -188,6 +189,7 @@ class LedgerCollector(Collector):
         yield from self._observations(session)
         yield from self._unknown(session)
         yield from self._reconciliation(session)
+        yield from self._email_health(session)
         yield self._circuits(session)
 
     def _circuits(self, session: Session) -> Metric:
@@ -315,6 +317,45 @@ class LedgerCollector(Collector):
         ):
             family.add_metric([source, verdict], n)
         yield family
+
+    def _email_health(self, session: Session) -> Iterator[Metric]:
+        """Bounce and complaint rates per sender domain over the window (ledger.email_health;
+        alert rules in docs/operations.md)."""
+        now = datetime.now(UTC)
+        summed = email_health.totals(
+            email_health.email_rates(session, since=now - self._window, until=now)
+        )
+        window_h = self._window.total_seconds() / 3600
+        counts = GaugeMetricFamily(
+            "herald_email_messages",
+            f"Email over the last {window_h:g} h per sender domain: accepted by the provider, "
+            "and delivered, hard-bounced and reported as spam by its signed events.",
+            labels=["sender_domain", "kind"],
+        )
+        bounce = GaugeMetricFamily(
+            "herald_email_bounce_rate",
+            f"Hard bounces per accepted email over the last {window_h:g} h, per sender domain.",
+            labels=["sender_domain"],
+        )
+        complaint = GaugeMetricFamily(
+            "herald_email_complaint_rate",
+            f"Spam reports per delivered email over the last {window_h:g} h, per sender "
+            "domain (the spam rate Gmail and Yahoo enforce).",
+            labels=["sender_domain"],
+        )
+        for domain, r in sorted(summed.items()):
+            for kind, n in (
+                ("accepted", r.accepted),
+                ("delivered", r.delivered),
+                ("bounced", r.bounces),
+                ("complained", r.complaints),
+            ):
+                counts.add_metric([domain, kind], n)
+            bounce.add_metric([domain], r.bounce_rate or 0.0)
+            complaint.add_metric([domain], r.complaint_rate or 0.0)
+        yield counts
+        yield bounce
+        yield complaint
 
     def _unknown(self, session: Session) -> Iterator[Metric]:
         count = GaugeMetricFamily(

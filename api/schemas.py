@@ -673,6 +673,9 @@ class SuppressionView(BaseModel):
 
     id: int
     channel: str
+    category: str | None = None
+    """The one message category it holds for (a complaint, an unsubscribe reported by the
+    email provider); null: every category."""
     reason: str
     source: str
     at: datetime

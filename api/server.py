@@ -17,6 +17,8 @@ from fastapi import FastAPI
 
 import settings as settings_module
 from api.app import Ingress, create_app
+from api.deps import EventsConfig
+from api.email_events import load_event_public_key
 from starter.client import HeraldClient
 
 
@@ -30,10 +32,21 @@ def build(cfg: settings_module.Settings, client: HeraldClient) -> FastAPI:
             operator_token=cfg.resolved_operator_token(),
             unsubscribe_secret=cfg.resolved_unsubscribe_secret(),
             temporal_ui_url=cfg.temporal_ui_url,
+            email_events=email_events_config(cfg),
             console_session_lifetime=timedelta(hours=cfg.console_session_hours),
             default_country=cfg.default_country,
             telnyx_public_key=cfg.telnyx_public_key,
         )
+    )
+
+
+def email_events_config(cfg: settings_module.Settings) -> EventsConfig:
+    """The Event Webhook's verification key and tolerance from settings (no key: the route
+    answers 503 and stores nothing)."""
+    key = cfg.resolved_sendgrid_event_public_key()
+    return EventsConfig(
+        load_event_public_key(key) if key else None,
+        tolerance_seconds=cfg.sendgrid_event_tolerance_seconds,
     )
 
 

@@ -330,6 +330,7 @@ async def _start_bench_once(
         temporal_ui_port=free_port(),
         api_port=api_port,
         smtp_port=0,  # any free port, bound at once (the sink reports which)
+        email_simulator_port=0,  # the SendGrid simulator too
         sms_base_url=carrier.url,
         policy_name="demo",
         data_key=None,

@@ -852,6 +852,7 @@ DEMO_SCENARIOS = (
     "itinerary-change",
     "session-report",
     "provider-outage",
+    "email-events",
 )
 """`scenarios.SCENARIOS`' names (a test keeps them equal): importing the scenarios takes
 a second and a half, too long to build the parser of every command."""

@@ -23,6 +23,8 @@ from sqlalchemy.orm import sessionmaker
 
 import settings as settings_module
 from api.app import Ingress, create_app
+from api.email_events import EVENTS_PATH
+from api.server import email_events_config
 from devstack.ports import bound_or_named, free_port
 from devstack.postgres import EmbeddedPostgres
 from devstack.processes import ChildProcess
@@ -34,6 +36,8 @@ from ledger.engine import ledger_engine
 from ledger.templates import seed_packaged
 from settings import write_secret_file
 from starter.client import HeraldClient
+from transports.sendgrid import generate_event_key_pair, public_key_of
+from transports.sendgrid_sim import SendGridSimulatorServer
 from transports.simulator import LoopbackServer, SimulatorServer
 from transports.smtp_sink import SmtpSink
 from transports.telnyx_simulator import TelnyxSimulatorServer
@@ -52,6 +56,10 @@ class Addresses:
     simulator: str
     smtp: str
     postgres: str
+    email_provider: str = ""
+    """The email provider the worker sends through, and where."""
+    email_simulator: str = ""
+    """The SendGrid simulator's base URL (empty when a real SendGrid is configured)."""
     namespace: str = "default"
     operator_token_file: str = ""
     admin_name: str = ""
@@ -71,6 +79,7 @@ class Addresses:
             ("Carrier simulator", self.simulator),
             ("Telnyx simulator", self.telnyx_simulator or "(HERALD_TELNYX_BASE_URL)"),
             ("SMTP sink", self.smtp),
+            ("Email provider", self.email_provider or "smtp"),
             ("Postgres URL", self.postgres),
             (
                 "Worker metrics",
@@ -94,6 +103,20 @@ class Addresses:
 
         workflow = quote(workflow_id, safe="")
         return f"{self.temporal_ui}/namespaces/{self.namespace}/workflows/{workflow}"
+
+
+def _event_signing_key(cfg: settings_module.Settings) -> bytes:
+    """This data folder's SendGrid-simulator signing key (made once, 0600), its public half
+    beside it for `herald api` (settings.resolved_sendgrid_event_public_key)."""
+    path = cfg.sendgrid_event_key_file
+    if not path.exists():
+        private, public = generate_event_key_pair()
+        write_secret_file(path, private.decode())
+        path.with_suffix(".pub").write_text(public + "\n")
+    private = path.read_bytes()
+    if not path.with_suffix(".pub").exists():
+        path.with_suffix(".pub").write_text(public_key_of(private) + "\n")
+    return private
 
 
 def state_file(cfg: settings_module.Settings) -> Path:
@@ -139,6 +162,7 @@ class DevStack:
         self.postgres: EmbeddedPostgres | None = None
         self.temporal: TemporalDevServer | None = None
         self.simulator: SimulatorServer | None = None
+        self.email_simulator: SendGridSimulatorServer | None = None
         self.telnyx_simulator: TelnyxSimulatorServer | None = None
         self.sink: SmtpSink | None = None
         self.api: LoopbackServer | None = None
@@ -159,6 +183,9 @@ class DevStack:
             "HERALD_SMS_BASE_URL": cfg.sms_api_url,
             "HERALD_SMTP_HOST": cfg.smtp_host,
             "HERALD_SMTP_PORT": str(cfg.smtp_port),
+            "HERALD_EMAIL_PROVIDER": cfg.resolved_email_provider,
+            "HERALD_SENDGRID_BASE_URL": cfg.sendgrid_api_url,
+            "HERALD_SENDGRID_API_KEY": cfg.sendgrid_api_key.get_secret_value(),
             "HERALD_PUBLIC_BASE_URL": cfg.callback_base_url,
             "HERALD_API_PORT": str(cfg.api_port),
             "HERALD_DATA_KEY": cfg.resolved_data_keys(create=True),
@@ -236,6 +263,22 @@ class DevStack:
             setting="HERALD_SMTP_PORT",
         )
         cfg.smtp_port = self.sink.port
+        if cfg.sendgrid_base_url is None:
+            self.email_simulator = SendGridSimulatorServer(
+                api_key=cfg.sendgrid_api_key.get_secret_value(),
+                port=cfg.email_simulator_port,
+                event_url=f"{cfg.callback_base_url}{EVENTS_PATH}",
+                private_key_pem=_event_signing_key(cfg),
+                # What reaches a mailbox lands in the SMTP sink, readable as before.
+                relay=(cfg.smtp_host, cfg.smtp_port),
+            )
+            await bound_or_named(
+                self.email_simulator.start(),
+                host=self.email_simulator.host,
+                port=cfg.email_simulator_port,
+                setting="HERALD_EMAIL_SIMULATOR_PORT",
+            )
+            cfg.email_simulator_port = self.email_simulator.port
         if cfg.sms_base_url is None:
             self.simulator = SimulatorServer(
                 account_sid=cfg.sms_account_sid,
@@ -282,6 +325,7 @@ class DevStack:
                     operator_token=token,
                     unsubscribe_secret=cfg.resolved_unsubscribe_secret(),
                     temporal_ui_url=self.temporal.ui_url if self.temporal else cfg.temporal_ui_url,
+                    email_events=email_events_config(cfg),
                     console_session_lifetime=timedelta(hours=cfg.console_session_hours),
                     default_country=cfg.default_country,
                     telnyx_public_key=cfg.telnyx_public_key,
@@ -313,6 +357,11 @@ class DevStack:
             simulator=cfg.sms_api_url,
             telnyx_simulator=cfg.telnyx_api_url if self.telnyx_simulator else "",
             smtp=f"{cfg.smtp_host}:{cfg.smtp_port}",
+            email_simulator=self.email_simulator.url if self.email_simulator else "",
+            email_provider=f"{cfg.resolved_email_provider} ({cfg.sendgrid_api_url} events signed)"
+            if cfg.resolved_email_provider == "sendgrid"
+            else f"smtp ({cfg.smtp_host}:{cfg.smtp_port}); SendGrid simulator at "
+            f"{cfg.sendgrid_api_url}",
             postgres=_redact(cfg.resolved_database_url()),
             namespace=cfg.temporal_namespace,
             operator_token_file=str(cfg.token_file),
@@ -342,6 +391,8 @@ class DevStack:
             steps.append(self.api.stop)
         if self.simulator is not None:
             steps.append(self.simulator.stop)
+        if self.email_simulator is not None:
+            steps.append(self.email_simulator.stop)
         if self.telnyx_simulator is not None:
             steps.append(self.telnyx_simulator.stop)
         if self.sink is not None:

@@ -59,6 +59,9 @@ _FALLBACK_FIELDS = frozenset(
         "poll_initial_seconds",
         "poll_max_seconds",
         "expiry_seconds",
+        "email_events_horizon_seconds",
+        "email_blocks_to_suppress",
+        "email_blocks_window_seconds",
     }
 )
 _PROVIDER_ALIAS = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
@@ -147,6 +150,15 @@ class FallbackRule:
     """Largest poll delay."""
     expiry_seconds: int
     """Default business expiry of an intent, counted from its creation."""
+    email_events_horizon_seconds: int = 3600
+    """An email accepted by a provider that reports events (SendGrid) and with no
+    ``delivered``, bounce or drop event after this long records ``sent``, the last word
+    an SMTP relay gives; a later event still settles it."""
+    email_blocks_to_suppress: int = 3
+    """Transient blocks (``bounce`` of type blocked) of one address within
+    ``email_blocks_window_seconds`` after which it is suppressed for email; 0: never."""
+    email_blocks_window_seconds: int = 604800
+    """The window the blocks are counted in (default a week)."""
 
 
 @dataclass(frozen=True)
@@ -169,14 +181,27 @@ class Policy:
     the document does not name has its registry defaults (domain.channels)."""
     source_sha256: str = ""
     """SHA-256 of the TOML text it was loaded from, so evidence can name the exact bytes."""
+    named_providers: frozenset[tuple[str, str]] = frozenset()
+    """The (region, channel) pairs whose providers the document names itself; the others
+    carry the registry defaults, which a deployment may replace (``defaults`` below)."""
 
-    def providers_for(self, region: str, channel: str) -> tuple[str, ...]:
+    def providers_for(
+        self,
+        region: str,
+        channel: str,
+        *,
+        defaults: Mapping[str, tuple[str, ...]] | None = None,
+    ) -> tuple[str, ...]:
         """The provider aliases of one region and channel, in order.
 
         The first takes the attempt; raises channels.UnknownChannel for a channel Herald
-        does not know.
+        does not know. ``defaults`` (channel -> aliases, from settings:
+        HERALD_EMAIL_PROVIDER) replaces the registry defaults where the document names no
+        provider for the channel.
         """
         default = channels.get(channel).default_providers
+        if (region, channel) not in self.named_providers and defaults and channel in defaults:
+            return defaults[channel]
         return self.providers.get((region, channel), default)
 
     def rule_for(self, region: str, channel: str, category: str) -> Rule:
@@ -400,6 +425,15 @@ def _resolve_fallback(layers: list[tuple[str, dict[str, object]]]) -> FallbackRu
         raise PolicyError(f"{where}: must be >= poll_initial_seconds")
     where, horizon = need("sms_poll_horizon_seconds")
     where_expiry, expiry = need("expiry_seconds")
+    optional: dict[str, int] = {}
+    for name, minimum in (
+        ("email_events_horizon_seconds", 1),
+        ("email_blocks_to_suppress", 0),
+        ("email_blocks_window_seconds", 1),
+    ):
+        if name in merged:
+            where_optional, value = merged[name]
+            optional[name] = _parse_int(value, where_optional, minimum=minimum)
     return FallbackRule(
         email_after_seconds=email_after,
         email_on_permanent_failure=on_permanent,
@@ -407,6 +441,7 @@ def _resolve_fallback(layers: list[tuple[str, dict[str, object]]]) -> FallbackRu
         poll_initial_seconds=poll_initial,
         poll_max_seconds=poll_max,
         expiry_seconds=_parse_int(expiry, where_expiry, minimum=1),
+        **optional,
     )
 
 
@@ -472,6 +507,7 @@ def load_policy(text: str) -> Policy:
 
     everywhere = _providers(doc.get("providers", {}), "providers")
     routes: dict[tuple[str, str], tuple[str, ...]] = {}
+    named: set[tuple[str, str]] = set()
     for region in REGIONS:
         regional_routes = _providers(
             regions.get(region, {}).get("providers", {}), f"regions.{region}.providers"
@@ -480,6 +516,8 @@ def load_policy(text: str) -> Policy:
             routes[(region, channel)] = regional_routes.get(
                 channel, everywhere.get(channel, channels.get(channel).default_providers)
             )
+            if channel in regional_routes or channel in everywhere:
+                named.add((region, channel))
 
     resolved: dict[tuple[str, str, str], Rule] = {}
     fallbacks: dict[tuple[str, str], FallbackRule] = {}
@@ -515,6 +553,7 @@ def load_policy(text: str) -> Policy:
         fallbacks=fallbacks,
         description=description,
         providers=routes,
+        named_providers=frozenset(named),
         source_sha256=hashlib.sha256(text.encode()).hexdigest(),
     )
 
@@ -578,6 +617,9 @@ class Suppression:
     lifted_at: datetime | None = None
     """Set when the person opted back in (START); a lifted suppression no longer applies."""
     id: str = ""
+    category: str | None = None
+    """The one message category it holds for (a complaint, an unsubscribe); ``None``:
+    every category (a STOP, a hard bounce)."""
 
 
 @dataclass(frozen=True)
@@ -742,18 +784,23 @@ def evaluate(
         s
         for s in suppressions
         if s.channel in (request.channel, "*")
+        and s.category in (None, request.category)
         and s.at <= now
         and (s.lifted_at is None or s.lifted_at > now)
     ]
-    inputs["suppressions_active"] = [{"id": s.id, "reason": s.reason} for s in active]
+    inputs["suppressions_active"] = [
+        {"id": s.id, "reason": s.reason, **({"category": s.category} if s.category else {})}
+        for s in active
+    ]
     if active:
         first = min(active, key=lambda s: s.at)
         word = re.sub(r"[^a-z0-9_]+", "_", first.reason.lower()).strip("_") or "unspecified"
         return decide(
             Outcome.DENY,
             f"suppression.{word}",
-            f"The destination is suppressed on {request.channel} ({first.reason}) "
-            f"since {iso_utc(first.at)}.",
+            f"The destination is suppressed on {request.channel}"
+            + (f" for {first.category} messages" if first.category else "")
+            + f" ({first.reason}) since {iso_utc(first.at)}.",
         )
 
     # 2. Destination country.

@@ -83,6 +83,11 @@ TWILIO_ERRORS: dict[str, tuple[ErrorKind, str, Cause]] = {
     "30001": (_T, "queue overflow (queued longer than the validity period)", _PROV),
     "30003": (_A, "unreachable destination handset", _DEST),
     "30008": (_A, "unknown error", Cause.UNKNOWN),
+    # Email provider events (domain.email_events): the receiving server said the mailbox
+    # does not exist, or the provider will not deliver to the address at all (its own
+    # bounce, unsubscribe or spam-report list); a resend fails the same way.
+    "email_bounce": (_P, "hard bounce: the mailbox does not exist", _DEST),
+    "email_dropped": (_P, "dropped by the email provider for this address", _DEST),
 }
 
 # Telnyx Messaging v2 codes: API request errors (1xxxx, answered at once, nothing was

@@ -48,10 +48,13 @@ KINDS: Mapping[str, ProviderKind] = {
         # Telnyx has no lookup by destination: a lost create cannot be placed.
         ProviderKind("telnyx", channels.SMS.name, lookup=False),
         ProviderKind("smtp", channels.EMAIL.name, lookup=False),
+        ProviderKind("sendgrid", channels.EMAIL.name, lookup=False),
     )
 }
 """Every adapter by kind: a Twilio-compatible REST API (transports.twilio), Telnyx
-Messaging v2 (transports.telnyx) and SMTP (transports.email)."""
+Messaging v2 (transports.telnyx), SMTP (transports.email) and a SendGrid-compatible HTTP
+API with a signed Event Webhook (transports.sendgrid; its Email Activity lookup is a paid,
+rate-limited add-on, so no lookup)."""
 
 
 def kind(name: str) -> ProviderKind:

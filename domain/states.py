@@ -83,7 +83,9 @@ def is_terminal(state: AttemptState) -> bool:
     return state in TERMINAL
 
 
-def apply(current: AttemptState, observed: AttemptState) -> Transition:
+def apply(
+    current: AttemptState, observed: AttemptState, *, evidence_after_delivered: bool = False
+) -> Transition:
     """Apply one observation to the current state of an attempt.
 
     The rules, in order:
@@ -94,6 +96,10 @@ def apply(current: AttemptState, observed: AttemptState) -> Transition:
     - any real observation settles ``unknown``;
     - a different terminal over a terminal is a conflict and the first one stands;
     - otherwise the higher rank wins and a lower one is stale.
+
+    With ``evidence_after_delivered`` (an email event: a bounce message can come back after
+    the receiving server took the mail), a failure observed over ``delivered`` is stale
+    evidence rather than a conflict: the state stays and no review is raised.
     """
     if observed == current:
         return Transition(Verdict.STALE, current)
@@ -106,6 +112,12 @@ def apply(current: AttemptState, observed: AttemptState) -> Transition:
             return Transition(Verdict.STALE, current)
         return Transition(Verdict.SETTLES_UNKNOWN, observed)
     if current in TERMINAL and observed in TERMINAL:
+        if (
+            evidence_after_delivered
+            and current == AttemptState.DELIVERED
+            and observed in RETRYABLE_FAILURES
+        ):
+            return Transition(Verdict.STALE, current)
         return Transition(Verdict.CONFLICT, current)
     if RANK[observed] > RANK[current]:
         return Transition(Verdict.APPLIED, observed)

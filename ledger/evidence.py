@@ -112,17 +112,23 @@ def suppress(
     reason: str,
     source: str,
     at: datetime,
+    category: str | None = None,
+    evidence: dict[str, Any] | None = None,
 ) -> tuple[Suppression, bool]:
     """Suppress a destination on a channel, once.
 
-    Suppress the destination on `channel`, unless an active suppression on exactly that
-    channel exists (a redelivered STOP, a second click): (row, created).
+    Suppress the destination on `channel` (for one `category`, or every one with None),
+    unless an active suppression on exactly that channel and category exists (a
+    redelivered STOP, a second click, a second complaint): (row, created).
     """
     active = session.execute(
         select(Suppression)
         .where(
             Suppression.destination_hmac == destination_hmac,
             Suppression.channel == channel,
+            Suppression.category.is_(None)
+            if category is None
+            else Suppression.category == category,
             Suppression.lifted_at.is_(None),
         )
         .order_by(Suppression.id)
@@ -136,6 +142,8 @@ def suppress(
         reason=reason[:60],
         source=source[:60],
         at=at,
+        category=category,
+        evidence=evidence,
     )
     session.add(row)
     session.flush()
@@ -177,6 +185,7 @@ def suppression_fields(row: Suppression) -> dict[str, Any]:
     return {
         "id": row.id,
         "channel": row.channel,
+        "category": row.category,
         "reason": row.reason,
         "source": row.source,
         "at": row.at,

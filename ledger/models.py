@@ -286,6 +286,11 @@ class Suppression(Base):
     lifted_at: Mapped[datetime | None]
     lifted_source: Mapped[str | None] = mapped_column(String(60))
     """Who lifted it (`keyword:START`, `api`, `cli`); null while active."""
+    category: Mapped[str | None] = mapped_column(String(20))
+    """The message category it holds for (a complaint, an unsubscribe); null: every one."""
+    evidence: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    """What caused it, free of contact data (an email event: its id, word, reason, the
+    attempt token)."""
 
 
 class TemplateVersionRow(Base):

@@ -265,6 +265,7 @@ _SUPPRESSIONS_FOR: Select[Any] = select(
     _SUPPRESSION.reason,
     _SUPPRESSION.source,
     _SUPPRESSION.at,
+    _SUPPRESSION.category,
 ).where(
     _SUPPRESSION.destination_hmac == bindparam("hmac"),
     # An all-channels ("*") suppression applies here too, as the policy says.
@@ -414,6 +415,9 @@ class ObservationFacts:
     provider_at: datetime | None = None
     remote_id: str | None = None
     detail: dict[str, Any] = field(default_factory=dict)
+    evidence_after_delivered: bool = False
+    """An email event: a failure over `delivered` is stale evidence, not a conflict
+    (domain.states.apply)."""
 
 
 def record_observation(
@@ -438,7 +442,11 @@ def record_observation(
         ).one_or_none()
     attempt = _SeenAttempt.of(found) if found is not None else None
     expected = (
-        states.apply(AttemptState(attempt.state), facts.normalized)
+        states.apply(
+            AttemptState(attempt.state),
+            facts.normalized,
+            evidence_after_delivered=facts.evidence_after_delivered,
+        )
         if attempt is not None and facts.normalized is not None
         else None
     )
@@ -495,6 +503,7 @@ def record_observation(
             facts.provider_code,
             intent_times=times,
             expected=expected,
+            evidence_after_delivered=facts.evidence_after_delivered,
         )
         if facts.normalized is not None
         else None  # inserted as `ignored`
@@ -612,6 +621,7 @@ def _apply_observation(
     *,
     intent_times: _IntentTimes,
     expected: states.Transition | None = None,
+    evidence_after_delivered: bool = False,
 ) -> states.Transition | None:
     """Apply one stored observation to its attempt by compare-and-set and mark the verdict.
 
@@ -632,7 +642,9 @@ def _apply_observation(
         return None
     while True:
         current = AttemptState(attempt.state)
-        transition = states.apply(current, normalized)
+        transition = states.apply(
+            current, normalized, evidence_after_delivered=evidence_after_delivered
+        )
         if not transition.changed:
             break
         values: dict[str, Any] = {"state": transition.state.value, "last_status_at": observed_at}

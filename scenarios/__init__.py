@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from scenarios import (
     class_opening,
+    email_events,
     itinerary_change,
     order_created,
     provider_outage,
@@ -27,6 +28,7 @@ SCENARIOS: dict[str, Scenario] = {
     "itinerary-change": itinerary_change.run,
     "session-report": session_report.run,
     "provider-outage": provider_outage.run,
+    "email-events": email_events.run,
 }
 """In the order `herald demo` (no argument) runs them."""
 

@@ -27,6 +27,10 @@ from starter.client import HeraldClient
 from transports.smtp_sink import SmtpSink
 from workflows.notification import NotificationWorkflow
 
+EMAIL_REACHED = ("sent", "delivered")
+"""An email that reached the person: `sent` through SMTP (the relay's 250 is the last word),
+`delivered` through a provider that reports events (SendGrid, `herald dev`'s default)."""
+
 
 class ScenarioFailed(AssertionError):
     """The outcome differs from the story (or something the story needs is missing)."""
@@ -178,6 +182,20 @@ class DemoContext:
         """(messages created, create requests received) for one attempt token."""
         stats = await self.sim_stats()
         return stats["by_token"].get(token, 0), stats["requests_by_token"].get(token, 0)
+
+    # --- SendGrid simulator ------------------------------------------------------------
+
+    async def email_sim(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        base = self.addresses.email_simulator
+        if not base:
+            raise ScenarioFailed(
+                "no SendGrid simulator in this stack (HERALD_SENDGRID_BASE_URL points at a "
+                "real provider); this scenario scripts the simulator's addresses"
+            )
+        async with httpx.AsyncClient(timeout=10) as http:
+            response = await http.request(method, f"{base.rstrip('/')}{path}", json=body)
+        response.raise_for_status()
+        return response.json()
 
     # --- SMTP sink -------------------------------------------------------------------
 

@@ -139,6 +139,7 @@ def stack_settings(data: Path, **overrides: Any) -> Any:
         simulator_port=0,
         telnyx_simulator_port=0,
         smtp_port=0,
+        email_simulator_port=0,
         data_key=TEST_KEYRING,
         policy_name="demo",
     )

@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from email.message import EmailMessage
 from email.policy import SMTP as SMTP_POLICY
 from email.utils import format_datetime, parseaddr
+from typing import Protocol
 
 import aiosmtplib
 from aiosmtplib import errors as smtp_errors
@@ -84,6 +85,9 @@ class EmailMessageSpec:
     date: datetime | None = None
     """The ``Date`` header; now, if not given."""
     extra_headers: dict[str, str] = field(default_factory=dict)
+    categories: Sequence[str] = ()
+    """The message's categories (Herald's intent category); a provider that reports
+    events (SendGrid) echoes them in each event. SMTP ignores them."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,8 @@ class EmailSubmitted:
     """The relay's answer text (often carries its queue id)."""
     size: int = 0
     """Encoded size in bytes."""
+    remote_id: str | None = None
+    """The provider's id of the message (SendGrid's ``X-Message-Id``); None over SMTP."""
 
 
 @dataclass(frozen=True)
@@ -162,11 +168,31 @@ class EmailTransientError(EmailError):
 
     kind = "transient"
 
+    def __init__(
+        self, reason: str, code: int | None = None, *, retry_after: float | None = None
+    ) -> None:
+        super().__init__(reason, code)
+        self.retry_after = retry_after
+        """Seconds the provider asked us to wait (429 Retry-After), when it said."""
+
 
 class EmailAmbiguousError(EmailError):
     """The connection failed after the content started to go out: the relay may have it."""
 
     kind = "ambiguous"
+
+
+class EmailTransport(Protocol):
+    """What the email activity needs of a provider (SMTP, SendGrid)."""
+
+    provider: str
+    reports_events: bool
+    """Whether delivered/bounce/complaint events come back (SendGrid) or the acceptance is
+    the last word (SMTP)."""
+    resend_after_ambiguity: bool
+    """Whether a lost answer may be sent again (same Message-ID) rather than settled."""
+
+    async def send(self, spec: EmailMessageSpec) -> EmailSubmitted: ...
 
 
 def build_message(
@@ -216,6 +242,14 @@ def _by_code(phase: str, exc: smtp_errors.SMTPResponseException) -> EmailError:
 
 class SmtpEmail:
     """Sends one message per connection through an SMTP relay."""
+
+    provider = "smtp"
+    reports_events = False
+    """An SMTP relay's 250 is the last word Herald gets: no delivered, bounce or complaint
+    comes back (bounces go to a mailbox as DSNs)."""
+    resend_after_ambiguity = True
+    """A lost answer to DATA is sent again with the same Message-ID, which receiving
+    servers and clients deduplicate on; SMTP has no lookup to ask instead."""
 
     def __init__(
         self,

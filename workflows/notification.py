@@ -97,6 +97,18 @@ EMAIL_SENT_REACHES = "email-sent-reaches"
 started before it fell back to the next channel after an accepted email; on replay they
 keep doing so."""
 
+EMAIL_EVENTS = "email-events"
+"""Patch id: an email a provider accepted with events to follow (SendGrid's 202, the
+attempt's `submitted`) is followed until a final event (delivered, bounce, dropped)
+signals it or the policy's events horizon passes, when `sent` is recorded. Runs before it
+never saw a `submitted` email (SMTP answers `sent`); the marker is asked for only there."""
+
+UNKNOWN_WITHOUT_LOOKUP_STAYS = "unknown-without-lookup-stays"
+"""Patch id: a channel whose provider has no lookup (email) that ends `unknown` (a lost
+send answer) is not followed by the next channel: an email-first plan falls back only on
+a bounce or a drop. Runs before it followed the policy's `fallback_when_unresolved` there
+too; the marker is asked for only in that case."""
+
 AUTHORIZE_LOCAL = "authorize-local"
 """Patch id: `authorize` runs as a local activity (one workflow task and one activity task
 fewer per attempt). Workflows that started before it schedule it as an activity; on
@@ -446,6 +458,12 @@ class NotificationWorkflow:
             and self._attempt_states[token] != AttemptState.UNKNOWN.value
         ):
             await self._observe_attempt(spec, token, facts, label)
+        elif (
+            spec.poll_activity is None
+            and self._attempt_states[token] == AttemptState.SUBMITTED.value
+            and workflow.patched(EMAIL_EVENTS)
+        ):
+            await self._await_events(spec, token, facts, label)
         base.state = self._attempt_states[token]
         base.error_code = self._error_codes.get(token)
         if base.state == AttemptState.UNKNOWN.value and not base.reason:
@@ -789,6 +807,47 @@ class NotificationWorkflow:
                 token, AttemptState.UNKNOWN.value, source, reason, label=label
             )
 
+    async def _await_events(
+        self, channel: Channel, token: str, facts: IntentFacts, label: str
+    ) -> None:
+        """A provider that reports events instead of being polled (SendGrid): wait for the
+        ingress to signal a final one, until the events horizon.
+
+        No event by then (or a cancel first) records `sent`, the last word an SMTP relay
+        gives: the provider took the message and nothing said it failed. A later event
+        through the ingress still settles the attempt in the ledger (delivered, or a
+        bounce, which also suppresses the address)."""
+        horizon = workflow.now() + timedelta(seconds=facts.email_events_horizon_seconds)
+        self._set_phase(
+            f"observing:{channel.name}",
+            details=f"waiting for a delivery event for {label} until {_at(horizon)}",
+        )
+        await self._wait(
+            horizon,
+            extra=lambda: self._settled(token),
+            summary=f"delivery event for {label} until {_at(horizon)}",
+        )
+        if self._settled(token):
+            return
+        reason = (
+            "cancelled while waiting for a delivery event; accepted by the provider, not recalled"
+            if self._cancelled
+            else f"accepted by the provider; no delivery event within "
+            f"{_minutes(facts.email_events_horizon_seconds)}"
+        )
+        # The ledger answers its state after the verdict: an event the ingress recorded but
+        # could not signal (Temporal unreachable) still decides the outcome.
+        in_ledger = await workflow.execute_activity(
+            RECORD_VERDICT,
+            VerdictInput(token, AttemptState.SENT.value, "horizon", reason, answer_state=True),
+            result_type=str,
+            start_to_close_timeout=timedelta(seconds=30),
+            retry_policy=LEDGER_RETRY,
+            summary=f"record {label} sent (horizon)",
+        )
+        self._observe(token, AttemptState.SENT.value)
+        self._observe(token, in_ledger)
+
     async def _record_verdict(
         self, token: str, state: str, source: str, reason: str, *, label: str
     ) -> None:
@@ -819,6 +878,16 @@ class NotificationWorkflow:
             and not workflow.patched(EMAIL_SENT_REACHES)
         ):
             return True
+        # A channel whose provider cannot be asked (email: SMTP, SendGrid) that ended
+        # `unknown` may well have reached the person; a person settles it, and the plan
+        # does not add another channel on a guess (asked only there, as above).
+        if (
+            fall_back
+            and result.state == AttemptState.UNKNOWN.value
+            and not _channel(result.channel).provider_lookup
+            and workflow.patched(UNKNOWN_WITHOUT_LOOKUP_STAYS)
+        ):
+            return False
         return fall_back
 
     async def _resend_window(self, until: datetime | None = None) -> None:

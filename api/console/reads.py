@@ -15,7 +15,7 @@ import io
 import json
 from collections import Counter, defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -45,7 +45,8 @@ from domain.intents import IntentState, derive_intent_state
 from domain.policy import Outcome
 from domain.provider_errors import meaning
 from domain.states import AttemptState
-from ledger import reconcile
+from ledger import email_health, reconcile
+from ledger.email_health import EmailRates
 from ledger.listing import state_of, to_recipient
 from ledger.models import (
     Attempt,
@@ -851,6 +852,8 @@ class Overview:
     p95_seconds: float | None
     hours: list[dict[str, Any]]
     """The last 24 hours, oldest first: {start, counts by outcome}."""
+    email: dict[str, EmailRates] = field(default_factory=dict)
+    """The last day's email health per sender domain (bounce and complaint rates)."""
 
 
 WINDOWS = {"hour": timedelta(hours=1), "day": timedelta(days=1)}
@@ -924,6 +927,9 @@ def overview(session: Session, now: datetime) -> Overview:
         float(latency[0]) if latency[0] is not None else None,
         float(latency[1]) if latency[1] is not None else None,
         hours,
+        email_health.totals(
+            email_health.email_rates(session, since=now - WINDOWS["day"], until=now)
+        ),
     )
 
 

@@ -67,3 +67,151 @@ async def test_a_retried_send_of_an_accepted_email_sends_nothing_and_is_counted(
     assert (again.state, again.remote_id) == (first.state, first.remote_id)
     assert len(sink.messages) == 1
     assert duplicates._value.get() == before + 1
+
+
+# --- through SendGrid (the simulator): 202 is `submitted`; a lost answer is never resent ---
+
+
+@pytest.fixture
+async def sendgrid_sim():  # type: ignore[no-untyped-def]
+    from transports.sendgrid_sim import SendGridSimulatorServer, SimEmailDelays
+
+    server = SendGridSimulatorServer(
+        api_key="SG.test", delays=SimEmailDelays(step=0.01, batch=0.01, hang=30.0)
+    )
+    await server.start()
+    yield server
+    await server.stop()
+
+
+def sendgrid_activities(server, committed, cipher, tmp_path: Path) -> EmailActivities:  # type: ignore[no-untyped-def]
+    from transports.sendgrid import SendGridEmail
+
+    return EmailActivities(
+        SendGridEmail(api_key="SG.test", base_url=server.url, read_timeout=0.5),
+        committed,
+        cipher,
+        ArtifactStore(tmp_path),
+        public_base_url="http://127.0.0.1:9",
+        unsubscribe_secret="test-unsubscribe-secret",
+    )
+
+
+async def prepared_to(committed, cipher, address: str) -> str:  # type: ignore[no-untyped-def]
+    key = f"itinerary-change:t-{uuid.uuid4().hex[:8]}"
+    request = NotificationRequest(
+        business_key=key,
+        recipient_ref=key,
+        email=address,
+        channels=["email"],
+        country="GB",
+        template_key="itinerary-change",
+        variables=VARIABLES,
+    )
+    return await intents.prepared(committed, cipher, request, "email")
+
+
+def attempt_of(committed, token: str):  # type: ignore[no-untyped-def]
+    from ledger import repository as repo
+
+    with committed() as session:
+        return repo.attempt_by_token(session, token)
+
+
+async def test_a_sendgrid_acceptance_is_submitted_with_its_message_id_and_sent_once(
+    sendgrid_sim, committed, cipher, tmp_path: Path
+) -> None:
+    email = sendgrid_activities(sendgrid_sim, committed, cipher, tmp_path)
+    token = await prepared_to(committed, cipher, "ada@example.test")
+    first = await email.send_email(SubmitInput(token))
+    again = await email.send_email(SubmitInput(token))
+    assert first.state == "submitted" and first.remote_id
+    assert (again.state, again.remote_id) == (first.state, first.remote_id)
+    assert attempt_of(committed, token).remote_id == first.remote_id
+    assert sendgrid_sim.sim.stats()["by_token"] == {token: 1}
+
+
+async def test_a_sendgrid_timeout_ends_unknown_and_is_never_sent_again(
+    sendgrid_sim, committed, cipher, tmp_path: Path
+) -> None:
+    email = sendgrid_activities(sendgrid_sim, committed, cipher, tmp_path)
+    token = await prepared_to(committed, cipher, "timeout@example.test")
+    first = await email.send_email(SubmitInput(token))
+    again = await email.send_email(SubmitInput(token))
+    assert first.state == "unknown" and "a person settles it" in first.reason
+    assert "reconcil" not in first.reason  # approve-resend stays refused until settled
+    assert again.state == "unknown"
+    assert sendgrid_sim.sim.stats()["by_token"] == {token: 1}
+
+
+async def test_a_send_whose_earlier_try_was_lost_is_unknown_without_a_request(
+    sendgrid_sim, committed, cipher, tmp_path: Path
+) -> None:
+    from datetime import UTC, datetime
+
+    from ledger.models import Attempt
+
+    email = sendgrid_activities(sendgrid_sim, committed, cipher, tmp_path)
+    token = await prepared_to(committed, cipher, "ada@example.test")
+    with committed.begin() as session:  # a worker died after starting the request
+        session.query(Attempt).filter(Attempt.token == token).update(
+            {Attempt.send_started_at: datetime.now(UTC)}
+        )
+    outcome = await email.send_email(SubmitInput(token))
+    assert outcome.state == "unknown"
+    assert sendgrid_sim.sim.stats()["total"] == 0
+
+
+async def test_a_sendgrid_refusal_is_permanent_and_a_rate_limit_is_retried_later(
+    sendgrid_sim, committed, cipher, tmp_path: Path
+) -> None:
+    from temporalio.exceptions import ApplicationError
+
+    email = sendgrid_activities(sendgrid_sim, committed, cipher, tmp_path)
+    refused = await prepared_to(committed, cipher, "refuse@example.test")
+    with pytest.raises(ApplicationError) as caught:
+        await email.send_email(SubmitInput(refused))
+    assert caught.value.non_retryable and "@" not in str(caught.value)
+    assert attempt_of(committed, refused).state == "failed"
+
+    limited = await prepared_to(committed, cipher, "ratelimit@example.test")
+    with pytest.raises(ApplicationError) as retried:
+        await email.send_email(SubmitInput(limited))
+    assert not retried.value.non_retryable
+    assert retried.value.next_retry_delay is not None
+    # The claim was released: the next try sends.
+    assert attempt_of(committed, limited).send_started_at is None
+
+
+async def test_the_horizon_verdict_answers_an_event_the_workflow_was_never_signalled(
+    sendgrid_sim, committed, cipher, tmp_path: Path
+) -> None:
+    from datetime import UTC, datetime
+
+    from activities.contracts import VerdictInput
+    from activities.ledger import LedgerActivities
+    from domain.states import AttemptState
+    from ledger import repository as repo
+    from ledger.repository import ObservationFacts
+
+    email = sendgrid_activities(sendgrid_sim, committed, cipher, tmp_path)
+    token = await prepared_to(committed, cipher, "ada@example.test")
+    assert (await email.send_email(SubmitInput(token))).state == "submitted"
+    with committed.begin() as session:  # the ingress recorded it; its signal was lost
+        repo.record_observation(
+            session,
+            ObservationFacts(
+                source="webhook",
+                raw_status="delivered",
+                normalized=AttemptState.DELIVERED,
+                observed_at=datetime.now(UTC),
+                dedupe_key=f"sendgrid:test-{token}",
+            ),
+            token=token,
+        )
+    ledger = LedgerActivities(committed, cipher)
+    verdict = VerdictInput(token, "sent", "horizon", "no event", answer_state=True)
+    assert await ledger.record_verdict(verdict) == "delivered"
+    assert attempt_of(committed, token).state == "delivered"
+    plain = VerdictInput(token, "sent", "horizon", "no event")
+    assert await ledger.record_verdict(plain) == "duplicate"

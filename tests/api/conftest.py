@@ -19,6 +19,8 @@ from urllib.parse import urlencode
 import httpx
 import pytest
 import pytest_asyncio
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 from fastapi import FastAPI
 from nacl.signing import SigningKey
 from sqlalchemy import func, select
@@ -28,6 +30,8 @@ from temporalio.service import RPCError, RPCStatusCode
 from twilio.request_validator import RequestValidator
 
 from api.app import Ingress, create_app
+from api.deps import EventsConfig
+from api.email_events import load_event_public_key
 from domain.states import AttemptState
 from ledger import repository as repo
 from ledger.crypto import FieldCipher
@@ -36,6 +40,7 @@ from ledger.repository import ObservationFacts
 from starter.client import HeraldClient
 from tests.conftest import unique
 from tests.ledger.conftest import fields, make_attempt
+from transports.sendgrid import public_key_of
 
 AUTH_TOKEN = "test-auth-token"
 OPERATOR_TOKEN = "test-operator-token"
@@ -44,6 +49,14 @@ PUBLIC_BASE = "https://herald.example.test"
 """What the provider calls (and signs); the app itself is reached at INTERNAL_BASE."""
 INTERNAL_BASE = "http://10.0.0.5:8080"
 BEARER = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
+EVENT_PRIVATE_KEY = ec.derive_private_key(0x5E9D_64A1_0B7C_33F2, ec.SECP256R1()).private_bytes(
+    serialization.Encoding.PEM,
+    serialization.PrivateFormat.PKCS8,
+    serialization.NoEncryption(),
+)
+"""The email provider's Event Webhook key these tests sign with: fixed, since this module
+is imported both as pytest's conftest and by name, and both must hold the same key."""
+EVENT_PUBLIC_KEY = public_key_of(EVENT_PRIVATE_KEY)
 TELNYX_SIGNING_KEY = SigningKey(hashlib.sha256(b"herald tests: telnyx account").digest())
 """Telnyx's side, in PyNaCl (what the official `telnyx` package verifies with). Fixed,
 not random: this module is imported both as pytest's conftest and by test modules."""
@@ -114,6 +127,7 @@ def build_app(
         public_base_url=PUBLIC_BASE,
         operator_token=OPERATOR_TOKEN,
         unsubscribe_secret=UNSUBSCRIBE_SECRET,
+        email_events=EventsConfig(load_event_public_key(EVENT_PUBLIC_KEY)),
         telnyx_public_key=TELNYX_PUBLIC_KEY,
     )
     return create_app(ingress), ingress

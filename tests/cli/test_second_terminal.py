@@ -122,6 +122,7 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                 "SIMULATOR",
                 "TELNYX_SIMULATOR",
                 "SMTP",
+                "EMAIL_SIMULATOR",
             )
         },
     }
@@ -362,6 +363,7 @@ def test_a_second_stack_on_a_taken_port_names_the_port_and_its_setting(
                 "SIMULATOR",
                 "TELNYX_SIMULATOR",
                 "SMTP",
+                "EMAIL_SIMULATOR",
             )
         },
         "HERALD_API_PORT": str(api_port),
@@ -457,6 +459,29 @@ def test_send_wait_returns_when_the_message_is_delivered(dev: Stack, member: str
     assert any(" observed " in line and "delivered -> delivered" in line for line in lines)
     assert lines[-2].startswith("  => sms #1: delivered") and lines[-1] == "  delivered"
     _no_python_reprs(done.stdout)
+
+
+def test_send_wait_returns_when_an_email_is_delivered_by_its_signed_event(dev: Stack) -> None:
+    # herald dev sends email through the SendGrid simulator: `delivered` comes from a signed
+    # event, and `send --wait` counts it as reached (exit 0), as an SMS receipt.
+    recipient = f"b-{uuid.uuid4().hex[:8]}"
+    assert dev.herald("consent", recipient, "--channel", "email").returncode == 0
+    order = {
+        "order_id": "o-77",
+        "first_name": "Camille",
+        "total": "EUR 84.90",
+        "items": ["Poster A2"],
+        "tracking_url": "https://x.test/o-77",
+    }
+    done = dev.herald(
+        "send", "--key", f"order-created:{recipient}", "--recipient", recipient,
+        "--template", "order-created", "--email", f"{recipient}@shop.example",
+        "--country", "FR", "--vars", json.dumps(order), "--wait", "--timeout", "60", "--utc",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[-2].startswith("  => email #1: delivered") and lines[-1] == "  delivered"
+    assert f"{recipient}@shop.example" not in done.stdout
 
 
 def test_show_follow_prints_rows_as_they_happen_until_delivered(dev: Stack, member: str) -> None:

@@ -135,6 +135,7 @@ def test_herald_dev_serves_the_web_ui_and_leaves_no_process_after_sigterm(tmp_pa
         "HERALD_SIMULATOR_PORT": str(free_port()),
         "HERALD_TELNYX_SIMULATOR_PORT": str(free_port()),
         "HERALD_SMTP_PORT": str(free_port()),
+        "HERALD_EMAIL_SIMULATOR_PORT": str(free_port()),
     }
     env.pop("HERALD_DATABASE_URL", None)
     env.pop("HERALD_TEMPORAL_ADDRESS", None)

@@ -55,3 +55,9 @@ async def test_a_session_report_is_emailed_as_a_verified_attachment_and_never_en
 
 async def test_a_provider_outage_fails_over_once_per_message_and_the_circuit_recovers(demo):
     await SCENARIOS["provider-outage"](demo)
+
+
+async def test_email_events_deliver_suppress_a_bounce_and_a_complaint_and_replay_changes_nothing(
+    demo,
+):
+    await SCENARIOS["email-events"](demo)

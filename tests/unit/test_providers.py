@@ -85,7 +85,7 @@ def test_the_built_in_aliases_come_from_the_flat_settings_and_json_adds_more(
         '"relay-2": {"kind": "smtp", "host": "mx"}}',
     )
     configured = Settings().provider_settings()
-    assert sorted(configured) == ["relay-2", "smtp", "telnyx", "twilio", "twilio-eu"]
+    assert sorted(configured) == ["relay-2", "sendgrid", "smtp", "telnyx", "twilio", "twilio-eu"]
     twilio = configured["twilio"]
     assert isinstance(twilio, TwilioProvider) and twilio.base_url == "https://sms.example.net"
     assert isinstance(configured["relay-2"], SmtpProvider)
@@ -118,6 +118,37 @@ def test_transports_are_picked_by_the_alias_an_attempt_recorded() -> None:
     assert ProviderTransports("only").for_alias("eu") == "only"  # built with one transport
     with pytest.raises(Exception, match="not configured"):
         transports.for_alias("gone")
+
+
+def test_sendgrid_is_a_built_in_email_alias_and_json_may_add_another(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from settings import SendGridProvider
+
+    monkeypatch.setenv("HERALD_SENDGRID_API_KEY", "SG.flat")
+    monkeypatch.setenv(
+        "HERALD_PROVIDERS",
+        '{"sendgrid-eu": {"kind": "sendgrid", "api_key": "SG.eu-key", '
+        '"base_url": "https://api.eu.sendgrid.com"}}',
+    )
+    configured = Settings().provider_settings()
+    flat, eu = configured["sendgrid"], configured["sendgrid-eu"]
+    assert isinstance(flat, SendGridProvider) and flat.api_key.get_secret_value() == "SG.flat"
+    assert isinstance(eu, SendGridProvider) and eu.base_url == "https://api.eu.sendgrid.com"
+    assert "SG.eu-key" not in repr(eu)
+
+
+def test_email_goes_through_the_settings_default_only_where_the_policy_names_none() -> None:
+    from domain.policy import load_policy
+    from policies import load_packaged
+
+    packaged = load_policy(load_packaged("default"))
+    defaults = {"email": ("sendgrid",)}
+    assert packaged.providers_for("EU", "email", defaults=defaults) == ("sendgrid",)
+    assert packaged.providers_for("EU", "email") == ("smtp",)
+    assert packaged.providers_for("EU", "sms", defaults=defaults) == ("twilio",)
+    named = load_policy(load_packaged("default") + '\n[providers]\nemail = ["smtp"]\n')
+    assert named.providers_for("EU", "email", defaults=defaults) == ("smtp",)
 
 
 def test_telnyx_is_a_built_in_sms_alias_without_a_lookup(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -156,6 +187,7 @@ async def test_the_worker_builds_one_transport_per_alias_by_its_kind(
 
     from domain import channels
     from transports.email import SmtpEmail
+    from transports.sendgrid import SendGridEmail
     from transports.telnyx import TelnyxSms
     from transports.twilio import TwilioSms
     from worker import _default_transport, provider_transports
@@ -170,11 +202,35 @@ async def test_the_worker_builds_one_transport_per_alias_by_its_kind(
         assert sorted(sms) == ["telnyx", "twilio", "twilio-eu"]
         assert isinstance(sms["telnyx"], TelnyxSms)
         assert all(isinstance(sms[a], TwilioSms) for a in ("twilio", "twilio-eu"))
-        assert sorted(email) == ["relay-2", "smtp"]
-        assert all(isinstance(t, SmtpEmail) for t in email.values())
+        assert sorted(email) == ["relay-2", "sendgrid", "smtp"]
+        assert all(isinstance(email[a], SmtpEmail) for a in ("relay-2", "smtp"))
+        assert isinstance(email["sendgrid"], SendGridEmail)
         assert _default_transport(sms, channels.SMS) is sms["twilio"]
         with pytest.raises(RuntimeError, match="default sms provider 'twilio'"):
             _default_transport(email, channels.SMS)
+
+
+def test_outside_dev_a_sendgrid_route_needs_a_real_key_and_the_event_key(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    production = {
+        "HERALD_ENV": "production",
+        "HERALD_SMS_AUTH_TOKEN": "real-token",
+        "HERALD_DATA_KEY": "k1:" + "A" * 43 + "=",
+        "HERALD_OPERATOR_TOKEN": "op",
+        "HERALD_UNSUBSCRIBE_SECRET": "u",
+    }
+    for name, value in production.items():
+        monkeypatch.setenv(name, value)
+    Settings()  # smtp by default outside dev: nothing more to ask
+    monkeypatch.setenv("HERALD_EMAIL_PROVIDER", "sendgrid")
+    with pytest.raises(ValueError, match="a SendGrid API key for email provider 'sendgrid'"):
+        Settings()
+    monkeypatch.setenv("HERALD_SENDGRID_API_KEY", "SG.real")
+    with pytest.raises(ValueError, match="HERALD_SENDGRID_EVENT_PUBLIC_KEY"):
+        Settings()
+    monkeypatch.setenv("HERALD_SENDGRID_EVENT_PUBLIC_KEY", "MFkw...")
+    Settings()
 
 
 def test_production_refuses_a_provider_account_on_the_simulators_token(

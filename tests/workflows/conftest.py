@@ -65,6 +65,8 @@ class World:
     clock: Callable[[], Awaitable[datetime]] | None = None
     calls: list[tuple[str, Any, datetime]] = field(default_factory=list)
     polls: int = 0
+    ledger_states: dict[str, str] = field(default_factory=dict)
+    """What the ledger says of an attempt when a verdict asks (receipts never signalled)."""
     sms_queues: list[tuple[str, str]] = field(default_factory=list)
     """(activity, task queue) of every SMS submit and poll."""
 
@@ -120,6 +122,8 @@ class World:
         @activity.defn(name="record_verdict")
         async def record_verdict(input: VerdictInput) -> str:
             world.calls.append(("record_verdict", input, await now()))
+            if input.answer_state:
+                return world.ledger_states.get(input.attempt_token, input.state)
             return "applied"
 
         @activity.defn(name="record_operator_action")

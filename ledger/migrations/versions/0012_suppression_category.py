@@ -1,6 +1,6 @@
 """Suppressions for one message category (complaints, unsubscribes), and their evidence.
 
-Revision ID: 0040
+Revision ID: 0012
 Revises: 0011
 Create Date: 2026-12-07 00:30:00
 """
@@ -8,7 +8,7 @@ Create Date: 2026-12-07 00:30:00
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0040"
+revision = "0012"
 down_revision = "0011"
 branch_labels = None
 depends_on = None

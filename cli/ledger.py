@@ -767,7 +767,7 @@ def register(add: Callable[..., argparse.ArgumentParser]) -> dict[str, Command]:
         "policy",
         "list, show or activate policy versions",
         json_flag=False,
-        example="herald policy activate 2026-12-01.1",
+        example="herald policy activate 2026-12-07.1",
     )
     pol_sub = pol.add_subparsers(dest="policy_command", required=True, metavar="ACTION")
     pol_list = pol_sub.add_parser("list", help="every version with name, owner and dates")

@@ -22,6 +22,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from enum import StrEnum
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from domain import settlement as settlement_rules
 from domain.destinations import region_of
 
 REGIONS: tuple[str, ...] = ("US", "EU", "ZA", "default")
@@ -152,6 +153,10 @@ class Policy:
     fallbacks: Mapping[tuple[str, str], FallbackRule] = field(repr=False)
     """One fallback rule per (region, category)."""
     description: str = ""
+    settlement: settlement_rules.SettlementPolicy = field(
+        default_factory=settlement_rules.SettlementPolicy
+    )
+    """How an unknown attempt may be settled, and for how long after the verdict."""
     source_sha256: str = ""
     """SHA-256 of the TOML text it was loaded from, so evidence can name the exact bytes."""
 
@@ -379,7 +384,7 @@ def load_policy(text: str) -> Policy:
         raise PolicyError(f"policy is not valid TOML: {exc}") from None
     _check_fields(
         doc, frozenset({"version", "owner", "effective_from", "description", "rules",
-                        "fallback", "regions"}), "policy"
+                        "fallback", "regions", "settlement"}), "policy"
     )  # fmt: skip
     version = doc.get("version")
     if not isinstance(version, str) or not version.strip():
@@ -445,6 +450,14 @@ def load_policy(text: str) -> Policy:
             ]
             fallbacks[(region, category)] = _resolve_fallback(layers)
 
+    settlement_table = doc.get("settlement", {})
+    if not isinstance(settlement_table, dict):
+        raise PolicyError("settlement: must be a table")
+    try:
+        settlement = settlement_rules.parse(settlement_table)
+    except settlement_rules.SettlementPolicyError as err:
+        raise PolicyError(str(err)) from None
+
     return Policy(
         version=version,
         owner=owner,
@@ -452,6 +465,7 @@ def load_policy(text: str) -> Policy:
         rules=resolved,
         fallbacks=fallbacks,
         description=description,
+        settlement=settlement,
         source_sha256=hashlib.sha256(text.encode()).hexdigest(),
     )
 

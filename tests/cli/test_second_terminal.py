@@ -545,7 +545,7 @@ def test_demo_on_a_stack_without_the_demo_policy_prints_the_command_that_works(
 ) -> None:
     # `herald dev --policy demo` started it on the demo policy (the demo story above ran).
     assert "Herald dev stack is up, policy demo" in dev.output()
-    default, demo = "2026-12-01.1", "demo-2026-12-01.1"  # policies/*.toml
+    default, demo = "2026-12-07.1", "demo-2026-12-07.1"  # policies/*.toml
     assert dev.herald("policy", "activate", default).returncode == 0
     try:
         done = dev.herald("demo", "class-opening")

@@ -17,7 +17,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities import now_utc
-from ledger import reconcile, retention
+from ledger import reconcile, retention, settlements
 
 RECONCILE = "reconcile"
 PURGE = "purge"
@@ -78,6 +78,11 @@ class MaintenanceActivities:
             with self._sessions.begin() as session:
                 rows = reconcile.find(session, now=now)
                 recorded = reconcile.record_review_items(session, rows, now)
+                # The lifecycle's other half: items whose attempt a later observation
+                # settled are closed, saying which observation did.
+                closed = settlements.close_settled_items(session, at=now)
+            if closed:
+                activity.logger.info("reconcile closed %d settled review item(s)", len(closed))
             by_kind: dict[str, int] = {}
             for row in rows:
                 by_kind[row.kind] = by_kind.get(row.kind, 0) + 1

@@ -356,7 +356,7 @@ class ObservationResult:
 
     @property
     def changed(self) -> bool:
-        return self.verdict in (Verdict.APPLIED.value, Verdict.SETTLES_UNKNOWN.value)
+        return self.verdict in {v.value for v in states.CHANGING}
 
 
 @dataclass(frozen=True)
@@ -394,7 +394,11 @@ def record_observation(
         ).one_or_none()
     attempt = _SeenAttempt.of(found) if found is not None else None
     expected = (
-        states.apply(AttemptState(attempt.state), facts.normalized)
+        states.apply(
+            AttemptState(attempt.state),
+            facts.normalized,
+            current_by_operator=attempt.settled_rule is not None,
+        )
         if attempt is not None and facts.normalized is not None
         else None
     )
@@ -471,6 +475,7 @@ _ATTEMPT_STATE_COLUMNS = (
     _ATTEMPT.remote_id,
     _ATTEMPT.submitted_at,
     _ATTEMPT.last_status_at,
+    _ATTEMPT.settled_rule,
 )
 """What a compare-and-set on an attempt decides from (and may have to read again)."""
 
@@ -505,6 +510,8 @@ class _SeenAttempt:
     remote_id: str | None
     submitted_at: datetime | None
     last_status_at: datetime | None
+    settled_rule: str | None = None
+    """Set when the state came from an operator's settlement (domain.states.apply)."""
 
     @classmethod
     def of(cls, row: Any) -> _SeenAttempt:
@@ -519,11 +526,13 @@ class _SeenAttempt:
             row.remote_id,
             row.submitted_at,
             row.last_status_at,
+            row.settled_rule,
         )
 
     def take(self, row: Any) -> None:
         self.state, self.remote_id = row.state, row.remote_id
         self.submitted_at, self.last_status_at = row.submitted_at, row.last_status_at
+        self.settled_rule = row.settled_rule
 
     def refresh(self, session: Session) -> None:
         self.take(
@@ -538,7 +547,7 @@ def _verdict_values(transition: states.Transition | None, attached: bool) -> dic
     return {
         "verdict": transition.verdict.value,
         "applied": transition.changed,
-        "conflict": transition.verdict == Verdict.CONFLICT,
+        "conflict": transition.conflict,
     }
 
 
@@ -588,10 +597,17 @@ def _apply_observation(
         return None
     while True:
         current = AttemptState(attempt.state)
-        transition = states.apply(current, normalized)
+        transition = states.apply(
+            current, normalized, current_by_operator=attempt.settled_rule is not None
+        )
         if not transition.changed:
             break
         values: dict[str, Any] = {"state": transition.state.value, "last_status_at": observed_at}
+        if transition.verdict == Verdict.REPLACES_SETTLEMENT:
+            # The provider's own terminal replaces the operator's settlement (the one
+            # exception to "the first terminal stands"); the observation is flagged.
+            values["settled_rule"] = None
+            values["settled_resend_allowed"] = None
         if transition.state in states.TERMINAL:
             values["terminal_at"] = observed_at
         if provider_code:
@@ -609,6 +625,8 @@ def _apply_observation(
         )
         if swapped == 1:
             attempt.state = transition.state.value
+            if "settled_rule" in values:
+                attempt.settled_rule = None
             attempt.last_status_at = observed_at
             attempt.submitted_at = values.get("submitted_at", attempt.submitted_at)
             metrics.note_transition(

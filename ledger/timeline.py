@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from domain import proof
 from domain.destinations import masked
 from ledger import repository as repo
 from ledger.crypto import FieldCipher
@@ -206,9 +207,11 @@ def rows(doc: dict[str, Any], time_text: Callable[[str], str] = str) -> list[dic
         )
     for a in doc["operator_actions"]:
         detail = a["detail"] or {}
-        who = a["operator"] + (f" ({a['operator_role']})" if a.get("operator_role") else "")
+        who = acting_operator(a)
         text = f"{a['action']} by {who}: {a['outcome']} - {a['reason']}"
-        notes = " ".join(f"{k}={v}" for k, v in detail.items() if v not in (None, ""))
+        notes = " ".join(
+            f"{k}={v}" for k, v in detail.items() if v not in (None, "") and k not in CLAIM_KEYS
+        )
         add(
             a["at"],
             "operator",
@@ -218,6 +221,22 @@ def rows(doc: dict[str, Any], time_text: Callable[[str], str] = str) -> list[dic
         )
     events.sort(key=lambda e: (e[0], e[1]))
     return [row for _, _, row in events]
+
+
+CLAIM_KEYS = ("claimed_operator", "claimed_role", "proof")
+"""Detail keys of an action recorded without a proof of its principal (domain.proof)."""
+
+
+def acting_operator(action: dict[str, Any]) -> str:
+    """Who an operator action names: the principal (with its role), or, for a request that
+    reached the workflow through Temporal without Herald's proof, an unauthenticated
+    Temporal caller with the identity it claimed, shown as claimed, never as a principal."""
+    detail = action.get("detail") or {}
+    if action["operator"] == proof.UNAUTHENTICATED:
+        claimed = detail.get("claimed_operator") or "nobody"
+        return f"an unauthenticated Temporal caller (claimed {claimed!r})"
+    role = action.get("operator_role")
+    return action["operator"] + (f" ({role})" if role else "")
 
 
 def _approval_time(

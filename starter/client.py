@@ -37,11 +37,16 @@ import settings as settings_module
 from activities.contracts import (
     CancelRequest,
     CancelResult,
+    LookupRequest,
+    LookupResult,
     NotificationInput,
     Projection,
     ResendRequest,
     ResendResult,
+    SettleRequest,
+    SettleResult,
 )
+from domain import proof
 from domain.principals import Principal
 from domain.requests import NotificationRequest
 from ledger import intake, timeline
@@ -54,7 +59,9 @@ from workflows.notification import (
     CANCEL,
     CHANNEL,
     EVENT_TYPE,
+    LOOKUP,
     REGION,
+    SETTLE,
     STATE,
     NotificationWorkflow,
 )
@@ -341,7 +348,12 @@ class HeraldClient:
         if running:
             return await handle.execute_update(
                 CANCEL,
-                CancelRequest(by.name, reason, operator_role=by.role.value),
+                CancelRequest(
+                    by.name,
+                    reason,
+                    operator_role=by.role.value,
+                    proof=self._prove("cancel", intent_id, by, reason),
+                ),
                 result_type=CancelResult,
             )
         # The workflow has finished: nothing is pending, and nothing already sent is recalled.
@@ -361,11 +373,17 @@ class HeraldClient:
             try:
                 return await handle.execute_update(
                     APPROVE_RESEND,
-                    ResendRequest(channel, by.name, reason, operator_role=by.role.value),
+                    ResendRequest(
+                        channel,
+                        by.name,
+                        reason,
+                        operator_role=by.role.value,
+                        proof=self._prove("approve-resend", intent_id, by, reason, channel),
+                    ),
                     result_type=ResendResult,
                 )
             except WorkflowUpdateFailedError as err:
-                refusal = str(err.cause.message if hasattr(err.cause, "message") else err.cause)
+                refusal = _update_refusal(err)
         await self._record_action(
             intent_id,
             "approve-resend",
@@ -375,6 +393,78 @@ class HeraldClient:
             {"why": refusal, "channel": channel},
         )
         return ResendResult(False, refusal)
+
+    async def settle(
+        self,
+        id_or_key: str,
+        *,
+        channel: str,
+        rule: str,
+        reason: str,
+        reference: str = "",
+        by: Principal,
+    ) -> SettleResult:
+        """Settle the channel's unknown attempt under a named rule of the active policy
+        (or record why not); recorded under `by`. The one settle path of the API, the CLI
+        and the console: the workflow's `settle` update, with the proof of `by`."""
+        intent_id, handle, running = await self._handle(id_or_key)
+        if not running:
+            refusal = "the intent's workflow has finished; its settlement window is closed"
+        else:
+            try:
+                return await handle.execute_update(
+                    SETTLE,
+                    SettleRequest(
+                        channel,
+                        rule,
+                        reason,
+                        reference,
+                        operator=by.name,
+                        operator_role=by.role.value,
+                        proof=self._prove(
+                            "settle", intent_id, by, reason, f"{channel}|{rule}|{reference}"
+                        ),
+                    ),
+                    result_type=SettleResult,
+                )
+            except WorkflowUpdateFailedError as err:
+                refusal = _update_refusal(err)
+        await self._record_action(
+            intent_id,
+            "settle",
+            by,
+            reason,
+            "refused",
+            {"why": refusal, "channel": channel, "rule": rule},
+        )
+        return SettleResult(False, refusal, rule=rule)
+
+    async def lookup(self, id_or_key: str, *, channel: str, by: Principal) -> LookupResult:
+        """Ask the provider what it holds for the channel's latest attempt, through the
+        intent's workflow (the lookup runs where the transports live, and is recorded)."""
+        intent_id, handle, running = await self._handle(id_or_key)
+        if not running:
+            return LookupResult(False, message="the intent's workflow has finished")
+        try:
+            return await handle.execute_update(
+                LOOKUP,
+                LookupRequest(
+                    channel,
+                    by.name,
+                    by.role.value,
+                    proof=self._prove("lookup", intent_id, by, "", channel),
+                ),
+                result_type=LookupResult,
+            )
+        except WorkflowUpdateFailedError as err:
+            return LookupResult(False, message=_update_refusal(err))
+
+    def _prove(
+        self, action: str, intent_id: str, by: Principal, reason: str, subject: str = ""
+    ) -> str:
+        """The MAC that lets the workflow's activity record `by` as the acting principal."""
+        claim = proof.ActingClaim(action, intent_id, by.name, by.role.value, reason, subject)
+        return proof.sign(self._cipher.action_key, claim, now=datetime.now(UTC))
 
     async def status(self, id_or_key: str) -> Projection | dict[str, Any]:
         _, handle, running = await self._handle(id_or_key)
@@ -410,3 +500,9 @@ class HeraldClient:
                 )
 
         await asyncio.to_thread(work)
+
+
+def _update_refusal(err: WorkflowUpdateFailedError) -> str:
+    """The reason a validator or handler gave, without the exception's type name."""
+    cause = err.cause
+    return str(cause.message if hasattr(cause, "message") else cause)

@@ -40,7 +40,7 @@ from sqlalchemy.orm import Session
 from domain.intents import IntentState, derive_intent_state
 from domain.policy import Outcome
 from domain.states import AttemptState
-from ledger import reconcile
+from ledger import reconcile, timeline
 from ledger.listing import state_of
 from ledger.models import (
     Attempt,
@@ -578,12 +578,19 @@ def events_of(doc: dict[str, Any]) -> list[Event]:
             )
         )
     for a in doc["operator_actions"]:
-        role = f" ({a['operator_role']})" if a.get("operator_role") else ""
-        detail = [("who", a["operator"] + role), ("why", a["reason"]), ("outcome", a["outcome"])]
+        detail = [
+            ("who", timeline.acting_operator(a)),
+            ("why", a["reason"]),
+            ("outcome", a["outcome"]),
+        ]
         for key, value in (a["detail"] or {}).items():
+            if key in timeline.CLAIM_KEYS:
+                continue  # said once, in `who`
             # The refusal's own `why` is the system's, beside the operator's reason.
             detail.append(("refused because" if key == "why" else key, str(value)))
-        events.append(Event(a["at"], "operator", f"{a['action']} by {a['operator']}", detail))
+        events.append(
+            Event(a["at"], "operator", f"{a['action']} by {timeline.acting_operator(a)}", detail)
+        )
     return sorted(events, key=lambda e: e.at or "")
 
 

@@ -1,0 +1,37 @@
+"""settling ambiguity: which operator's settlement stands on an attempt, and what an
+intent's workflow waits for and until when
+
+Revision ID: 0008
+Revises: 0007
+Create Date: 2026-12-07 00:30:00
+"""
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0008"
+down_revision = "0007"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.add_column("attempt", sa.Column("settled_rule", sa.String(length=60), nullable=True))
+    op.add_column("attempt", sa.Column("settled_resend_allowed", sa.Boolean(), nullable=True))
+    op.add_column("intent", sa.Column("awaiting", sa.String(length=20), nullable=True))
+    op.add_column("intent", sa.Column("awaiting_until", sa.DateTime(timezone=True), nullable=True))
+    # The console's "needs attention": intents waiting for an operator, soonest first.
+    op.create_index(
+        "ix_intent_awaiting_until",
+        "intent",
+        ["awaiting_until"],
+        postgresql_where=sa.text("awaiting IS NOT NULL"),
+    )
+
+
+def downgrade() -> None:
+    op.drop_index("ix_intent_awaiting_until", table_name="intent")
+    op.drop_column("intent", "awaiting_until")
+    op.drop_column("intent", "awaiting")
+    op.drop_column("attempt", "settled_resend_allowed")
+    op.drop_column("attempt", "settled_rule")

@@ -1,0 +1,77 @@
+"""The workflow's ledger activity records an operator action under the principal a Herald
+surface proved, and a request without that proof as an unauthenticated Temporal caller
+with the identity it claimed (domain.proof)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+import pytest
+from sqlalchemy import select
+
+from activities.contracts import OperatorActionInput
+from activities.ledger import LedgerActivities
+from domain import proof
+from ledger import timeline
+from ledger.models import OperatorAction
+from tests.activities import intents
+
+pytestmark = pytest.mark.ledger
+
+
+def recorded(committed, cipher) -> str:  # type: ignore[no-untyped-def]
+    key = f"acting-proof:{uuid.uuid4().hex[:8]}"
+    return intents.record(committed, cipher, intents.demo_request(key, "+447400000124"))
+
+
+def actions(committed, intent_id: str) -> list[OperatorAction]:  # type: ignore[no-untyped-def]
+    with committed() as session:
+        return list(
+            session.execute(
+                select(OperatorAction).where(OperatorAction.intent_id == intent_id)
+            ).scalars()
+        )
+
+
+async def test_a_proven_cancel_names_its_principal(committed, cipher):  # type: ignore[no-untyped-def]
+    intent_id = recorded(committed, cipher)
+    claim = proof.ActingClaim("cancel", intent_id, "ops-1", "operator", "filled")
+    made = proof.sign(cipher.action_key, claim, now=datetime.now(UTC))
+    await LedgerActivities(committed, cipher).record_operator_action(
+        OperatorActionInput(
+            intent_id, "cancel", "ops-1", "filled", "accepted", operator_role="operator", proof=made
+        )
+    )
+    (action,) = actions(committed, intent_id)
+    assert (action.operator, action.operator_role) == ("ops-1", "operator")
+
+
+async def test_a_cancel_through_temporal_claiming_root_is_not_recorded_as_root(committed, cipher):  # type: ignore[no-untyped-def]
+    # What `temporal workflow update execute --name cancel --input '{"operator":"root"}'`
+    # hands the activity: the operator it claimed, no proof.
+    intent_id = recorded(committed, cipher)
+    await LedgerActivities(committed, cipher).record_operator_action(
+        OperatorActionInput(intent_id, "cancel", "root", "", "accepted", operator_role="admin")
+    )
+    (action,) = actions(committed, intent_id)
+    assert action.operator == proof.UNAUTHENTICATED and action.operator_role is None
+    assert action.detail["claimed_operator"] == "root"
+    row = {"operator": action.operator, "operator_role": None, "detail": action.detail}
+    shown = timeline.acting_operator(row)
+    assert shown == "an unauthenticated Temporal caller (claimed 'root')"
+    assert "by root" not in shown and "Cancelled by root" not in shown
+
+
+async def test_a_proof_for_another_principal_or_reason_does_not_hold(committed, cipher):  # type: ignore[no-untyped-def]
+    intent_id = recorded(committed, cipher)
+    claim = proof.ActingClaim("cancel", intent_id, "ops-1", "operator", "filled")
+    made = proof.sign(cipher.action_key, claim, now=datetime.now(UTC))
+    await LedgerActivities(committed, cipher).record_operator_action(
+        OperatorActionInput(
+            intent_id, "cancel", "root", "filled", "accepted", operator_role="admin", proof=made
+        )
+    )
+    (action,) = actions(committed, intent_id)
+    assert action.operator == proof.UNAUTHENTICATED
+    assert action.detail["proof"] == "invalid"

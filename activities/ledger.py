@@ -397,7 +397,9 @@ class LedgerActivities:
         """Judge a settlement by the policy version active now and record it (observation,
         operator action, audit row, review items closed) in one transaction."""
         now = now_utc()
-        subject = f"{input.attempt_token}|{input.rule}|{input.reference}"
+        # The surface signs the channel it asked to settle (it never sees the token).
+        channel = input.attempt_token.split(":")[-2]
+        subject = f"{channel}|{input.rule}|{input.reference}"
         operator, role, claimed = self._acting(
             "settle",
             input.intent_id,

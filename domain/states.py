@@ -121,7 +121,9 @@ def apply(
     - ``unknown`` observed is only a verdict about an unresolved attempt: it applies to
       submitted/sent (and prepared, when the send itself was ambiguous) and is stale
       against anything terminal;
-    - any real observation settles ``unknown``;
+    - a real terminal observation settles ``unknown``; a non-terminal one (a late
+      ``sent``, a lookup that finds the message still ``sent``) is stale: it answers
+      nothing, and the attempt stays a question for a person;
     - a different terminal over a terminal is a conflict and the first one stands;
     - otherwise the higher rank wins and a lower one is stale.
     """
@@ -150,7 +152,9 @@ def apply(
             return Transition(Verdict.STALE, current)
         return Transition(Verdict.APPLIED, AttemptState.UNKNOWN)
     if current == AttemptState.UNKNOWN:
-        if observed == AttemptState.PREPARED:
+        if observed not in TERMINAL:
+            # "Submitted" or "sent" after the verdict says nothing final: the question an
+            # operator is asked stays open (kept as evidence, not applied).
             return Transition(Verdict.STALE, current)
         return Transition(Verdict.SETTLES_UNKNOWN, observed)
     if current in TERMINAL and observed in TERMINAL:

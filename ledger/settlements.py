@@ -395,3 +395,43 @@ def actions_of(session: Session, intent_id: str) -> list[OperatorAction]:
             .order_by(OperatorAction.id)
         ).scalars()
     )
+
+
+def waiting_intents(session: Session, *, limit: int = 100) -> list[dict[str, Any]]:
+    """Intents whose workflow waits for an operator, the soonest window first."""
+    rows = session.execute(
+        select(Intent.id, Intent.business_key, Intent.awaiting, Intent.awaiting_until)
+        .where(Intent.awaiting.is_not(None))
+        .order_by(Intent.awaiting_until)
+        .limit(limit)
+    )
+    return [
+        {
+            "intent_id": r.id,
+            "business_key": r.business_key,
+            "awaiting": r.awaiting,
+            "until": r.awaiting_until.isoformat() if r.awaiting_until else None,
+        }
+        for r in rows
+    ]
+
+
+def recent_settlements(session: Session, *, since: datetime) -> list[dict[str, Any]]:
+    """Settlements recorded since `since`, newest first (accepted and refused)."""
+    rows = session.execute(
+        select(OperatorAction, Intent.business_key)
+        .join(Intent, Intent.id == OperatorAction.intent_id)
+        .where(OperatorAction.action == SETTLE, OperatorAction.at >= since)
+        .order_by(OperatorAction.at.desc())
+    )
+    return [
+        {
+            "at": a.at.isoformat(),
+            "business_key": key,
+            "operator": a.operator,
+            "outcome": a.outcome,
+            "rule": (a.detail or {}).get("rule"),
+            "state": (a.detail or {}).get("state") or (a.detail or {}).get("why"),
+        }
+        for a, key in rows
+    ]

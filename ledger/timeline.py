@@ -14,7 +14,7 @@ from domain.destinations import masked
 from ledger import repository as repo
 from ledger.crypto import FieldCipher
 from ledger.listing import derive_states
-from ledger.models import Attempt, Observation, OperatorAction, PolicyDecision
+from ledger.models import Attempt, Observation, OperatorAction, PolicyDecision, ReviewItem
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -60,6 +60,15 @@ def timeline(
         if attempt_ids
         else []
     )
+    observations = list(observations)
+    subjects = (
+        [f"intent:{intent.id}"]
+        + [f"attempt:{i}" for i in attempt_ids]
+        + [f"observation:{o.id}" for o in observations]
+    )
+    items = session.execute(
+        select(ReviewItem).where(ReviewItem.subject.in_(subjects)).order_by(ReviewItem.id)
+    ).scalars()
     return {
         "intent": {
             "id": intent.id,
@@ -78,6 +87,8 @@ def timeline(
             "cancelled_at": _iso(intent.cancelled_at),
             "pii_purged_at": _iso(intent.pii_purged_at),
             "legal_hold": intent.legal_hold,
+            "awaiting": intent.awaiting,
+            "awaiting_until": _iso(intent.awaiting_until) if intent.awaiting else None,
         },
         "decisions": [
             {
@@ -114,6 +125,7 @@ def timeline(
                 "terminal_at": _iso(a.terminal_at),
                 "pii_readable": a.destination_ct is not None,
                 "destination_masked": _masked_destination(cipher, a),
+                "settled_rule": a.settled_rule,
             }
             for a in attempts
         ],
@@ -143,6 +155,18 @@ def timeline(
                 "at": _iso(a.at),
             }
             for a in actions
+        ],
+        "review_items": [
+            {
+                "id": r.id,
+                "kind": r.kind,
+                "subject": r.subject,
+                "found_at": _iso(r.found_at),
+                "resolved_at": _iso(r.resolved_at),
+                "resolved_by": r.resolved_by,
+                "resolution_note": r.resolution_note,
+            }
+            for r in items
         ],
     }
 

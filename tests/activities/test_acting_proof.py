@@ -75,3 +75,54 @@ async def test_a_proof_for_another_principal_or_reason_does_not_hold(committed, 
     (action,) = actions(committed, intent_id)
     assert action.operator == proof.UNAUTHENTICATED
     assert action.detail["proof"] == "invalid"
+
+
+async def test_a_settlement_signed_by_the_client_is_recorded_under_its_principal(  # type: ignore[no-untyped-def]
+    committed, cipher
+):
+    from datetime import timedelta
+
+    from activities.contracts import SettlementInput
+    from domain.principals import Principal, Role
+    from domain.states import AttemptState
+    from ledger import repository as repo
+    from ledger.repository import ObservationFacts
+    from starter.client import HeraldClient
+
+    key = f"acting-proof:{uuid.uuid4().hex[:8]}"
+    request = intents.demo_request(key, "+447400000125")
+    token = await intents.prepared(committed, cipher, request, "sms")
+    now = datetime.now(UTC)
+    with committed.begin() as session:
+        repo.record_observation(
+            session,
+            ObservationFacts("horizon", "unknown", AttemptState.UNKNOWN, now, f"h:{token}"),
+            token=token,
+        )
+        intent_id = repo.get_intent(session, key).id
+    by = Principal("ops-2", Role.OPERATOR)
+    rule, reason, reference = "carrier-ticket-not-delivered", "ticket says lost", "T-5"
+    # Exactly what HeraldClient.settle attaches to the workflow's `settle` update.
+    made = HeraldClient(None, committed, cipher)._prove(  # type: ignore[arg-type]
+        "settle", intent_id, by, reason, f"sms|{rule}|{reference}"
+    )
+    recorded = await LedgerActivities(committed, cipher).record_settlement(
+        SettlementInput(
+            intent_id,
+            token,
+            rule,
+            reason,
+            reference,
+            "ops-2",
+            "operator",
+            made,
+            now + timedelta(hours=1),
+        )  # fmt: skip
+    )
+    assert recorded.refused == "" and recorded.operator == "ops-2"
+    (action,) = [a for a in actions(committed, intent_id) if a.action == "settle"]
+    assert (action.operator, action.operator_role, action.outcome) == (
+        "ops-2",
+        "operator",
+        "accepted",
+    )

@@ -45,3 +45,7 @@ async def test_itinerary_change_falls_back_honours_opt_outs_and_skips_the_wait_o
 
 async def test_a_session_report_is_emailed_as_a_verified_attachment_and_never_enters_sms(demo):
     await SCENARIOS["session-report"](demo)
+
+
+async def test_an_ambiguous_send_is_settled_by_a_person_and_only_then_resent(demo):
+    await SCENARIOS["ambiguous-settled"](demo)

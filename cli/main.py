@@ -503,6 +503,10 @@ async def cmd_settle(args: argparse.Namespace, cfg: settings_module.Settings) ->
     from api.schemas import LookupOutcome, SettleOutcome
     from domain.principals import Access
 
+    if args.all_unknown:
+        return await _settle_set(args, cfg)
+    if args.intent is None:
+        raise CliError("say which intent (id or business key), or --all-unknown for the set")
     if not args.lookup and not args.rule:
         raise CliError("say --rule NAME (see `herald settle --help`), --lookup, or both")
     if args.rule and not args.reason:
@@ -534,6 +538,52 @@ async def cmd_settle(args: argparse.Namespace, cfg: settings_module.Settings) ->
     if args.json:
         _print_json(docs)
     return code
+
+
+async def _settle_set(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
+    """`herald settle --all-unknown`: without --confirm, the count and members; with it,
+    each member settled through its workflow, as one by one."""
+    from domain.principals import Access
+    from ledger import settlements
+
+    if not args.rule or not args.reason:
+        raise CliError("--all-unknown needs --rule NAME and --reason TEXT")
+    if args.confirm is None:
+        with _sessions(cfg)() as session:
+            found = settlements.unknown_members(
+                session, event_type=args.event_type, category=args.category
+            )
+        if args.json:
+            _print_json({"members": [asdict(m) for m in found], "count": len(found)})
+        else:
+            for m in found:
+                print(f"  {m.business_key}  {m.channel}  {m.attempt_token}")
+            print(
+                f"{len(found)} unknown attempt(s) wait for a settlement; settle them all under "
+                f"{args.rule} with --confirm {len(found)}"
+            )
+        return 3
+    by = _acting(cfg, Access.OPERATE)
+    client = await _client(cfg)
+    done = await client.settle_set(
+        rule=args.rule,
+        reason=args.reason,
+        reference=args.reference or "",
+        by=by,
+        confirm=args.confirm,
+        event_type=args.event_type,
+        category=args.category,
+        lookup=args.lookup,
+    )
+    if done.refused_all:
+        raise CliError(done.refused_all)
+    if args.json:
+        _print_json({**asdict(done), "operator": by.name})
+    else:
+        print(f"settled {len(done.settled)} of {done.members} under {args.rule}")
+        for key, why in sorted(done.refused.items()):
+            print(f"  refused {key}: {why}")
+    return 0 if not done.refused else 3
 
 
 def settlement_rules_text(cfg: settings_module.Settings) -> str:
@@ -915,7 +965,9 @@ def parser() -> argparse.ArgumentParser:
             "--reason 'carrier holds nothing'"
         ),
     )
-    settle.add_argument("intent", help="intent id or business key")
+    settle.add_argument(
+        "intent", nargs="?", help="intent id or business key (not with --all-unknown)"
+    )
     settle.add_argument("--rule", help="the settlement rule (listed below)")
     settle.add_argument("--reason", help="why (recorded with the settlement)")
     settle.add_argument(
@@ -932,6 +984,21 @@ def parser() -> argparse.ArgumentParser:
     settle.add_argument(
         "--channel", default="sms", choices=["sms", "email"], help="channel of the attempt"
     )
+    settle.add_argument(
+        "--all-unknown",
+        action="store_true",
+        help="every unknown attempt waiting for a settlement (the unknown_outcome set), "
+        "filtered by --event-type and --category; lists them unless --confirm is given",
+    )
+    settle.add_argument(
+        "--confirm",
+        type=int,
+        metavar="COUNT",
+        help="with --all-unknown: the number of members you saw; nothing is settled when the "
+        "set has changed size since",
+    )
+    settle.add_argument("--event-type", help="with --all-unknown: only this event type")
+    settle.add_argument("--category", help="with --all-unknown: only this category")
     plain_help = settle.format_help
 
     def settle_help() -> str:

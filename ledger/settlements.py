@@ -435,3 +435,45 @@ def recent_settlements(session: Session, *, since: datetime) -> list[dict[str, A
         }
         for a, key in rows
     ]
+
+
+@dataclass(frozen=True)
+class SetMember:
+    """One unknown attempt of the `unknown_outcome` set, as a bulk settlement sees it."""
+
+    intent_id: str
+    business_key: str
+    channel: str
+    attempt_token: str
+
+
+def unknown_members(
+    session: Session,
+    *,
+    event_type: str | None = None,
+    category: str | None = None,
+    limit: int = 500,
+) -> list[SetMember]:
+    """The open `unknown_outcome` items whose attempt is still unknown and whose intent
+    still waits for a settlement, oldest first, filtered by event type and category."""
+    attempt_id = func.cast(func.split_part(ReviewItem.subject, ":", 2), Attempt.id.type)
+    query = (
+        select(Intent.id, Intent.business_key, Attempt.channel, Attempt.token)
+        .select_from(ReviewItem)
+        .join(Attempt, Attempt.id == attempt_id)
+        .join(Intent, Intent.id == Attempt.intent_id)
+        .where(
+            ReviewItem.kind == reconcile.UNKNOWN_OUTCOME,
+            ReviewItem.resolved_at.is_(None),
+            ReviewItem.subject.like("attempt:%"),
+            Attempt.state == AttemptState.UNKNOWN.value,
+            Intent.awaiting == AWAITING_SETTLEMENT,
+        )
+        .order_by(ReviewItem.found_at, ReviewItem.id)
+        .limit(limit)
+    )
+    if event_type:
+        query = query.where(Intent.event_type == event_type)
+    if category:
+        query = query.where(Intent.category == category)
+    return [SetMember(*row) for row in session.execute(query)]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -49,7 +49,7 @@ from activities.contracts import (
 from domain import proof
 from domain.principals import Principal
 from domain.requests import NotificationRequest
-from ledger import intake, timeline
+from ledger import intake, settlements, timeline
 from ledger import repository as repo
 from ledger.crypto import FieldCipher
 from ledger.engine import ledger_engine
@@ -67,6 +67,22 @@ from workflows.notification import (
 )
 
 log = logging.getLogger("herald.client")
+
+BULK_CONCURRENCY = 8
+"""Settlements of one bulk settle in flight at once (each is a workflow update)."""
+
+
+@dataclass
+class BulkSettlement:
+    """What a bulk settle did: every member settled, or refused with its reason."""
+
+    members: int
+    settled: list[str] = field(default_factory=list)
+    """Business keys settled."""
+    refused: dict[str, str] = field(default_factory=dict)
+    """Business key -> why its settlement was refused."""
+    refused_all: str = ""
+    """Why nothing was attempted (the count to confirm no longer matched)."""
 
 
 @dataclass(frozen=True)
@@ -438,6 +454,60 @@ class HeraldClient:
             {"why": refusal, "channel": channel, "rule": rule},
         )
         return SettleResult(False, refusal, rule=rule)
+
+    async def settle_set(
+        self,
+        *,
+        rule: str,
+        reason: str,
+        reference: str = "",
+        by: Principal,
+        confirm: int,
+        event_type: str | None = None,
+        category: str | None = None,
+        lookup: bool = False,
+    ) -> BulkSettlement:
+        """Settle every member of the open `unknown_outcome` set (filtered by event type
+        and category) under one rule, each through its workflow's `settle` update, as
+        `settle` would one by one. `confirm` is the count the operator saw: when the set
+        has changed size since, nothing is settled and the answer says so. With `lookup`,
+        each member is looked up at the provider first (rules that need it)."""
+
+        def members() -> list[settlements.SetMember]:
+            with self.sessions() as session:
+                return settlements.unknown_members(
+                    session, event_type=event_type, category=category
+                )
+
+        found = await asyncio.to_thread(members)
+        if len(found) != confirm:
+            return BulkSettlement(
+                len(found),
+                refused_all=f"the set has {len(found)} member(s) now, not {confirm}: look "
+                "again and confirm the new count",
+            )
+        done = BulkSettlement(len(found))
+        gate = asyncio.Semaphore(BULK_CONCURRENCY)
+
+        async def one(member: settlements.SetMember) -> None:
+            async with gate:
+                if lookup:
+                    await self.lookup(member.intent_id, channel=member.channel, by=by)
+                result = await self.settle(
+                    member.intent_id,
+                    channel=member.channel,
+                    rule=rule,
+                    reason=reason,
+                    reference=reference,
+                    by=by,
+                )
+            if result.accepted:
+                done.settled.append(member.business_key)
+            else:
+                done.refused[member.business_key] = result.message
+
+        await asyncio.gather(*(one(m) for m in found))
+        return done
 
     async def lookup(self, id_or_key: str, *, channel: str, by: Principal) -> LookupResult:
         """Ask the provider what it holds for the channel's latest attempt, through the

@@ -126,3 +126,20 @@ async def test_a_settlement_signed_by_the_client_is_recorded_under_its_principal
         "operator",
         "accepted",
     )
+
+
+async def test_a_bulk_settle_whose_count_changed_settles_nothing(committed, cipher):  # type: ignore[no-untyped-def]
+    from domain.principals import Principal, Role
+    from starter.client import HeraldClient
+
+    client = HeraldClient(None, committed, cipher)  # type: ignore[arg-type]
+    done = await client.settle_set(
+        rule="carrier-ticket-not-delivered",
+        reason="batch",
+        reference="T-1",
+        by=Principal("ops-3", Role.OPERATOR),
+        confirm=10**6,
+        event_type="no-such-event",
+    )
+    assert done.members == 0 and done.settled == []
+    assert done.refused_all.startswith("the set has 0 member(s) now, not 1000000")

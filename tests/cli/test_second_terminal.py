@@ -263,6 +263,27 @@ def test_temporal_workflow_cancel_takes_the_herald_cancel_path(dev: Stack) -> No
         time.sleep(0.5)
 
 
+def test_a_temporal_update_claiming_root_is_recorded_as_an_unauthenticated_caller(
+    dev: Stack,
+) -> None:
+    key = _scheduled_intent(dev, "class-opening:c-9086")
+    workflow_id = f"notification:{key}"
+    # What an engineer can type: the update carries any operator it likes, no proof.
+    done = _temporal(
+        dev, "workflow", "update", "execute", "--workflow-id", workflow_id, "--name", "cancel",
+        "--input", json.dumps({"operator": "root", "reason": "because"}),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    doc = _wait_for_state(dev, key, "cancelled")
+    [cancel] = [a for a in doc["operator_actions"] if a["action"] == "cancel"]
+    assert cancel["operator"] == "unauthenticated-temporal-caller", cancel
+    assert cancel["operator_role"] is None
+    assert cancel["detail"]["claimed_operator"] == "root"
+    shown = dev.herald("show", key).stdout
+    assert "cancel by an unauthenticated Temporal caller (claimed 'root')" in shown, shown
+    assert "by root" not in shown
+
+
 async def test_a_terminated_workflow_becomes_a_review_item_after_one_reconcile_pass(
     dev: Stack,
 ) -> None:

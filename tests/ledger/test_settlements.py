@@ -223,3 +223,22 @@ def test_rules_needing_a_lookup_are_not_offered_where_the_provider_has_none(db, 
     assert offered and all(r.evidence.value != "provider_lookup" for r in offered)
     done = _settle(db, intent_id, attempt.token, "carrier-confirmed-not-delivered")
     assert "has none" in done.refused
+
+
+def test_the_unknown_set_lists_what_waits_for_a_settlement_filtered(db, cipher):
+    intent_id, attempt = _unknown_attempt(db, cipher)
+    settlements.record_waiting(
+        db,
+        intent_id=intent_id,
+        awaiting="settlement",
+        until=WINDOW,
+        tokens=[attempt.token],
+        expired_unsettled=[],
+        at=NOW,
+    )
+    event_type = db.get(Intent, intent_id).event_type
+    members = settlements.unknown_members(db, event_type=event_type)
+    assert attempt.token in [m.attempt_token for m in members]
+    assert settlements.unknown_members(db, event_type="no-such-event") == []
+    _settle(db, intent_id, attempt.token, "carrier-ticket-not-delivered", reference="T")
+    assert attempt.token not in [m.attempt_token for m in settlements.unknown_members(db)]

@@ -283,6 +283,8 @@ class AttemptView(BaseModel):
     No role reads a destination in full through the API."""
     settled_rule: str | None = None
     """The settlement rule whose operator's settlement stands on this attempt."""
+    settled_resend_allowed: bool | None = None
+    """Whether that rule lets an approve-resend follow."""
 
 
 class ObservationView(BaseModel):

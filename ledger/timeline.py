@@ -126,6 +126,7 @@ def timeline(
                 "pii_readable": a.destination_ct is not None,
                 "destination_masked": _masked_destination(cipher, a),
                 "settled_rule": a.settled_rule,
+                "settled_resend_allowed": a.settled_resend_allowed,
             }
             for a in attempts
         ],

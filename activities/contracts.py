@@ -348,3 +348,35 @@ class Projection:
     """`settlement` or `resend` when the workflow waits for an operator, else empty."""
     awaiting_until: datetime | None = None
     settlements: dict[str, SettlementStanding] = field(default_factory=dict)
+
+
+# --- maintenance jobs (workflows/maintenance.py) ---------------------------------------
+
+RECONCILE = "reconcile"
+PURGE = "purge"
+JOBS = (RECONCILE, PURGE)
+
+
+@dataclass
+class MaintenanceInput:
+    job: str
+    """`reconcile` or `purge`."""
+
+
+@dataclass
+class MaintenanceResult:
+    job: str
+    rows_by_kind: dict[str, int] = field(default_factory=dict)
+    """reconcile: rows found, by kind."""
+    review_items_recorded: int = 0
+    """reconcile: review items newly filed (each kind and subject is filed once)."""
+    intents_purged: int = 0
+    """purge: intents whose readable PII was removed."""
+    attempts_purged: int = 0
+    """purge: attempts whose readable PII was removed."""
+    held: int = 0
+    """purge: intents due but kept readable by a legal hold."""
+    batches: int = 0
+    """purge: transactions used (PII batches, then idempotency-key batches)."""
+    idempotency_keys_expired: int = 0
+    """purge: Idempotency-Key records past their retention, deleted."""

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 import re
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -15,6 +13,7 @@ from activities import now_utc
 from activities.contracts import SubmitInput, SubmitOutcome
 from domain.senders import SenderBook
 from domain.states import AttemptState
+from domain.unsubscribe import unsubscribe_token
 from ledger import metrics
 from ledger import repository as repo
 from ledger.crypto import FieldCipher
@@ -41,20 +40,6 @@ _ADDRESS = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
 def _without_addresses(text: str) -> str:
     """SMTP replies often quote the recipient; errors reach Temporal history and logs."""
     return _ADDRESS.sub("<address>", text)
-
-
-def unsubscribe_token(secret: str, token: str) -> str:
-    """A signed, opaque unsubscribe reference for one attempt (no address inside)."""
-    mac = hmac.new(secret.encode(), token.encode(), hashlib.sha256).hexdigest()[:32]
-    return f"{token}.{mac}"
-
-
-def verify_unsubscribe_token(secret: str, value: str) -> str | None:
-    token, _, mac = value.rpartition(".")
-    expected = unsubscribe_token(secret, token).encode("utf-8")
-    if token and hmac.compare_digest(expected, value.encode("utf-8", "surrogatepass")):
-        return token
-    return None
 
 
 class EmailActivities:

@@ -1,14 +1,14 @@
 """Maintenance activities run by the reconcile and purge schedules: each one reads or
 writes the ledger and returns counts (never ids of people, never destinations).
 
-The dataclasses at the top cross the workflow boundary; `workflows/maintenance.py`
-imports them through the sandbox's passthrough block.
+Their input and result (`MaintenanceInput`, `MaintenanceResult`) are in
+`activities/contracts.py`, which `workflows/maintenance.py` imports through the sandbox's
+passthrough block, as it does for the notification workflow.
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
 from functools import partial
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -17,36 +17,8 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities import now_utc
+from activities.contracts import PURGE, RECONCILE, MaintenanceInput, MaintenanceResult
 from ledger import reconcile, retention, settlements
-
-RECONCILE = "reconcile"
-PURGE = "purge"
-JOBS = (RECONCILE, PURGE)
-
-
-@dataclass
-class MaintenanceInput:
-    job: str
-    """`reconcile` or `purge`."""
-
-
-@dataclass
-class MaintenanceResult:
-    job: str
-    rows_by_kind: dict[str, int] = field(default_factory=dict)
-    """reconcile: rows found, by kind."""
-    review_items_recorded: int = 0
-    """reconcile: review items newly filed (each kind and subject is filed once)."""
-    intents_purged: int = 0
-    """purge: intents whose readable PII was removed."""
-    attempts_purged: int = 0
-    """purge: attempts whose readable PII was removed."""
-    held: int = 0
-    """purge: intents due but kept readable by a legal hold."""
-    batches: int = 0
-    """purge: transactions used (PII batches, then idempotency-key batches)."""
-    idempotency_keys_expired: int = 0
-    """purge: Idempotency-Key records past their retention, deleted."""
 
 
 async def workflow_status(client: Client, workflow_id: str) -> reconcile.WorkflowStatus | None:

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import logging
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Path
 from fastapi.responses import JSONResponse
 from sqlalchemy.orm import Session
 
 from api.auth import GUARDED, GuardedRoute, Operating, ReadingEvidence
+from api.deps import IngressDep
 from api.intents import BAD_BODY, INVALID
 from api.schemas import (
     ConsentBody,
@@ -37,9 +38,6 @@ from ledger import evidence
 from ledger import repository as repo
 from ledger.models import Consent, Suppression
 
-if TYPE_CHECKING:
-    from api.app import Ingress
-
 log = logging.getLogger("herald.api")
 
 SuppressionId = Annotated[int, Path(ge=1, le=2**63 - 1, description="The suppression's id.")]
@@ -59,173 +57,181 @@ def suppression_fields(row: Suppression) -> dict[str, Any]:
     return SuppressionView(**evidence.suppression_fields(row)).model_dump()
 
 
-def evidence_router(ingress: Ingress) -> APIRouter:
-    router = APIRouter(
-        prefix="/v1",
-        tags=["consent and suppressions"],
-        route_class=GuardedRoute,
-        responses={**GUARDED, **BAD_BODY, **INVALID},
-    )
+router = APIRouter(
+    prefix="/v1",
+    tags=["consent and suppressions"],
+    route_class=GuardedRoute,
+    responses={**GUARDED, **BAD_BODY, **INVALID},
+)
 
-    @router.post(
-        "/consents",
-        status_code=201,
-        response_model=ConsentView,
-        summary="Record a consent grant, live from now",
-    )
-    async def record_consent(body: ConsentBody, by: Operating) -> ConsentView:
-        now = datetime.now(UTC)
 
-        def work(session: Session) -> ConsentView:
-            row = evidence.record_consent_by(
-                session,
-                by,
-                recipient_ref=body.recipient_ref,
-                channel=body.channel,
-                purpose=body.purpose,
-                source=body.source,
-                at=now,
-            )
-            return consent_view(row)
+@router.post(
+    "/consents",
+    status_code=201,
+    response_model=ConsentView,
+    summary="Record a consent grant, live from now",
+)
+async def record_consent(body: ConsentBody, by: Operating, ingress: IngressDep) -> ConsentView:
+    now = datetime.now(UTC)
 
-        view: ConsentView = await ingress.tx(work)
-        log.info("consent %d recorded (%s, %s)", view.id, view.channel, view.purpose)
-        return view
-
-    @router.post(
-        "/consents/revoke",
-        response_model=ConsentRevoked,
-        summary="End every live grant for the recipient, channel and purpose",
-        description=(
-            "Every live grant for the recipient and purpose on `channel` is ended (a `*` "
-            "grant too: it covered this channel); on `*`, the grants of every channel. "
-            "The rows stay as history with `revoked_at` and `revoked_source`, and the next "
-            "authorization is denied with rule `consent.revoked`, citing the revoke. With "
-            "nothing live, `ended` is empty and nothing changes."
-        ),
-    )
-    async def revoke_consent(body: ConsentBody, by: Operating) -> ConsentRevoked:
-        now = datetime.now(UTC)
-
-        def work(session: Session) -> ConsentRevoked:
-            ended = evidence.revoke_consent_by(
-                session,
-                by,
-                recipient_ref=body.recipient_ref,
-                channel=body.channel,
-                purpose=body.purpose,
-                source=body.source,
-                at=now,
-            )
-            return ConsentRevoked(revoked_at=now, ended=[consent_view(c) for c in ended])
-
-        result: ConsentRevoked = await ingress.tx(work)
-        log.info(
-            "consent revoked (%s, %s): %d grant(s) ended",
-            body.channel,
-            body.purpose,
-            len(result.ended),
+    def work(session: Session) -> ConsentView:
+        row = evidence.record_consent_by(
+            session,
+            by,
+            recipient_ref=body.recipient_ref,
+            channel=body.channel,
+            purpose=body.purpose,
+            source=body.source,
+            at=now,
         )
-        return result
+        return consent_view(row)
 
-    @router.post(
-        "/consents/search",
-        response_model=ConsentList,
-        summary="Every grant on record for a recipient (revoked ones included)",
+    view: ConsentView = await ingress.tx(work)
+    log.info("consent %d recorded (%s, %s)", view.id, view.channel, view.purpose)
+    return view
+
+
+@router.post(
+    "/consents/revoke",
+    response_model=ConsentRevoked,
+    summary="End every live grant for the recipient, channel and purpose",
+    description=(
+        "Every live grant for the recipient and purpose on `channel` is ended (a `*` "
+        "grant too: it covered this channel); on `*`, the grants of every channel. "
+        "The rows stay as history with `revoked_at` and `revoked_source`, and the next "
+        "authorization is denied with rule `consent.revoked`, citing the revoke. With "
+        "nothing live, `ended` is empty and nothing changes."
+    ),
+)
+async def revoke_consent(body: ConsentBody, by: Operating, ingress: IngressDep) -> ConsentRevoked:
+    now = datetime.now(UTC)
+
+    def work(session: Session) -> ConsentRevoked:
+        ended = evidence.revoke_consent_by(
+            session,
+            by,
+            recipient_ref=body.recipient_ref,
+            channel=body.channel,
+            purpose=body.purpose,
+            source=body.source,
+            at=now,
+        )
+        return ConsentRevoked(revoked_at=now, ended=[consent_view(c) for c in ended])
+
+    result: ConsentRevoked = await ingress.tx(work)
+    log.info(
+        "consent revoked (%s, %s): %d grant(s) ended",
+        body.channel,
+        body.purpose,
+        len(result.ended),
     )
-    async def list_consents(body: ConsentQuery, _by: ReadingEvidence) -> ConsentList:
-        def work(session: Session) -> ConsentList:
-            rows = evidence.consents_of(
-                session, body.recipient_ref, channel=body.channel, purpose=body.purpose
-            )
-            return ConsentList(items=[consent_view(r) for r in rows])
+    return result
 
-        result: ConsentList = await ingress.tx(work)
-        return result
 
-    @router.post(
-        "/suppressions",
-        status_code=201,
-        response_model=SuppressionRecorded,
-        summary="Suppress a destination on a channel (or `*`: every channel)",
-        responses={
-            200: {
-                "model": SuppressionRecorded,
-                "description": "An active suppression on that channel already existed.",
-            }
-        },
-    )
-    async def record_suppression(body: SuppressionBody, by: Operating) -> JSONResponse:
-        try:
-            lookup = ingress.client.lookup_hmac(
-                normalized_destination(body.destination, body.channel)
-            )
-        except ValueError as err:
-            raise _invalid_destination(err) from err
-        now = datetime.now(UTC)
+@router.post(
+    "/consents/search",
+    response_model=ConsentList,
+    summary="Every grant on record for a recipient (revoked ones included)",
+)
+async def list_consents(
+    body: ConsentQuery, _by: ReadingEvidence, ingress: IngressDep
+) -> ConsentList:
+    def work(session: Session) -> ConsentList:
+        rows = evidence.consents_of(
+            session, body.recipient_ref, channel=body.channel, purpose=body.purpose
+        )
+        return ConsentList(items=[consent_view(r) for r in rows])
 
-        def work(session: Session) -> dict[str, Any]:
-            row, created = evidence.suppress_by(
-                session,
-                by,
-                destination_hmac=lookup,
-                channel=body.channel,
-                reason=body.reason,
-                source=body.source,
-                at=now,
-            )
-            return {**suppression_fields(row), "created": created}
+    result: ConsentList = await ingress.tx(work)
+    return result
 
-        doc = await ingress.tx(work)
-        log.info("suppression %d on %s (created=%s)", doc["id"], doc["channel"], doc["created"])
-        recorded = SuppressionRecorded.model_validate(doc).model_dump(mode="json")
-        return JSONResponse(recorded, status_code=201 if doc["created"] else 200)
 
-    @router.post(
-        "/suppressions/search",
-        response_model=SuppressionList,
-        summary="Every suppression on record for a destination (lifted ones included)",
-    )
-    async def list_suppressions(body: SuppressionQuery, _by: ReadingEvidence) -> SuppressionList:
-        try:
-            lookup = ingress.client.lookup_hmac(
-                normalized_destination(body.destination, body.channel)
-            )
-        except ValueError as err:
-            raise _invalid_destination(err) from err
+@router.post(
+    "/suppressions",
+    status_code=201,
+    response_model=SuppressionRecorded,
+    summary="Suppress a destination on a channel (or `*`: every channel)",
+    responses={
+        200: {
+            "model": SuppressionRecorded,
+            "description": "An active suppression on that channel already existed.",
+        }
+    },
+)
+async def record_suppression(
+    body: SuppressionBody, by: Operating, ingress: IngressDep
+) -> JSONResponse:
+    try:
+        lookup = ingress.client.lookup_hmac(normalized_destination(body.destination, body.channel))
+    except ValueError as err:
+        raise _invalid_destination(err) from err
+    now = datetime.now(UTC)
 
-        def work(session: Session) -> SuppressionList:
-            rows = evidence.suppressions_of(session, lookup, channel=body.channel)
-            return SuppressionList(
-                items=[SuppressionView.model_validate(suppression_fields(r)) for r in rows]
-            )
+    def work(session: Session) -> dict[str, Any]:
+        row, created = evidence.suppress_by(
+            session,
+            by,
+            destination_hmac=lookup,
+            channel=body.channel,
+            reason=body.reason,
+            source=body.source,
+            at=now,
+        )
+        return {**suppression_fields(row), "created": created}
 
-        result: SuppressionList = await ingress.tx(work)
-        return result
+    doc = await ingress.tx(work)
+    log.info("suppression %d on %s (created=%s)", doc["id"], doc["channel"], doc["created"])
+    recorded = SuppressionRecorded.model_validate(doc).model_dump(mode="json")
+    return JSONResponse(recorded, status_code=201 if doc["created"] else 200)
 
-    @router.post(
-        "/suppressions/{suppression_id}/lift",
-        response_model=SuppressionLifted,
-        summary="Lift one suppression (kept as history)",
-        responses={404: {"model": Problem, "description": "No suppression with that id."}},
-    )
-    async def lift_suppression(
-        suppression_id: SuppressionId, by: Operating, body: SuppressionLift | None = None
-    ) -> SuppressionLifted:
-        source = body.source if body else "api"
-        now = datetime.now(UTC)
 
-        def work(session: Session) -> SuppressionLifted:
-            row, changed = evidence.lift_suppression_by(
-                session, by, suppression_id, source=source, at=now
-            )
-            return SuppressionLifted(**suppression_fields(row), changed=changed)
+@router.post(
+    "/suppressions/search",
+    response_model=SuppressionList,
+    summary="Every suppression on record for a destination (lifted ones included)",
+)
+async def list_suppressions(
+    body: SuppressionQuery, _by: ReadingEvidence, ingress: IngressDep
+) -> SuppressionList:
+    try:
+        lookup = ingress.client.lookup_hmac(normalized_destination(body.destination, body.channel))
+    except ValueError as err:
+        raise _invalid_destination(err) from err
 
-        try:
-            result: SuppressionLifted = await ingress.tx(work)
-        except repo.NotFound as err:
-            raise HTTPException(404, f"no suppression {suppression_id}") from err
-        log.info("suppression %d lifted (changed=%s)", suppression_id, result.changed)
-        return result
+    def work(session: Session) -> SuppressionList:
+        rows = evidence.suppressions_of(session, lookup, channel=body.channel)
+        return SuppressionList(
+            items=[SuppressionView.model_validate(suppression_fields(r)) for r in rows]
+        )
 
-    return router
+    result: SuppressionList = await ingress.tx(work)
+    return result
+
+
+@router.post(
+    "/suppressions/{suppression_id}/lift",
+    response_model=SuppressionLifted,
+    summary="Lift one suppression (kept as history)",
+    responses={404: {"model": Problem, "description": "No suppression with that id."}},
+)
+async def lift_suppression(
+    suppression_id: SuppressionId,
+    by: Operating,
+    ingress: IngressDep,
+    body: SuppressionLift | None = None,
+) -> SuppressionLifted:
+    source = body.source if body else "api"
+    now = datetime.now(UTC)
+
+    def work(session: Session) -> SuppressionLifted:
+        row, changed = evidence.lift_suppression_by(
+            session, by, suppression_id, source=source, at=now
+        )
+        return SuppressionLifted(**suppression_fields(row), changed=changed)
+
+    try:
+        result: SuppressionLifted = await ingress.tx(work)
+    except repo.NotFound as err:
+        raise HTTPException(404, f"no suppression {suppression_id}") from err
+    log.info("suppression %d lifted (changed=%s)", suppression_id, result.changed)
+    return result

@@ -10,7 +10,7 @@ import asyncio
 import logging
 from dataclasses import asdict
 from datetime import datetime
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, HTTPException, Path, Query, Request
 from fastapi.encoders import jsonable_encoder
@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 
 from api import idempotency
 from api.auth import GUARDED, CreatingIntents, GuardedRoute, Operating, ReadingIntents
+from api.deps import Ingress, IngressDep
 from api.schemas import (
     CancelOutcome,
     Instant,
@@ -37,9 +38,6 @@ from domain.intents import IntentState
 from ledger import listing
 from ledger import repository as repo
 from ledger.intake import InvalidRequest
-
-if TYPE_CHECKING:
-    from api.app import Ingress
 
 log = logging.getLogger("herald.api")
 
@@ -109,227 +107,236 @@ def list_intents(
     return IntentPage.of(page)
 
 
-def intents_router(ingress: Ingress) -> APIRouter:
-    router = APIRouter(
-        prefix="/v1/intents",
-        tags=["intents"],
-        route_class=GuardedRoute,
-        responses={**GUARDED, **INVALID},
-    )
-    store = idempotency.IdempotencyStore(ingress.client.sessions)
+router = APIRouter(
+    prefix="/v1/intents",
+    tags=["intents"],
+    route_class=GuardedRoute,
+    responses={**GUARDED, **INVALID},
+)
 
-    async def record_and_start(body: IntentCreate) -> tuple[int, dict[str, Any]]:
-        """Record the intent (own transaction), then start its workflow.
 
-        A failed start still answers with the recorded intent: it is durable, and the
-        outbox relay starts its workflow.
-        """
-        client = ingress.client
-        try:
-            ref = await ingress.tx(lambda s: client.record(s, body.to_request()))
-        except InvalidRequest as err:
-            raise _invalid(err) from err
-        except repo.IntentConflict as err:
-            return 409, {"detail": str(err)}
-        try:
-            await asyncio.wait_for(
-                client.start(ref.intent_id, ref.workflow_id), START_TIMEOUT_SECONDS
-            )
-        except Exception as err:  # noqa: BLE001 - the outbox relay starts it later
-            log.warning(
-                "intent %s recorded; workflow start deferred to the relay: %s",
-                ref.intent_id,
-                type(err).__name__,
-            )
-        ingress.counters.note_intent(existed=ref.existed)
-        created = IntentCreated(
-            intent_id=ref.intent_id,
-            workflow_id=ref.workflow_id,
-            business_key=ref.business_key,
-            existed=ref.existed,
+async def record_and_start(ingress: Ingress, body: IntentCreate) -> tuple[int, dict[str, Any]]:
+    """Record the intent (own transaction), then start its workflow.
+
+    A failed start still answers with the recorded intent: it is durable, and the
+    outbox relay starts its workflow.
+    """
+    client = ingress.client
+    try:
+        ref = await ingress.tx(lambda s: client.record(s, body.to_request()))
+    except InvalidRequest as err:
+        raise _invalid(err) from err
+    except repo.IntentConflict as err:
+        return 409, {"detail": str(err)}
+    try:
+        await asyncio.wait_for(client.start(ref.intent_id, ref.workflow_id), START_TIMEOUT_SECONDS)
+    except Exception as err:  # noqa: BLE001 - the outbox relay starts it later
+        log.warning(
+            "intent %s recorded; workflow start deferred to the relay: %s",
+            ref.intent_id,
+            type(err).__name__,
         )
-        return (200 if ref.existed else 201), created.model_dump(mode="json")
+    ingress.counters.note_intent(existed=ref.existed)
+    created = IntentCreated(
+        intent_id=ref.intent_id,
+        workflow_id=ref.workflow_id,
+        business_key=ref.business_key,
+        existed=ref.existed,
+    )
+    return (200 if ref.existed else 201), created.model_dump(mode="json")
 
-    def respond(status: int, doc: dict[str, Any], *, replayed: bool = False) -> JSONResponse:
-        headers = {}
-        if status in (200, 201) and "intent_id" in doc:
-            headers["Location"] = f"/v1/intents/{doc['intent_id']}"
-        if replayed:
-            headers["Idempotent-Replayed"] = "true"
-        return JSONResponse(doc, status_code=status, headers=headers)
 
-    @router.post(
-        "",
-        status_code=201,
-        response_model=IntentCreated,
-        summary="Record an intent and start its workflow",
-        description=(
-            "One business event -> one intent: a second request with the same "
-            "`business_key` and the same payload returns the existing intent (200); another "
-            "payload under that key is 409. " + RETENTION_NOTE
+def respond(status: int, doc: dict[str, Any], *, replayed: bool = False) -> JSONResponse:
+    headers = {}
+    if status in (200, 201) and "intent_id" in doc:
+        headers["Location"] = f"/v1/intents/{doc['intent_id']}"
+    if replayed:
+        headers["Idempotent-Replayed"] = "true"
+    return JSONResponse(doc, status_code=status, headers=headers)
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=IntentCreated,
+    summary="Record an intent and start its workflow",
+    description=(
+        "One business event -> one intent: a second request with the same "
+        "`business_key` and the same payload returns the existing intent (200); another "
+        "payload under that key is 409. " + RETENTION_NOTE
+    ),
+    responses={
+        200: {"model": IntentCreated, "description": "The business key already existed."},
+        400: {
+            "model": Problem,
+            "description": "A malformed Idempotency-Key, or a body that is not UTF-8.",
+        },
+        409: {
+            "model": Problem,
+            "description": "The business key exists with another payload, or a request "
+            "with the same Idempotency-Key is still in flight.",
+        },
+        422: {
+            "model": ValidationProblem,
+            "description": "A field is invalid (`loc` names it), or the Idempotency-Key "
+            "was used with another request body.",
+        },
+    },
+)
+async def create_intent(
+    body: IntentCreate,
+    _by: CreatingIntents,
+    ingress: IngressDep,
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            alias="Idempotency-Key",
+            description="Optional; see the operation description for the semantics.",
+            # Declared, and checked by `idempotency.parse_key` (400, not 422).
+            json_schema_extra={
+                "minLength": 1,
+                "maxLength": idempotency.MAX_KEY_LENGTH,
+                "pattern": idempotency.KEY_PATTERN,
+            },
         ),
-        responses={
-            200: {"model": IntentCreated, "description": "The business key already existed."},
-            400: {
-                "model": Problem,
-                "description": "A malformed Idempotency-Key, or a body that is not UTF-8.",
-            },
-            409: {
-                "model": Problem,
-                "description": "The business key exists with another payload, or a request "
-                "with the same Idempotency-Key is still in flight.",
-            },
-            422: {
-                "model": ValidationProblem,
-                "description": "A field is invalid (`loc` names it), or the Idempotency-Key "
-                "was used with another request body.",
-            },
-        },
-    )
-    async def create_intent(
-        body: IntentCreate,
-        _by: CreatingIntents,
-        idempotency_key: Annotated[
-            str | None,
-            Header(
-                alias="Idempotency-Key",
-                description="Optional; see the operation description for the semantics.",
-                # Declared, and checked by `idempotency.parse_key` (400, not 422).
-                json_schema_extra={
-                    "minLength": 1,
-                    "maxLength": idempotency.MAX_KEY_LENGTH,
-                    "pattern": idempotency.KEY_PATTERN,
-                },
-            ),
-        ] = None,
-    ) -> JSONResponse:
-        if idempotency_key is None:
-            status, doc = await record_and_start(body)
-            return respond(status, doc)
-        try:
-            key = idempotency.parse_key(idempotency_key)
-        except idempotency.InvalidKey as err:
-            raise HTTPException(400, str(err)) from err
-        request_sha = idempotency.fingerprint("POST", "/v1/intents", body.model_dump(mode="json"))
-        claim = await asyncio.to_thread(store.claim, key, request_sha)
-        if claim.kind == "mismatch":
-            raise HTTPException(
-                422,
-                [
-                    {
-                        "loc": ["header", "Idempotency-Key"],
-                        "msg": "this key was used with a different request body",
-                        "type": "idempotency_key_reused",
-                    }
-                ],
-            )
-        if claim.kind == "in_flight":
-            raise HTTPException(
-                409,
-                "a request with this Idempotency-Key is still being processed; retry later",
-                headers={"Retry-After": "1"},
-            )
-        if claim.kind == "replay":
-            ingress.counters.duplicates.labels("idempotency_key_replay").inc()
-            assert claim.status_code is not None
-            return respond(claim.status_code, claim.response or {}, replayed=True)
-        try:
-            status, doc = await record_and_start(body)
-        except BaseException:
-            # Refused by validation (nothing recorded; the corrected body may reuse the key)
-            # or failed unexpectedly (recording is idempotent by business key, so a retry
-            # with the same key is safe): nothing to replay either way.
-            await asyncio.to_thread(store.release, key)
-            raise
-        await asyncio.to_thread(store.complete, key, status, doc)
+    ] = None,
+) -> JSONResponse:
+    if idempotency_key is None:
+        status, doc = await record_and_start(ingress, body)
         return respond(status, doc)
+    try:
+        key = idempotency.parse_key(idempotency_key)
+    except idempotency.InvalidKey as err:
+        raise HTTPException(400, str(err)) from err
+    request_sha = idempotency.fingerprint("POST", "/v1/intents", body.model_dump(mode="json"))
+    claim = await asyncio.to_thread(ingress.idempotency.claim, key, request_sha)
+    if claim.kind == "mismatch":
+        raise HTTPException(
+            422,
+            [
+                {
+                    "loc": ["header", "Idempotency-Key"],
+                    "msg": "this key was used with a different request body",
+                    "type": "idempotency_key_reused",
+                }
+            ],
+        )
+    if claim.kind == "in_flight":
+        raise HTTPException(
+            409,
+            "a request with this Idempotency-Key is still being processed; retry later",
+            headers={"Retry-After": "1"},
+        )
+    if claim.kind == "replay":
+        ingress.counters.duplicates.labels("idempotency_key_replay").inc()
+        assert claim.status_code is not None
+        return respond(claim.status_code, claim.response or {}, replayed=True)
+    try:
+        status, doc = await record_and_start(ingress, body)
+    except BaseException:
+        # Refused by validation (nothing recorded; the corrected body may reuse the key)
+        # or failed unexpectedly (recording is idempotent by business key, so a retry
+        # with the same key is safe): nothing to replay either way.
+        await asyncio.to_thread(ingress.idempotency.release, key)
+        raise
+    await asyncio.to_thread(ingress.idempotency.complete, key, status, doc)
+    return respond(status, doc)
 
-    @router.get("", response_model=IntentPage, summary="List intents, newest first")
-    async def list_route(
-        _by: ReadingIntents,
-        state: Annotated[IntentState | None, Query(description="Derived intent state.")] = None,
-        channel: Annotated[
-            str | None, Query(pattern="^(sms|email)$", description="In the channel plan.")
-        ] = None,
-        region: Annotated[str | None, Query(pattern=r"^[A-Za-z0-9_-]{1,10}$")] = None,
-        event_type: Annotated[
-            str | None, Query(pattern=r"^[a-z][a-z0-9]*(?:[-.][a-z0-9]+)*$", max_length=80)
-        ] = None,
-        since: Annotated[
-            Instant | None,
-            Query(description="Created at or after: RFC 3339 with its offset."),
-        ] = None,
-        limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    ) -> IntentPage:
-        def work(session: Session) -> IntentPage:
-            return list_intents(
-                session,
-                state=state.value if state else None,
-                channel=channel,
-                region=region,
-                event_type=event_type,
-                since=since,
-                limit=limit,
-            )
 
-        return await ingress.tx(work)
-
-    @router.get(
-        "/{id_or_key}",
-        response_model=Timeline,
-        summary="An intent's timeline from the ledger",
-        responses=NOT_FOUND,
-    )
-    async def get_intent(id_or_key: IdOrKey, _by: ReadingIntents) -> dict[str, Any]:
-        if not _lookupable(id_or_key):
-            raise _not_found(id_or_key)
-        try:
-            return await asyncio.to_thread(ingress.client.timeline, id_or_key)
-        except repo.NotFound as err:
-            raise _not_found(id_or_key) from err
-
-    @router.post(
-        "/{id_or_key}/cancel",
-        response_model=CancelOutcome,
-        summary="Close the intent's future work (nothing already sent is recalled)",
-        responses={**NOT_FOUND, **BAD_BODY},
-    )
-    async def cancel(id_or_key: IdOrKey, body: OperatorBody, by: Operating) -> dict[str, Any]:
-        """Recorded under the authenticated principal (`operator` in the answer); an
-        `operator` field in the body is ignored."""
-        if not _lookupable(id_or_key):
-            raise _not_found(id_or_key)
-        try:
-            result = await ingress.client.cancel(id_or_key, by=by, reason=body.reason)
-        except repo.NotFound as err:
-            raise _not_found(id_or_key) from err
-        return {**asdict(result), "operator": by.name}
-
-    @router.post(
-        "/{id_or_key}/approve-resend",
-        response_model=ResendOutcome,
-        summary="Approve a new attempt after a retryable failure or a reconciled ambiguity",
-        responses={
-            **NOT_FOUND,
-            **BAD_BODY,
-            409: {"model": ResendOutcome, "description": "Refused; `message` says why."},
-        },
-    )
-    async def approve_resend(id_or_key: IdOrKey, body: ResendBody, by: Operating) -> JSONResponse:
-        """Recorded under the authenticated principal; an `operator` field is ignored."""
-        if not _lookupable(id_or_key):
-            raise _not_found(id_or_key)
-        try:
-            result = await ingress.client.approve_resend(
-                id_or_key, channel=body.channel, by=by, reason=body.reason
-            )
-        except repo.NotFound as err:
-            raise _not_found(id_or_key) from err
-        return JSONResponse(
-            {**asdict(result), "operator": by.name}, status_code=200 if result.accepted else 409
+@router.get("", response_model=IntentPage, summary="List intents, newest first")
+async def list_route(
+    _by: ReadingIntents,
+    ingress: IngressDep,
+    state: Annotated[IntentState | None, Query(description="Derived intent state.")] = None,
+    channel: Annotated[
+        str | None, Query(pattern="^(sms|email)$", description="In the channel plan.")
+    ] = None,
+    region: Annotated[str | None, Query(pattern=r"^[A-Za-z0-9_-]{1,10}$")] = None,
+    event_type: Annotated[
+        str | None, Query(pattern=r"^[a-z][a-z0-9]*(?:[-.][a-z0-9]+)*$", max_length=80)
+    ] = None,
+    since: Annotated[
+        Instant | None,
+        Query(description="Created at or after: RFC 3339 with its offset."),
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+) -> IntentPage:
+    def work(session: Session) -> IntentPage:
+        return list_intents(
+            session,
+            state=state.value if state else None,
+            channel=channel,
+            region=region,
+            event_type=event_type,
+            since=since,
+            limit=limit,
         )
 
-    return router
+    return await ingress.tx(work)
+
+
+@router.get(
+    "/{id_or_key}",
+    response_model=Timeline,
+    summary="An intent's timeline from the ledger",
+    responses=NOT_FOUND,
+)
+async def get_intent(
+    id_or_key: IdOrKey, _by: ReadingIntents, ingress: IngressDep
+) -> dict[str, Any]:
+    if not _lookupable(id_or_key):
+        raise _not_found(id_or_key)
+    try:
+        return await asyncio.to_thread(ingress.client.timeline, id_or_key)
+    except repo.NotFound as err:
+        raise _not_found(id_or_key) from err
+
+
+@router.post(
+    "/{id_or_key}/cancel",
+    response_model=CancelOutcome,
+    summary="Close the intent's future work (nothing already sent is recalled)",
+    responses={**NOT_FOUND, **BAD_BODY},
+)
+async def cancel(
+    id_or_key: IdOrKey, body: OperatorBody, by: Operating, ingress: IngressDep
+) -> dict[str, Any]:
+    """Recorded under the authenticated principal (`operator` in the answer); an
+    `operator` field in the body is ignored."""
+    if not _lookupable(id_or_key):
+        raise _not_found(id_or_key)
+    try:
+        result = await ingress.client.cancel(id_or_key, by=by, reason=body.reason)
+    except repo.NotFound as err:
+        raise _not_found(id_or_key) from err
+    return {**asdict(result), "operator": by.name}
+
+
+@router.post(
+    "/{id_or_key}/approve-resend",
+    response_model=ResendOutcome,
+    summary="Approve a new attempt after a retryable failure or a reconciled ambiguity",
+    responses={
+        **NOT_FOUND,
+        **BAD_BODY,
+        409: {"model": ResendOutcome, "description": "Refused; `message` says why."},
+    },
+)
+async def approve_resend(
+    id_or_key: IdOrKey, body: ResendBody, by: Operating, ingress: IngressDep
+) -> JSONResponse:
+    """Recorded under the authenticated principal; an `operator` field is ignored."""
+    if not _lookupable(id_or_key):
+        raise _not_found(id_or_key)
+    try:
+        result = await ingress.client.approve_resend(
+            id_or_key, channel=body.channel, by=by, reason=body.reason
+        )
+    except repo.NotFound as err:
+        raise _not_found(id_or_key) from err
+    return JSONResponse(
+        {**asdict(result), "operator": by.name}, status_code=200 if result.accepted else 409
+    )
 
 
 def _invalid(err: InvalidRequest) -> HTTPException:

@@ -21,8 +21,9 @@ import settings as settings_module
 if TYPE_CHECKING:
     from cli.main import Command
 
-from cli.main import CliError, no_stack_found, output_options
-from cli.tables import Clock, table
+from cli.context import CliError, acting, no_stack_found
+from cli.main import output_options
+from runtime.tables import Clock, table
 
 LIST_SCAN_CAP = 5_000
 """`list` reads at most this many intents (newest first) to filter by derived state."""
@@ -106,7 +107,6 @@ def _iso(value: datetime | None) -> str | None:
 
 
 async def cmd_purge(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
-    from cli.main import _acting
     from domain.principals import Access
     from ledger import principals, retention
 
@@ -117,7 +117,7 @@ async def cmd_purge(args: argparse.Namespace, cfg: settings_module.Settings) -> 
         problems.insert(0, str(err))
     if problems:
         raise CliError("; ".join(problems))
-    by = _acting(cfg, Access.ADMINISTER)
+    by = acting(cfg, Access.ADMINISTER)
     if args.dry_run:
         total = _purge_dry_run(cfg, now, args.batch)
     else:
@@ -190,12 +190,11 @@ def _business_keys(cfg: settings_module.Settings, intent_ids: list[str]) -> list
 
 
 async def cmd_legal_hold(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
-    from cli.main import _acting
     from domain.principals import Access
     from ledger import repository as repo
     from ledger import retention
 
-    by = _acting(cfg, Access.ADMINISTER)
+    by = acting(cfg, Access.ADMINISTER)
     with _session(cfg, write=True) as session:
         try:
             result = retention.set_legal_hold(
@@ -340,7 +339,6 @@ def _timed(
 async def cmd_policy(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
     from sqlalchemy import select
 
-    from cli.main import _acting
     from domain.principals import Access
     from ledger import principals
     from ledger.models import PolicyVersion
@@ -381,7 +379,7 @@ async def cmd_policy(args: argparse.Namespace, cfg: settings_module.Settings) ->
             out = {**summary(row), "document": row.document}
         _emit(out, args.json, lambda o: o["document"].rstrip())
         return 0
-    by = _acting(cfg, Access.ADMINISTER)
+    by = acting(cfg, Access.ADMINISTER)
     with _session(cfg, write=True) as session:
         try:
             activate_policy(session, args.version)
@@ -404,7 +402,6 @@ async def cmd_policy(args: argparse.Namespace, cfg: settings_module.Settings) ->
 async def cmd_template(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
     from sqlalchemy import select
 
-    from cli.main import _acting
     from domain.principals import Access
     from ledger import principals
     from ledger.models import TemplateVersionRow
@@ -438,7 +435,7 @@ async def cmd_template(args: argparse.Namespace, cfg: settings_module.Settings) 
         return 0
     if args.template_command == "show":
         return _template_show(args, cfg)
-    by = _acting(cfg, Access.ADMINISTER)
+    by = acting(cfg, Access.ADMINISTER)
     with _session(cfg, write=True) as session:
         scope = [TemplateVersionRow.key == args.key]
         if args.channel:
@@ -608,7 +605,6 @@ def _suppression(row: Any) -> dict[str, Any]:
 async def cmd_suppression(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
     """What the `/v1/suppressions` API does, from an operator's terminal; the destination
     is taken as an argument and never printed back (only the suppression's id)."""
-    from cli.main import _acting
     from domain.principals import Access
     from ledger import evidence
     from ledger import repository as repo
@@ -620,7 +616,7 @@ async def cmd_suppression(args: argparse.Namespace, cfg: settings_module.Setting
     if args.suppression_command == "add":
         if not _REASON.match(args.reason):
             raise CliError("--reason: a machine word (a-z, 0-9, _; at most 60), e.g. operator")
-        by = _acting(cfg, Access.OPERATE)
+        by = acting(cfg, Access.OPERATE)
         lookup = _lookup(cfg, args.destination, args.channel)
         with _session(cfg, write=True) as session:
             row, created = evidence.suppress_by(
@@ -672,7 +668,7 @@ async def cmd_suppression(args: argparse.Namespace, cfg: settings_module.Setting
             ),
         )
     else:
-        by = _acting(cfg, Access.OPERATE)
+        by = acting(cfg, Access.OPERATE)
         with _session(cfg, write=True) as session:
             try:
                 row, changed = evidence.lift_suppression_by(

@@ -23,13 +23,13 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 import settings as settings_module
-from cli.tables import Clock, table, timeline_head, timeline_lines, timeline_text
+from cli.context import CliError, acting, herald_client, ledger_sessions
 from runtime.loop import run
+from runtime.tables import Clock, table, timeline_head, timeline_lines, timeline_text
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-    from domain.principals import Principal
 
 FINAL_STATES = frozenset(
     {"delivered", "sent", "undelivered", "failed", "denied", "cancelled", "expired", "unknown"}
@@ -43,26 +43,12 @@ FOLLOW_EVERY = 0.5
 """Seconds between two reads of the ledger while following an intent."""
 
 
-class CliError(Exception):
-    """A problem the user can fix; printed without a traceback."""
-
-
 def _print(value: Any, as_json: bool, render: Callable[[Any], str] | None = None) -> None:
     if as_json:
         plain = asdict(value) if is_dataclass(value) and not isinstance(value, type) else value
         print(json.dumps(plain, indent=2, default=str))
     else:
         print(render(value) if render else value)
-
-
-def no_stack_found(cfg: settings_module.Settings) -> CliError:
-    """A writing command with neither a running `herald dev` nor a configured database:
-    it would write where the stack never looks (under a key it does not have)."""
-    return CliError(
-        f"no running `herald dev` found in {cfg.data_path} and HERALD_DATABASE_URL is not "
-        "set: run this in the folder where `herald dev` runs, or point at it with "
-        "HERALD_DATA_DIR=<its data folder>"
-    )
 
 
 def api_document(schema: type[BaseModel], value: Any) -> dict[str, Any]:
@@ -74,85 +60,6 @@ def api_document(schema: type[BaseModel], value: Any) -> dict[str, Any]:
 
 def _print_json(doc: Any) -> None:
     print(json.dumps(doc, indent=2))
-
-
-def _adopt_running(cfg: settings_module.Settings, *, writes: bool = False) -> None:
-    """Use the addresses of a running `herald dev` for whatever settings leave unset; a
-    command that `writes` refuses to go on with neither that nor a configured database."""
-    if not (cfg.data_path / "dev.json").exists():
-        # No stack here: skip importing devstack (Temporal, the API: a second).
-        if writes and cfg.database_url is None:
-            raise no_stack_found(cfg)
-        return
-    from devstack.stack import read_running
-
-    running = read_running(cfg)
-    if running is not None:
-        cfg.temporal_address = cfg.temporal_address or running.temporal
-        cfg.database_url = cfg.database_url or running.postgres
-    elif writes and cfg.database_url is None:
-        raise no_stack_found(cfg)
-
-
-def _sessions(cfg: settings_module.Settings, *, writes: bool = False):  # type: ignore[no-untyped-def]
-    """Ledger-only commands need no Temporal connection."""
-    from sqlalchemy import create_engine
-    from sqlalchemy.orm import sessionmaker
-
-    _adopt_running(cfg, writes=writes)
-    return sessionmaker(
-        create_engine(cfg.resolved_database_url(), pool_pre_ping=True), expire_on_commit=False
-    )
-
-
-async def _client(cfg: settings_module.Settings):  # type: ignore[no-untyped-def]
-    from starter.client import HeraldClient
-
-    _adopt_running(cfg, writes=True)  # every command with a client records or signals
-    try:
-        return await HeraldClient.connect(cfg)
-    except RuntimeError as err:
-        if "connect" not in str(err).lower():
-            raise
-        raise CliError(
-            f"cannot reach Temporal at {cfg.temporal_target} (is `herald dev` "
-            "running, or HERALD_TEMPORAL_ADDRESS set?)"
-        ) from err
-
-
-def _acting(cfg: settings_module.Settings, access: Any) -> Principal:
-    """The principal this command acts as: the token in HERALD_TOKEN or the data folder's
-    token file, checked like the API checks it (HERALD_OPERATOR_TOKEN is break-glass
-    admin). What it does is recorded under that name and role, never under a flag."""
-    from domain.principals import BREAK_GLASS_NAME, Principal, Role, least_role_for, roles_for
-    from ledger import principals
-
-    # The wrong folder (no stack, no database) is named before a missing token is.
-    _adopt_running(cfg, writes=True)
-    token = cfg.cli_token()
-    if token is None:
-        raise CliError(
-            f"no token: set HERALD_TOKEN, or run `herald dev` (it writes {cfg.token_file})"
-        )
-    where = "HERALD_TOKEN" if cfg.token is not None else str(cfg.token_file)
-    principal: Principal | None = None
-    break_glass = cfg.operator_token
-    if break_glass is not None and principals.hashes_to(
-        principals.token_hash(token), principals.token_hash(break_glass.get_secret_value())
-    ):
-        principal = Principal(BREAK_GLASS_NAME, Role.ADMIN)
-    else:
-        with _sessions(cfg).begin() as session:
-            principal = principals.authenticate(session, token, at=datetime.now(UTC))
-    if principal is None:
-        raise CliError(f"the token in {where} is not accepted (unknown or revoked)")
-    if not principal.may(access):
-        allowed = ", ".join(r.value for r in roles_for(access))
-        raise CliError(
-            f"{access.value} needs the {least_role_for(access).value} role (any of: {allowed}); "
-            f"{principal.name} is {principal.role.value}"
-        )
-    return principal
 
 
 # --- commands ---------------------------------------------------------------------------
@@ -208,7 +115,7 @@ async def cmd_show(args: argparse.Namespace, cfg: settings_module.Settings) -> i
         raise CliError("--timeout: must be more than 0 seconds")
     clock = Clock.for_args(args.utc)
     if args.follow:
-        client = await _client(cfg)
+        client = await herald_client(cfg)
         doc, finished = await _watch(client, args.intent, args.timeout, clock, quiet=args.json)
         if args.json:
             _print_json(api_document(Timeline, doc))
@@ -216,7 +123,7 @@ async def cmd_show(args: argparse.Namespace, cfg: settings_module.Settings) -> i
             print(_ending(doc, finished))
         return 0
     # An unknown key or an unreachable ledger is reported by `operational_error`.
-    with _sessions(cfg)() as session:
+    with ledger_sessions(cfg)() as session:
         doc = timeline.timeline(session, args.intent, cipher=_masking_cipher(cfg))
     if args.json:
         _print_json(api_document(Timeline, doc))
@@ -288,7 +195,7 @@ async def _awaiting_operator_note(cfg: settings_module.Settings, doc: dict[str, 
     if doc["intent"]["state"] not in ("failed", "undelivered", "unknown"):
         return ""
     try:
-        client = await asyncio.wait_for(_client(cfg), timeout=5)
+        client = await asyncio.wait_for(herald_client(cfg), timeout=5)
         _, phase = await asyncio.wait_for(
             _workflow_phase(client, doc["intent"]["workflow_id"]), timeout=5
         )
@@ -428,7 +335,7 @@ async def cmd_send(args: argparse.Namespace, cfg: settings_module.Settings) -> i
     if args.timeout <= 0:
         raise CliError("--timeout: must be more than 0 seconds")
     request = _send_request(args)
-    client = await _client(cfg)
+    client = await herald_client(cfg)
     try:
         ref = await client.notify(request)
     except InvalidRequest as err:
@@ -470,8 +377,8 @@ async def cmd_cancel(args: argparse.Namespace, cfg: settings_module.Settings) ->
     from api.schemas import CancelOutcome
     from domain.principals import Access
 
-    by = _acting(cfg, Access.OPERATE)
-    client = await _client(cfg)
+    by = acting(cfg, Access.OPERATE)
+    client = await herald_client(cfg)
     result = await client.cancel(args.intent, by=by, reason=args.reason)
     if args.json:
         # The API's answer names who it was recorded under; so does the CLI's.
@@ -485,8 +392,8 @@ async def cmd_approve_resend(args: argparse.Namespace, cfg: settings_module.Sett
     from api.schemas import ResendOutcome
     from domain.principals import Access
 
-    by = _acting(cfg, Access.OPERATE)
-    client = await _client(cfg)
+    by = acting(cfg, Access.OPERATE)
+    client = await herald_client(cfg)
     result = await client.approve_resend(
         args.intent, channel=args.channel, by=by, reason=args.reason
     )
@@ -511,8 +418,8 @@ async def cmd_settle(args: argparse.Namespace, cfg: settings_module.Settings) ->
         raise CliError("say --rule NAME (see `herald settle --help`), --lookup, or both")
     if args.rule and not args.reason:
         raise CliError("--reason: required with --rule (recorded with the settlement)")
-    by = _acting(cfg, Access.OPERATE)
-    client = await _client(cfg)
+    by = acting(cfg, Access.OPERATE)
+    client = await herald_client(cfg)
     docs: dict[str, Any] = {}
     if args.lookup:
         looked = await client.lookup(args.intent, channel=args.channel, by=by)
@@ -549,7 +456,7 @@ async def _settle_set(args: argparse.Namespace, cfg: settings_module.Settings) -
     if not args.rule or not args.reason:
         raise CliError("--all-unknown needs --rule NAME and --reason TEXT")
     if args.confirm is None:
-        with _sessions(cfg)() as session:
+        with ledger_sessions(cfg)() as session:
             found = settlements.unknown_members(
                 session, event_type=args.event_type, category=args.category
             )
@@ -563,8 +470,8 @@ async def _settle_set(args: argparse.Namespace, cfg: settings_module.Settings) -
                 f"{args.rule} with --confirm {len(found)}"
             )
         return 3
-    by = _acting(cfg, Access.OPERATE)
-    client = await _client(cfg)
+    by = acting(cfg, Access.OPERATE)
+    client = await herald_client(cfg)
     done = await client.settle_set(
         rule=args.rule,
         reason=args.reason,
@@ -595,7 +502,7 @@ def settlement_rules_text(cfg: settings_module.Settings) -> str:
     try:
         from ledger import settlements
 
-        with _sessions(cfg)() as session:
+        with ledger_sessions(cfg)() as session:
             version, rules = settlements.active_settlement_policy(session)
             where = f"active policy {version}"
     except Exception:  # noqa: BLE001 - help must print whatever the ledger's state
@@ -646,9 +553,9 @@ async def cmd_consent(args: argparse.Namespace, cfg: settings_module.Settings) -
     clock = Clock.for_args(args.utc)
     now = datetime.now(UTC)
     # Reading needs the ledger only; recording or revoking is done as the CLI's principal.
-    by = None if listing else _acting(cfg, Access.OPERATE)
+    by = None if listing else acting(cfg, Access.OPERATE)
     # A ledger that cannot be reached is reported by `operational_error`, like every command.
-    with _sessions(cfg, writes=not listing).begin() as session:
+    with ledger_sessions(cfg, writes=not listing).begin() as session:
         if listing:
             rows = evidence.consents_of(
                 session, recipient, channel=args.channel, purpose=args.purpose

@@ -24,13 +24,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import settings as settings_module
-from cli.main import CliError, output_options
+from cli.context import CliError, herald_client
+from cli.main import output_options
 
 if TYPE_CHECKING:
     from cli.main import Command
 
 MAINTENANCE_JOBS = ("reconcile", "purge")
-"""`activities.maintenance.JOBS` (a test keeps them equal): importing it pulls in the
+"""`activities.contracts.JOBS` (a test keeps them equal): importing it pulls in the
 Temporal SDK, most of a second on every `herald` command just to build the parser."""
 
 WAIT_SECONDS = 60.0
@@ -61,10 +62,8 @@ def _done(code: int) -> int:
 async def _connected(cfg: settings_module.Settings):  # type: ignore[no-untyped-def]
     from temporalio.service import RPCError
 
-    from cli.main import _client
-
     try:
-        return await _client(cfg)
+        return await herald_client(cfg)
     except RuntimeError as err:  # Temporal unreachable
         raise CliError(f"cannot reach Temporal at {cfg.temporal_target}: {err}") from err
     except RPCError as err:
@@ -181,7 +180,7 @@ async def cmd_schedules(args: argparse.Namespace, cfg: settings_module.Settings)
         rows = await _schedules_list(client, cfg)
 
         def render(rows: list[dict[str, Any]]) -> str:
-            from cli.tables import Clock, table
+            from runtime.tables import Clock, table
 
             clock = Clock.for_args(args.utc)
             shown = [

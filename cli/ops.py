@@ -10,7 +10,8 @@ import settings as settings_module
 
 
 async def cmd_api(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
-    from cli.main import CliError, operational_error
+    from cli.context import CliError
+    from cli.main import operational_error
     from devstack.stack import read_running
 
     # Beside a running `herald dev`, reuse its Temporal and Postgres (like `herald show`).

@@ -1,2 +1,2 @@
-"""Runtime wiring shared by worker.py, api/ and cli/: structured logs and the Temporal
-Schedules that run ledger maintenance."""
+"""Runtime wiring shared by worker.py, api/, cli/ and scenarios/: structured logs, the
+Temporal Schedules that run ledger maintenance, and the text tables printed for people."""

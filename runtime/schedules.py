@@ -29,7 +29,7 @@ from temporalio.client import (
     ScheduleUpdateInput,
 )
 
-from activities.maintenance import PURGE, RECONCILE, MaintenanceInput
+from activities.contracts import PURGE, RECONCILE, MaintenanceInput
 from workflows.maintenance import MaintenanceWorkflow
 
 log = logging.getLogger("herald.schedules")

@@ -20,9 +20,9 @@ from typing import Any
 
 import httpx
 
-from cli.tables import Clock, timeline_text
 from devstack.stack import Addresses
 from ledger.models import Consent
+from runtime.tables import Clock, timeline_text
 from starter.client import HeraldClient
 from transports.smtp_sink import SmtpSink
 from workflows.notification import NotificationWorkflow

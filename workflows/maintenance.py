@@ -14,13 +14,10 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.maintenance import (
-        PURGE,
-        RECONCILE,
-        MaintenanceActivities,
-        MaintenanceInput,
-        MaintenanceResult,
-    )
+    from activities.contracts import PURGE, RECONCILE, MaintenanceInput, MaintenanceResult
+
+ACTIVITY_OF_JOB = {RECONCILE: "maintenance_reconcile", PURGE: "maintenance_purge"}
+"""Each job's activity, by name (`activities.maintenance.MaintenanceActivities`)."""
 
 JOB_TIMEOUT = timedelta(minutes=10)
 """Start-to-close bound of one job's activity; the schedule's next run comes anyway."""
@@ -35,15 +32,13 @@ JOB_RETRY = RetryPolicy(
 class MaintenanceWorkflow:
     @workflow.run
     async def run(self, input: MaintenanceInput) -> MaintenanceResult:
-        if input.job == RECONCILE:
-            method = MaintenanceActivities.reconcile
-        elif input.job == PURGE:
-            method = MaintenanceActivities.purge
-        else:
+        activity = ACTIVITY_OF_JOB.get(input.job)
+        if activity is None:
             raise ApplicationError(f"unknown maintenance job {input.job!r}", non_retryable=True)
-        return await workflow.execute_activity_method(
-            method,
+        return await workflow.execute_activity(
+            activity,
             input,
+            result_type=MaintenanceResult,
             start_to_close_timeout=JOB_TIMEOUT,
             retry_policy=JOB_RETRY,
         )

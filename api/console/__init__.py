@@ -1,8 +1,16 @@
-"""The operator console served by `herald api` at /console (see docs/console.md)."""
+"""The operator console served by `herald api` at /console (see docs/console.md).
+
+A presentation layer only: pages read `api.console.reads` (over the ledger's read models)
+and actions go through the same paths as the JSON API (`HeraldClient.cancel` and
+`approve_resend`, `ledger.evidence`), so there is one set of rules. Contact data never
+reaches a URL: the recipient search and the recipient's page are POST forms, and a
+destination is shown only in the answer to a reveal that names its reason.
+
+One module per group of pages (`PAGE_GROUPS`), each with its `router`; what they share is
+in `deps` (the session, the form checks) and `rendering` (templates and headers).
+"""
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 from fastapi import FastAPI, Request
 from fastapi.dependencies.models import Dependant
@@ -11,10 +19,21 @@ from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
 
 from api import auth
-from api.console.pages import HERE, OPEN_PAGES, SignInNeeded, console_router
+from api.console import (
+    intent,
+    intents,
+    overview,
+    policy,
+    recipient,
+    reconciliation,
+    sign_in,
+)
+from api.console.deps import SignInNeeded, signed_in
+from api.console.rendering import HERE
+from api.console.sign_in import OPEN_PAGES
 
-if TYPE_CHECKING:
-    from api.app import Ingress
+PAGE_GROUPS = (sign_in, overview, intents, intent, reconciliation, recipient, policy)
+"""Each module holds one group of pages and its `router`."""
 
 SESSION_GUARD = "the console's signed-in session (api.console); actions check the role"
 
@@ -24,31 +43,28 @@ async def _to_sign_in(request: Request, exc: Exception) -> Response:
 
 
 def _needs_session(dependant: Dependant) -> bool:
-    return any(
-        getattr(sub.call, "__name__", "") == "signed_in" or _needs_session(sub)
-        for sub in dependant.dependencies
-    )
+    return any(sub.call is signed_in or _needs_session(sub) for sub in dependant.dependencies)
 
 
-def mount_console(app: FastAPI, ingress: Ingress) -> None:
+def mount_console(app: FastAPI) -> None:
     """The console's pages and static files, and `GET /` leading to it.
 
     Every console route but the sign-in page depends on the signed-in session; it is
     checked here (a route without it refuses to mount) and registered in
     `api.auth.PUBLIC_ROUTES` as guarded by the session rather than a bearer token.
     """
-    router = console_router(ingress)
-    for route in router.routes:
-        assert isinstance(route, APIRoute)
-        keys = [f"{method} {route.path}" for method in sorted(route.methods or ())]
-        if not _needs_session(route.dependant) and not set(keys) <= OPEN_PAGES:
-            raise RuntimeError(f"console route {route.path} does not require a session")
-        for key in keys:
-            auth.PUBLIC_ROUTES.setdefault(
-                key, "the sign-in form" if key in OPEN_PAGES else SESSION_GUARD
-            )
+    for group in PAGE_GROUPS:
+        for route in group.router.routes:
+            assert isinstance(route, APIRoute)
+            keys = [f"{method} {route.path}" for method in sorted(route.methods or ())]
+            if not _needs_session(route.dependant) and not set(keys) <= OPEN_PAGES:
+                raise RuntimeError(f"console route {route.path} does not require a session")
+            for key in keys:
+                auth.PUBLIC_ROUTES.setdefault(
+                    key, "the sign-in form" if key in OPEN_PAGES else SESSION_GUARD
+                )
+        app.include_router(group.router)
     auth.PUBLIC_ROUTES.setdefault("GET /", "a redirect to the console")
-    app.include_router(router)
     app.mount("/console/static", StaticFiles(directory=HERE / "static"), name="console-static")
     app.add_exception_handler(SignInNeeded, _to_sign_in)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select
 
-from activities.email import unsubscribe_token
+from domain.unsubscribe import unsubscribe_token
 from ledger import repository as repo
 from ledger.models import Suppression
 from tests.api.conftest import (

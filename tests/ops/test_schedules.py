@@ -16,7 +16,8 @@ import pytest
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
-from activities.maintenance import PURGE, RECONCILE, MaintenanceActivities, MaintenanceInput
+from activities.contracts import PURGE, RECONCILE, MaintenanceInput
+from activities.maintenance import MaintenanceActivities
 from cli.main import main as cli_main
 from runtime.schedules import INTERVALS, ensure_schedules, job_schedules
 from workflows.maintenance import MaintenanceWorkflow

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from cli.main import DEMO_SCENARIOS, parser
-from cli.tables import Clock, table, timeline_text
 from ledger import timeline
+from runtime.tables import Clock, table, timeline_text
 
 T0 = datetime(2026, 12, 6, 18, 0, 0, tzinfo=UTC)
 
@@ -133,7 +133,7 @@ def test_every_option_of_every_command_has_help_text():
 
 
 def test_the_demo_scenarios_and_jobs_the_parser_offers_are_the_real_ones():
-    from activities.maintenance import JOBS
+    from activities.contracts import JOBS
     from cli.maint import MAINTENANCE_JOBS
     from scenarios import SCENARIOS
 

@@ -1,0 +1,168 @@
+"""One intent: its timeline, and the actions on it (cancel, approve a resend, reveal
+the destinations with a recorded reason)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated, Any
+from urllib.parse import quote
+
+from fastapi import APIRouter, Form, HTTPException, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from sqlalchemy.orm import Session
+
+from api.console import reads, sessions
+from api.console.deps import Reason, Who, checked
+from api.console.rendering import page
+from api.console.sessions import SignedIn
+from api.deps import Ingress, IngressDep
+from ledger import repository as repo
+from ledger import timeline
+from ledger.models import ReviewItem
+
+log = logging.getLogger("herald.console")
+router = APIRouter(prefix="/console", include_in_schema=False)
+
+
+@router.get("/intents/{intent_id}", response_class=HTMLResponse)
+async def intent_page(
+    request: Request,
+    who: Who,
+    ingress: IngressDep,
+    done: Annotated[str | None, Query(max_length=40)] = None,
+) -> HTMLResponse:
+    return await render_intent(ingress, request, who, request.path_params["intent_id"], done=done)
+
+
+async def render_intent(
+    ingress: Ingress,
+    request: Request,
+    who: SignedIn,
+    intent_id: str,
+    *,
+    done: str | None = None,
+    revealed: dict[str, str] | None = None,
+) -> HTMLResponse:
+    if "\x00" in intent_id:
+        raise HTTPException(404, "no such intent")
+
+    def work(session: Session) -> tuple[dict[str, Any], list[ReviewItem]]:
+        doc = timeline.timeline(session, intent_id)
+        return doc, reads.review_items_of(session, doc["intent"]["id"])
+
+    try:
+        doc, review = await ingress.tx(work)
+    except repo.NotFound as err:
+        raise HTTPException(404, "no such intent") from err
+    intent = doc["intent"]
+    notice = None
+    if done in ("cancel", "approve-resend") and doc["operator_actions"]:
+        last = [a for a in doc["operator_actions"] if a["action"] == done]
+        if last:
+            notice = last[-1]
+    open_states = ("pending", "scheduled", "deferred", "sending", "sent")
+    return page(
+        request,
+        "intent.html",
+        who,
+        doc=doc,
+        intent=intent,
+        events=reads.events_of(doc),
+        sentence=reads.outcome_sentence(doc),
+        channels=[c for c in intent["channel_plan"]["channels"]],
+        mask=reads.mask,
+        revealed=revealed,
+        notice=notice,
+        review=review,
+        refresh=revealed is None and intent["state"] in open_states,
+        temporal_url=_workflow_url(ingress, intent["workflow_id"]),
+    )
+
+
+@router.post("/intents/{intent_id}/cancel")
+async def cancel(
+    intent_id: str,
+    who: Who,
+    reason: Reason,
+    ingress: IngressDep,
+    csrf: Annotated[str | None, Form()] = None,
+) -> Response:
+    checked(who, csrf, act=True)
+    try:
+        await ingress.client.cancel(intent_id, by=who.principal, reason=reason)
+    except repo.NotFound as err:
+        raise HTTPException(404, "no such intent") from err
+    return RedirectResponse(f"/console/intents/{quote(intent_id)}?done=cancel", 303)
+
+
+@router.post("/intents/{intent_id}/approve-resend")
+async def approve_resend(
+    intent_id: str,
+    who: Who,
+    reason: Reason,
+    channel: Annotated[str, Form(pattern="^(sms|email)$")],
+    ingress: IngressDep,
+    csrf: Annotated[str | None, Form()] = None,
+) -> Response:
+    checked(who, csrf, act=True)
+    try:
+        await ingress.client.approve_resend(
+            intent_id, channel=channel, by=who.principal, reason=reason
+        )
+    except repo.NotFound as err:
+        raise HTTPException(404, "no such intent") from err
+    return RedirectResponse(f"/console/intents/{quote(intent_id)}?done=approve-resend", 303)
+
+
+@router.post("/intents/{intent_id}/reveal", response_class=HTMLResponse)
+async def reveal(
+    request: Request,
+    intent_id: str,
+    who: Who,
+    reason: Reason,
+    ingress: IngressDep,
+    csrf: Annotated[str | None, Form()] = None,
+) -> HTMLResponse:
+    """The destinations in clear, in this answer only, with the reveal recorded."""
+    checked(who, csrf, act=True)
+    now = sessions.now()
+
+    def work(session: Session) -> dict[str, str]:
+        intent = repo.get_intent(session, intent_id)
+        shown = {
+            channel: ingress.client.decrypt_field(ct, context=intent.business_key)
+            for channel, ct in (
+                ("sms", intent.sms_destination_ct),
+                ("email", intent.email_destination_ct),
+            )
+            if ct
+        }
+        repo.record_operator_action(
+            session,
+            intent_id=intent.id,
+            action="reveal",
+            operator=who.principal.name,
+            operator_role=who.principal.role.value,
+            reason=reason,
+            outcome="accepted" if shown else "refused",
+            at=now,
+            detail={"channels": sorted(shown)} if shown else {"why": "purged"},
+        )
+        return shown
+
+    try:
+        shown = await ingress.tx(work)
+    except repo.NotFound as err:
+        raise HTTPException(404, "no such intent") from err
+    log.info("console reveal by %s on intent %s", who.principal.name, intent_id)
+    return await render_intent(ingress, request, who, intent_id, revealed=shown)
+
+
+def _workflow_url(ingress: Ingress, workflow_id: str) -> str | None:
+    if not ingress.temporal_ui_url:
+        return None
+    namespace = getattr(ingress.client.temporal, "namespace", "default")
+    return (
+        f"{ingress.temporal_ui_url.rstrip('/')}/namespaces/{quote(namespace, safe='')}"
+        f"/workflows/{quote(workflow_id, safe='')}"
+    )

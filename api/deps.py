@@ -1,0 +1,87 @@
+"""What the routers share, below the app factory: the `Ingress` (built once by
+`api.server` or `herald dev`, kept on `app.state`) and the dependency that hands it to
+a route. Routers import this module, never `api.app`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any
+
+from fastapi import Depends, Request
+from twilio.request_validator import RequestValidator
+
+from api import idempotency
+from api.auth import Authenticator
+from api.metrics import build_registry
+from ledger.transactions import in_transaction
+from starter.client import HeraldClient
+
+MAX_BODY_BYTES = 64 * 1024
+"""The largest request body the app reads (413 beyond it, `api.app.BodyLimit`)."""
+
+
+class Ingress:
+    """What the routes need; built once by `create_app`."""
+
+    def __init__(
+        self,
+        client: HeraldClient,
+        *,
+        auth_token: str,
+        public_base_url: str,
+        operator_token: str | None,
+        unsubscribe_secret: str,
+        temporal_ui_url: str | None = None,
+    ) -> None:
+        self.client = client
+        self.temporal_ui_url = temporal_ui_url
+        """The Temporal Web UI's base URL, for the console's link to a workflow."""
+        self.validator = RequestValidator(auth_token)
+        self.public_base_url = public_base_url.rstrip("/")
+        # HERALD_OPERATOR_TOKEN: the break-glass admin (optional in dev).
+        self.auth = Authenticator(client.sessions, break_glass_token=operator_token)
+        self.unsubscribe_secret = unsubscribe_secret
+        self.registry, self.counters = build_registry(client.sessions)
+        self.idempotency = idempotency.IdempotencyStore(client.sessions)
+        """Idempotency-Key records for `POST /v1/intents`."""
+        self._probes: dict[str, asyncio.Future[Any]] = {}
+
+    async def tx(self, work):  # type: ignore[no-untyped-def]
+        return await in_transaction(self.client.sessions, work)
+
+    def probe(self, name: str, start: Callable[[], Awaitable[Any]]) -> Awaitable[Any]:
+        """The readiness probe `name`, shared: while one is still running (a database that
+        hangs keeps a thread until its own timeouts), later requests wait on the same one
+        instead of starting another, so probes never fill the thread pool."""
+        running = self._probes.get(name)
+        if running is None or running.done():
+            running = self._probes[name] = asyncio.ensure_future(start())
+            # Its outcome may reach no request (all timed out): retrieve it, no warning.
+            running.add_done_callback(lambda f: f.cancelled() or f.exception())
+        return asyncio.shield(running)
+
+    def public_url(self, request: Request) -> str:
+        """The URL the provider called and signed: the public origin, then the path and
+        query exactly as they arrived. The path is taken undecoded (`raw_path`): a provider
+        that called `/v1/receipts/%73ms` signed those bytes, not the `/v1/receipts/sms` the
+        router matched, and the official validator compares it so."""
+        raw_path = request.scope.get("raw_path")
+        if raw_path:
+            # Some servers (and httpx's ASGI transport) include the query in raw_path.
+            path = raw_path.partition(b"?")[0].decode("latin-1")
+        else:
+            path = request.url.path
+        query = request.scope.get("query_string", b"").decode("latin-1")
+        return f"{self.public_base_url}{path}{'?' + query if query else ''}"
+
+
+def current_ingress(request: Request) -> Ingress:
+    """The app's `Ingress` (set by `api.app.create_app`)."""
+    ingress: Ingress = request.app.state.ingress
+    return ingress
+
+
+IngressDep = Annotated[Ingress, Depends(current_ingress)]
+"""A route's `Ingress`: its client, authenticator, counters and settings."""

@@ -1,0 +1,23 @@
+"""The one-click unsubscribe reference (RFC 8058): an attempt token signed with the
+unsubscribe secret, so the link carries no address. The email activity signs it and the
+API verifies it; both import it from here."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+
+def unsubscribe_token(secret: str, token: str) -> str:
+    """A signed, opaque unsubscribe reference for one attempt (no address inside)."""
+    mac = hmac.new(secret.encode(), token.encode(), hashlib.sha256).hexdigest()[:32]
+    return f"{token}.{mac}"
+
+
+def verify_unsubscribe_token(secret: str, value: str) -> str | None:
+    """The attempt token `value` was signed for, or None when the signature is not ours."""
+    token, _, mac = value.rpartition(".")
+    expected = unsubscribe_token(secret, token).encode("utf-8")
+    if token and hmac.compare_digest(expected, value.encode("utf-8", "surrogatepass")):
+        return token
+    return None

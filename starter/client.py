@@ -514,7 +514,11 @@ class HeraldClient:
         intent's workflow (the lookup runs where the transports live, and is recorded)."""
         intent_id, handle, running = await self._handle(id_or_key)
         if not running:
-            return LookupResult(False, message="the intent's workflow has finished")
+            refusal = "the intent's workflow has finished; there is nothing left to settle"
+            await self._record_action(
+                intent_id, "lookup", by, "", "refused", {"why": refusal, "channel": channel}
+            )
+            return LookupResult(False, message=refusal)
         try:
             return await handle.execute_update(
                 LOOKUP,
@@ -527,7 +531,11 @@ class HeraldClient:
                 result_type=LookupResult,
             )
         except WorkflowUpdateFailedError as err:
-            return LookupResult(False, message=_update_refusal(err))
+            refusal = _update_refusal(err)
+            await self._record_action(
+                intent_id, "lookup", by, "", "refused", {"why": refusal, "channel": channel}
+            )
+            return LookupResult(False, message=refusal)
 
     def _prove(
         self, action: str, intent_id: str, by: Principal, reason: str, subject: str = ""

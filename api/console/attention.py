@@ -120,7 +120,9 @@ def applicable_actions(session: Session, doc: dict[str, Any]) -> Actions:
     for a in doc["attempts"]:
         if a["number"] >= latest.get(a["channel"], {"number": 0})["number"]:
             latest[a["channel"]] = a
-    actions = Actions(cancel=intent["state"] in OPEN_STATES or awaiting is not None)
+    # A cancel is taken until one is recorded: after delivery it closes nothing and
+    # recalls nothing, and the ledger records that race (the class-opening story).
+    actions = Actions(cancel=intent.get("cancelled_at") is None)
     if awaiting == settlements.AWAITING_SETTLEMENT:
         actions.settle_channels = sorted(
             c
@@ -142,10 +144,16 @@ def applicable_actions(session: Session, doc: dict[str, Any]) -> Actions:
         has_lookup = all(settlements.provider_has_lookup(c) for c in actions.settle_channels)
         actions.lookup = any(settlements.provider_has_lookup(c) for c in actions.settle_channels)
         actions.rules = [r.as_dict() for r in policy.offered(provider_has_lookup=has_lookup)]
-    if not (actions.cancel or actions.resend_channels or actions.settle_channels):
-        actions.none_because = (
-            f"The intent is {intent['state']} and its workflow no longer waits for an "
-            "operator: nothing is left to cancel, settle or resend. Record a new intent to "
-            "send again."
-        )
+    if not (actions.resend_channels or actions.settle_channels):
+        if intent["state"] in OPEN_STATES:
+            actions.none_because = (
+                f"The intent is {intent['state']}: there is nothing to settle or resend "
+                "while its workflow is still at work."
+            )
+        else:
+            actions.none_because = (
+                f"The intent is {intent['state']} and its workflow no longer waits for an "
+                "operator: there is nothing to settle or resend. Record a new intent to "
+                "send again."
+            )
     return actions

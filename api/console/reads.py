@@ -772,6 +772,7 @@ def reconciliation(session: Session, now: datetime) -> list[SetSummary]:
                         "found_at": when(item.found_at),
                         "intent_id": detail.get("intent_id"),
                         "business_key": detail.get("business_key"),
+                        "channel": detail.get("channel"),
                     }
                 )
         oldest = oldest_since or oldest_found

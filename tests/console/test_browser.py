@@ -191,11 +191,10 @@ async def test_an_operator_and_a_viewer_work_the_console_in_a_browser(stack, con
             )
             await expect(sentence).to_contain_text("and cannot be recalled.")
 
-            # An approve-resend of a finished intent is refused in words.
-            await page.get_by_label("Reason for the resend").fill("member says nothing came")
-            await page.get_by_role("button", name="Approve resend").click()
-            await expect(page.locator("#notice")).to_contain_text(
-                "Refused: the intent's workflow has finished; record a new intent instead"
+            # A finished intent offers no resend, and says why in words.
+            await expect(page.get_by_role("button", name="Approve resend")).to_have_count(0)
+            await expect(page.locator("#no-actions")).to_contain_text(
+                "its workflow no longer waits for an operator"
             )
             await shot(page, "intent")
 
@@ -219,7 +218,7 @@ async def test_an_operator_and_a_viewer_work_the_console_in_a_browser(stack, con
             await page.get_by_role("link", name="Reconciliation").click()
             await shot(page, "reconciliation")
             item = page.locator("article.item", has_text=opening.business_key)
-            await item.get_by_label("Resolution note").fill("checked with the carrier")
+            await item.get_by_label("No action: why").fill("checked with the carrier")
             await item.get_by_role("button", name="Resolve").click()
             await expect(page.locator("article.item", has_text=opening.business_key)).to_have_count(
                 0

@@ -66,5 +66,6 @@ def test_a_finished_intent_says_why_nothing_applies(db, cipher):
 
     _observe(db, attempt.token, AttemptState.DELIVERED, at=NOW)
     offered = attention.applicable_actions(db, ledger_timeline.timeline(db, intent_id))
-    assert not (offered.cancel or offered.resend_channels or offered.settle_channels)
+    assert not (offered.resend_channels or offered.settle_channels)
     assert "no longer waits for an operator" in offered.none_because
+    assert offered.cancel  # recorded as recalling nothing, as the class-opening story does

@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from prometheus_client import Counter, Histogram
-from sqlalchemy import func, select, update
+from sqlalchemy import String, func, literal, select, update
 from sqlalchemy.orm import Session
 
 from domain import policy as domain_policy
@@ -79,10 +79,17 @@ class Settled:
     policy_version: str = ""
 
 
+_PARSED: dict[str, settlement.SettlementPolicy] = {}
+"""Settlement rules by policy version: a version is immutable, so it is parsed once per
+process (the console reads the rules on every page that offers them)."""
+
+
 def active_settlement_policy(session: Session) -> tuple[str, settlement.SettlementPolicy]:
     version = repo.active_policy_version(session)
-    parsed = domain_policy.load_policy(repo.policy_document(session, version))
-    return version, parsed.settlement
+    if version not in _PARSED:
+        parsed = domain_policy.load_policy(repo.policy_document(session, version))
+        _PARSED[version] = parsed.settlement
+    return version, _PARSED[version]
 
 
 def latest_lookup_at(session: Session, attempt_id: int) -> datetime | None:
@@ -456,18 +463,22 @@ def unknown_members(
 ) -> list[SetMember]:
     """The open `unknown_outcome` items whose attempt is still unknown and whose intent
     still waits for a settlement, oldest first, filtered by event type and category."""
-    attempt_id = func.cast(func.split_part(ReviewItem.subject, ":", 2), Attempt.id.type)
+    # From the intents that wait for a settlement (a partial index), to their unknown
+    # attempts, to each one's item by (kind, subject) (the unique index): a few index
+    # reads however many review items are open.
+    subject = literal("attempt:") + func.cast(Attempt.id, String)
     query = (
         select(Intent.id, Intent.business_key, Attempt.channel, Attempt.token)
-        .select_from(ReviewItem)
-        .join(Attempt, Attempt.id == attempt_id)
-        .join(Intent, Intent.id == Attempt.intent_id)
+        .select_from(Intent)
+        .join(Attempt, Attempt.intent_id == Intent.id)
+        .join(
+            ReviewItem,
+            (ReviewItem.kind == reconcile.UNKNOWN_OUTCOME) & (ReviewItem.subject == subject),
+        )
         .where(
-            ReviewItem.kind == reconcile.UNKNOWN_OUTCOME,
-            ReviewItem.resolved_at.is_(None),
-            ReviewItem.subject.like("attempt:%"),
-            Attempt.state == AttemptState.UNKNOWN.value,
             Intent.awaiting == AWAITING_SETTLEMENT,
+            Attempt.state == AttemptState.UNKNOWN.value,
+            ReviewItem.resolved_at.is_(None),
         )
         .order_by(ReviewItem.found_at, ReviewItem.id)
         .limit(limit)

@@ -143,3 +143,45 @@ async def test_a_bulk_settle_whose_count_changed_settles_nothing(committed, ciph
     )
     assert done.members == 0 and done.settled == []
     assert done.refused_all.startswith("the set has 0 member(s) now, not 1000000")
+
+
+async def test_a_settlement_through_temporal_without_proof_is_recorded_as_unauthenticated(  # type: ignore[no-untyped-def]
+    committed, cipher
+):
+    from datetime import timedelta
+
+    from activities.contracts import SettlementInput
+    from domain.states import AttemptState
+    from ledger import repository as repo
+    from ledger.repository import ObservationFacts
+
+    key = f"acting-proof:{uuid.uuid4().hex[:8]}"
+    token = await intents.prepared(
+        committed, cipher, intents.demo_request(key, "+447400000126"), "sms"
+    )
+    now = datetime.now(UTC)
+    with committed.begin() as session:
+        repo.record_observation(
+            session,
+            ObservationFacts("horizon", "unknown", AttemptState.UNKNOWN, now, f"h:{token}"),
+            token=token,
+        )
+        intent_id = repo.get_intent(session, key).id
+    # `temporal workflow update execute --name settle --input '{"operator": "root", ...}'`
+    recorded = await LedgerActivities(committed, cipher).record_settlement(
+        SettlementInput(
+            intent_id,
+            token,
+            "carrier-ticket-not-delivered",
+            "lost",
+            "T-9",
+            "root",
+            "admin",
+            "",
+            now + timedelta(hours=1),
+        )  # fmt: skip
+    )
+    assert recorded.refused == "" and recorded.operator == proof.UNAUTHENTICATED
+    (action,) = [a for a in actions(committed, intent_id) if a.action == "settle"]
+    assert action.operator == proof.UNAUTHENTICATED and action.operator_role is None
+    assert action.detail["claimed_operator"] == "root" and action.detail["proof"] == "none"

@@ -461,6 +461,12 @@ def record_observation(
     )
     if learned_remote_id:
         _adopt_orphans(session, attempt, facts.remote_id or "", times)
+    if transition is not None and transition.verdict == Verdict.REPLACES_SETTLEMENT:
+        # The provider contradicted an operator's settlement: a person looks at it now,
+        # not at the next sweep. (Imported here: the reconciler builds on this module.)
+        from ledger.settlements import file_replaced_settlement
+
+        file_replaced_settlement(session, observation_id=inserted, at=facts.observed_at)
     return ObservationResult(
         transition.verdict.value if transition else "stale",
         attempt.state,

@@ -351,6 +351,42 @@ def record_waiting(
     ]
 
 
+def file_replaced_settlement(session: Session, *, observation_id: int, at: datetime) -> None:
+    """File the conflicting-terminal review item for a provider's terminal that replaced an
+    operator's settlement, at once (the sweep would find it too: the row is flagged)."""
+    row = session.execute(
+        select(Observation, Attempt, Intent)
+        .join(Attempt, Attempt.id == Observation.attempt_id)
+        .join(Intent, Intent.id == Attempt.intent_id)
+        .where(Observation.id == observation_id)
+    ).one_or_none()
+    if row is None:
+        return
+    obs, attempt, intent = row
+    reconcile.record_review_items(
+        session,
+        [
+            reconcile.ReviewRow(
+                kind=reconcile.CONFLICTING_OBSERVATION,
+                subject=f"observation:{obs.id}",
+                since=obs.observed_at,
+                age=at - obs.observed_at,
+                intent_id=intent.id,
+                business_key=intent.business_key,
+                detail={
+                    "attempt_token": attempt.token,
+                    "channel": attempt.channel,
+                    "observation_id": obs.id,
+                    "source": obs.source,
+                    "observed_status": obs.normalized_status,
+                    "replaced": "an operator's settlement",
+                },
+            )
+        ],
+        at,
+    )
+
+
 def close_settled_items(session: Session, *, at: datetime) -> list[tuple[int, str]]:
     """The sweep's half of the lifecycle: close each open item about an unresolved
     attempt whose attempt a later observation settled, saying which. Returns (item id,

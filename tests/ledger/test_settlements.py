@@ -147,6 +147,12 @@ def test_the_providers_later_terminal_replaces_a_settlement_and_is_flagged(db, c
         None,
         None,
     )
+    # Filed at once, not at the next sweep (which would find the flagged row too).
+    filed = db.execute(
+        select(ReviewItem).where(ReviewItem.subject == f"observation:{late.observation_id}")
+    ).scalar_one()
+    assert filed.kind == reconcile.CONFLICTING_OBSERVATION and filed.resolved_at is None
+    assert filed.detail["replaced"] == "an operator's settlement"
     rows = reconcile.find(db, now=NOW + timedelta(minutes=10))
     assert any(
         r.kind == reconcile.CONFLICTING_OBSERVATION and r.intent_id == intent_id for r in rows

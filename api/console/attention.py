@@ -50,22 +50,17 @@ def needs_attention(session: Session, now: datetime) -> Attention:
     open_items = ReviewItem.resolved_at.is_(None)
     event_type = ReviewItem.detail["event_type"].as_string()
     category = ReviewItem.detail["category"].as_string()
-    totals: dict[str, tuple[int, datetime]] = {
-        kind: (n, oldest)
-        for kind, n, oldest in session.execute(
-            select(ReviewItem.kind, func.count(), func.min(ReviewItem.found_at))
-            .where(open_items)
-            .group_by(ReviewItem.kind)
-        )
-    }
+    # One pass over the open items (the partial index): counts, oldest and exposure.
+    totals: dict[str, tuple[int, datetime]] = {}
     exposure: dict[str, Counter[tuple[str, str]]] = {}
-    if totals:
-        for kind, e, c, n in session.execute(
-            select(ReviewItem.kind, event_type, category, func.count())
-            .where(open_items)
-            .group_by(ReviewItem.kind, event_type, category)
-        ):
-            exposure.setdefault(kind, Counter())[(e or "(none)", c or "(none)")] += n
+    for kind, e, c, n, oldest in session.execute(
+        select(ReviewItem.kind, event_type, category, func.count(), func.min(ReviewItem.found_at))
+        .where(open_items)
+        .group_by(ReviewItem.kind, event_type, category)
+    ):
+        count, first = totals.get(kind, (0, oldest))
+        totals[kind] = (count + n, min(first, oldest))
+        exposure.setdefault(kind, Counter())[(e or "(none)", c or "(none)")] += n
     sets = sorted(
         (
             OpenSet(

@@ -312,6 +312,9 @@ class ReviewItem(Base):
     resolved_at: Mapped[datetime | None]
     resolved_by: Mapped[str | None] = mapped_column(String(120))
     """The signed-in principal who resolved it (the console)."""
+    event_type: Mapped[str | None] = mapped_column(String(80))
+    """The intent's event type, for the set's exposure (also in `detail`)."""
+    category: Mapped[str | None] = mapped_column(String(20))
     resolution_note: Mapped[str | None] = mapped_column(Text)
 
 

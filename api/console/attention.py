@@ -48,8 +48,7 @@ class Attention:
 
 def needs_attention(session: Session, now: datetime) -> Attention:
     open_items = ReviewItem.resolved_at.is_(None)
-    event_type = ReviewItem.detail["event_type"].as_string()
-    category = ReviewItem.detail["category"].as_string()
+    event_type, category = ReviewItem.event_type, ReviewItem.category
     # One pass over the open items (the partial index): counts, oldest and exposure.
     totals: dict[str, tuple[int, datetime]] = {}
     exposure: dict[str, Counter[tuple[str, str]]] = {}

@@ -20,6 +20,14 @@ def upgrade() -> None:
     op.add_column("attempt", sa.Column("settled_resend_allowed", sa.Boolean(), nullable=True))
     op.add_column("intent", sa.Column("awaiting", sa.String(length=20), nullable=True))
     op.add_column("intent", sa.Column("awaiting_until", sa.DateTime(timezone=True), nullable=True))
+    # A review item's exposure as columns (it was only in the JSON detail): the overview
+    # groups every open item by them on each view.
+    op.add_column("review_item", sa.Column("event_type", sa.String(length=80), nullable=True))
+    op.add_column("review_item", sa.Column("category", sa.String(length=20), nullable=True))
+    op.execute(
+        "UPDATE review_item SET event_type = detail->>'event_type', "
+        "category = detail->>'category' WHERE detail IS NOT NULL"
+    )
     # The console's "needs attention": intents waiting for an operator, soonest first.
     op.create_index(
         "ix_intent_awaiting_until",
@@ -31,6 +39,8 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_index("ix_intent_awaiting_until", table_name="intent")
+    op.drop_column("review_item", "category")
+    op.drop_column("review_item", "event_type")
     op.drop_column("intent", "awaiting_until")
     op.drop_column("intent", "awaiting")
     op.drop_column("attempt", "settled_resend_allowed")

@@ -336,6 +336,52 @@ def test_demo_runs_its_story_on_the_running_stack(dev: Stack) -> None:
     assert "== class-opening: as the story says" in done.stdout
 
 
+def test_settle_from_another_terminal_then_resend(dev: Stack, member: str) -> None:
+    # `herald settle --help` lists the running stack's active policy's rules.
+    helped = dev.herald("settle", "--help")
+    assert "settlement rules (active policy demo-2026-12-07.1;" in helped.stdout, helped.stdout
+    assert "carrier-confirmed-not-delivered" in helped.stdout
+    phone = f"+4474005{uuid.uuid4().int % 100_000:05d}"
+    scripted = httpx.post(
+        f"{dev.addresses['simulator']}/_sim/script",
+        json={"to": phone, "fault": "never_resolves", "count": 1},
+        timeout=10,
+    )
+    assert scripted.status_code == 200, scripted.text
+    key = f"class-opening:c-9087:{member}"
+    dev.herald(
+        "send", "--key", key, "--recipient", member, "--template", "class-opening",
+        "--phone", phone, "--vars", json.dumps(VARIABLES), "--json",
+    ).json()  # fmt: skip
+    rule = "carrier-confirmed-not-delivered"
+    refused = dev.herald("settle", key, "--rule", rule, "--reason", "r")
+    assert refused.returncode == 3 and "refused: " in refused.stdout, refused.stdout
+    # Past the demo policy's 60 s polling horizon the intent waits for a settlement.
+    deadline = time.monotonic() + 120
+    while _show(dev, key)["intent"]["awaiting"] != "settlement":
+        assert time.monotonic() < deadline, "the intent never waited for a settlement"
+        time.sleep(1)
+    shown = dev.herald("show", key).stdout
+    assert "waiting for a settlement of the unknown sms attempt until" in shown, shown
+    settled = dev.herald(
+        "settle", key, "--lookup", "--rule", "carrier-confirmed-not-delivered",
+        "--reason", "carrier holds it stuck at sent",
+    )  # fmt: skip
+    assert settled.returncode == 0, settled.stdout + settled.stderr
+    assert "lookup: the provider holds it as sent" in settled.stdout
+    assert "settled: settled as undelivered under carrier-confirmed-not-delivered" in (
+        settled.stdout
+    )
+    assert dev.herald("approve-resend", key, "--reason", "settled").returncode == 0
+    text = _wait_for_text(dev, key, "  => sms #2: delivered")
+    assert any("settle by " in line and ": accepted - carrier holds" in line for line in text)
+    reconciled = dev.herald("reconcile", "--json").json()
+    assert any(
+        x["business_key"] == key and x["rule"] == "carrier-confirmed-not-delivered"
+        for x in reconciled["settlements"]
+    )
+
+
 @pytest.mark.parametrize("command", ["cancel", "approve-resend"])
 def test_an_operator_action_on_an_unknown_key_is_one_line(dev: Stack, command: str) -> None:
     done = dev.herald(command, "no-such:key-1", "--reason", "why")

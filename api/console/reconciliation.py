@@ -15,7 +15,7 @@ from api.console import reads, sessions
 from api.console.deps import Reason, Who, checked
 from api.console.rendering import page
 from api.deps import IngressDep
-from ledger import settlements
+from ledger import reconcile, settlements
 from ledger.models import ReviewItem
 from ledger.principals import record_audit
 
@@ -47,6 +47,26 @@ async def reconciliation(request: Request, who: Who, ingress: IngressDep) -> HTM
         settleable=settleable,
         bulk=request.query_params.get("bulk"),
     )
+
+
+@router.post("/reconciliation/sweep")
+async def sweep_now(
+    who: Who, ingress: IngressDep, csrf: Annotated[str | None, Form()] = None
+) -> Response:
+    """Run the reconcile sweep now, on demand (the schedule runs it every 5 minutes):
+    file what it finds, close the items a later observation settled."""
+    checked(who, csrf, act=True)
+    now = sessions.now()
+
+    def work(session: Session) -> str:
+        rows = reconcile.find(session, now=now)
+        filed = reconcile.record_review_items(session, rows, now)
+        closed = settlements.close_settled_items(session, at=now)
+        return f"the sweep found {len(rows)}, filed {filed} new and closed {len(closed)} settled"
+
+    outcome = await ingress.tx(work)
+    log.info("console sweep by %s: %s", who.principal.name, outcome)
+    return RedirectResponse(f"/console/reconciliation?{urlencode({'bulk': outcome})}", 303)
 
 
 @router.post("/reconciliation/unknown_outcome/settle")

@@ -626,3 +626,39 @@ async def test_the_overview_opens_with_what_needs_a_person(http, committed, ciph
     assert bulk.status_code == 303
     shown = await http.get(bulk.headers["location"])
     assert "member(s) now, not 0" in shown.text
+
+
+async def test_the_sweep_runs_on_demand_and_closes_what_a_later_observation_settled(
+    http, committed, cipher
+):
+    from ledger import settlements
+
+    sent = submitted_attempt(committed, cipher)
+    now = datetime.now(UTC)
+    with committed.begin() as session:
+        session.execute(
+            update(Attempt).where(Attempt.id == sent.attempt_id).values(state="unknown")
+        )
+        settlements.record_waiting(
+            session,
+            intent_id=sent.intent_id,
+            awaiting="settlement",
+            until=now + timedelta(hours=1),
+            tokens=[sent.token],
+            expired_unsettled=[],
+            at=now,
+        )
+        # A late receipt settles the attempt (here written directly).
+        session.execute(
+            update(Attempt).where(Attempt.id == sent.attempt_id).values(state="delivered")
+        )
+    csrf = await sign_in(http, *principal(committed, Role.OPERATOR))
+    done = await http.post("/console/reconciliation/sweep", data={"csrf": csrf})
+    assert done.status_code == 303
+    page = await http.get(done.headers["location"])
+    assert "the sweep found" in page.text and "closed" in page.text
+    with committed() as session:
+        item = session.execute(
+            select(ReviewItem).where(ReviewItem.subject == f"attempt:{sent.attempt_id}")
+        ).scalar_one()
+    assert item.resolved_at is not None and item.resolved_by == "reconciler"

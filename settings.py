@@ -10,8 +10,9 @@ from __future__ import annotations
 import secrets
 from functools import cached_property
 from pathlib import Path
+from typing import Literal
 
-from pydantic import SecretStr, field_validator
+from pydantic import SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from domain.senders import DEV_EMAIL_SENDER, DEV_SMS_SENDER, SenderBook
@@ -22,8 +23,9 @@ SIMULATOR_AUTH_TOKEN = "simulator-auth-token"
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="HERALD_", extra="ignore")
 
-    env: str = "dev"
-    """`dev` (embedded defaults, generated secrets) or `production` (secrets required)."""
+    env: Literal["dev", "production"] = "dev"
+    """`dev` (embedded defaults, generated secrets) or `production` (every secret required,
+    checked whenever a Settings is built: see :meth:`_production_has_its_secrets`)."""
     data_dir: Path = Path(".herald")
     """Everything the embedded stack keeps: Temporal SQLite, Postgres data, keys, mail."""
 
@@ -148,7 +150,7 @@ class Settings(BaseSettings):
         """
         if self.data_key is not None:
             return self.data_key.get_secret_value()
-        if self.env != "dev":
+        if self.env == "production":
             raise RuntimeError("HERALD_DATA_KEY is required outside dev; refusing to start")
         path = self.data_path / "data.key"
         if not create and not path.exists():
@@ -162,22 +164,36 @@ class Settings(BaseSettings):
     def resolved_unsubscribe_secret(self) -> str:
         if self.unsubscribe_secret is not None:
             return self.unsubscribe_secret.get_secret_value()
-        if self.env != "dev":
+        if self.env == "production":
             raise RuntimeError(
                 "HERALD_UNSUBSCRIBE_SECRET is required outside dev; refusing to start"
             )
         return _dev_secret(self.data_path / "unsubscribe.secret", lambda: secrets.token_urlsafe(32))
 
-    def check_production(self) -> None:
-        """Outside dev every secret must be set explicitly; the simulator's defaults would let
-        anyone who read this file sign receipts."""
+    @model_validator(mode="after")
+    def _production_has_its_secrets(self) -> Settings:
+        """In production every secret is set explicitly, checked when the settings are
+        built, so no caller can forget it (the bench and the tests build Settings()
+        directly): the simulator's defaults would let anyone who read this file sign
+        receipts, and a generated key would encrypt where no other process looks."""
         if self.env == "dev":
-            return
-        if self.sms_auth_token.get_secret_value() == SIMULATOR_AUTH_TOKEN:
-            raise RuntimeError("HERALD_SMS_AUTH_TOKEN is required outside dev; refusing to start")
-        self.resolved_data_keys()
-        self.resolved_operator_token()
-        self.resolved_unsubscribe_secret()
+            return self
+        missing = [
+            name
+            for name, unset in (
+                (
+                    "HERALD_SMS_AUTH_TOKEN",
+                    self.sms_auth_token.get_secret_value() == SIMULATOR_AUTH_TOKEN,
+                ),
+                ("HERALD_DATA_KEY", self.data_key is None),
+                ("HERALD_OPERATOR_TOKEN", self.operator_token is None),
+                ("HERALD_UNSUBSCRIBE_SECRET", self.unsubscribe_secret is None),
+            )
+            if unset
+        ]
+        if missing:
+            raise ValueError(f"HERALD_ENV=production needs {', '.join(missing)}; refusing to start")
+        return self
 
     def sender_book(self) -> SenderBook:
         """The real sender of every policy alias, checked against the packaged policy
@@ -208,7 +224,7 @@ class Settings(BaseSettings):
         """The break-glass token; None in dev when unset (principals do the work there)."""
         if self.operator_token is not None:
             return self.operator_token.get_secret_value()
-        if self.env != "dev":
+        if self.env == "production":
             raise RuntimeError("HERALD_OPERATOR_TOKEN is required outside dev; refusing to start")
         return None
 
@@ -265,6 +281,20 @@ def write_secret_file(path: Path, value: str) -> None:
 
 
 def load() -> Settings:
-    cfg = Settings()
-    cfg.check_production()
-    return cfg
+    """The settings from the environment (production's secrets checked as they are built)."""
+    return Settings()
+
+
+def problem(err: Exception) -> str:
+    """One line for a settings error: each bad HERALD_* variable and what is wrong with it
+    (pydantic's own text spans lines and repeats the value, which may be a secret)."""
+    if not isinstance(err, ValidationError):
+        lines = str(err).strip().splitlines()
+        return lines[0] if lines else type(err).__name__
+    lines = []
+    for e in err.errors(include_url=False, include_input=False):
+        message = e["msg"].removeprefix("Value error, ")
+        where = "_".join(str(part) for part in e["loc"]).upper()
+        # A check of the whole object (production's secrets) names its variables itself.
+        lines.append(f"HERALD_{where}: {message}" if where else message)
+    return "; ".join(lines)

@@ -264,9 +264,14 @@ def healthy(path: Path, *, max_age: float = ALIVE_MAX_AGE_SECONDS) -> bool:
         return False
 
 
-async def main(*, relay: bool = RELAY_IN_WORKER, schedules: bool = SCHEDULES_AT_START) -> None:
+async def main(
+    cfg: settings_module.Settings | None = None,
+    *,
+    relay: bool = RELAY_IN_WORKER,
+    schedules: bool = SCHEDULES_AT_START,
+) -> None:
     configure_logging()
-    cfg = settings_module.load()
+    cfg = cfg or settings_module.load()
     # Before anything connects: a sender no provider would take is a start-up error.
     senders = cfg.sender_book()
     if not ensure_workflow_bytecode():
@@ -329,7 +334,13 @@ if __name__ == "__main__":
     if sys.argv[1:] == ["--healthcheck"]:
         sys.exit(0 if healthy(alive_file(settings_module.Settings())) else 1)
     try:
-        run(main())
-    except RuntimeError as err:  # missing production secrets, bad sender settings
+        # A malformed HERALD_* value or production without its secrets: one line, no traceback.
+        settings = settings_module.load()
+    except ValueError as err:
+        print(f"herald worker: settings: {settings_module.problem(err)}", file=sys.stderr)
+        sys.exit(2)
+    try:
+        run(main(settings))
+    except RuntimeError as err:  # bad sender settings
         print(f"herald worker: {err}", file=sys.stderr)
         sys.exit(2)

@@ -9,6 +9,41 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
+
+
+class ErrorType(StrEnum):
+    """The `type` of every `ApplicationError` an activity raises, which the workflow's retry
+    policies and its handling of a failed submit match on. One spelling on both sides: a
+    typo would otherwise make a permanent error retryable."""
+
+    PERMANENT_PROVIDER_ERROR = "PermanentProviderError"
+    """The provider refused for good (invalid number, opt-out, mailbox unavailable)."""
+    INVALID_DESTINATION = "InvalidDestination"
+    """The recipient has no usable destination on this channel."""
+    TEMPLATE_ERROR = "TemplateError"
+    """The template could not be rendered with the intent's variables."""
+    ARTIFACT_MISMATCH = "ArtifactMismatch"
+    """An attachment's content no longer matches the hash it was recorded with."""
+    NOT_FOUND = "NotFound"
+    """The intent or attempt is not in the ledger (or its contact data was purged)."""
+    TRANSIENT_PROVIDER_ERROR = "TransientProviderError"
+    """Nothing was processed (429, 5xx, no connection): retried, after Retry-After."""
+    AMBIGUOUS_SUBMISSION = "AmbiguousSubmission"
+    """The request may have reached the provider: the retry reconciles before sending."""
+    RECONCILE_PENDING = "ReconcilePending"
+    """An ambiguous submission is not visible at the provider yet: an expected retry,
+    raised as benign so it does not read as a failure in the Web UI."""
+
+
+PERMANENT_ERRORS: list[str] = [
+    ErrorType.PERMANENT_PROVIDER_ERROR.value,
+    ErrorType.INVALID_DESTINATION.value,
+    ErrorType.TEMPLATE_ERROR.value,
+    ErrorType.ARTIFACT_MISMATCH.value,
+    ErrorType.NOT_FOUND.value,
+]
+"""The error types no retry can cure (the workflow's `non_retryable_error_types`)."""
 
 
 @dataclass

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import re
+from typing import NoReturn
 
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities import now_utc
-from activities.contracts import SubmitInput, SubmitOutcome
+from activities.contracts import ErrorType, SubmitInput, SubmitOutcome
 from domain.senders import SenderBook
 from domain.states import AttemptState
 from domain.unsubscribe import unsubscribe_token
@@ -19,7 +20,7 @@ from ledger import repository as repo
 from ledger.crypto import FieldCipher
 from ledger.models import Artifact, Attempt, Intent
 from ledger.repository import ObservationFacts
-from ledger.transactions import in_transaction
+from ledger.transactions import Transactions
 from transports.artifacts import ArtifactError, ArtifactRef, ArtifactStore
 from transports.email import (
     EmailAmbiguousError,
@@ -57,13 +58,11 @@ class EmailActivities:
         self._transport = transport
         self._senders = senders or SenderBook.build()
         self._sessions = sessions
+        self._tx = Transactions(sessions)
         self._cipher = cipher
         self._artifacts = artifacts
         self._base = public_base_url.rstrip("/")
         self._unsubscribe_secret = unsubscribe_secret
-
-    async def _tx(self, work):  # type: ignore[no-untyped-def]
-        return await in_transaction(self._sessions, work)
 
     @activity.defn(name="send_email")
     async def send_email(self, input: SubmitInput) -> SubmitOutcome:
@@ -85,7 +84,9 @@ class EmailActivities:
             return SubmitOutcome(attempt.state, attempt.message_id)
         if attempt.destination_ct is None or attempt.body_ct is None:
             raise ApplicationError(
-                "the attempt's destination or body was purged", type="NotFound", non_retryable=True
+                "the attempt's destination or body was purged",
+                type=ErrorType.NOT_FOUND,
+                non_retryable=True,
             )
         attachments: list[EmailAttachment] = []
         if intent.artifact_sha256:
@@ -104,7 +105,9 @@ class EmailActivities:
                     await asyncio.to_thread(EmailAttachment.from_artifact, self._artifacts, ref)
                 )
             except ArtifactError as err:
-                await self._fail(token, "artifact_mismatch", str(err), type="ArtifactMismatch")
+                await self._fail(
+                    token, "artifact_mismatch", str(err), type=ErrorType.ARTIFACT_MISMATCH
+                )
         spec = EmailMessageSpec(
             token=token,
             to=self._cipher.decrypt(attempt.destination_ct, context=token),
@@ -131,12 +134,12 @@ class EmailActivities:
             )
         except EmailTransientError as err:
             raise ApplicationError(
-                _without_addresses(err.reason), type="TransientProviderError"
+                _without_addresses(err.reason), type=ErrorType.TRANSIENT_PROVIDER_ERROR
             ) from err
         except EmailAmbiguousError as err:
             # SMTP has no lookup; a resend reuses the same Message-ID, which receivers dedupe.
             raise ApplicationError(
-                _without_addresses(err.reason), type="AmbiguousSubmission"
+                _without_addresses(err.reason), type=ErrorType.AMBIGUOUS_SUBMISSION
             ) from err
 
         def record(session: Session) -> str | None:
@@ -168,8 +171,9 @@ class EmailActivities:
         reason: str,
         *,
         code: str = "",
-        type: str = "PermanentProviderError",
-    ) -> None:
+        type: ErrorType = ErrorType.PERMANENT_PROVIDER_ERROR,
+    ) -> NoReturn:
+        """Record the send as failed and end the activity with a non-retryable error."""
         await self._tx(
             lambda s: repo.record_observation(
                 s,

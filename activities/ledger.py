@@ -20,6 +20,7 @@ from activities import now_utc
 from activities.contracts import (
     AuthorizeInput,
     AuthorizeResult,
+    ErrorType,
     IntentFacts,
     LoadIntentInput,
     OperatorActionInput,
@@ -39,7 +40,7 @@ from ledger.crypto import FieldCipher
 from ledger.models import Attempt, Intent, PolicyDecision, PolicyVersion
 from ledger.repository import ObservationFacts
 from ledger.templates import active_templates
-from ledger.transactions import in_transaction
+from ledger.transactions import Transactions
 
 
 class PolicyCache:
@@ -116,7 +117,9 @@ _DECISION_OF_TOKEN = select(_ATTEMPT.decision_id).where(_ATTEMPT.token == bindpa
 def _intent_row(session: Session, query: Select[Any], intent_id: str) -> Row[Any]:
     row = session.execute(query, {"intent": intent_id}).one_or_none()
     if row is None:
-        raise ApplicationError(f"no intent {intent_id}", type="NotFound", non_retryable=True)
+        raise ApplicationError(
+            f"no intent {intent_id}", type=ErrorType.NOT_FOUND, non_retryable=True
+        )
     return row
 
 
@@ -130,13 +133,11 @@ class LedgerActivities:
         senders: SenderBook | None = None,
     ) -> None:
         self._sessions = sessions
+        self._tx = Transactions(sessions)
         self._cipher = cipher
         self._senders = senders or SenderBook.build()
         self._policies = PolicyCache()
         self._retention = timedelta(days=retention_days)
-
-    async def _in_transaction(self, work):  # type: ignore[no-untyped-def]
-        return await in_transaction(self._sessions, work)
 
     @activity.defn(name="load_intent")
     async def load_intent(self, input: LoadIntentInput) -> IntentFacts:
@@ -169,7 +170,7 @@ class LedgerActivities:
                 settlement_window_seconds=float(pol.settlement.window_seconds),
             )
 
-        return await self._in_transaction(work)
+        return await self._tx(work)
 
     @activity.defn(name="authorize")
     async def authorize(self, input: AuthorizeInput) -> AuthorizeResult:
@@ -197,7 +198,7 @@ class LedgerActivities:
             if destination_ct is None or destination_hmac is None:
                 raise ApplicationError(
                     f"the intent has no {input.channel} destination",
-                    type="InvalidDestination",
+                    type=ErrorType.INVALID_DESTINATION,
                     non_retryable=True,
                 )
             rule_window = pol.rule_for(intent.region, input.channel, intent.category).cooldown
@@ -298,7 +299,7 @@ class LedgerActivities:
             result.attempt_token = token
             return result
 
-        return await self._in_transaction(work)
+        return await self._tx(work)
 
     def _render(
         self, session: Session, intent: Row[Any], channel: str, footer: str | None
@@ -318,7 +319,9 @@ class LedgerActivities:
             )
             return templates.render(chosen, variables, footer=footer)
         except templates.TemplateError as err:
-            raise ApplicationError(str(err), type="TemplateError", non_retryable=True) from err
+            raise ApplicationError(
+                str(err), type=ErrorType.TEMPLATE_ERROR, non_retryable=True
+            ) from err
 
     @activity.defn(name="record_verdict")
     async def record_verdict(self, input: VerdictInput) -> str:
@@ -340,7 +343,7 @@ class LedgerActivities:
             )
             return result.verdict
 
-        return await self._in_transaction(work)
+        return await self._tx(work)
 
     def _acting(
         self, action: str, intent_id: str, operator: str, role: str, reason: str, subject: str,
@@ -390,7 +393,7 @@ class LedgerActivities:
                 detail={**dict(input.detail), **claimed},
             )
 
-        await self._in_transaction(work)
+        await self._tx(work)
 
     @activity.defn(name="record_settlement")
     async def record_settlement(self, input: SettlementInput) -> SettlementRecorded:
@@ -432,7 +435,7 @@ class LedgerActivities:
                 operator=operator,
             )
 
-        return await self._in_transaction(work)
+        return await self._tx(work)
 
     @activity.defn(name="record_waiting")
     async def record_waiting(self, input: WaitingInput) -> WaitingFacts:
@@ -457,7 +460,7 @@ class LedgerActivities:
                 ]
             )
 
-        return await self._in_transaction(work)
+        return await self._tx(work)
 
 
 def _destination_of(intent: Row[Any], channel: str) -> tuple[str | None, str | None]:

@@ -14,10 +14,11 @@ from urllib.parse import quote
 from sqlalchemy import Table, bindparam, select, update
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from activities import heartbeating, now_utc
 from activities.contracts import (
+    ErrorType,
     LookupInput,
     LookupResult,
     PollInput,
@@ -33,7 +34,7 @@ from ledger import repository as repo
 from ledger.crypto import FieldCipher
 from ledger.models import Attempt, Suppression
 from ledger.repository import ObservationFacts
-from ledger.transactions import in_transaction
+from ledger.transactions import Transactions
 from transports.sms import (
     SmsAmbiguousError,
     SmsMessage,
@@ -101,11 +102,9 @@ class SmsActivities:
         self._transport = transport
         self._senders = senders or SenderBook.build()
         self._sessions = sessions
+        self._tx = Transactions(sessions)
         self._cipher = cipher
         self._callback_base = callback_base_url.rstrip("/")
-
-    async def _tx(self, work):  # type: ignore[no-untyped-def]
-        return await in_transaction(self._sessions, work)
 
     def status_callback(self, token: str) -> str:
         # The token in the callback URL lets the ingress settle an attempt whose send
@@ -128,13 +127,13 @@ class SmsActivities:
             a = session.execute(_LOCKED_VIEW, {"token": token}).one_or_none()
         if a is None:
             raise ApplicationError(
-                f"no attempt with token {token!r}", type="NotFound", non_retryable=True
+                f"no attempt with token {token!r}", type=ErrorType.NOT_FOUND, non_retryable=True
             )
         if a.destination_ct is None or a.body_ct is None:
             # (A claim made above is rolled back with this transaction.)
             raise ApplicationError(
                 "the attempt's destination or body was purged",
-                type="NotFound",
+                type=ErrorType.NOT_FOUND,
                 non_retryable=True,
             )
         view = _AttemptView(
@@ -198,7 +197,7 @@ class SmsActivities:
             if err.code in provider_errors.OPT_OUT_CODES:
                 await self._suppress(token, reason="opted_out", source=f"provider:{err.code}")
             raise ApplicationError(
-                err.reason, err.code, type="PermanentProviderError", non_retryable=True
+                err.reason, err.code, type=ErrorType.PERMANENT_PROVIDER_ERROR, non_retryable=True
             ) from err
         except SmsTransientError as err:
             # Never processed (429, 5xx before acceptance, connect failure): safe to send again.
@@ -209,7 +208,7 @@ class SmsActivities:
             )
             delay = timedelta(seconds=err.retry_after) if err.retry_after else None
             raise ApplicationError(
-                err.reason, type="TransientProviderError", next_retry_delay=delay
+                err.reason, type=ErrorType.TRANSIENT_PROVIDER_ERROR, next_retry_delay=delay
             ) from err
         except SmsAmbiguousError as err:
             await self._record(
@@ -226,7 +225,7 @@ class SmsActivities:
             # Retried by the RetryPolicy; the next try reconciles before anything is sent.
             raise ApplicationError(
                 "the submission may have reached the provider; reconciling before any new request",
-                type="AmbiguousSubmission",
+                type=ErrorType.AMBIGUOUS_SUBMISSION,
             ) from err
         result = await self._record(
             token,
@@ -276,8 +275,12 @@ class SmsActivities:
                 reason="reconciled: found at the provider",
             )
         if now - view.send_started_at < RECONCILE_GRACE:
+            # Expected while the provider's list catches up: benign, so the retry does not
+            # read as a failure in the Web UI (nor log at warning level).
             raise ApplicationError(
-                "not visible at the provider yet; looking again", type="ReconcilePending"
+                "not visible at the provider yet; looking again",
+                type=ErrorType.RECONCILE_PENDING,
+                category=ApplicationErrorCategory.BENIGN,
             )
         await self._record(
             view.token,

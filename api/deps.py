@@ -15,7 +15,7 @@ from twilio.request_validator import RequestValidator
 from api import idempotency
 from api.auth import Authenticator
 from api.metrics import build_registry
-from ledger.transactions import in_transaction
+from ledger.transactions import Transactions
 from starter.client import HeraldClient
 
 MAX_BODY_BYTES = 64 * 1024
@@ -36,6 +36,8 @@ class Ingress:
         temporal_ui_url: str | None = None,
     ) -> None:
         self.client = client
+        self.tx = Transactions(client.sessions)
+        """One transaction of the ledger, run off the event loop (ledger.transactions)."""
         self.temporal_ui_url = temporal_ui_url
         """The Temporal Web UI's base URL, for the console's link to a workflow."""
         self.validator = RequestValidator(auth_token)
@@ -47,9 +49,6 @@ class Ingress:
         self.idempotency = idempotency.IdempotencyStore(client.sessions)
         """Idempotency-Key records for `POST /v1/intents`."""
         self._probes: dict[str, asyncio.Future[Any]] = {}
-
-    async def tx(self, work):  # type: ignore[no-untyped-def]
-        return await in_transaction(self.client.sessions, work)
 
     def probe(self, name: str, start: Callable[[], Awaitable[Any]]) -> Awaitable[Any]:
         """The readiness probe `name`, shared: while one is still running (a database that

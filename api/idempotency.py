@@ -38,8 +38,9 @@ IN_FLIGHT_LEASE = timedelta(seconds=60)
 MAX_KEY_LENGTH = 200
 
 
-class InvalidKey(ValueError):
-    pass
+class InvalidIdempotencyKey(ValueError):
+    """An `Idempotency-Key` header that is empty, too long or not printable ASCII (the
+    business key's own refusal is domain.keys.InvalidKey)."""
 
 
 KEY_PATTERN = r"^[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?$"
@@ -54,11 +55,11 @@ def parse_key(header: str) -> str:
     The header as sent is checked against :data:`KEY_PATTERN` and the length limit; a
     quoted non-empty string is then unquoted (`""` stays a two-character key)."""
     if not header:
-        raise InvalidKey("Idempotency-Key must not be empty")
+        raise InvalidIdempotencyKey("Idempotency-Key must not be empty")
     if len(header) > MAX_KEY_LENGTH:
-        raise InvalidKey(f"Idempotency-Key longer than {MAX_KEY_LENGTH} characters")
+        raise InvalidIdempotencyKey(f"Idempotency-Key longer than {MAX_KEY_LENGTH} characters")
     if not _KEY.match(header):
-        raise InvalidKey(
+        raise InvalidIdempotencyKey(
             "Idempotency-Key must be printable ASCII, without leading or trailing blanks"
         )
     if len(header) > 2 and header[0] == header[-1] == '"':

@@ -206,7 +206,7 @@ async def create_intent(
         return respond(status, doc)
     try:
         key = idempotency.parse_key(idempotency_key)
-    except idempotency.InvalidKey as err:
+    except idempotency.InvalidIdempotencyKey as err:
         raise HTTPException(400, str(err)) from err
     request_sha = idempotency.fingerprint("POST", "/v1/intents", body.model_dump(mode="json"))
     claim = await asyncio.to_thread(ingress.idempotency.claim, key, request_sha)

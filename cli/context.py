@@ -18,8 +18,15 @@ class CliError(Exception):
 
 
 def no_stack_found(cfg: settings_module.Settings) -> CliError:
-    """A writing command with neither a running `herald dev` nor a configured database:
-    it would write where the stack never looks (under a key it does not have)."""
+    """A ledger command with neither a running `herald dev` nor a configured database: a
+    write would go where the stack never looks (under a key it does not have), and a read
+    would answer from whatever Postgres listens on the default port."""
+    if (cfg.data_path / "dev.lock").exists() or (cfg.data_path / "data.key").exists():
+        # The right folder (a stack lived here), with the stack stopped.
+        return CliError(
+            f"`herald dev` is not running on {cfg.data_path}: start it (`herald dev`, in "
+            "another terminal) and run this again, or set HERALD_DATABASE_URL"
+        )
     return CliError(
         f"no running `herald dev` found in {cfg.data_path} and HERALD_DATABASE_URL is not "
         "set: run this in the folder where `herald dev` runs, or point at it with "
@@ -27,30 +34,29 @@ def no_stack_found(cfg: settings_module.Settings) -> CliError:
     )
 
 
-def adopt_running(cfg: settings_module.Settings, *, writes: bool = False) -> None:
-    """Use the addresses of a running `herald dev` for whatever settings leave unset; a
-    command that `writes` refuses to go on with neither that nor a configured database."""
-    if not (cfg.data_path / "dev.json").exists():
-        # No stack here: skip importing devstack (Temporal, the API: a second).
-        if writes and cfg.database_url is None:
-            raise no_stack_found(cfg)
-        return
-    from devstack.stack import read_running
+def adopt_running(cfg: settings_module.Settings) -> None:
+    """Use the addresses of a `herald dev` running on this data folder for whatever settings
+    leave unset; with neither that nor a configured database, stop (reading commands too:
+    the default port may be another stack's Postgres, or some other program's)."""
+    running = None
+    if (cfg.data_path / "dev.json").exists():
+        # Only then import devstack (Temporal, the API: a second).
+        from devstack.stack import read_running
 
-    running = read_running(cfg)
+        running = read_running(cfg)
     if running is not None:
         cfg.temporal_address = cfg.temporal_address or running.temporal
         cfg.database_url = cfg.database_url or running.postgres
-    elif writes and cfg.database_url is None:
+    elif cfg.database_url is None:
         raise no_stack_found(cfg)
 
 
-def ledger_sessions(cfg: settings_module.Settings, *, writes: bool = False):  # type: ignore[no-untyped-def]
+def ledger_sessions(cfg: settings_module.Settings):  # type: ignore[no-untyped-def]
     """Ledger-only commands need no Temporal connection."""
     from sqlalchemy import create_engine
     from sqlalchemy.orm import sessionmaker
 
-    adopt_running(cfg, writes=writes)
+    adopt_running(cfg)
     return sessionmaker(
         create_engine(cfg.resolved_database_url(), pool_pre_ping=True), expire_on_commit=False
     )
@@ -59,7 +65,7 @@ def ledger_sessions(cfg: settings_module.Settings, *, writes: bool = False):  # 
 async def herald_client(cfg: settings_module.Settings):  # type: ignore[no-untyped-def]
     from starter.client import HeraldClient
 
-    adopt_running(cfg, writes=True)  # every command with a client records or signals
+    adopt_running(cfg)
     try:
         return await HeraldClient.connect(cfg)
     except RuntimeError as err:
@@ -79,7 +85,7 @@ def acting(cfg: settings_module.Settings, access: Any) -> Principal:
     from ledger import principals
 
     # The wrong folder (no stack, no database) is named before a missing token is.
-    adopt_running(cfg, writes=True)
+    adopt_running(cfg)
     token = cfg.cli_token()
     if token is None:
         raise CliError(

@@ -17,12 +17,13 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import settings as settings_module
+from domain.clocks import iso_utc
 
 if TYPE_CHECKING:
     from cli.main import Command
 
-from cli.context import CliError, acting, no_stack_found
-from cli.main import output_options
+from cli.context import CliError, acting, adopt_running
+from cli.main import action
 from runtime.tables import Clock, table
 
 LIST_SCAN_CAP = 5_000
@@ -30,24 +31,6 @@ LIST_SCAN_CAP = 5_000
 
 
 # --- plumbing ---------------------------------------------------------------------------
-
-
-def _find_stack(cfg: settings_module.Settings, *, writes: bool) -> None:
-    """Adopt the database of a `herald dev` running on this data folder when none is
-    configured; a command that writes stops here (one line) if there is neither."""
-    if cfg.database_url is not None:
-        return
-    # `devstack.stack` pulls in Temporal and the API (about a second of imports): only
-    # ask it when a `herald dev` may be running on this data folder at all.
-    running = None
-    if (cfg.data_path / "dev.lock").exists():
-        from devstack.stack import read_running
-
-        running = read_running(cfg)
-    if running is not None:
-        cfg.database_url = running.postgres
-    elif writes:
-        raise no_stack_found(cfg)
 
 
 @contextmanager
@@ -58,7 +41,7 @@ def _session(cfg: settings_module.Settings, *, write: bool) -> Iterator[Any]:
     from sqlalchemy.exc import OperationalError
     from sqlalchemy.orm import Session
 
-    _find_stack(cfg, writes=write)
+    adopt_running(cfg)  # or stop, naming the folder: never a guess at the default port
     url = cfg.resolved_database_url()
     engine = create_engine(url)
     try:
@@ -97,10 +80,6 @@ def _when(text: str | None, name: str) -> datetime | None:
     if value.tzinfo is None:
         raise CliError(f"{name}: {text!r} needs a timezone, e.g. 2025-01-31T12:00:00+00:00")
     return value
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.astimezone(UTC).isoformat() if value else None
 
 
 # --- purge and legal hold -----------------------------------------------------------------
@@ -349,7 +328,7 @@ async def cmd_policy(args: argparse.Namespace, cfg: settings_module.Settings) ->
             "version": row.version,
             "name": row.name,
             "owner": row.owner,
-            "effective_from": _iso(row.effective_from),
+            "effective_from": iso_utc(row.effective_from),
             "active": row.active,
             "sha256": row.sha256,
         }
@@ -415,7 +394,7 @@ async def cmd_template(args: argparse.Namespace, cfg: settings_module.Settings) 
             "version": row.version,
             "active": row.active,
             "sha256": row.sha256,
-            "created_at": _iso(row.created_at),
+            "created_at": iso_utc(row.created_at),
         }
 
     columns = ["key", "channel", "locale", "version", "active", "created_at"]
@@ -590,7 +569,7 @@ def _lookup(cfg: settings_module.Settings, destination: str, channel: str | None
     except ValueError as err:
         raise CliError(f"destination: {err}") from err
     # The HMAC is only worth anything under the stack's own key: find the stack first.
-    _find_stack(cfg, writes=True)
+    adopt_running(cfg)
     return FieldCipher(cfg.resolved_data_keys()).lookup_hmac(normalized)
 
 
@@ -781,13 +760,23 @@ def register(add: Callable[..., argparse.ArgumentParser]) -> dict[str, Command]:
         example="herald policy activate 2026-12-07.1",
     )
     pol_sub = pol.add_subparsers(dest="policy_command", required=True, metavar="ACTION")
-    pol_list = pol_sub.add_parser("list", help="every version with name, owner and dates")
-    pol_show = pol_sub.add_parser("show", help="print one version's document")
+    action(
+        pol_sub, "list", "every version with name, owner and dates", example="herald policy list"
+    )
+    pol_show = action(
+        pol_sub,
+        "show",
+        "print one version's document",
+        example="herald policy show 2026-12-01.1",
+    )
     pol_show.add_argument("version", help="the policy version (`herald policy list`)")
-    pol_act = pol_sub.add_parser("activate", help="make a version the active one")
+    pol_act = action(
+        pol_sub,
+        "activate",
+        "make a version the active one",
+        example="herald policy activate 2026-12-01.1",
+    )
     pol_act.add_argument("version", help="the policy version (`herald policy list`)")
-    for sp in (pol_list, pol_show, pol_act):
-        output_options(sp)
 
     sup = add(
         "suppression",
@@ -796,7 +785,12 @@ def register(add: Callable[..., argparse.ArgumentParser]) -> dict[str, Command]:
         example="herald suppression add +447400000100 --channel sms",
     )
     sup_sub = sup.add_subparsers(dest="suppression_command", required=True, metavar="ACTION")
-    sup_add = sup_sub.add_parser("add", help="suppress a destination on a channel ('*': all)")
+    sup_add = action(
+        sup_sub,
+        "add",
+        "suppress a destination on a channel ('*': all)",
+        example="herald suppression add +447400000100 --channel sms",
+    )
     sup_add.add_argument("destination", help="a phone number (E.164) or an email address")
     sup_add.add_argument(
         "--channel",
@@ -809,15 +803,23 @@ def register(add: Callable[..., argparse.ArgumentParser]) -> dict[str, Command]:
         default="operator",
         help="a machine word; the policy denies with rule suppression.<reason> (default operator)",
     )
-    sup_list = sup_sub.add_parser("list", help="every suppression of a destination, lifted too")
+    sup_list = action(
+        sup_sub,
+        "list",
+        "every suppression of a destination, lifted too",
+        example="herald suppression list +447400000100",
+    )
     sup_list.add_argument("destination", help="a phone number (E.164) or an email address")
     sup_list.add_argument("--channel", choices=["sms", "email", "*"], help="only those applying")
-    sup_lift = sup_sub.add_parser("lift", help="lift one suppression by id (kept as history)")
+    sup_lift = action(
+        sup_sub,
+        "lift",
+        "lift one suppression by id (kept as history)",
+        example="herald suppression lift 3",
+    )
     sup_lift.add_argument("id", type=int, help="the suppression's id (`suppression list`)")
     for sp in (sup_add, sup_lift):
         sp.add_argument("--source", default="cli", help="who or what asks (recorded)")
-    for sp in (sup_add, sup_list, sup_lift):
-        output_options(sp)
 
     tpl = add(
         "template",
@@ -826,17 +828,28 @@ def register(add: Callable[..., argparse.ArgumentParser]) -> dict[str, Command]:
         example="herald template show class-opening",
     )
     tpl_sub = tpl.add_subparsers(dest="template_command", required=True, metavar="ACTION")
-    tpl_list = tpl_sub.add_parser("list", help="every version, with the active ones marked")
+    tpl_list = action(
+        tpl_sub,
+        "list",
+        "every version, with the active ones marked",
+        example="herald template list --key order-created",
+    )
     tpl_list.add_argument("--key", help="only this template key")
-    tpl_show = tpl_sub.add_parser(
-        "show", help="the variables a template needs (and may use), and its text"
+    tpl_show = action(
+        tpl_sub,
+        "show",
+        "the variables a template needs (and may use), and its text",
+        example="herald template show class-opening",
     )
     tpl_show.add_argument("key", help="template key, e.g. class-opening")
     tpl_show.add_argument(
         "--version", type=int, metavar="N", help="this version (default: the active ones)"
     )
-    tpl_act = tpl_sub.add_parser(
-        "activate", help="make a version active; activating an older one is a rollback"
+    tpl_act = action(
+        tpl_sub,
+        "activate",
+        "make a version active; activating an older one is a rollback",
+        example="herald template activate order-created --version 1",
     )
     tpl_act.add_argument("key", help="template key, e.g. class-opening")
     tpl_act.add_argument("--version", type=int, required=True, metavar="N", help="the version")
@@ -844,8 +857,6 @@ def register(add: Callable[..., argparse.ArgumentParser]) -> dict[str, Command]:
         "--channel", choices=["sms", "email"], help="only this channel (default: every channel)"
     )
     tpl_act.add_argument("--locale", help="only this locale (default: every locale)")
-    for sp in (tpl_list, tpl_show, tpl_act):
-        output_options(sp)
 
     return {
         "purge": cmd_purge,

@@ -14,6 +14,7 @@ import errno
 import importlib
 import json
 import os
+import shlex
 import signal
 import sys
 from collections.abc import Callable, Coroutine
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import settings as settings_module
 from cli.context import CliError, acting, herald_client, ledger_sessions
+from domain.intents import FINAL_STATES, REACHED
 from runtime.loop import run
 from runtime.tables import Clock, table, timeline_head, timeline_lines, timeline_text
 
@@ -31,12 +33,6 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
 
-FINAL_STATES = frozenset(
-    {"delivered", "sent", "undelivered", "failed", "denied", "cancelled", "expired", "unknown"}
-)
-"""Intent states a finished workflow can leave (see domain.intents)."""
-REACHED = frozenset({"delivered", "sent"})
-"""What `send --wait` counts as success: delivered, or (email) accepted by the relay."""
 AWAITING_OPERATOR = "awaiting-operator"
 """The workflow's HeraldState while it waits for an operator's approve-resend."""
 FOLLOW_EVERY = 0.5
@@ -353,13 +349,29 @@ async def cmd_send(args: argparse.Namespace, cfg: settings_module.Settings) -> i
         return 0
     clock = Clock.for_args(args.utc)
     if not args.json:
-        print(recorded)
-    doc, finished = await _watch(client, ref.intent_id, args.timeout, clock, quiet=args.json)
+        print(recorded, flush=True)
+    try:
+        doc, finished = await _watch(client, ref.intent_id, args.timeout, clock, quiet=args.json)
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        # Ctrl-C stops the waiting, not the notification: it is recorded and its workflow
+        # runs on. Say so, and how to follow or stop it (main exits 130).
+        print(left_running(request.business_key), file=sys.stderr, flush=True)
+        raise
     if args.json:
         _print_json(api_document(Timeline, doc))
     else:
         print(_ending(doc, finished))
     return 0 if doc["intent"]["state"] in REACHED else 1
+
+
+def left_running(key: str) -> str:
+    """What `send --wait` says when Ctrl-C stops it after the intent was recorded."""
+    quoted = shlex.quote(key)
+    return (
+        f"herald send: stopped waiting; the notification {key} goes ahead: follow it with "
+        f"`herald show {quoted} --follow`, or stop it with `herald cancel {quoted} "
+        "--reason TEXT`"
+    )
 
 
 def _masking_cipher(cfg: settings_module.Settings) -> Any:
@@ -555,7 +567,7 @@ async def cmd_consent(args: argparse.Namespace, cfg: settings_module.Settings) -
     # Reading needs the ledger only; recording or revoking is done as the CLI's principal.
     by = None if listing else acting(cfg, Access.OPERATE)
     # A ledger that cannot be reached is reported by `operational_error`, like every command.
-    with ledger_sessions(cfg, writes=not listing).begin() as session:
+    with ledger_sessions(cfg).begin() as session:
         if listing:
             rows = evidence.consents_of(
                 session, recipient, channel=args.channel, purpose=args.purpose
@@ -641,7 +653,7 @@ async def cmd_worker(args: argparse.Namespace, cfg: settings_module.Settings) ->
         cfg.sender_book()  # one line naming the bad alias, before anything connects
     except RuntimeError as err:
         raise CliError(str(err)) from err
-    await worker.main()
+    await worker.main(cfg)
     return 0
 
 
@@ -699,6 +711,28 @@ def output_options(sp: argparse.ArgumentParser) -> None:
     sp.add_argument(
         "--utc", action="store_true", help="print times in UTC (default: the local zone)"
     )
+
+
+def action(
+    actions: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    help: str,
+    *,
+    example: str,
+    json_flag: bool = True,
+) -> argparse.ArgumentParser:
+    """A command's sub-action (`herald template show`), built like a command: its help as
+    description, an example that works as written, and `--json`/`--utc`."""
+    sp = actions.add_parser(
+        name,
+        help=help,
+        description=help,
+        epilog=f"example:\n  {example}",
+        formatter_class=HelpFormatter,
+    )
+    if json_flag:
+        output_options(sp)
+    return sp
 
 
 def herald_version() -> str:
@@ -780,9 +814,11 @@ def parser() -> argparse.ArgumentParser:
     send = add(
         "send",
         "record an intent and start its workflow",
+        # Every variable the template needs (`herald template show class-opening`).
         example="herald send --key class-opening:c-9081:m-1842 --recipient m-1842 "
-        "--template class-opening --phone +447400000100 --vars "
-        """'{"class_name": "Spin"}' --wait""",
+        "--template class-opening --phone +447400000100 --wait --vars "
+        """'{"class_name": "Spin", "starts_at": "18:30", "hold_until": "18:15", """
+        """"booking_url": "https://example.org/c/9081"}'""",
     )
     send.add_argument("--key", required=True, help="business key, e.g. order-created:o-77")
     send.add_argument("--recipient", required=True, help="the app's recipient id")
@@ -867,8 +903,8 @@ def parser() -> argparse.ArgumentParser:
         "settle an unknown attempt under a named rule of the active policy (after "
         "checking with the provider)",
         example=(
-            "herald settle order-created:o-77 --lookup\n"
-            "  herald settle order-created:o-77 --rule carrier-confirmed-not-delivered "
+            "herald settle order-created:o-77 --lookup   |   "
+            "herald settle order-created:o-77 --rule carrier-confirmed-not-delivered "
             "--reason 'carrier holds nothing'"
         ),
     )
@@ -983,19 +1019,6 @@ DEMO_SCENARIOS = (
 a second and a half, too long to build the parser of every command."""
 
 
-def settings_problem(err: Exception) -> str:
-    """One line for a settings error: each bad HERALD_* variable and what is wrong with it
-    (pydantic's own text spans lines and repeats the value, which may be a secret)."""
-    from pydantic import ValidationError
-
-    if not isinstance(err, ValidationError):
-        return _first_line(err)
-    return "; ".join(
-        f"HERALD_{'_'.join(str(part) for part in e['loc']).upper()}: {e['msg']}"
-        for e in err.errors(include_url=False, include_input=False)
-    )
-
-
 def main(argv: list[str] | None = None) -> int:
     import argcomplete
 
@@ -1007,7 +1030,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = settings_module.load()
     except (RuntimeError, ValueError) as err:
         # A missing production secret or a malformed HERALD_* value: say which, no traceback.
-        print(f"herald {args.command}: settings: {settings_problem(err)}", file=sys.stderr)
+        print(f"herald {args.command}: settings: {settings_module.problem(err)}", file=sys.stderr)
         return 2
     try:
         return run(COMMANDS[args.command](args, cfg))
@@ -1041,9 +1064,9 @@ def operational_error(err: BaseException, cfg: settings_module.Settings) -> str 
     from devstack.ports import PortInUse
     from devstack.postgres import PostgresStartError
     from devstack.temporal import TemporalStartError
-    from ledger.repository import NotFound
+    from ledger.repository import IntentConflict, NotFound
 
-    if isinstance(err, NotFound):
+    if isinstance(err, NotFound | IntentConflict):
         return str(err)
     if isinstance(err, sa_exc.ArgumentError | sa_exc.NoSuchModuleError):
         return f"the ledger database URL is not usable: {_first_line(err)}"
@@ -1065,6 +1088,8 @@ def operational_error(err: BaseException, cfg: settings_module.Settings) -> str 
     if isinstance(err, RPCError):
         status = err.status.name if err.status else "error"
         return f"Temporal at {cfg.temporal_target} answered {status}: {_first_line(err)}"
+    if isinstance(err, PostgresStartError) and err.log is not None:
+        return f"{_first_line(err)} (log: {err.log})"
     if isinstance(err, MissingBinary | PostgresStartError | TemporalStartError):
         more = "" if len(str(err).strip().splitlines()) <= 1 else f" (logs in {cfg.data_path})"
         return f"{_first_line(err)}{more}"

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import settings as settings_module
 from cli.context import CliError, herald_client
-from cli.main import output_options
+from cli.main import action
 
 if TYPE_CHECKING:
     from cli.main import Command
@@ -244,11 +244,24 @@ def register(add: Callable[..., argparse.ArgumentParser]) -> dict[str, Command]:
         example="herald schedules trigger reconcile --wait",
     )
     sub = sched.add_subparsers(dest="schedules_command", required=True, metavar="ACTION")
-    sched_list = sub.add_parser("list", help="each schedule with its interval and state")
-    trigger = sub.add_parser("trigger", help="run one job now through its schedule")
+    action(
+        sub,
+        "list",
+        "each schedule with its interval and state",
+        example="herald schedules list",
+    )
+    trigger = action(
+        sub,
+        "trigger",
+        "run one job now through its schedule",
+        example="herald schedules trigger reconcile --wait",
+    )
     trigger.add_argument("job", choices=MAINTENANCE_JOBS, help="which job")
     trigger.add_argument("--wait", action="store_true", help="wait for the run, print result")
-    ensure = sub.add_parser("ensure", help="create or update the schedules (workers do this)")
-    for sp in (sched_list, trigger, ensure):
-        output_options(sp)
+    action(
+        sub,
+        "ensure",
+        "create or update the schedules (workers do this)",
+        example="herald schedules ensure",
+    )
     return {"relay": cmd_relay, "schedules": cmd_schedules}

@@ -14,13 +14,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 import settings as settings_module
+from domain.clocks import iso_utc
 from domain.principals import ORDER
+from runtime.tables import Clock, table
 
 WARNING = "store this token now: Herald keeps only its hash and will not show it again"
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.astimezone(UTC).isoformat() if value else None
 
 
 async def cmd_principals(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
@@ -43,18 +41,19 @@ async def cmd_principals(args: argparse.Namespace, cfg: settings_module.Settings
                         "name": v.name,
                         "role": v.role,
                         "created_by": v.created_by,
-                        "created_at": _iso(v.created_at),
-                        "last_used_at": _iso(v.last_used_at),
-                        "rotated_at": _iso(v.rotated_at),
-                        "revoked_at": _iso(v.revoked_at),
+                        "created_at": iso_utc(v.created_at),
+                        "last_used_at": iso_utc(v.last_used_at),
+                        "rotated_at": iso_utc(v.rotated_at),
+                        "revoked_at": iso_utc(v.revoked_at),
                     }
                     for v in views
                 ]
-                _print(rows, args.json, _render_list)
+                clock = Clock.for_args(args.utc)
+                _print(rows, args.json, lambda listed: _render_list(listed, clock))
                 return 0
             if command == "revoke":
                 view = principals.revoke(session, args.name, by=by, at=now)
-                out: dict[str, Any] = {"name": view.name, "revoked_at": _iso(view.revoked_at)}
+                out: dict[str, Any] = {"name": view.name, "revoked_at": iso_utc(view.revoked_at)}
                 _print(out, args.json, lambda o: f"principal {o['name']} revoked")
                 return 0
             if command == "add":
@@ -77,35 +76,44 @@ async def cmd_principals(args: argparse.Namespace, cfg: settings_module.Settings
     return 0
 
 
-def _render_list(rows: list[dict[str, Any]]) -> str:
+def _render_list(rows: list[dict[str, Any]], clock: Clock) -> str:
+    """The principals as a table, every time in `clock`'s zone, named on the first line."""
     if not rows:
         return "no principals"
-    header = ("NAME", "ROLE", "CREATED", "BY", "LAST USED", "REVOKED")
-    cells = [header] + [
-        (
-            r["name"],
-            r["role"],
-            r["created_at"] or "",
-            r["created_by"],
-            r["last_used_at"] or "never",
-            r["revoked_at"] or "",
-        )
-        for r in rows
-    ]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in cells
+    listed = [{**r, "last_used_at": r["last_used_at"] or "never"} for r in rows]
+    columns = ["name", "role", "created_at", "created_by", "last_used_at", "revoked_at"]
+    headers = {
+        "created_at": "CREATED",
+        "created_by": "BY",
+        "last_used_at": "LAST USED",
+        "revoked_at": "REVOKED",
+    }
+    # "never" is not a time: the clock formats only what is one.
+    times = ["created_at", "revoked_at"]
+    for row in listed:
+        if row["last_used_at"] != "never":
+            row["last_used_at"] = clock.at(row["last_used_at"])
+    return (
+        clock.heading() + "\n" + table(listed, columns, headers=headers, times=times, clock=clock)
     )
 
 
 def register(add: Callable[..., argparse.ArgumentParser]) -> dict[str, Any]:
+    from cli.main import action
+
     top = add(
         "principals",
         "add, list, revoke or rotate the principals (people and apps) that may use Herald",
         json_flag=False,
+        example="herald principals add ana --role operator",
     )
-    sub = top.add_subparsers(dest="principals_command", required=True)
-    add_p = sub.add_parser("add", help="add a principal and print its token once")
+    sub = top.add_subparsers(dest="principals_command", required=True, metavar="ACTION")
+    add_p = action(
+        sub,
+        "add",
+        "add a principal and print its token once",
+        example="herald principals add ana --role operator",
+    )
     add_p.add_argument("name", help="letters, digits, '.', '_' or '-' (at most 80)")
     add_p.add_argument(
         "--role",
@@ -114,11 +122,24 @@ def register(add: Callable[..., argparse.ArgumentParser]) -> dict[str, Any]:
         help="what it may do (docs/api.md, 'Principals and roles'): app creates and reads "
         "intents, viewer reads evidence, operator acts, admin manages",
     )
-    list_p = sub.add_parser("list", help="name, role, created, last used, revoked (no tokens)")
-    revoke_p = sub.add_parser("revoke", help="revoke a principal: its token stops working")
+    action(
+        sub,
+        "list",
+        "name, role, created, last used, revoked (no tokens)",
+        example="herald principals list --utc",
+    )
+    revoke_p = action(
+        sub,
+        "revoke",
+        "revoke a principal: its token stops working",
+        example="herald principals revoke ana",
+    )
     revoke_p.add_argument("name", help="the principal whose token stops working at once")
-    rotate_p = sub.add_parser("rotate", help="a new token; the old one stops working at once")
+    rotate_p = action(
+        sub,
+        "rotate",
+        "a new token; the old one stops working at once",
+        example="herald principals rotate ana",
+    )
     rotate_p.add_argument("name", help="the principal to give a new token (printed once)")
-    for sp in (add_p, list_p, revoke_p, rotate_p):
-        sp.add_argument("--json", action="store_true", help="print JSON")
     return {"principals": cmd_principals}

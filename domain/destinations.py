@@ -191,8 +191,11 @@ def region_of(country: str) -> str:
 
 
 def phone_e164(raw: str) -> str:
-    """A phone number in E.164. Looser than an SMS destination: an opt-out is honoured even
-    for a number Herald would not text (a landline that texted STOP through a gateway)."""
+    """Normalize a phone number to E.164 for an opt-out.
+
+    A phone number in E.164. Looser than an SMS destination: an opt-out is honoured even
+    for a number Herald would not text (a landline that texted STOP through a gateway).
+    """
     try:
         return normalize_phone(raw).e164
     except InvalidDestination:
@@ -206,8 +209,11 @@ def phone_e164(raw: str) -> str:
 
 
 def normalized_destination(raw: str, channel: str | None) -> str:
-    """What the ledger's HMAC is taken over: E.164 for a phone, the normalized address for
-    an email. For `*` (or no channel), an `@` says which it is."""
+    """The normalized form of a destination that the ledger's HMAC is taken over.
+
+    What the ledger's HMAC is taken over: E.164 for a phone, the normalized address for
+    an email. For `*` (or no channel), an `@` says which it is.
+    """
     as_email = channel == "email" or (channel in ("*", None) and "@" in raw)
     try:
         return normalize_email(raw).address if as_email else phone_e164(raw)
@@ -217,7 +223,9 @@ def normalized_destination(raw: str, channel: str | None) -> str:
 
 
 def masked(destination: str) -> str:
-    """A destination as support and auditors see it: enough to confirm with the person
+    """A destination masked for support and auditors.
+
+    A destination as support and auditors see it: enough to confirm with the person
     ("ends in 42, at example.com"), not enough to contact them.
 
     `+447400000142` -> `+44********42`; `ann.lee@example.com` -> `a***@example.com`.

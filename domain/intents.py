@@ -50,6 +50,8 @@ from domain.states import AttemptState
 
 
 class IntentState(StrEnum):
+    """An intent's state, derived from its attempts, its latest decision and its clocks."""
+
     PENDING = "pending"
     """Recorded; nothing decided yet."""
     SCHEDULED = "scheduled"
@@ -68,6 +70,24 @@ class IntentState(StrEnum):
     CANCELLED = "cancelled"
     DENIED = "denied"
     EXPIRED = "expired"
+
+
+FINAL_STATES = frozenset(
+    {
+        IntentState.DELIVERED,
+        IntentState.SENT,
+        IntentState.UNDELIVERED,
+        IntentState.FAILED,
+        IntentState.DENIED,
+        IntentState.CANCELLED,
+        IntentState.EXPIRED,
+        IntentState.UNKNOWN,
+    }
+)
+"""The states a finished workflow can leave (its HeraldOutcome); the others are on the way."""
+REACHED = frozenset({IntentState.DELIVERED, IntentState.SENT})
+"""The states in which the message reached the person: delivered, or (email) accepted by
+the relay."""
 
 
 def derive_intent_state(

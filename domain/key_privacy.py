@@ -31,8 +31,11 @@ class ContactDataInKey(InvalidKey):
 
 
 def refuse_contact_data(key: str, *, country: str | None) -> None:
-    """Raise ContactDataInKey when `key` holds an email address, or a phone number valid
-    in `country` (its national or international form) or in E.164 with or without '+'."""
+    """Refuse a business key that holds contact data.
+
+    Raise ContactDataInKey when `key` holds an email address, or a phone number valid
+    in `country` (its national or international form) or in E.164 with or without '+'.
+    """
     if _EMAIL.search(key) or "@" in key:
         raise ContactDataInKey(f"business key holds an email address (rule {RULE}): {HOW_TO_BUILD}")
     # Each digit run is also read as if it had its '+': `signup:447911123456` is a UK

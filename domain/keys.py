@@ -22,6 +22,7 @@ def business_key(event_type: str, *subject_ids: str) -> str:
 
 
 def validate_business_key(key: str) -> str:
+    """Return `key` if it is a well-formed business key; raise InvalidKey naming the fault."""
     parts = key.split(":")
     if len(key) > MAX_KEY_LENGTH:
         raise InvalidKey(f"business key longer than {MAX_KEY_LENGTH} characters")
@@ -37,10 +38,12 @@ def validate_business_key(key: str) -> str:
 
 
 def event_type_of(key: str) -> str:
+    """The event type of a business key (its first part)."""
     return key.split(":", 1)[0]
 
 
 def channel_key(key: str, channel: str) -> str:
+    """The key of one channel of an intent (`<key>:sms`); raise InvalidKey if unknown."""
     if channel not in CHANNELS:
         raise InvalidKey(f"unknown channel {channel!r}")
     return f"{key}:{channel}"
@@ -59,5 +62,6 @@ def workflow_id(key: str) -> str:
 
 
 def content_sha256(text: str | bytes) -> str:
+    """The SHA-256 of a text (UTF-8) or of bytes, in hex."""
     data = text.encode() if isinstance(text, str) else text
     return hashlib.sha256(data).hexdigest()

@@ -23,6 +23,7 @@ from enum import StrEnum
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from domain import settlement as settlement_rules
+from domain.clocks import iso_utc
 from domain.destinations import region_of
 
 REGIONS: tuple[str, ...] = ("US", "EU", "ZA", "default")
@@ -69,8 +70,12 @@ class PolicyError(ValueError):
     """A policy document that cannot be used; the message names the field at fault."""
 
 
-class InvalidRequest(ValueError):
-    """A policy request with an unknown channel, category or time zone."""
+class InvalidPolicyRequest(ValueError):
+    """A policy request with an unknown channel, category or time zone.
+
+    A policy request with an unknown channel, category or time zone (a request refused
+    at intake is ledger.intake.InvalidRequest).
+    """
 
 
 @dataclass(frozen=True)
@@ -161,11 +166,11 @@ class Policy:
     """SHA-256 of the TOML text it was loaded from, so evidence can name the exact bytes."""
 
     def rule_for(self, region: str, channel: str, category: str) -> Rule:
-        """The rule for one combination; raises :class:`InvalidRequest` if unknown."""
+        """The rule for one combination; raises :class:`InvalidPolicyRequest` if unknown."""
         try:
             return self.rules[(region, channel, category)]
         except KeyError:
-            raise InvalidRequest(
+            raise InvalidPolicyRequest(
                 f"no rule for region {region!r}, channel {channel!r}, category {category!r}"
             ) from None
 
@@ -486,12 +491,12 @@ def fallback_for(policy: Policy, region: str, category: str) -> FallbackRule:
     """The fallback, polling and expiry timings for one region and category.
 
     Raises:
-        InvalidRequest: Unknown region or category.
+        InvalidPolicyRequest: Unknown region or category.
     """
     try:
         return policy.fallbacks[(region, category)]
     except KeyError:
-        raise InvalidRequest(
+        raise InvalidPolicyRequest(
             f"no fallback rule for region {region!r}, category {category!r}"
         ) from None
 
@@ -558,6 +563,8 @@ class PolicyRequest:
 
 
 class Outcome(StrEnum):
+    """What a policy decision says: send now, send later, or never."""
+
     ALLOW = "allow"
     DEFER = "defer"
     DENY = "deny"
@@ -586,10 +593,6 @@ class Decision:
 
 
 # --------------------------------------------------------------------------- evaluation
-
-
-def _iso(moment: datetime) -> str:
-    return moment.astimezone(UTC).isoformat()
 
 
 def _quiet_window_end(quiet: QuietHours, local_now: datetime) -> datetime:
@@ -642,19 +645,19 @@ def evaluate(
         The decision, naming the policy version, the deciding rule and its inputs.
 
     Raises:
-        InvalidRequest: Unknown channel or category, unknown time zone, or a naive ``now``.
+        InvalidPolicyRequest: Unknown channel or category, unknown time zone, or a naive ``now``.
     """
     if now.tzinfo is None:
-        raise InvalidRequest("now must be timezone-aware")
+        raise InvalidPolicyRequest("now must be timezone-aware")
     if request.channel not in CHANNELS:
-        raise InvalidRequest(f"unknown channel {request.channel!r}")
+        raise InvalidPolicyRequest(f"unknown channel {request.channel!r}")
     if request.category not in CATEGORIES:
-        raise InvalidRequest(f"unknown category {request.category!r}")
+        raise InvalidPolicyRequest(f"unknown category {request.category!r}")
     try:
         zone = ZoneInfo(request.timezone)
     except (ZoneInfoNotFoundError, ValueError):
         # Guessing a zone could mean a message at 3 a.m.: refuse instead.
-        raise InvalidRequest(f"unknown time zone {request.timezone!r}") from None
+        raise InvalidPolicyRequest(f"unknown time zone {request.timezone!r}") from None
 
     country = request.country.strip().upper()
     region = request.region or region_of(country)
@@ -706,7 +709,7 @@ def evaluate(
             Outcome.DENY,
             f"suppression.{word}",
             f"The destination is suppressed on {request.channel} ({first.reason}) "
-            f"since {_iso(first.at)}.",
+            f"since {iso_utc(first.at)}.",
         )
 
     # 2. Destination country.
@@ -747,8 +750,8 @@ def evaluate(
                         "id": c.id,
                         "channel": c.channel,
                         "purpose": c.purpose,
-                        "granted_at": _iso(c.granted_at),
-                        "revoked_at": _iso(c.revoked_at),
+                        "granted_at": iso_utc(c.granted_at),
+                        "revoked_at": iso_utc(c.revoked_at),
                         "revoked_source": c.revoked_source,
                     }
                     for c in revoked
@@ -758,12 +761,12 @@ def evaluate(
                 latest = revoked[-1]
                 cited = f"consent {latest.id}" if latest.id else f"the {latest.channel} consent"
                 by = f" by {latest.revoked_source}" if latest.revoked_source else ""
-                when = _iso(latest.revoked_at) if latest.revoked_at else "?"
+                when = iso_utc(latest.revoked_at) if latest.revoked_at else "?"
                 return decide(
                     Outcome.DENY,
                     "consent.revoked",
                     f"Consent for {needed!r} on {request.channel} was revoked at {when}{by} "
-                    f"({cited}, granted {_iso(latest.granted_at)}).",
+                    f"({cited}, granted {iso_utc(latest.granted_at)}).",
                 )
             return decide(
                 Outcome.DENY,
@@ -771,7 +774,7 @@ def evaluate(
                 f"No consent for {needed!r} on {request.channel} is on record.",
             )
         best = max(live, key=lambda c: c.granted_at)
-        used.append(best.id or f"{best.channel}:{best.purpose}@{_iso(best.granted_at)}")
+        used.append(best.id or f"{best.channel}:{best.purpose}@{iso_utc(best.granted_at)}")
     inputs["consents_used"] = used
 
     # 4. Quiet hours, in the recipient's local time.
@@ -801,7 +804,7 @@ def evaluate(
     }
     if contacts and cooldown.min_gap_seconds:
         last = contacts[-1]
-        inputs["last_contact_at"] = _iso(last)
+        inputs["last_contact_at"] = iso_utc(last)
         gap_ends = last + timedelta(seconds=cooldown.min_gap_seconds)
         if gap_ends > now:
             return decide(

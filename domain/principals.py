@@ -26,8 +26,11 @@ class Access(StrEnum):
 
 
 class Role(StrEnum):
-    """A principal's role. `viewer < operator < admin` each add to the one before; `app`
-    stands apart (it creates intents, which people's roles below admin do not)."""
+    """A principal's role.
+
+    `viewer < operator < admin` each add to the one before; `app`
+    stands apart (it creates intents, which people's roles below admin do not).
+    """
 
     APP = "app"
     VIEWER = "viewer"
@@ -36,9 +39,11 @@ class Role(StrEnum):
 
     @property
     def grants(self) -> frozenset[Access]:
+        """Every access this role grants."""
         return GRANTS[self]
 
     def may(self, access: Access) -> bool:
+        """Whether this role grants `access`."""
         return access in GRANTS[self]
 
 
@@ -75,6 +80,7 @@ class Principal:
     role: Role
 
     def may(self, access: Access) -> bool:
+        """Whether this principal's role grants `access`."""
         return self.role.may(access)
 
 
@@ -86,8 +92,11 @@ _NAME = re.compile(NAME_PATTERN)
 
 
 def check_name(name: str) -> str:
-    """The name, or ValueError saying what a principal's name may be. No `@`, so an email
-    address never becomes a name that every audit row and log line repeats."""
+    """Check a principal's name.
+
+    The name, or ValueError saying what a principal's name may be. No `@`, so an email
+    address never becomes a name that every audit row and log line repeats.
+    """
     if not _NAME.match(name):
         raise ValueError(
             "a principal's name is 1 to 80 letters, digits, '.', '_' or '-', "

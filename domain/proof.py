@@ -42,6 +42,7 @@ class ActingClaim:
     of a settlement."""
 
     def message(self, issued_at: int) -> bytes:
+        """The bytes the MAC covers: every field, length-prefixed, and the issue time."""
         parts = (VERSION, self.action, self.intent_id, self.principal, self.role,
                  self.reason, self.subject, str(issued_at))  # fmt: skip
         # Length-prefixed, so no field can borrow a separator from its neighbour.

@@ -14,6 +14,8 @@ from enum import StrEnum
 
 
 class ErrorKind(StrEnum):
+    """What a provider error means for the next step: give up, retry, or reconcile."""
+
     PERMANENT = "permanent"
     """This destination will not work on this channel: do not retry it."""
     TRANSIENT = "transient"

@@ -9,12 +9,16 @@ from typing import Any
 
 
 class Category(StrEnum):
+    """The message category the policy rules on."""
+
     TRANSACTIONAL = "transactional"
     OPERATIONAL = "operational"
     PROMOTIONAL = "promotional"
 
 
 class PlanMode(StrEnum):
+    """How an intent's channels are used: in order, or all at once."""
+
     FALLBACK = "fallback"
     """Channels in order; the next one only when policy says the previous did not reach."""
     ALL = "all"
@@ -47,6 +51,7 @@ class NotificationRequest:
     artifact_sha256: str | None = None
 
     def channel_plan(self) -> tuple[str, ...]:
+        """The channels in order: those given, else SMS then email for the destinations given."""
         if self.channels:
             return self.channels
         return tuple(c for c, dest in (("sms", self.phone), ("email", self.email)) if dest)

@@ -40,6 +40,8 @@ class SenderError(ValueError):
 
 
 class SmsSenderKind(StrEnum):
+    """What an SMS sender is: an E.164 number, an alphanumeric id or a Messaging Service."""
+
     NUMBER = "number"
     ALPHANUMERIC = "alphanumeric"
     MESSAGING_SERVICE = "messaging_service"
@@ -47,6 +49,8 @@ class SmsSenderKind(StrEnum):
 
 @dataclass(frozen=True)
 class SmsSender:
+    """An SMS sender and its kind."""
+
     value: str
     kind: SmsSenderKind
 
@@ -69,8 +73,11 @@ def parse_sms_sender(value: str) -> SmsSender:
 
 
 def parse_email_sender(value: str) -> str:
-    """A `From` header value (`addr` or `Name <addr>`); raises ValueError if it has no
-    valid address."""
+    """Check a `From` header value.
+
+    A `From` header value (`addr` or `Name <addr>`); raises ValueError if it has no
+    valid address.
+    """
     _, address = parseaddr(value if isinstance(value, str) else "")
     try:
         normalize_email(address)
@@ -125,9 +132,11 @@ class SenderBook:
         )
 
     def sms_for(self, alias: str) -> SmsSender:
+        """The real SMS sender of a policy alias (the default one for an unmapped alias)."""
         return self.sms.get(alias, self.sms_default)
 
     def email_for(self, policy_sender: str) -> str:
+        """The `From` of a policy email sender: mapped, else itself when it is an address."""
         if policy_sender in self.email:
             return self.email[policy_sender]
         try:
@@ -142,8 +151,11 @@ class SenderBook:
         return self.email_for(policy_sender)
 
     def check(self, policy: Policy) -> None:
-        """Every SMS alias of `policy` resolves to a sender its countries take: an
-        alphanumeric id is refused where a rule may send to the US, Canada or Puerto Rico."""
+        """Check that every SMS alias of a policy resolves to a sender its countries take.
+
+        Every SMS alias of `policy` resolves to a sender its countries take: an
+        alphanumeric id is refused where a rule may send to the US, Canada or Puerto Rico.
+        """
         for (region, channel, category), rule in sorted(policy.rules.items()):
             if channel != "sms":
                 continue

@@ -74,6 +74,7 @@ class SettlementRule:
         return provider_has_lookup or self.evidence != Evidence.PROVIDER_LOOKUP
 
     def as_dict(self) -> dict[str, object]:
+        """The rule as the API, the CLI and the console show it."""
         return {
             "name": self.name,
             "outcome": self.outcome.value,
@@ -92,9 +93,11 @@ class SettlementPolicy:
     rules: tuple[SettlementRule, ...] = ()
 
     def rule(self, name: str) -> SettlementRule | None:
+        """The rule of that name, or None."""
         return next((r for r in self.rules if r.name == name), None)
 
     def offered(self, *, provider_has_lookup: bool) -> tuple[SettlementRule, ...]:
+        """The rules an operator may choose for an attempt with or without a lookup."""
         return tuple(r for r in self.rules if r.offered(provider_has_lookup=provider_has_lookup))
 
 
@@ -231,7 +234,8 @@ def resend_refusal(
 
     After an operator's settlement: if and only if its rule allows a resend, whatever the
     state it recorded. Otherwise only a retryable failure the provider reported (not a
-    permanent one, `permanent_error` says why). `unknown` alone never suffices."""
+    permanent one, `permanent_error` says why). `unknown` alone never suffices.
+    """
     if settlement is not None:
         if settlement.resend_allowed:
             return None

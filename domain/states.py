@@ -79,6 +79,7 @@ class Transition:
 
     @property
     def changed(self) -> bool:
+        """Whether the observation moved the attempt's state."""
         return self.verdict in CHANGING
 
     @property
@@ -94,6 +95,7 @@ CHANGING: frozenset[Verdict] = frozenset(
 
 
 def is_terminal(state: AttemptState) -> bool:
+    """Whether `state` is terminal (nothing later but a settlement changes it)."""
     return state in TERMINAL
 
 

@@ -164,7 +164,8 @@ def sms_encoding_and_segments(text: str) -> tuple[str, int]:
 def _compiled(source: str) -> Template:
     """Compile a template body once: a body is immutable text, every version keeps its own.
 
-    Jinja's own cache only covers loader-based templates, not `from_string`."""
+    Jinja's own cache only covers loader-based templates, not `from_string`.
+    """
     return _ENV.from_string(source)
 
 
@@ -192,8 +193,11 @@ def _sources(template: TemplateVersion) -> list[str]:
 
 
 def variables_of(template: TemplateVersion) -> list[str]:
-    """Every variable the template mentions (body and subject), sorted; some may be
-    optional (`{{ x | default("") }}`, a branch): see `missing_variables`."""
+    """Every variable the template mentions, sorted.
+
+    Every variable the template mentions (body and subject), sorted; some may be
+    optional (`{{ x | default("") }}`, a branch): see `missing_variables`.
+    """
     names: set[str] = set()
     for source in _sources(template):
         try:
@@ -204,11 +208,14 @@ def variables_of(template: TemplateVersion) -> list[str]:
 
 
 def missing_variables(template: TemplateVersion, variables: Mapping[str, object]) -> list[str]:
-    """The variables the template needs that `variables` lacks, all of them, in the order
-    rendering meets them; `missing_variables(t, {})` is what `t` requires.
+    """The variables the template needs that `variables` lacks.
+
+    All of them, in the order rendering meets them; `missing_variables(t, {})` is what `t`
+    requires.
 
     Rendered again with a stand-in for each missing name found (StrictUndefined stops at
-    the first), at most once per variable the template mentions."""
+    the first), at most once per variable the template mentions.
+    """
     missing: list[str] = []
     for source in _sources(template):
         try:

@@ -1,6 +1,8 @@
-"""The one-click unsubscribe reference (RFC 8058): an attempt token signed with the
-unsubscribe secret, so the link carries no address. The email activity signs it and the
-API verifies it; both import it from here."""
+"""The one-click unsubscribe reference (RFC 8058).
+
+An attempt token signed with the unsubscribe secret, so the link carries no address. The
+email activity signs it and the API verifies it; both import it from here.
+"""
 
 from __future__ import annotations
 

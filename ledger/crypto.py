@@ -18,11 +18,16 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 
 class KeyRingError(ValueError):
+    """A data key ring that cannot be used, or a ciphertext whose key is not in it."""
+
     pass
 
 
 class FieldCipher:
+    """AES-GCM encryption of PII fields under a key ring, and HMACs for lookups."""
+
     def __init__(self, keyring: str) -> None:
+        """Parse `kid:base64,kid:base64`; the first key encrypts, all of them decrypt."""
         self._keys: dict[str, AESGCM] = {}
         self._primary = ""
         raw_last = b""
@@ -54,6 +59,7 @@ class FieldCipher:
         return f"{self._primary}:{base64.b64encode(nonce + sealed).decode()}"
 
     def decrypt(self, ciphertext: str, *, context: str) -> str:
+        """Decrypt a ciphertext made by :meth:`encrypt` under the same `context`."""
         kid, _, blob = ciphertext.partition(":")
         if kid not in self._keys:
             raise KeyRingError(f"no data key {kid!r} in the ring")
@@ -61,4 +67,5 @@ class FieldCipher:
         return self._keys[kid].decrypt(data[:12], data[12:], context.encode()).decode()
 
     def lookup_hmac(self, normalized: str) -> str:
+        """The keyed HMAC of a normalized destination, to look rows up without decrypting."""
         return hmac.new(self._lookup_key, normalized.encode(), hashlib.sha256).hexdigest()

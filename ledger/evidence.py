@@ -23,8 +23,11 @@ CHANNELS = ("sms", "email", "*")
 
 
 def _channels_covering(channel: str) -> tuple[str, ...]:
-    """The rows a grant or revoke on `channel` concerns: a `*` row covers every channel,
-    and `*` itself concerns rows of every channel."""
+    """The consent rows a grant or revoke on `channel` concerns.
+
+    The rows a grant or revoke on `channel` concerns: a `*` row covers every channel,
+    and `*` itself concerns rows of every channel.
+    """
     if channel == "*":
         return CHANNELS
     return (channel, "*")
@@ -110,8 +113,11 @@ def suppress(
     source: str,
     at: datetime,
 ) -> tuple[Suppression, bool]:
-    """Suppress the destination on `channel`, unless an active suppression on exactly that
-    channel exists (a redelivered STOP, a second click): (row, created)."""
+    """Suppress a destination on a channel, once.
+
+    Suppress the destination on `channel`, unless an active suppression on exactly that
+    channel exists (a redelivered STOP, a second click): (row, created).
+    """
     active = session.execute(
         select(Suppression)
         .where(
@@ -139,8 +145,11 @@ def suppress(
 def lift_suppression(
     session: Session, suppression_id: int, *, source: str, at: datetime
 ) -> tuple[Suppression, bool]:
-    """Lift one suppression by id (kept as history): (row, changed). Lifting one already
-    lifted changes nothing."""
+    """Lift one suppression by id.
+
+    Lift one suppression by id (kept as history): (row, changed). Lifting one already
+    lifted changes nothing.
+    """
     changed = session.execute(
         update(Suppression)
         .where(Suppression.id == suppression_id, Suppression.lifted_at.is_(None))

@@ -24,10 +24,14 @@ MAX_VARIABLES_BYTES = 16_384
 
 
 class InvalidRequest(ValueError):
-    """Request fields are wrong: `problems` names each field and what is wrong with it, all
-    of them at once (`field` and `problem` are the first)."""
+    """Request fields are wrong.
+
+    `problems` names each field and what is wrong with it, all
+    of them at once (`field` and `problem` are the first).
+    """
 
     def __init__(self, field: str, problem: str, *more: tuple[str, str]) -> None:
+        """Name the first problem; `more` are the others, all refused at once."""
         self.problems = [(field, problem), *more]
         super().__init__("; ".join(f"{f}: {p}" for f, p in self.problems))
         self.field = field
@@ -66,6 +70,7 @@ def validate(
     now: datetime,
     retention_days: int,
 ) -> repo.IntentFields:
+    """Check a request and turn it into ledger fields, PII encrypted; raise InvalidRequest."""
     problems = _Problems()
     try:
         # Contact data first: the format check would name the part it refuses.
@@ -174,8 +179,11 @@ def validate(
 def _check_templates(
     session: Session, request: NotificationRequest, plan: tuple[str, ...], problems: _Problems
 ) -> None:
-    """Each channel's template exists and renders with the variables given; every missing
-    variable of every channel is named in one problem."""
+    """Check that each channel's template exists and renders.
+
+    Each channel's template exists and renders with the variables given; every missing
+    variable of every channel is named in one problem.
+    """
     available = active_templates(session, pinned=request.template_version, key=request.template_key)
     missing: list[str] = []
     for channel in plan:

@@ -76,6 +76,8 @@ def state_of(
 
 @dataclass(frozen=True)
 class ListedPage:
+    """One page of a filtered intent list."""
+
     items: list[tuple[Intent, str]]
     """Newest first: each intent with its derived state."""
     scanned: int

@@ -127,6 +127,7 @@ def label(value: object) -> str:
 def attempt_labels(
     channel: str, region: str | None, template_key: str | None, template_version: object
 ) -> tuple[str, str, str, str]:
+    """The metric labels of an attempt, each bounded (ledger.metrics.label)."""
     return (label(channel), label(region), label(template_key), label(template_version))
 
 
@@ -182,12 +183,14 @@ def note_transition(
 
 
 def note_prepared(session: Session, labels: tuple[str, str, str, str], *, role: str) -> None:
+    """Count a prepared attempt (and a fallback) once the transaction commits."""
     note(session, lambda: ATTEMPTS_PREPARED.labels(*labels, role).inc())
     if role == "fallback":
         note(session, lambda: FALLBACKS.labels(*labels).inc())
 
 
 def note_duplicate(session: Session, kind: str, channel: str | None) -> None:
+    """Count a duplicate suppressed once the transaction commits."""
     assert kind in DUPLICATE_KINDS, kind
     note(session, lambda: DUPLICATES_SUPPRESSED.labels(kind, label(channel)).inc())
 

@@ -11,6 +11,7 @@ MIGRATIONS = Path(__file__).parent / "migrations"
 
 
 def alembic_config(url: str) -> Config:
+    """An Alembic configuration for the packaged migrations against `url`."""
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
     cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
@@ -18,8 +19,10 @@ def alembic_config(url: str) -> Config:
 
 
 def upgrade(url: str, revision: str = "head") -> None:
+    """Migrate the ledger at `url` up to `revision`."""
     command.upgrade(alembic_config(url), revision)
 
 
 def downgrade(url: str, revision: str) -> None:
+    """Migrate the ledger at `url` down to `revision`."""
     command.downgrade(alembic_config(url), revision)

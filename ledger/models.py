@@ -38,15 +38,20 @@ NAMING = {
 
 
 def new_id() -> str:
+    """A new random id for a row (a UUID4 as text)."""
     return str(uuid.uuid4())
 
 
 class Base(DeclarativeBase):
+    """The declarative base: constraint names by convention, every datetime with its zone."""
+
     metadata = MetaData(naming_convention=NAMING)
     type_annotation_map = {datetime: DateTime(timezone=True), dict[str, Any]: JSON}
 
 
 class Intent(Base):
+    """One notification intent: one business key, its plan and its encrypted contact data."""
+
     __tablename__ = "intent"
     __table_args__ = (
         UniqueConstraint("business_key", name="uq_intent_business_key"),
@@ -107,6 +112,8 @@ class Intent(Base):
 
 
 class Outbox(Base):
+    """An intent whose workflow the relay still has to start."""
+
     __tablename__ = "outbox"
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
@@ -118,6 +125,8 @@ class Outbox(Base):
 
 
 class Attempt(Base):
+    """One try on one channel, with its idempotency token, prepared before anything is sent."""
+
     __tablename__ = "attempt"
     __table_args__ = (
         UniqueConstraint("token", name="uq_attempt_token"),
@@ -191,6 +200,8 @@ class Observation(Base):
 
 
 class PolicyVersion(Base):
+    """A policy version: an immutable document, at most one active."""
+
     __tablename__ = "policy_version"
 
     version: Mapped[str] = mapped_column(String(60), primary_key=True)
@@ -204,6 +215,8 @@ class PolicyVersion(Base):
 
 
 class PolicyDecision(Base):
+    """A policy decision with the version and the inputs it was made on."""
+
     __tablename__ = "policy_decision"
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
@@ -219,6 +232,8 @@ class PolicyDecision(Base):
 
 
 class Consent(Base):
+    """Consent evidence for a recipient, a purpose and a channel (or `*`)."""
+
     __tablename__ = "consent"
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
@@ -235,6 +250,8 @@ class Consent(Base):
 
 
 class Suppression(Base):
+    """A destination suppressed on a channel (or `*`), with the reason and the source."""
+
     __tablename__ = "suppression"
     __table_args__ = (Index("ix_suppression_lookup", "destination_hmac", "channel"),)
 
@@ -250,6 +267,8 @@ class Suppression(Base):
 
 
 class TemplateVersionRow(Base):
+    """One version of a template for a channel and a locale."""
+
     __tablename__ = "template_version"
     __table_args__ = (
         UniqueConstraint(
@@ -270,6 +289,8 @@ class TemplateVersionRow(Base):
 
 
 class Artifact(Base):
+    """An attachment registered by its SHA-256, verified before it is sent."""
+
     __tablename__ = "artifact"
 
     sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
@@ -281,6 +302,8 @@ class Artifact(Base):
 
 
 class OperatorAction(Base):
+    """An operator's action on an intent (cancel, approve-resend, settle, ...)."""
+
     __tablename__ = "operator_action"
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
@@ -298,6 +321,8 @@ class OperatorAction(Base):
 
 
 class ReviewItem(Base):
+    """Something the reconciler found for a person to review, filed once per subject."""
+
     __tablename__ = "review_item"
     __table_args__ = (
         UniqueConstraint("kind", "subject", name="uq_review_item_kind_subject"),
@@ -350,8 +375,11 @@ class IdempotencyRecord(Base):
 
 
 class PrincipalRecord(Base):
-    """A person or an app with a credential. The token itself is stored nowhere: only its
-    SHA-256, which a request's token is looked up by."""
+    """A person or an app with a credential.
+
+    The token itself is stored nowhere: only its
+    SHA-256, which a request's token is looked up by.
+    """
 
     __tablename__ = "principal"
     __table_args__ = (
@@ -373,8 +401,11 @@ class PrincipalRecord(Base):
 
 
 class AuditEvent(Base):
-    """Append-only: who did what outside an intent's own operator actions (principals
-    added, revoked, rotated; consent and suppression changes), with their role."""
+    """An append-only audit row of an action outside an intent.
+
+    Append-only: who did what outside an intent's own operator actions (principals
+    added, revoked, rotated; consent and suppression changes), with their role.
+    """
 
     __tablename__ = "audit_event"
 

@@ -29,8 +29,11 @@ do not each write a row."""
 
 
 class PrincipalExists(Exception):
-    """A principal of that name is on record (revoked ones included: names are not reused,
-    so the audit trail of one name is one principal's)."""
+    """A principal of that name is on record.
+
+    A principal of that name is on record (revoked ones included: names are not reused,
+    so the audit trail of one name is one principal's).
+    """
 
 
 class PrincipalRevoked(Exception):
@@ -59,16 +62,21 @@ class IssuedToken:
 
 
 def new_token() -> str:
+    """A new random token (shown once; only its hash is kept)."""
     return secrets.token_urlsafe(TOKEN_BYTES)
 
 
 def token_hash(token: str) -> str:
+    """The SHA-256 of a token, in hex: what the ledger stores and looks tokens up by."""
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def hashes_to(token_sha256: str, expected_sha256: str | None) -> bool:
-    """Whether a token's hash is `expected_sha256` (none expected: never), in constant
-    time; how the break-glass HERALD_OPERATOR_TOKEN is checked by the API and the CLI."""
+    """Whether a token hashes to `expected_sha256`, in constant time.
+
+    Whether a token's hash is `expected_sha256` (none expected: never), in constant
+    time; how the break-glass HERALD_OPERATOR_TOKEN is checked by the API and the CLI.
+    """
     return expected_sha256 is not None and hmac.compare_digest(token_sha256, expected_sha256)
 
 
@@ -93,6 +101,7 @@ def record_audit(
     at: datetime,
     detail: dict[str, Any] | None = None,
 ) -> AuditEvent:
+    """Append an audit row: who did what to which subject, with their role."""
     row = AuditEvent(
         at=at,
         actor=by.name,
@@ -107,8 +116,11 @@ def record_audit(
 
 
 def create(session: Session, name: str, role: Role, *, by: Principal, at: datetime) -> IssuedToken:
-    """Add a principal; its token is returned once. Raises ValueError (a bad name) or
-    PrincipalExists."""
+    """Add a principal and return its token, once.
+
+    Add a principal; its token is returned once. Raises ValueError (a bad name) or
+    PrincipalExists.
+    """
     check_name(name)
     role = Role(role)
     if session.execute(select(PrincipalRecord.id).where(PrincipalRecord.name == name)).first():
@@ -130,8 +142,11 @@ def create(session: Session, name: str, role: Role, *, by: Principal, at: dateti
 
 
 def authenticate(session: Session, token: str, *, at: datetime) -> Principal | None:
-    """The live principal holding `token`, or None (unknown or revoked). Touches its
-    `last_used_at` (at most once per LAST_USED_RESOLUTION)."""
+    """The live principal holding `token`, or None.
+
+    The live principal holding `token`, or None (unknown or revoked). Touches its
+    `last_used_at` (at most once per LAST_USED_RESOLUTION).
+    """
     if not token:
         return None
     row = session.execute(
@@ -158,6 +173,7 @@ def authenticate_name(session: Session, name: str, token: str, *, at: datetime) 
 
 
 def touch_last_used(session: Session, principal_id: int, *, at: datetime) -> None:
+    """Record that a principal was used, at most once per LAST_USED_RESOLUTION."""
     session.execute(
         update(PrincipalRecord)
         .where(
@@ -172,11 +188,13 @@ def touch_last_used(session: Session, principal_id: int, *, at: datetime) -> Non
 
 
 def list_principals(session: Session) -> list[PrincipalView]:
+    """Every principal, revoked ones too, by name."""
     rows = session.execute(select(PrincipalRecord).order_by(PrincipalRecord.name)).scalars()
     return [_view(row) for row in rows]
 
 
 def count_live(session: Session) -> int:
+    """How many principals are not revoked."""
     return len(
         session.execute(
             select(PrincipalRecord.id).where(PrincipalRecord.revoked_at.is_(None))
@@ -196,8 +214,11 @@ def _live_row(session: Session, name: str) -> PrincipalRecord:
 
 
 def revoke(session: Session, name: str, *, by: Principal, at: datetime) -> PrincipalView:
-    """Revoke `name`: its token is refused from the next request on. Raises NotFound or
-    PrincipalRevoked."""
+    """Revoke a principal.
+
+    Revoke `name`: its token is refused from the next request on. Raises NotFound or
+    PrincipalRevoked.
+    """
     row = _live_row(session, name)
     row.revoked_at = at
     record_audit(
@@ -208,8 +229,11 @@ def revoke(session: Session, name: str, *, by: Principal, at: datetime) -> Princ
 
 
 def rotate(session: Session, name: str, *, by: Principal, at: datetime) -> IssuedToken:
-    """A new token for `name`; the old one stops working at once. Raises NotFound or
-    PrincipalRevoked."""
+    """Give a principal a new token.
+
+    A new token for `name`; the old one stops working at once. Raises NotFound or
+    PrincipalRevoked.
+    """
     row = _live_row(session, name)
     token = new_token()
     row.token_sha256 = token_hash(token)
@@ -224,6 +248,7 @@ def rotate(session: Session, name: str, *, by: Principal, at: datetime) -> Issue
 def audit_events(
     session: Session, *, subject: str | None = None, limit: int = 200
 ) -> list[AuditEvent]:
+    """The latest audit rows, newest first (only `subject`'s when given)."""
     query = select(AuditEvent).order_by(AuditEvent.id.desc()).limit(limit)
     if subject is not None:
         query = query.where(AuditEvent.subject == subject)
@@ -235,8 +260,11 @@ BOOTSTRAP_ACTOR = Principal("herald-dev", Role.ADMIN)
 
 
 def bootstrap_admin(session: Session, name: str, *, at: datetime) -> IssuedToken | None:
-    """On a ledger with no principal at all, add `name` as an admin and return its token;
-    otherwise None (an existing ledger keeps the principals it has)."""
+    """Make the first admin of an empty ledger.
+
+    On a ledger with no principal at all, add `name` as an admin and return its token;
+    otherwise None (an existing ledger keeps the principals it has).
+    """
     # One bootstrap at a time, even from two processes on one ledger.
     session.execute(select(func.pg_advisory_xact_lock(BOOTSTRAP_LOCK)))
     if session.execute(select(PrincipalRecord.id).limit(1)).first() is not None:

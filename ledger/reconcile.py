@@ -45,13 +45,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import and_, exists, func, or_, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session, aliased, sessionmaker
 
+from domain.clocks import iso_utc
 from domain.policy import Outcome
 from domain.states import AttemptState
 from ledger import repository as repo
@@ -120,10 +121,11 @@ class ReviewRow:
     """Ids, states and times only: never PII."""
 
     def as_dict(self) -> dict[str, Any]:
+        """The row as JSON: times as ISO 8601, the age in seconds and in words."""
         return {
             "kind": self.kind,
             "subject": self.subject,
-            "since": _iso(self.since),
+            "since": iso_utc(self.since),
             "age_seconds": round(self.age.total_seconds(), 3),
             "age": format_age(self.age),
             "intent_id": self.intent_id,
@@ -133,6 +135,7 @@ class ReviewRow:
 
 
 def format_age(age: timedelta) -> str:
+    """An age as a person reads it (`2h 5m`)."""
     seconds = max(int(age.total_seconds()), 0)
     days, rest = divmod(seconds, 86_400)
     hours, rest = divmod(rest, 3_600)
@@ -144,10 +147,6 @@ def format_age(age: timedelta) -> str:
     if minutes:
         return f"{minutes}m{seconds:02d}s"
     return f"{seconds}s"
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.astimezone(UTC).isoformat() if value else None
 
 
 def find(
@@ -194,7 +193,7 @@ def record_review_items(session: Session, rows: list[ReviewRow], now: datetime) 
                 **row.detail,
                 "intent_id": row.intent_id,
                 "business_key": row.business_key,
-                "since": _iso(row.since),
+                "since": iso_utc(row.since),
                 "event_type": exposure.get(row.intent_id or "", (None, None))[0],
                 "category": exposure.get(row.intent_id or "", (None, None))[1],
             },
@@ -269,7 +268,7 @@ def _intents_without_attempt(
                 detail={
                     "last_decision": r.outcome,
                     "last_decision_channel": r.channel,
-                    "next_eligible_at": _iso(r.next_eligible_at),
+                    "next_eligible_at": iso_utc(r.next_eligible_at),
                 },
             )
         )
@@ -322,7 +321,7 @@ def _prepared_without_remote_id(
             intent_id=r.intent_id,
             business_key=r.business_key,
             # A send that started may have reached the provider: look it up before resending.
-            detail=_attempt_detail(r, send_started_at=_iso(r.send_started_at)),
+            detail=_attempt_detail(r, send_started_at=iso_utc(r.send_started_at)),
         )
         for r in session.execute(query)
     ]
@@ -362,7 +361,7 @@ def _submitted_past_check(
             now,
             intent_id=r.intent_id,
             business_key=r.business_key,
-            detail=_attempt_detail(r, last_heard_at=_iso(r.last_heard)),
+            detail=_attempt_detail(r, last_heard_at=iso_utc(r.last_heard)),
         )
         for r in session.execute(query)
     ]
@@ -435,7 +434,7 @@ def _cancelled_then_delivered(session: Session, now: datetime, limit: int) -> li
             now,
             intent_id=r.intent_id,
             business_key=r.business_key,
-            detail=_attempt_detail(r, cancelled_at=_iso(r.cancelled_at)),
+            detail=_attempt_detail(r, cancelled_at=iso_utc(r.cancelled_at)),
         )
         for r in session.execute(query)
     ]
@@ -519,9 +518,12 @@ def _orphan_observations(
 def open_intents(
     session: Session, *, now: datetime, grace: timedelta, limit: int
 ) -> list[tuple[str, str, str, str]]:
-    """(intent id, business key, workflow id, derived state) of each intent recorded more
+    """The open intents recorded more than `grace` ago.
+
+    (intent id, business key, workflow id, derived state) of each intent recorded more
     than `grace` ago, not cancelled, not yet marked `workflow-closed`, whose derived state
-    is still open; oldest first."""
+    is still open; oldest first.
+    """
     marked = exists().where(
         OperatorAction.intent_id == Intent.id, OperatorAction.action == WORKFLOW_CLOSED
     )
@@ -549,8 +551,11 @@ async def reconcile_workflows(
     grace: timedelta = DEFAULT_GRACE,
     limit: int = DEFAULT_LIMIT,
 ) -> list[ReviewRow]:
-    """One pass: every open intent whose workflow is closed becomes a review item and is
-    marked in the ledger (each once). Returns the rows found in this pass."""
+    """File every open intent whose workflow is closed as a review item.
+
+    One pass: every open intent whose workflow is closed becomes a review item and is
+    marked in the ledger (each once). Returns the rows found in this pass.
+    """
 
     def read() -> list[tuple[str, str, str, str]]:
         with sessions() as session:
@@ -596,7 +601,7 @@ async def reconcile_workflows(
                     f"intent is {row.detail['intent_state']}; review it",
                     outcome="marked",
                     at=now,
-                    detail={**row.detail, "closed_at": _iso(row.since)},
+                    detail={**row.detail, "closed_at": iso_utc(row.since)},
                 )
 
     if rows:

@@ -92,11 +92,15 @@ class IntentConflict(ValueError):
 
 
 class NotFound(LookupError):
+    """No row for the id or key given."""
+
     pass
 
 
 @dataclass(frozen=True)
 class RecordedIntent:
+    """What recording an intent did: its id and workflow id, and whether it existed."""
+
     intent_id: str
     workflow_id: str
     business_key: str
@@ -130,6 +134,7 @@ class IntentFields:
     purge_after: datetime | None
 
     def payload_sha256(self) -> str:
+        """A hash of the request's fields, to tell a repeat from a different request."""
         # Hash over lookups and hashes, never plaintext, so the hash itself leaks nothing.
         doc = {
             "category": self.category,
@@ -183,6 +188,7 @@ def _uuid() -> str:
 
 
 def get_intent(session: Session, id_or_key: str) -> Intent:
+    """The intent with this id or business key; raise NotFound."""
     row = session.execute(
         select(Intent).where((Intent.id == id_or_key) | (Intent.business_key == id_or_key))
     ).scalar_one_or_none()
@@ -195,6 +201,7 @@ def get_intent(session: Session, id_or_key: str) -> Intent:
 
 
 def active_policy(session: Session) -> PolicyVersion:
+    """The active policy version; raise NotFound when none is."""
     row = session.execute(
         select(PolicyVersion).where(PolicyVersion.active.is_(True))
     ).scalar_one_or_none()
@@ -204,8 +211,11 @@ def active_policy(session: Session) -> PolicyVersion:
 
 
 def active_policy_version(session: Session) -> str:
-    """The active policy's version alone: versions are immutable, so a caller that has
-    parsed this version's document before needs nothing else (see `policy_document`)."""
+    """The active policy's version.
+
+    The active policy's version alone: versions are immutable, so a caller that has
+    parsed this version's document before needs nothing else (see `policy_document`).
+    """
     version = session.execute(_ACTIVE_POLICY_VERSION).scalar_one_or_none()
     if version is None:
         raise NotFound("no active policy version; run `herald migrate` or `herald policy activate`")
@@ -213,6 +223,7 @@ def active_policy_version(session: Session) -> str:
 
 
 def policy_document(session: Session, version: str) -> str:
+    """The document of one policy version."""
     return session.execute(select(_POLICY.document).where(_POLICY.version == version)).scalar_one()
 
 
@@ -248,14 +259,20 @@ _SUPPRESSIONS_FOR: Select[Any] = select(
 
 
 def consents_for(session: Session, recipient_ref: str, channel: str) -> Sequence[Row[Any]]:
-    """Every consent record of the recipient for `channel` or "*", revoked ones included
-    (id, channel, purpose, source, granted_at, revoked_at, revoked_source)."""
+    """Every consent record of a recipient for a channel.
+
+    Every consent record of the recipient for `channel` or "*", revoked ones included
+    (id, channel, purpose, source, granted_at, revoked_at, revoked_source).
+    """
     return session.execute(_CONSENTS_FOR, {"recipient": recipient_ref, "channel": channel}).all()
 
 
 def suppressions_for(session: Session, destination_hmac: str, channel: str) -> Sequence[Row[Any]]:
-    """Active suppressions of the destination that apply to `channel` (id, channel,
-    reason, source, at)."""
+    """The active suppressions of a destination on a channel.
+
+    Active suppressions of the destination that apply to `channel` (id, channel,
+    reason, source, at).
+    """
     return session.execute(_SUPPRESSIONS_FOR, {"hmac": destination_hmac, "channel": channel}).all()
 
 
@@ -311,8 +328,11 @@ def record_decision(
 
 
 def prepare_attempt_id(session: Session, **values: Any) -> int:
-    """Persist an attempt in state `prepared` with its token, before anything is sent;
-    returns its id. A retried activity finds the attempt already there (same token)."""
+    """Persist an attempt in state `prepared`, before anything is sent.
+
+    Persist an attempt in state `prepared` with its token, before anything is sent;
+    returns its id. A retried activity finds the attempt already there (same token).
+    """
     inserted = session.execute(
         _INSERT_ATTEMPT, {"state": AttemptState.PREPARED.value, **values}
     ).scalar_one_or_none()
@@ -322,10 +342,12 @@ def prepare_attempt_id(session: Session, **values: Any) -> int:
 
 
 def find_attempt(session: Session, token: str) -> Attempt | None:
+    """The attempt with this token, or None."""
     return session.execute(select(Attempt).where(Attempt.token == token)).scalar_one_or_none()
 
 
 def attempt_by_token(session: Session, token: str) -> Attempt:
+    """The attempt with this token; raise NotFound."""
     row = find_attempt(session, token)
     if row is None:
         raise NotFound(f"no attempt with token {token!r}")
@@ -333,6 +355,7 @@ def attempt_by_token(session: Session, token: str) -> Attempt:
 
 
 def attempts_of(session: Session, intent_id: str) -> list[Attempt]:
+    """An intent's attempts, in the order they were prepared."""
     return list(
         session.execute(
             select(Attempt).where(Attempt.intent_id == intent_id).order_by(Attempt.id)
@@ -345,6 +368,8 @@ def attempts_of(session: Session, intent_id: str) -> list[Attempt]:
 
 @dataclass(frozen=True)
 class ObservationResult:
+    """What recording one observation did to its attempt."""
+
     verdict: str
     """A domain Verdict value, or `duplicate` (same dedupe key seen) or `orphan`."""
     state: str | None
@@ -356,11 +381,14 @@ class ObservationResult:
 
     @property
     def changed(self) -> bool:
+        """Whether the observation moved the attempt's state."""
         return self.verdict in {v.value for v in states.CHANGING}
 
 
 @dataclass(frozen=True)
 class ObservationFacts:
+    """One observation of an attempt, as the transition function takes it."""
+
     source: str
     raw_status: str
     normalized: AttemptState | None
@@ -698,6 +726,7 @@ def _adopt_orphans(
 
 
 def observations_of(session: Session, attempt_id: int) -> list[Observation]:
+    """An attempt's observations, in the order they were recorded."""
     return list(
         session.execute(
             select(Observation).where(Observation.attempt_id == attempt_id).order_by(Observation.id)
@@ -720,6 +749,7 @@ def record_operator_action(
     detail: dict[str, Any] | None = None,
     operator_role: str | None = None,
 ) -> OperatorAction:
+    """Append an operator's action on an intent."""
     row = OperatorAction(
         intent_id=intent_id,
         action=action,
@@ -747,4 +777,5 @@ def mark_outbox_started(session: Session, intent_ids: list[str], at: datetime) -
 
 
 def purge_horizon(now: datetime, days: int) -> datetime:
+    """When data recorded `now` is purged: `days` later."""
     return now + timedelta(days=days)

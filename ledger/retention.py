@@ -61,6 +61,7 @@ class PurgeReport:
     """`Idempotency-Key` records past IDEMPOTENCY_RETENTION, deleted by `purge_in_batches`."""
 
     def as_dict(self) -> dict[str, Any]:
+        """The report as JSON (the time as ISO 8601)."""
         return {
             "now": self.now.isoformat(),
             "intents_purged": self.intents_purged,
@@ -197,7 +198,9 @@ def purge(session: Session, *, now: datetime, limit: int | None = None) -> Purge
 def expire_idempotency_keys(
     session: Session, *, batch: int, older_than: timedelta = IDEMPOTENCY_RETENTION
 ) -> int:
-    """Delete up to `batch` `Idempotency-Key` records created more than `older_than` ago;
+    """Delete expired `Idempotency-Key` records, one batch.
+
+    Delete up to `batch` `Idempotency-Key` records created more than `older_than` ago;
     their number.
 
     By the database's clock, as the API judges a key's age (`created_at` is set by the
@@ -205,7 +208,8 @@ def expire_idempotency_keys(
     key past its retention is already treated as unknown by the API (a new request with it
     starts afresh), so deleting it changes no answer; an in-flight record that old belongs
     to a process that died a day ago (the takeover lease is a minute). Rows the API is
-    working on right now are skipped, not waited for."""
+    working on right now are skipped, not waited for.
+    """
     old = (
         select(IdempotencyRecord.key)
         .where(IdempotencyRecord.created_at < func.now() - older_than)
@@ -220,7 +224,9 @@ def expire_idempotency_keys(
 def purge_in_batches(
     transaction: Callable[[], AbstractContextManager[Session]], *, now: datetime, batch: int
 ) -> PurgeReport:
-    """The whole retention run: `purge` in transactions of at most `batch` intents each (a
+    """The whole retention run, in short transactions.
+
+    The whole retention run: `purge` in transactions of at most `batch` intents each (a
     large backlog never holds locks for long), then the expired idempotency keys, also
     `batch` at a time.
 
@@ -249,6 +255,8 @@ def purge_in_batches(
 
 @dataclass(frozen=True)
 class LegalHoldResult:
+    """What setting or clearing one intent's legal hold did."""
+
     intent_id: str
     business_key: str
     legal_hold: bool
@@ -259,6 +267,7 @@ class LegalHoldResult:
     """True when the PII was purged before the hold: a hold cannot bring it back."""
 
     def as_dict(self) -> dict[str, Any]:
+        """The result as JSON."""
         return {
             "intent_id": self.intent_id,
             "business_key": self.business_key,

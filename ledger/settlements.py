@@ -1,5 +1,7 @@
-"""Settling ambiguity in the ledger: a person's settlement, what a workflow waits for, and
-the review items that open and close around an unknown attempt.
+"""Settling ambiguity in the ledger.
+
+A person's settlement, what a workflow waits for, and the review items that open and
+close around an unknown attempt.
 
 A settlement is evidence, not an overwrite: an append-only observation (source
 `operator`) through the one transition function, an operator action and an audit row
@@ -64,6 +66,7 @@ UNKNOWN_TO_SETTLED = Histogram(
 
 
 def provider_has_lookup(channel: str) -> bool:
+    """Whether the channel's provider can be asked what it holds for an attempt."""
     return channel in LOOKUP_CHANNELS
 
 
@@ -85,6 +88,7 @@ process (the console reads the rules on every page that offers them)."""
 
 
 def active_settlement_policy(session: Session) -> tuple[str, settlement.SettlementPolicy]:
+    """The active policy version and its settlement rules."""
     version = repo.active_policy_version(session)
     if version not in _PARSED:
         parsed = domain_policy.load_policy(repo.policy_document(session, version))
@@ -93,6 +97,7 @@ def active_settlement_policy(session: Session) -> tuple[str, settlement.Settleme
 
 
 def latest_lookup_at(session: Session, attempt_id: int) -> datetime | None:
+    """When the attempt was last looked up at the provider (None: never)."""
     return session.execute(
         select(func.max(Observation.observed_at)).where(
             Observation.attempt_id == attempt_id, Observation.source == LOOKUP_SOURCE
@@ -115,7 +120,8 @@ def record_settlement(
     """Judge and record one settlement in the caller's transaction.
 
     A refusal is recorded too (an operator action `settle` refused, with why) and returned;
-    nothing about the attempt changes then."""
+    nothing about the attempt changes then.
+    """
     attempt = session.execute(
         select(Attempt)
         .where(Attempt.token == token)
@@ -284,9 +290,12 @@ def record_waiting(
     expired_unsettled: list[str],
     at: datetime,
 ) -> list[settlement.SettlementRule]:
-    """Say in the ledger what the intent's workflow waits for and until when; file the
-    review item of each unknown attempt at once (not an hour later); record the attempts
-    whose window closed unsettled. Returns the active policy's rules offered for them."""
+    """Say in the ledger what the intent's workflow waits for and until when.
+
+    Files the review item of each unknown attempt at once (not an hour later) and records
+    the attempts whose window closed unsettled. Returns the active policy's rules offered
+    for them.
+    """
     session.execute(
         update(Intent)
         .where(Intent.id == intent_id)
@@ -352,8 +361,10 @@ def record_waiting(
 
 
 def file_replaced_settlement(session: Session, *, observation_id: int, at: datetime) -> None:
-    """File the conflicting-terminal review item for a provider's terminal that replaced an
-    operator's settlement, at once (the sweep would find it too: the row is flagged)."""
+    """File the review item of a provider terminal that replaced a settlement, at once.
+
+    The sweep would find it too (the observation is flagged as a conflict).
+    """
     row = session.execute(
         select(Observation, Attempt, Intent)
         .join(Attempt, Attempt.id == Observation.attempt_id)
@@ -388,9 +399,11 @@ def file_replaced_settlement(session: Session, *, observation_id: int, at: datet
 
 
 def close_settled_items(session: Session, *, at: datetime) -> list[tuple[int, str]]:
-    """The sweep's half of the lifecycle: close each open item about an unresolved
-    attempt whose attempt a later observation settled, saying which. Returns (item id,
-    note) pairs."""
+    """The sweep's half of the lifecycle: close the items a later observation settled.
+
+    Each open item about an unresolved attempt whose attempt is no longer in trouble is
+    closed, its note naming the observation. Returns (item id, note) pairs.
+    """
     trouble = {
         reconcile.UNKNOWN_OUTCOME: (AttemptState.UNKNOWN.value,),
         reconcile.PREPARED_WITHOUT_REMOTE_ID: (AttemptState.PREPARED.value,),
@@ -431,6 +444,7 @@ def close_settled_items(session: Session, *, at: datetime) -> list[tuple[int, st
 
 
 def actions_of(session: Session, intent_id: str) -> list[OperatorAction]:
+    """The intent's settle actions, oldest first."""
     return list(
         session.execute(
             select(OperatorAction)
@@ -497,8 +511,11 @@ def unknown_members(
     category: str | None = None,
     limit: int = 500,
 ) -> list[SetMember]:
-    """The open `unknown_outcome` items whose attempt is still unknown and whose intent
-    still waits for a settlement, oldest first, filtered by event type and category."""
+    """The members of the unknown-outcome set a bulk settlement would settle.
+
+    Open `unknown_outcome` items whose attempt is still unknown and whose intent still
+    waits for a settlement, oldest first, filtered by event type and category.
+    """
     # From the intents that wait for a settlement (a partial index), to their unknown
     # attempts, to each one's item by (kind, subject) (the unique index): a few index
     # reads however many review items are open.

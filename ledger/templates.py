@@ -1,5 +1,8 @@
-"""Template versions and policy versions as ledger rows: seeded from the packaged data files,
-activated (or rolled back) by operators, never edited in place."""
+"""Template versions and policy versions as ledger rows.
+
+Seeded from the packaged data files,
+activated (or rolled back) by operators, never edited in place.
+"""
 
 from __future__ import annotations
 
@@ -18,8 +21,11 @@ from ledger.transactions import rows_changed
 def active_templates(
     session: Session, *, pinned: int | None = None, key: str | None = None
 ) -> list[TemplateVersion]:
-    """Active versions, or every version when a pinned one is asked for; only `key`'s
-    versions when a key is given."""
+    """Template versions, active or every one.
+
+    Active versions, or every version when a pinned one is asked for; only `key`'s
+    versions when a key is given.
+    """
     # Read on every intent recorded and every attempt prepared: plain rows (Core), not
     # ORM entities, from statements built once.
     query = _TEMPLATE_QUERIES[(pinned is None, key is not None)]
@@ -154,6 +160,7 @@ def seed_policy(session: Session, document: str, *, name: str, activate: bool) -
 
 
 def activate_policy(session: Session, version: str) -> None:
+    """Make `version` the active policy; raise NotFound if it is not in the ledger."""
     if session.get(PolicyVersion, version) is None:
         raise LookupError(f"no policy version {version!r}")
     session.execute(update(PolicyVersion).values(active=False))

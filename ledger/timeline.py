@@ -10,6 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from domain import proof
+from domain.clocks import iso_utc
 from domain.destinations import masked
 from ledger import repository as repo
 from ledger.crypto import FieldCipher
@@ -17,11 +18,8 @@ from ledger.listing import derive_states
 from ledger.models import Attempt, Observation, OperatorAction, PolicyDecision, ReviewItem
 
 
-def _iso(value: datetime | None) -> str | None:
-    return value.astimezone(UTC).isoformat() if value else None
-
-
 def derived_state(session: Session, intent_id: str, *, now: datetime | None = None) -> str:
+    """The derived state of one intent (domain.intents), as of `now`."""
     intent = session.get(repo.Intent, intent_id)
     assert intent is not None
     return derive_states(session, [intent], now or datetime.now(UTC))[intent_id]
@@ -36,8 +34,11 @@ def _masked_destination(cipher: FieldCipher | None, attempt: Attempt) -> str | N
 def timeline(
     session: Session, id_or_key: str, *, cipher: FieldCipher | None = None
 ) -> dict[str, Any]:
-    """Everything the ledger knows about an intent, without any PII. With `cipher`, each
-    attempt carries its destination masked (`+44********42`), never readable."""
+    """Everything the ledger knows about an intent, without any PII.
+
+    With `cipher`, each
+    attempt carries its destination masked (`+44********42`), never readable.
+    """
     intent = repo.get_intent(session, id_or_key)
     attempts = repo.attempts_of(session, intent.id)
     decisions = session.execute(
@@ -81,14 +82,14 @@ def timeline(
             "template_key": intent.template_key,
             "template_version": intent.template_version,
             "workflow_id": intent.workflow_id,
-            "send_at": _iso(intent.send_at),
-            "expires_at": _iso(intent.expires_at),
-            "created_at": _iso(intent.created_at),
-            "cancelled_at": _iso(intent.cancelled_at),
-            "pii_purged_at": _iso(intent.pii_purged_at),
+            "send_at": iso_utc(intent.send_at),
+            "expires_at": iso_utc(intent.expires_at),
+            "created_at": iso_utc(intent.created_at),
+            "cancelled_at": iso_utc(intent.cancelled_at),
+            "pii_purged_at": iso_utc(intent.pii_purged_at),
             "legal_hold": intent.legal_hold,
             "awaiting": intent.awaiting,
-            "awaiting_until": _iso(intent.awaiting_until) if intent.awaiting else None,
+            "awaiting_until": iso_utc(intent.awaiting_until) if intent.awaiting else None,
         },
         "decisions": [
             {
@@ -99,8 +100,8 @@ def timeline(
                 "rule": d.rule,
                 "reason": d.reason,
                 "inputs": d.inputs,
-                "next_eligible_at": _iso(d.next_eligible_at),
-                "decided_at": _iso(d.decided_at),
+                "next_eligible_at": iso_utc(d.next_eligible_at),
+                "decided_at": iso_utc(d.decided_at),
             }
             for d in decisions
         ],
@@ -120,9 +121,9 @@ def timeline(
                 "sender": a.sender,
                 "sender_address": a.sender_address,
                 "error_code": a.error_code,
-                "prepared_at": _iso(a.prepared_at),
-                "submitted_at": _iso(a.submitted_at),
-                "terminal_at": _iso(a.terminal_at),
+                "prepared_at": iso_utc(a.prepared_at),
+                "submitted_at": iso_utc(a.submitted_at),
+                "terminal_at": iso_utc(a.terminal_at),
                 "pii_readable": a.destination_ct is not None,
                 "destination_masked": _masked_destination(cipher, a),
                 "settled_rule": a.settled_rule,
@@ -137,8 +138,8 @@ def timeline(
                 "raw_status": o.raw_status,
                 "normalized_status": o.normalized_status,
                 "provider_code": o.provider_code,
-                "provider_at": _iso(o.provider_at),
-                "observed_at": _iso(o.observed_at),
+                "provider_at": iso_utc(o.provider_at),
+                "observed_at": iso_utc(o.observed_at),
                 "verdict": o.verdict,
                 "applied": o.applied,
                 "conflict": o.conflict,
@@ -153,7 +154,7 @@ def timeline(
                 "reason": a.reason,
                 "outcome": a.outcome,
                 "detail": a.detail,
-                "at": _iso(a.at),
+                "at": iso_utc(a.at),
             }
             for a in actions
         ],
@@ -162,8 +163,8 @@ def timeline(
                 "id": r.id,
                 "kind": r.kind,
                 "subject": r.subject,
-                "found_at": _iso(r.found_at),
-                "resolved_at": _iso(r.resolved_at),
+                "found_at": iso_utc(r.found_at),
+                "resolved_at": iso_utc(r.resolved_at),
                 "resolved_by": r.resolved_by,
                 "resolution_note": r.resolution_note,
             }
@@ -177,10 +178,13 @@ def _when(value: str | None) -> datetime:
 
 
 def rows(doc: dict[str, Any], time_text: Callable[[str], str] = str) -> list[dict[str, Any]]:
-    """The timeline's events, oldest first: `at` (ISO 8601), `event` (decision, attempt,
+    """The timeline's events, oldest first.
+
+    `at` (ISO 8601), `event` (decision, attempt,
     observed, operator), `channel` and `detail`, each row a fact that never changes, so a
     follower can print only the rows it has not printed yet. `time_text` writes a time
-    that appears inside a detail."""
+    that appears inside a detail.
+    """
     events: list[tuple[datetime, int, dict[str, Any]]] = []
 
     def add(
@@ -253,9 +257,12 @@ CLAIM_KEYS = ("claimed_operator", "claimed_role", "proof")
 
 
 def acting_operator(action: dict[str, Any]) -> str:
-    """Who an operator action names: the principal (with its role), or, for a request that
-    reached the workflow through Temporal without Herald's proof, an unauthenticated
-    Temporal caller with the identity it claimed, shown as claimed, never as a principal."""
+    """Who an operator action names, as the timelines show it.
+
+    The principal (with its role), or, for a request that reached the workflow through
+    Temporal without Herald's proof, an unauthenticated Temporal caller with the identity
+    it claimed, shown as claimed, never as a principal.
+    """
     detail = action.get("detail") or {}
     if action["operator"] == proof.UNAUTHENTICATED:
         claimed = detail.get("claimed_operator") or "nobody"
@@ -272,7 +279,8 @@ def _approval_time(
     The workflow records the approval and authorizes the new attempt at the same moment,
     in two activities that may run in either order, so the approval can be written a few
     milliseconds after the decision it led to. It is placed before the first decision on
-    its channel after the attempt it followed, where it belongs."""
+    its channel after the attempt it followed, where it belongs.
+    """
     at = _when(action["at"])
     detail = action["detail"] or {}
     if action["action"] != "approve-resend" or action["outcome"] != "accepted":

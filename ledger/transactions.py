@@ -1,5 +1,7 @@
-"""One database transaction, run off the event loop: how async code (activities, the
-ingress) uses the synchronous SQLAlchemy session."""
+"""One database transaction, run off the event loop.
+
+How async code (activities, the ingress) uses the synchronous SQLAlchemy session.
+"""
 
 from __future__ import annotations
 
@@ -21,6 +23,23 @@ async def in_transaction(sessions: sessionmaker[Session], work: Callable[[Sessio
             return work(session)
 
     return await asyncio.to_thread(run)
+
+
+class Transactions:
+    """One sessionmaker's transactions for async code.
+
+    `await tx(work)` runs `work(session)` in a thread inside one transaction and returns
+    what it returns, typed. The activities and the ingress each hold one instead of
+    wrapping :func:`in_transaction` themselves.
+    """
+
+    def __init__(self, sessions: sessionmaker[Session]) -> None:
+        """Hold `sessions`, the sessionmaker every transaction is begun on."""
+        self.sessions = sessions
+
+    async def __call__(self, work: Callable[[Session], T]) -> T:
+        """Run `work(session)` in one transaction, off the event loop; return its result."""
+        return await in_transaction(self.sessions, work)
 
 
 def rows_changed(result: object) -> int:

@@ -68,10 +68,11 @@ def table(
     times: Iterable[str] = (),
     clock: Clock | None = None,
     empty: str | None = "(none)",
+    widths: Mapping[str, int] | None = None,
 ) -> str:
-    """Rows under a header row, each column as wide as its widest cell; the columns named
-    in `times` go through `clock`; the last column is not padded. Without rows, `empty`
-    (None: the header row alone)."""
+    """Rows under a header row, each column as wide as its widest cell (at least its entry
+    in `widths`); the columns named in `times` go through `clock`; the last column is not
+    padded. Without rows, `empty` (None: the header row alone)."""
     timed = set(times)
     cells = [
         [
@@ -83,14 +84,19 @@ def table(
     if not cells and empty is not None:
         return empty
     heads = [(headers or {}).get(c, c.replace("_", " ").upper()) for c in columns]
-    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(heads)]
+    least = [(widths or {}).get(c, 0) for c in columns]
+    sizes = [max([len(h), least[i], *(len(r[i]) for r in cells)]) for i, h in enumerate(heads)]
     return "\n".join(
-        "  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip()
+        "  ".join(v.ljust(w) for v, w in zip(line, sizes, strict=True)).rstrip()
         for line in [heads, *cells]
     )
 
 
 TIMELINE_COLUMNS = ("at", "event", "channel", "detail")
+TIMELINE_WIDTHS = {"at": len("2026-01-01T00:00:00.000+00:00"), "event": len("observed")}
+"""Every time is as wide (milliseconds and an offset) and `observed` is the longest event,
+so a timeline's columns are the same width however many rows it has: `show --follow` and
+`send --wait` print the header before any row, and later rows line up under it."""
 
 
 def timeline_head(doc: Mapping[str, Any], clock: Clock) -> list[str]:
@@ -115,7 +121,9 @@ def timeline_lines(doc: Mapping[str, Any], clock: Clock) -> list[str]:
     from ledger import timeline
 
     found = timeline.rows(dict(doc), clock.at)
-    text = table(found, TIMELINE_COLUMNS, times=("at",), clock=clock, empty=None)
+    text = table(
+        found, TIMELINE_COLUMNS, times=("at",), clock=clock, empty=None, widths=TIMELINE_WIDTHS
+    )
     return ["  " + line for line in text.splitlines()]
 
 

@@ -183,7 +183,11 @@ async def _after_retention(ctx: DemoContext, docs: list[dict[str, Any]]) -> None
                 session.rollback()
 
     report, purged = await asyncio.to_thread(audit)
-    ctx.say(f"retention purge (as of {later.date()}, rolled back afterwards): {report}")
+    ctx.say(
+        f"retention purge as of {later.date()} (rolled back afterwards): PII of "
+        f"{report.intents_purged} intent(s) and {report.attempts_purged} attempt(s) removed, "
+        f"{report.held} on legal hold"
+    )
     for before, after in zip(docs, purged, strict=True):
         key = before["intent"]["business_key"]
         if not ctx.as_json:

@@ -58,7 +58,8 @@ async def _cancelled_before_send_at(ctx: DemoContext, seller: str, run_id: str) 
     expect(not doc["attempts"], f"{key}: an attempt exists although it was cancelled in time")
     expect(not doc["decisions"], f"{key}: a policy decision was made before send-at")
     expect(datetime.now(UTC) < send_at, f"{key}: the check ran after send-at; it proves nothing")
-    ctx.say(f"alert A: cancelled {cancel.closed} before send-at; no decision, no attempt")
+    closed = ", ".join(cancel.closed) or "nothing"
+    ctx.say(f"alert A: cancel closed {closed} before send-at; no decision, no attempt")
 
 
 async def _cancelled_after_submission(ctx: DemoContext, seller: str, run_id: str) -> None:
@@ -81,7 +82,8 @@ async def _cancelled_after_submission(ctx: DemoContext, seller: str, run_id: str
         key, by=Principal("seller-support", Role.OPERATOR), reason="payout reversed"
     )
     cancelled_at = datetime.now(UTC)
-    ctx.say(f"alert B: cancel after submission -> {cancel.message} (in flight: {cancel.in_flight})")
+    in_flight = ", ".join(cancel.in_flight) or "none"
+    ctx.say(f"alert B: cancel after submission -> {cancel.message} (in flight: {in_flight})")
     expect(cancel.accepted, f"{key}: the cancel was refused: {cancel.message}")
     expect(token in cancel.in_flight, f"{key}: the cancel does not list {token} as in flight")
     expect("not recalled" in cancel.message, f"{key}: the cancel answer claims {cancel.message!r}")

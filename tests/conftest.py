@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import secrets
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -21,6 +22,38 @@ from ledger.crypto import FieldCipher
 from transports.smtp_sink import SmtpSink
 
 TEST_KEYRING = "t1:" + base64.b64encode(b"k" * 32).decode()
+
+PYTHON_REPR = re.compile(r"datetime\.datetime\(|\bNone\b|\['|\b[A-Z]\w*\(\w+=")
+"""What a person should never read from `herald`: a datetime, None, a list or a dataclass
+as Python prints them (`PurgeReport(now=...`, `['scheduled']`)."""
+
+
+def assert_no_python_repr(text: str) -> None:
+    found = PYTHON_REPR.search(text)
+    assert found is None, f"a Python repr ({found.group()!r}) in:\n{text}"
+
+
+TIER_OF_FIXTURE = {
+    "pg_url": "ledger",
+    "time_env": "workflow",
+    "stack": "e2e",
+}
+"""The marker a test gets from the fixtures it uses, directly or through another fixture
+(`db`, `committed`, `cli_ledger` all stand on `pg_url`): a test that needs Postgres is
+marked `ledger` however it reaches it, so `-m "not ledger"` never starts one."""
+
+
+def tiers_of(fixturenames: list[str]) -> set[str]:
+    """The tier markers a test with these fixtures (its whole closure) must carry."""
+    return {TIER_OF_FIXTURE[name] for name in fixturenames if name in TIER_OF_FIXTURE}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Marked by fixture, not by hand: a hand-written marker is forgotten on the next file.
+    for item in items:
+        present = {mark.name for mark in item.iter_markers()}
+        for tier in sorted(tiers_of(getattr(item, "fixturenames", [])) - present):
+            item.add_marker(tier)
 
 
 @pytest.fixture(scope="session")

@@ -14,6 +14,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import (
+        PERMANENT_ERRORS,
         AuthorizeInput,
         AuthorizeResult,
         CancelRequest,
@@ -117,6 +118,11 @@ the workflow records in the ledger what it waits for and until when. Runs that s
 before it finish at the horizon verdict, or wait in the resend window without recording
 it; on replay they keep doing so."""
 
+SETTLEMENT_REFUSED = "SettlementRefused"
+"""The type of the error a `settle` update fails with when the ledger refuses what the
+validator let through (it judges by the policy version active when it records). Raised by
+the update handler, not by an activity, so it is no `ErrorType`; the run goes on."""
+
 TEMPORAL_CANCEL_OPERATOR = "temporal"
 """The operator a cancel requested through Temporal (Web UI, `temporal workflow cancel`) is
 recorded under; the ledger activity adds the request's identity from the history."""
@@ -135,13 +141,6 @@ second send while the first is still talking to SMTP."""
 LEDGER_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30)
 )
-PERMANENT_ERRORS = [
-    "PermanentProviderError",
-    "InvalidDestination",
-    "TemplateError",
-    "ArtifactMismatch",
-    "NotFound",
-]
 AUTHORIZE_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
     maximum_interval=timedelta(seconds=30),
@@ -936,7 +935,7 @@ class NotificationWorkflow:
         )
         if recorded.refused:
             # The ledger judged it by the policy version active now: its word stands.
-            raise ApplicationError(recorded.refused, type="SettlementRefused")
+            raise ApplicationError(recorded.refused, type=SETTLEMENT_REFUSED)
         self._attempt_states[token] = recorded.state
         self._settlements[token] = SettlementStanding(recorded.rule, recorded.resend_allowed)
         result = self._results[request.channel]

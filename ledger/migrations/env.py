@@ -18,6 +18,7 @@ target_metadata = Base.metadata
 
 
 def run() -> None:
+    """Run the migrations on the given connection, else on the configured URL."""
     connection = config.attributes.get("connection")
     if connection is not None:
         context.configure(connection=connection, target_metadata=target_metadata)

@@ -10,7 +10,7 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from activities.contracts import PollInput, SubmitInput
 from activities.ledger import LedgerActivities
@@ -94,6 +94,7 @@ async def test_a_retry_after_the_provider_accepted_but_before_the_ledger_recorde
             break
         except ApplicationError as err:
             assert err.type == "ReconcilePending"
+            assert err.category == ApplicationErrorCategory.BENIGN  # expected, not a failure
     assert outcome is not None and outcome.remote_id and outcome.reconciled
     assert await submissions(simulator, token) == 1
     again = await sms.submit_sms(SubmitInput(token))
@@ -118,6 +119,7 @@ async def test_an_ambiguous_timeout_is_recorded_unknown_then_reconciled_without_
             break
         except ApplicationError as err:
             assert err.type == "ReconcilePending"
+            assert err.category == ApplicationErrorCategory.BENIGN  # expected, not a failure
     assert outcome is not None and outcome.reconciled and outcome.remote_id
     assert await submissions(simulator, token) == 1
     polled = await sms.poll_sms(PollInput(token))

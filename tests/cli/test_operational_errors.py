@@ -132,3 +132,108 @@ def test_with_a_database_but_no_data_key_a_command_names_the_key_and_creates_non
     line = assert_one_line_error(done, "suppression")
     assert f"no data key in {data.resolve()}" in line and "herald migrate" in line
     assert not (data / "data.key").exists()
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ("prod", "HERALD_ENV: Input should be 'dev' or 'production'"),
+        ("production", "HERALD_ENV=production needs HERALD_SMS_AUTH_TOKEN, HERALD_DATA_KEY"),
+    ],
+)
+def test_a_wrong_or_unprovisioned_env_is_one_line(tmp_path: Path, env: str, expected: str) -> None:
+    bad = {"HERALD_DATA_DIR": str(tmp_path / "data"), "HERALD_ENV": env}
+    done = run_installed_herald("list", settings=bad, cwd=tmp_path)
+    line = assert_one_line_error(done, "list")
+    assert line.startswith("herald list: settings: ") and expected in line
+
+
+def test_the_worker_module_run_without_productions_secrets_is_one_line(tmp_path: Path) -> None:
+    # The container's healthcheck and `python -m worker` build the settings themselves.
+    import os
+    import subprocess
+    import sys
+
+    from tests.cli.conftest import ROOT
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HERALD_")}
+    env.update(HERALD_ENV="production", HERALD_DATA_DIR=str(tmp_path), PYTHONPATH=str(ROOT))
+    done = subprocess.run(
+        [sys.executable, "-m", "worker"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "herald worker: settings: HERALD_ENV=production needs HERALD_SMS_AUTH_TOKEN, "
+        "HERALD_DATA_KEY, HERALD_OPERATOR_TOKEN, HERALD_UNSUBSCRIBE_SECRET; refusing to start"
+    ]
+
+
+def test_herald_dev_on_a_taken_postgres_port_names_it_and_leaves_no_database(
+    tmp_path: Path,
+) -> None:
+    import socket
+
+    from devstack import EmbeddedPostgres
+
+    data = tmp_path / "data"
+    with socket.socket() as blocker:
+        blocker.bind(("127.0.0.1", 0))
+        blocker.listen()
+        port = blocker.getsockname()[1]
+        settings = {"HERALD_DATA_DIR": str(data), "HERALD_POSTGRES_PORT": str(port)}
+        done = run_installed_herald("dev", settings=settings, cwd=tmp_path, timeout=120)
+    line = assert_one_line_error(done, "dev")
+    assert line == (
+        f"herald dev: 127.0.0.1:{port} is already in use "
+        "(another `herald dev`? HERALD_POSTGRES_PORT moves it)"
+    )
+    assert not (EmbeddedPostgres(data, port=port).pgdata / "PG_VERSION").exists()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["show", KEY], ["list"], ["template", "show", "class-opening"], ["principals", "list"]],
+    ids=lambda args: " ".join(args[:2]),
+)
+def test_a_reading_command_in_a_folder_without_a_stack_reads_no_stranger_database(
+    args: list[str], pg_url: str, tmp_path: Path
+) -> None:
+    from sqlalchemy.engine import make_url
+
+    # A Postgres with a `herald` database answers on the port the defaults point at (the
+    # test session's): reading it would print some other stack's intents as if ours.
+    data = tmp_path / "data"
+    settings = {
+        "HERALD_DATA_DIR": str(data),
+        "HERALD_POSTGRES_PORT": str(make_url(pg_url).port),
+    }
+    done = run_installed_herald(*args, settings=settings, cwd=tmp_path)
+    line = assert_one_line_error(done, args[0])
+    assert f"no running `herald dev` found in {data.resolve()}" in line
+    assert not data.exists() or not any(data.iterdir())
+
+
+@pytest.mark.parametrize("args", [["show", KEY], ["send", *SEND]], ids=lambda args: args[0])
+def test_in_the_folder_of_a_stopped_stack_the_hint_is_to_start_it(
+    args: list[str], tmp_path: Path
+) -> None:
+    from settings import Settings
+
+    # What a stopped `herald dev` leaves: its data folder, key and lock, no dev.json.
+    data = tmp_path / ".herald"
+    Settings(data_dir=data).resolved_data_keys(create=True)
+    (data / "dev.lock").touch()
+    settings = {
+        "HERALD_DATA_DIR": str(data),
+        "HERALD_POSTGRES_PORT": str(free_port()),
+        "HERALD_TEMPORAL_PORT": str(free_port()),
+    }
+    done = run_installed_herald(*args, settings=settings, cwd=tmp_path)
+    line = assert_one_line_error(done, args[0])
+    assert f"`herald dev` is not running on {data.resolve()}: start it" in line
+    assert "run this in the folder" not in line

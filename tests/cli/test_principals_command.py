@@ -4,6 +4,7 @@ the audit trail, and one-line refusals."""
 
 from __future__ import annotations
 
+import re
 import uuid
 
 from sqlalchemy import select
@@ -76,3 +77,29 @@ def test_activating_a_policy_needs_an_admin_and_is_audited(cli_ledger: Ledger) -
             .order_by(AuditEvent.id)
         ).all()
     assert len(trail) == len(before) + 1 and tuple(trail[-1]) == ("cli-admin", version)
+
+
+def test_principals_list_names_its_zone_prints_local_milliseconds_and_takes_utc(
+    cli_ledger: Ledger, tmp_path
+) -> None:
+    from tests.cli.conftest import run_installed_herald
+
+    settings = {
+        "HERALD_DATABASE_URL": cli_ledger.url,
+        "HERALD_DATA_DIR": str(cli_ledger.data_dir),
+        "TZ": "Asia/Kolkata",  # +05:30 all year: no daylight saving to guess
+    }
+    local = run_installed_herald("principals", "list", settings=settings, cwd=tmp_path)
+    assert local.returncode == 0, local.stderr
+    lines = local.stdout.splitlines()
+    assert lines[0] == "times in the local zone (IST, UTC+05:30; --utc for UTC)"
+    assert lines[1].split()[:4] == ["NAME", "ROLE", "CREATED", "BY"]
+    admin = next(line for line in lines if line.startswith("cli-admin "))
+    created = admin.split()[2]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+05:30", created), admin
+
+    utc = run_installed_herald("principals", "list", "--utc", settings=settings, cwd=tmp_path)
+    assert utc.returncode == 0, utc.stderr
+    assert utc.stdout.splitlines()[0] == "times in UTC"
+    admin = next(line for line in utc.stdout.splitlines() if line.startswith("cli-admin "))
+    assert re.fullmatch(r"\S+T\S+\.\d{3}\+00:00", admin.split()[2]), admin

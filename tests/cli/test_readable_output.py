@@ -16,13 +16,13 @@ from sqlalchemy import select
 from ledger import repository as repo
 from ledger.models import Intent
 from tests.cli.conftest import HERALD, assert_one_line_error
-from tests.conftest import unique
+from tests.conftest import PYTHON_REPR, unique
 from tests.ledger.conftest import fields
 
 pytestmark = pytest.mark.ledger
 
 LATER = (datetime.now(UTC) + timedelta(days=31)).isoformat()
-REPR = re.compile(r"datetime\.datetime\(|\bNone\b|\['")
+REPR = PYTHON_REPR
 
 
 def test_version_names_the_installed_package():

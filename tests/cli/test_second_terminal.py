@@ -28,9 +28,11 @@ from devstack import EmbeddedPostgres, free_port, no_orphans, port_in_use
 from domain.principals import local_principal_name
 from settings import Settings
 from tests.cli.conftest import HERALD, Run, assert_one_line_error, run_installed_herald
+from tests.conftest import assert_no_python_repr
 
 pytestmark = pytest.mark.e2e
 
+ROOT = Path(__file__).resolve().parents[2]
 READY_WITHIN = 120.0
 """Seconds for `herald dev` to be up (Postgres init, Temporal, worker) on a busy machine."""
 STOP_WITHIN = 30.0
@@ -334,6 +336,7 @@ def test_demo_runs_its_story_on_the_running_stack(dev: Stack) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"Using the herald dev stack running on {dev.data}" in done.stdout
     assert "== class-opening: as the story says" in done.stdout
+    _no_python_reprs(done.stdout)
 
 
 def test_settle_from_another_terminal_then_resend(dev: Stack, member: str) -> None:
@@ -637,8 +640,147 @@ def _wait_for_text(stack: Stack, key: str, line: str, within: float = 60) -> lis
         time.sleep(0.5)
 
 
+def test_ctrl_c_during_send_wait_says_the_notification_goes_ahead(dev: Stack, member: str) -> None:
+    key = f"class-opening:c-9185:{member}"
+    argv = [str(HERALD), "send", "--key", key, "--recipient", member, "--template"]
+    argv += ["class-opening", "--phone", "+447400000008", "--vars", json.dumps(VARIABLES)]
+    argv += ["--wait"]  # +447400000008: the carrier accepts it and never resolves it
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HERALD_")}
+    waiting = subprocess.Popen(
+        argv,
+        cwd=dev.home,
+        env={**env, "HERALD_DATA_DIR": str(dev.data)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert waiting.stdout is not None
+        first = waiting.stdout.readline()  # recorded: the intent exists from here on
+        if not first.startswith("new intent "):
+            waiting.wait(timeout=30)
+            pytest.fail(f"send --wait said {first!r}, {waiting.stderr.read()!r}")  # type: ignore[union-attr]
+        while " prepared token=" not in (line := waiting.stdout.readline()):
+            assert line, "send --wait ended before its attempt was prepared"
+        waiting.send_signal(signal.SIGINT)
+        out, err = waiting.communicate(timeout=30)
+    finally:
+        if waiting.poll() is None:
+            waiting.kill()
+    assert waiting.returncode == 130
+    assert err.strip().splitlines() == [
+        f"herald send: stopped waiting; the notification {key} goes ahead: follow it with "
+        f"`herald show {key} --follow`, or stop it with `herald cancel {key} --reason TEXT`"
+    ]
+    # It went ahead: nothing cancelled it, and its attempt went to the carrier.
+    doc = _wait_for_state(dev, key, "unknown", within=90)  # never resolves: the horizon
+    assert not doc["operator_actions"] and doc["attempts"][0]["remote_id"]
+
+
+def test_a_key_sent_again_with_other_variables_is_one_line(dev: Stack, member: str) -> None:
+    key = f"class-opening:c-9189:{member}"
+    send = ["send", "--key", key, "--recipient", member, "--template", "class-opening"]
+    send += ["--phone", "+447400000100", "--vars"]
+    assert dev.herald(*send, json.dumps(VARIABLES)).returncode == 0
+    again = dev.herald(*send, json.dumps({**VARIABLES, "class_name": "Yoga"}))
+    line = assert_one_line_error(again, "send")
+    assert f"business key '{key}' already recorded with a different payload" in line
+
+
+def _readme_block(starting: str) -> list[str]:
+    """The README's code block whose first line starts with `starting`."""
+    text = (ROOT / "README.md").read_text()
+    blocks = [b.split("```", 1)[0] for b in text.split("```\n")[1::2]]
+    [block] = [b for b in blocks if b.startswith(starting)]
+    return block.rstrip("\n").splitlines()
+
+
+def test_the_readmes_banner_is_what_herald_dev_prints(dev: Stack) -> None:
+    printed = dev.output().splitlines()
+    start = next(i for i, line in enumerate(printed) if line.startswith("Herald dev stack is up"))
+    readme = _readme_block("Herald dev stack is up")
+    banner = printed[start : start + len(readme)]
+
+    def labels(lines: list[str]) -> list[tuple[str, int]]:
+        # Each row's label and the column its value starts at (values differ by machine).
+        found = []
+        for line in lines[1:]:
+            label = line.strip().split("  ")[0]
+            found.append((label, len(line) - len(line[len(label) + 2 :].lstrip())))
+        return found
+
+    assert banner[0] == readme[0]
+    assert labels(banner) == labels(readme)
+
+
+def _sample_pattern(line: str, key: str) -> re.Pattern[str]:
+    """A README sample line as a pattern: `...` and times stand for what varies."""
+    line = line.replace("class-opening:c-9081:m-1842", key)
+    # An id shown by its first characters (`7b1b5a7e-...`, `SM8db5691d...`) is any id.
+    text = re.escape(re.sub(r"[\w-]*\.\.\.", "...", line))
+    text = text.replace(re.escape("..."), ".*")
+    text = re.sub(
+        r"2026\\-12\\-06T\d\d:\d\d:\d\d\\.\d{3}", r"\\d{4}-\\d\\d-\\d\\dT[\\d:.]{12}", text
+    )
+    text = text.replace("state\\ sending", "state\\ \\w+")  # the first look may be earlier
+    assert "2026\\-12\\-06" not in text, text  # every sample time became a pattern
+    return re.compile(text)
+
+
+def test_the_readmes_send_wait_sample_is_what_it_prints(dev: Stack, member: str) -> None:
+    import shlex
+
+    block = _readme_block("$ herald template show class-opening")
+    start = next(i for i, line in enumerate(block) if line.startswith("$ herald send "))
+    command = block[start].removeprefix("$ ")
+    end = start + 1
+    while command.endswith("\\") or block[end].startswith("    "):
+        command = command.rstrip("\\") + " " + block[end].strip()
+        end += 1
+    sample = block[end:]
+    key = f"class-opening:c-9086:{member}"
+    argv = shlex.split(command.replace("class-opening:c-9081:m-1842", key))
+    argv[argv.index("--recipient") + 1] = member
+    settings = {"HERALD_DATA_DIR": str(dev.data), "TZ": "CET-1"}  # the sample's zone
+    done = run_installed_herald(*argv[1:], settings=settings, cwd=dev.home, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    printed = done.stdout.splitlines()
+    # Every sample line is printed, in order (a run may show a row more, e.g. a poll).
+    at = 0
+    for line in sample:
+        pattern = _sample_pattern(line, key)
+        while at < len(printed) and not pattern.fullmatch(printed[at]):
+            at += 1
+        assert at < len(printed), f"README line not printed: {line!r}\n{done.stdout}"
+        at += 1
+    assert printed[-1] == sample[-1]
+
+
+def test_the_readmes_temporal_update_example_works_as_written(dev: Stack) -> None:
+    import shlex
+
+    from devstack.binaries import find_binary
+
+    text = " ".join((ROOT / "README.md").read_text().split())
+    example = re.search(r"`(temporal workflow update execute [^`]+)`", text)
+    assert example is not None and "--address 127.0.0.1:57233" in example.group(1)
+    key = _scheduled_intent(dev, "class-opening:c-9087")
+    argv = shlex.split(
+        example.group(1)
+        .replace("127.0.0.1:57233", dev.addresses["temporal"])
+        .replace("notification:KEY", f"notification:{key}")
+    )
+    done = subprocess.run(
+        [str(find_binary("temporal")), *argv[1:]], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    doc = _wait_for_state(dev, key, "cancelled")
+    [cancel] = [a for a in doc["operator_actions"] if a["action"] == "cancel"]
+    assert (cancel["operator"], cancel["reason"]) == ("desk", "seat filled")
+
+
 def _no_python_reprs(text: str) -> None:
-    assert "datetime.datetime(" not in text and not re.search(r"\bNone\b", text), text
+    assert_no_python_repr(text)
 
 
 def test_zz_sigterm_stops_the_stack_and_leaves_no_process(dev: Stack) -> None:

@@ -12,7 +12,7 @@ import psutil
 import psycopg
 import pytest
 
-from devstack import PostgresStartError, no_orphans, postgres_bin_dir
+from devstack import PortInUse, PostgresStartError, no_orphans, postgres_bin_dir
 from devstack.postgres import PG_SYSTEM_USER, ensure_reachable_install
 
 from .conftest import is_root, mode_of
@@ -149,17 +149,37 @@ def test_kill_then_start_recovers(tmp_path: Path, make_pg) -> None:
         assert conn.execute("select id from survived").fetchall() == [(7,)]
 
 
-def test_port_in_use_fails_clearly(tmp_path: Path, make_pg) -> None:
+def test_a_taken_port_is_named_with_its_setting_and_nothing_is_initialised(
+    tmp_path: Path, make_pg
+) -> None:
     with socket.socket() as blocker:
         blocker.bind(("127.0.0.1", 0))
         blocker.listen()
-        pg = make_pg(tmp_path / "data", port=blocker.getsockname()[1], start_timeout=20)
+        port = blocker.getsockname()[1]
+        pg = make_pg(tmp_path / "data", port=port, start_timeout=20)
         t0 = time.monotonic()
-        with pytest.raises(PostgresStartError) as info:
+        with pytest.raises(PortInUse) as info:
             pg.start()
-        assert time.monotonic() - t0 < 20
-    assert "postgres.log" in str(info.value)
+        assert time.monotonic() - t0 < 5
+    assert info.value.strerror == (
+        f"127.0.0.1:{port} is already in use (another `herald dev`? HERALD_POSTGRES_PORT moves it)"
+    )
     assert not pg.is_running()
+    assert not (pg.pgdata / "PG_VERSION").exists()
+
+
+def test_a_fresh_folder_whose_server_cannot_start_is_removed_and_its_log_kept(
+    tmp_path: Path, make_pg
+) -> None:
+    # Port 1 is free but privileged: initdb works, the server cannot bind it.
+    pg = make_pg(tmp_path / "data", port=1, start_timeout=20)
+    with pytest.raises(PostgresStartError) as info:
+        pg.start()
+    first = str(info.value).splitlines()[0]
+    assert first.startswith("Postgres pg_ctl failed: ") and "could not" in first
+    assert info.value.log == tmp_path / "data" / "postgres-start.log"
+    assert "could not" in info.value.log.read_text()
+    assert not pg.pgdata.exists() and not pg.is_running()
 
 
 def test_loopback_only() -> None:

@@ -8,19 +8,25 @@ from __future__ import annotations
 import pytest
 
 from scenarios import SCENARIOS, DemoContext
+from tests.conftest import assert_no_python_repr
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture
 def demo(stack):  # type: ignore[no-untyped-def]
-    return DemoContext(
+    """The scenario's context; what it printed is read afterwards as a person would."""
+    printed: list[str] = []
+    yield DemoContext(
         stack.client,
         stack.addresses,
         stack.cfg.data_path,
         sink=stack.sink,
         retention_days=stack.cfg.pii_retention_days,
+        out=printed.append,
     )
+    assert printed  # the story said something
+    assert_no_python_repr("\n".join(printed))
 
 
 async def test_the_happy_sms_path_ends_delivered(demo):

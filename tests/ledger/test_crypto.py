@@ -67,9 +67,14 @@ def test_a_bad_key_ring_is_refused_naming_the_problem(ring, problem):
 
 def test_production_without_a_data_key_refuses_to_start(monkeypatch, tmp_path):
     monkeypatch.delenv("HERALD_DATA_KEY", raising=False)
-    cfg = Settings(env="production", data_dir=tmp_path)
-    with pytest.raises(RuntimeError, match="HERALD_DATA_KEY is required"):
-        cfg.resolved_data_keys()
+    with pytest.raises(ValueError, match="HERALD_DATA_KEY"):
+        Settings(
+            env="production",
+            data_dir=tmp_path,
+            sms_auth_token="t",
+            operator_token="o",
+            unsubscribe_secret="u",
+        )
     assert not (tmp_path / "data.key").exists()
 
 

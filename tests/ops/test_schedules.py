@@ -10,44 +10,96 @@ import os
 import subprocess
 import sys
 import uuid
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from sqlalchemy import select
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
-from activities.contracts import PURGE, RECONCILE, MaintenanceInput
+from activities.contracts import PURGE, RECONCILE, MaintenanceInput, MaintenanceResult
 from activities.maintenance import MaintenanceActivities
 from cli.main import main as cli_main
+from ledger import reconcile
+from ledger import repository as repo
+from ledger.models import Intent, ReviewItem
 from runtime.schedules import INTERVALS, ensure_schedules, job_schedules
+from tests.conftest import unique
+from tests.ledger.conftest import fields
 from workflows.maintenance import MaintenanceWorkflow
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _recorded(committed, cipher, **columns):  # type: ignore[no-untyped-def]
+    """An intent recorded an hour ago (so past every grace), with `columns` set on its row."""
+    key = unique("class-opening:c-9081")
+    with committed.begin() as session:
+        intent_id = repo.record_intent(session, fields(session, cipher, key)).intent_id
+        hour_ago = datetime.now(UTC) - timedelta(hours=1)
+        values = {Intent.created_at: hour_ago, **columns}
+        session.query(Intent).filter(Intent.id == intent_id).update(values)
+        workflow_id = session.get(Intent, intent_id).workflow_id
+    return intent_id, workflow_id
+
+
+def _filed(committed, intent_id: str) -> list[str]:  # type: ignore[no-untyped-def]
+    with committed() as session:
+        return sorted(
+            session.execute(
+                select(ReviewItem.kind).where(ReviewItem.subject == f"intent:{intent_id}")
+            ).scalars()
+        )
+
+
 @pytest.mark.workflow
-async def test_the_maintenance_workflow_runs_reconcile_and_purge_on_the_ledger(time_env, committed):
+async def test_the_maintenance_workflow_files_what_reconcile_finds_and_purges_what_is_due(
+    time_env, committed, cipher
+):
+    # Never authorized, and its workflow was terminated (which the workflow cannot see).
+    stuck, stuck_workflow = _recorded(committed, cipher)
+    # Its retention passed: its contact data must go.
+    due, _ = _recorded(committed, cipher, purge_after=datetime.now(UTC) - timedelta(minutes=1))
     queue = f"maint-{uuid.uuid4().hex[:8]}"
+    terminated = await time_env.client.start_workflow(
+        "NeverRuns", id=stuck_workflow, task_queue=f"{queue}-nobody"
+    )
+    await terminated.terminate(reason="test: a workflow that ends without the ledger hearing")
     acts = MaintenanceActivities(committed)
+
+    async def run(job: str, attempt: int = 1) -> MaintenanceResult:
+        return await time_env.client.execute_workflow(
+            MaintenanceWorkflow.run,
+            MaintenanceInput(job),
+            id=f"{queue}-{job}-{attempt}",
+            task_queue=queue,
+            result_type=MaintenanceResult,
+        )
+
     async with Worker(
         time_env.client,
         task_queue=queue,
         workflows=[MaintenanceWorkflow],
         activities=[acts.reconcile, acts.purge],
     ):
-        for job in (RECONCILE, PURGE):
-            result = await time_env.client.execute_workflow(
-                MaintenanceWorkflow.run,
-                MaintenanceInput(job),
-                id=f"{queue}-{job}",
-                task_queue=queue,
-            )
-            assert result.job == job
-            if job == PURGE:
-                assert result.batches >= 1
-            else:
-                assert result.review_items_recorded >= 0
-                assert all(isinstance(v, int) for v in result.rows_by_kind.values())
+        found = await run(RECONCILE)
+        assert found.job == RECONCILE
+        both = [reconcile.INTENT_WITHOUT_ATTEMPT, reconcile.WORKFLOW_CLOSED_INTENT_OPEN]
+        assert _filed(committed, stuck) == sorted(both)
+        assert all(found.rows_by_kind[kind] >= 1 for kind in both)
+        assert found.review_items_recorded >= 2  # at least the two filed for `stuck`
+        # Each (kind, subject) is filed once, however often the schedule runs.
+        again = await run(RECONCILE, attempt=2)
+        assert again.rows_by_kind[reconcile.INTENT_WITHOUT_ATTEMPT] >= 1
+        assert _filed(committed, stuck) == sorted(both)
+
+        purged = await run(PURGE)
+        assert purged.job == PURGE and purged.intents_purged >= 1 and purged.batches >= 1
+    with committed() as session:
+        gone, kept = session.get(Intent, due), session.get(Intent, stuck)
+        assert gone.sms_destination_ct is None and gone.variables_ct is None
+        assert kept.sms_destination_ct is not None  # not due: untouched
 
 
 def test_triggering_an_unknown_job_is_a_clear_usage_error(capsys):

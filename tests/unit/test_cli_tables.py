@@ -144,3 +144,59 @@ def test_the_demo_scenarios_and_jobs_the_parser_offers_are_the_real_ones():
 def test_an_unchanged_document_gives_the_same_rows():
     doc = resent_intent()
     assert timeline.rows(copy.deepcopy(doc)) == timeline.rows(doc)
+
+
+def _parsers(p: argparse.ArgumentParser, path: str) -> list[tuple[str, argparse.ArgumentParser]]:
+    """Every command and sub-action's parser, by its command line (`herald template show`)."""
+    found = [(path, p)]
+    for action in p._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found += _parsers(sub, f"{path} {name}")
+    return found
+
+
+def _examples(p: argparse.ArgumentParser) -> list[str]:
+    text = p.epilog or ""
+    if not text.startswith("example:\n"):
+        return []
+    return [each.strip() for each in text.split("\n", 1)[1].split("   |   ")]
+
+
+def test_every_command_and_sub_action_has_an_example_of_itself_that_parses():
+    import shlex
+
+    built = parser()
+    commands = _parsers(built, "herald")[1:]
+    assert {"herald principals list", "herald template show", "herald schedules trigger"} <= {
+        path for path, _ in commands
+    }
+    for path, sub in commands:
+        examples = _examples(sub)
+        assert examples, f"`{path} --help` has no example"
+        for example in examples:
+            words = shlex.split(example)
+            while "=" in words[0]:  # HERALD_DATABASE_URL=... herald migrate
+                words.pop(0)
+            assert " ".join(words).startswith(path), f"{path}: {example}"
+            try:
+                built.parse_args(words[1:])
+            except SystemExit:
+                raise AssertionError(f"`{example}` does not parse") from None
+
+
+def test_the_send_example_gives_every_variable_its_template_needs():
+    import json
+    import shlex
+
+    from domain.templates import missing_variables
+    from templates import load_packaged
+
+    (send,) = [sub for path, sub in _parsers(parser(), "herald") if path == "herald send"]
+    (example,) = _examples(send)
+    args = parser().parse_args(shlex.split(example)[1:])
+    variables = json.loads(args.vars)
+    versions = [t for t in load_packaged() if t.key == args.template and t.channel == "sms"]
+    assert versions
+    for template in versions:
+        assert missing_variables(template, variables) == []

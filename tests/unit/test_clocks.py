@@ -150,3 +150,14 @@ def test_a_schedule_never_passes_its_horizon_or_the_earliest_clock(
     if closing is not None:
         assert all(t <= closing[1] for t in times)
     assert times == sorted(set(times))
+
+
+def test_iso_utc_writes_any_zone_in_utc_and_keeps_none():
+    from datetime import UTC, datetime, timedelta, timezone
+
+    from domain.clocks import iso_utc
+
+    paris = timezone(timedelta(hours=1))
+    assert iso_utc(datetime(2026, 3, 1, 10, 30, tzinfo=paris)) == "2026-03-01T09:30:00+00:00"
+    assert iso_utc(datetime(2026, 3, 1, 9, 30, tzinfo=UTC)) == "2026-03-01T09:30:00+00:00"
+    assert iso_utc(None) is None

@@ -17,7 +17,7 @@ from domain.policy import (
     CHANNELS,
     Consent,
     Decision,
-    InvalidRequest,
+    InvalidPolicyRequest,
     Outcome,
     Policy,
     PolicyError,
@@ -375,7 +375,7 @@ def test_suppression_is_checked_before_everything_else(default_policy: Policy) -
 def test_a_malformed_request_raises(
     default_policy: Policy, request_: PolicyRequest, now: datetime
 ) -> None:
-    with pytest.raises(InvalidRequest):
+    with pytest.raises(InvalidPolicyRequest):
         decide(default_policy, request_, now)
 
 

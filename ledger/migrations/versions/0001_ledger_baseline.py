@@ -1,4 +1,4 @@
-"""ledger baseline
+"""Ledger baseline.
 
 Revision ID: 0001
 Revises:

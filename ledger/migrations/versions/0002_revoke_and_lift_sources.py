@@ -1,4 +1,4 @@
-"""who revoked a consent and who lifted a suppression
+"""who revoked a consent and who lifted a suppression.
 
 Revision ID: 0002
 Revises: 0001

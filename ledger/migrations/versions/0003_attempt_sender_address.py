@@ -1,4 +1,4 @@
-"""the real sender an attempt's policy alias resolved to
+"""the real sender an attempt's policy alias resolved to.
 
 Revision ID: 0003
 Revises: 0002

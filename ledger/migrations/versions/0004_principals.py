@@ -1,4 +1,4 @@
-"""principals with roles, the audit trail, and the role on every operator action
+"""principals with roles, the audit trail, and the role on every operator action.
 
 Revision ID: 0004
 Revises: 0003

@@ -1,4 +1,6 @@
-"""the operator console: signed-in sessions, who resolved a review item and why, and the
+"""The operator console's tables and indexes.
+
+the operator console: signed-in sessions, who resolved a review item and why, and the
 indexes its pages read by
 
 Revision ID: 0007

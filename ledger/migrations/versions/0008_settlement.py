@@ -1,5 +1,7 @@
-"""settling ambiguity: which operator's settlement stands on an attempt, and what an
-intent's workflow waits for and until when
+"""Settling ambiguity: the settlement standing on an attempt, what a workflow waits for.
+
+Which operator's settlement stands on an attempt, what an intent's workflow waits for and
+until when, and a review item's event type and category as columns.
 
 Revision ID: 0008
 Revises: 0007

@@ -10,14 +10,55 @@ from __future__ import annotations
 import secrets
 from functools import cached_property
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from domain.senders import DEV_EMAIL_SENDER, DEV_SMS_SENDER, SenderBook
 
 SIMULATOR_AUTH_TOKEN = "simulator-auth-token"
+
+
+class TwilioProvider(BaseModel):
+    """A Twilio-compatible SMS account (transports.twilio)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["twilio"] = "twilio"
+    base_url: str
+    """The REST API's base URL, e.g. `https://api.twilio.com`."""
+    account_sid: str
+    auth_token: SecretStr
+
+
+class SmtpProvider(BaseModel):
+    """An SMTP relay (transports.email)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["smtp"] = "smtp"
+    host: str
+    port: int = 587
+    starttls: bool = True
+    username: str | None = None
+    password: SecretStr | None = None
+
+
+ProviderSettings = Annotated[TwilioProvider | SmtpProvider, Field(discriminator="kind")]
+"""One provider account's settings; `kind` says which adapter (domain.providers.KINDS)."""
+
+BUILT_IN_PROVIDERS = ("twilio", "smtp")
+"""The aliases the flat HERALD_SMS_* and HERALD_SMTP_* settings configure (the registry's
+default providers, domain.channels)."""
 
 
 class Settings(BaseSettings):
@@ -97,6 +138,12 @@ class Settings(BaseSettings):
     in `email_senders`."""
     email_senders: dict[str, str] = {}
     """HERALD_EMAIL_SENDERS, a JSON object: policy email sender (alias or From) -> From."""
+    providers: dict[str, ProviderSettings] = {}
+    """HERALD_PROVIDERS, a JSON object: provider alias -> its settings, e.g.
+    `{"twilio-eu": {"kind": "twilio", "base_url": "https://...", "account_sid": "AC...",
+    "auth_token": "..."}}`. The policy routes each channel and region to aliases; the
+    aliases `twilio` and `smtp` are configured by the HERALD_SMS_* and HERALD_SMTP_*
+    settings unless this object names them too."""
     dkim_domain: str | None = None
     """DKIM signing domain; with a selector and a key file, every email is signed."""
     dkim_selector: str | None = None
@@ -191,9 +238,52 @@ class Settings(BaseSettings):
             )
             if unset
         ]
+        missing += [
+            f"HERALD_PROVIDERS {alias!r} auth_token (not the simulator's)"
+            for alias, provider in self.providers.items()
+            if isinstance(provider, TwilioProvider)
+            and provider.auth_token.get_secret_value() == SIMULATOR_AUTH_TOKEN
+        ]
         if missing:
             raise ValueError(f"HERALD_ENV=production needs {', '.join(missing)}; refusing to start")
         return self
+
+    def provider_settings(self) -> dict[str, TwilioProvider | SmtpProvider]:
+        """Every configured provider account by alias: `twilio` and `smtp` from the flat
+        settings, then HERALD_PROVIDERS (which may replace them)."""
+        built_in: dict[str, TwilioProvider | SmtpProvider] = {
+            "twilio": TwilioProvider(
+                base_url=self.sms_api_url,
+                account_sid=self.sms_account_sid,
+                auth_token=self.sms_auth_token,
+            ),
+            "smtp": SmtpProvider(
+                host=self.smtp_host,
+                port=self.smtp_port,
+                starttls=self.smtp_starttls,
+                username=self.smtp_username,
+                password=self.smtp_password,
+            ),
+        }
+        return {**built_in, **self.providers}
+
+    def check_providers(self) -> None:
+        """Every provider alias the packaged policy `policy_name` routes to is configured
+        with an adapter for its channel. Raises RuntimeError with one line naming the
+        alias; the worker calls it before it starts."""
+        from domain.policy import load_policy
+        from domain.providers import ProviderError, check_routes
+        from policies import load_packaged
+
+        try:
+            packaged = load_policy(load_packaged(self.policy_name))
+        except FileNotFoundError:
+            return  # a policy loaded by other means; nothing packaged to check
+        configured = {alias: p.kind for alias, p in self.provider_settings().items()}
+        try:
+            check_routes(packaged.providers, configured)
+        except ProviderError as err:
+            raise RuntimeError(f"provider settings: {err}") from None
 
     def sender_book(self) -> SenderBook:
         """The real sender of every policy alias, checked against the packaged policy

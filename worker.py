@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, TypeVar
 
 import httpx
 from sqlalchemy import Engine
@@ -39,6 +39,8 @@ from activities.email import EmailActivities
 from activities.ledger import LedgerActivities
 from activities.maintenance import MaintenanceActivities
 from activities.sms import SmsActivities
+from domain import channels
+from domain.channels import Channel
 from domain.senders import SenderBook
 from ledger.crypto import FieldCipher
 from ledger.engine import ledger_engine
@@ -117,6 +119,47 @@ def dkim_config(cfg: settings_module.Settings) -> DkimConfig | None:
     return DkimConfig(cfg.dkim_domain, cfg.dkim_selector, cfg.dkim_private_key_file.read_bytes())
 
 
+def provider_transports(
+    cfg: settings_module.Settings, http: httpx.AsyncClient
+) -> tuple[dict[str, TwilioSms], dict[str, SmtpEmail]]:
+    """A transport for every configured provider alias (settings.provider_settings), by
+    the adapter its kind names: (SMS transports, email transports)."""
+    sms: dict[str, TwilioSms] = {}
+    email: dict[str, SmtpEmail] = {}
+    for alias, provider in cfg.provider_settings().items():
+        if isinstance(provider, settings_module.TwilioProvider):
+            sms[alias] = TwilioSms(
+                base_url=provider.base_url,
+                account_sid=provider.account_sid,
+                auth_token=provider.auth_token.get_secret_value(),
+                client=http,
+            )
+        else:
+            email[alias] = SmtpEmail(
+                host=provider.host,
+                port=provider.port,
+                starttls=provider.starttls,
+                username=provider.username,
+                password=provider.password.get_secret_value() if provider.password else None,
+                dkim=dkim_config(cfg),
+            )
+    return sms, email
+
+
+Transport = TypeVar("Transport")
+
+
+def _default_transport(transports: dict[str, Transport], channel: Channel) -> Transport:
+    alias = channel.default_providers[0]
+    try:
+        return transports[alias]
+    except KeyError:
+        raise RuntimeError(
+            f"provider settings: the default {channel.name} provider {alias!r} is not a "
+            f"{channel.name} account in HERALD_PROVIDERS"
+        ) from None
+
+
 def build_workers(
     client: Client,
     cfg: settings_module.Settings,
@@ -131,25 +174,19 @@ def build_workers(
     sessions = sessionmaker(engine, expire_on_commit=False)
     cipher = FieldCipher(cfg.resolved_data_keys())
     http = httpx.AsyncClient()
-    sms = TwilioSms(
-        base_url=cfg.sms_api_url,
-        account_sid=cfg.sms_account_sid,
-        auth_token=cfg.sms_auth_token.get_secret_value(),
-        client=http,
-    )
-    email = SmtpEmail(
-        host=cfg.smtp_host,
-        port=cfg.smtp_port,
-        starttls=cfg.smtp_starttls,
-        username=cfg.smtp_username,
-        password=cfg.smtp_password.get_secret_value() if cfg.smtp_password else None,
-        dkim=dkim_config(cfg),
-    )
+    sms_providers, email_providers = provider_transports(cfg, http)
+    sms = _default_transport(sms_providers, channels.SMS)
+    email = _default_transport(email_providers, channels.EMAIL)
     ledger_acts = LedgerActivities(
         sessions, cipher, retention_days=cfg.pii_retention_days, senders=senders
     )
     sms_acts = SmsActivities(
-        sms, sessions, cipher, callback_base_url=cfg.callback_base_url, senders=senders
+        sms,
+        sessions,
+        cipher,
+        callback_base_url=cfg.callback_base_url,
+        senders=senders,
+        providers=sms_providers,
     )
     email_acts = EmailActivities(
         email,
@@ -159,6 +196,7 @@ def build_workers(
         public_base_url=cfg.callback_base_url,
         unsubscribe_secret=cfg.resolved_unsubscribe_secret(),
         senders=senders,
+        providers=email_providers,
     )
     maintenance = MaintenanceActivities(sessions)
     main = Worker(
@@ -181,7 +219,7 @@ def build_workers(
     )
     sms_worker = Worker(
         client,
-        task_queue=f"{queue}-sms",
+        task_queue=channels.SMS.task_queue(queue),
         activities=[sms_acts.submit_sms, sms_acts.poll_sms, sms_acts.lookup_sms],
         max_task_queue_activities_per_second=cfg.sms_max_per_second,
         max_concurrent_activities=cfg.sms_max_concurrent,
@@ -274,6 +312,7 @@ async def main(
     cfg = cfg or settings_module.load()
     # Before anything connects: a sender no provider would take is a start-up error.
     senders = cfg.sender_book()
+    cfg.check_providers()
     if not ensure_workflow_bytecode():
         log.warning("could not write the workflow modules' bytecode; each run compiles them")
     client = await connect(cfg, runtime=core_log_forwarding(cfg.worker_metrics_address))
@@ -299,9 +338,9 @@ async def main(
             # `herald reconcile` / `herald purge` still work by hand.
             log.warning("could not create the maintenance schedules: %s", err.status.name)
     log.info(
-        "worker started on task queues %s and %s-sms (relay %s)",
+        "worker started on task queues %s and %s (relay %s)",
         cfg.task_queue,
-        cfg.task_queue,
+        channels.SMS.task_queue(cfg.task_queue),
         "on" if relay else "off",
     )
     try:

@@ -3,11 +3,14 @@
 import asyncio
 import contextlib
 import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
-from typing import ParamSpec, TypeVar
+from typing import Generic, ParamSpec, TypeVar
 
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.contracts import ErrorType
 
 HEARTBEAT_EVERY_SECONDS = 2.0
 """How often the SMS submit says it is alive. The workflow gives it a heartbeat timeout
@@ -16,6 +19,35 @@ noticed after that timeout instead of after the whole start-to-close."""
 
 P = ParamSpec("P")
 R = TypeVar("R")
+T = TypeVar("T")
+
+
+class ProviderTransports(Generic[T]):
+    """One channel's transports by provider alias (settings' HERALD_PROVIDERS), and the
+    one an attempt goes through: the alias it recorded when it was prepared."""
+
+    def __init__(self, default: T, by_alias: Mapping[str, T] | None = None) -> None:
+        self._default = default
+        self._by_alias = dict(by_alias or {})
+
+    def for_alias(self, alias: str | None) -> T:
+        """The transport of `alias`.
+
+        An attempt prepared before providers were recorded (no alias), or activities
+        built with one transport and no aliases (tests, `herald bench`), use the default.
+        An alias this worker has no settings for is retried (type ProviderNotConfigured):
+        a worker that has them, or this one after a restart with them, takes it; it is
+        never sent through another provider's account instead.
+        """
+        if alias is None or not self._by_alias:
+            return self._default
+        try:
+            return self._by_alias[alias]
+        except KeyError:
+            raise ApplicationError(
+                f"provider {alias!r} is not configured on this worker (HERALD_PROVIDERS)",
+                type=ErrorType.PROVIDER_NOT_CONFIGURED,
+            ) from None
 
 
 def now_utc() -> datetime:

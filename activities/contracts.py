@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
+from domain.channels import SMS
+
 
 class ErrorType(StrEnum):
     """The `type` of every `ApplicationError` an activity raises, which the workflow's retry
@@ -31,6 +33,11 @@ class ErrorType(StrEnum):
     """Nothing was processed (429, 5xx, no connection): retried, after Retry-After."""
     AMBIGUOUS_SUBMISSION = "AmbiguousSubmission"
     """The request may have reached the provider: the retry reconciles before sending."""
+    UNKNOWN_CHANNEL = "UnknownChannel"
+    """A channel no entry of domain.channels carries: a bug, refused where it is first met."""
+    PROVIDER_NOT_CONFIGURED = "ProviderNotConfigured"
+    """The attempt's provider alias has no settings on this worker: retried (a worker that
+    has them takes it), never sent through another account."""
     RECONCILE_PENDING = "ReconcilePending"
     """An ambiguous submission is not visible at the provider yet: an expected retry,
     raised as benign so it does not read as a failure in the Web UI."""
@@ -219,7 +226,7 @@ class CancelResult:
 
 @dataclass
 class ResendRequest:
-    channel: str = "sms"
+    channel: str = SMS.name
     operator: str = "temporal-ui"
     reason: str = ""
     operator_role: str = ""

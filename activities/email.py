@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Mapping
 from typing import NoReturn
 
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities import now_utc
+from activities import ProviderTransports, now_utc
 from activities.contracts import ErrorType, SubmitInput, SubmitOutcome
+from domain import channels
 from domain.senders import SenderBook
 from domain.states import AttemptState
 from domain.unsubscribe import unsubscribe_token
@@ -54,8 +56,11 @@ class EmailActivities:
         public_base_url: str,
         unsubscribe_secret: str,
         senders: SenderBook | None = None,
+        providers: Mapping[str, SmtpEmail] | None = None,
     ) -> None:
-        self._transport = transport
+        """`transport` is the default provider's (attempts with no provider recorded);
+        `providers` every configured email provider by alias (worker.py builds both)."""
+        self._transports = ProviderTransports(transport, providers)
         self._senders = senders or SenderBook.build()
         self._sessions = sessions
         self._tx = Transactions(sessions)
@@ -64,7 +69,7 @@ class EmailActivities:
         self._base = public_base_url.rstrip("/")
         self._unsubscribe_secret = unsubscribe_secret
 
-    @activity.defn(name="send_email")
+    @activity.defn(name=channels.EMAIL.send_activity)
     async def send_email(self, input: SubmitInput) -> SubmitOutcome:
         token = input.attempt_token
 
@@ -80,7 +85,7 @@ class EmailActivities:
 
         attempt, intent, artifact = await self._tx(load)
         if attempt.state not in (AttemptState.PREPARED.value, AttemptState.UNKNOWN.value):
-            metrics.count_duplicate("send_already_submitted", "email")
+            metrics.count_duplicate("send_already_submitted", channels.EMAIL.name)
             return SubmitOutcome(attempt.state, attempt.message_id)
         if attempt.destination_ct is None or attempt.body_ct is None:
             raise ApplicationError(
@@ -127,7 +132,7 @@ class EmailActivities:
             ),
         )
         try:
-            sent = await self._transport.send(spec)
+            sent = await self._transports.for_alias(attempt.provider).send(spec)
         except EmailPermanentError as err:
             await self._fail(
                 token, "rejected", _without_addresses(err.reason), code=str(err.code or "")

@@ -31,13 +31,13 @@ from activities.contracts import (
     WaitingFacts,
     WaitingInput,
 )
-from domain import keys, policy, proof, settlement, templates
+from domain import channels, keys, policy, proof, settlement, templates
 from domain.senders import SenderBook
 from domain.states import AttemptState
 from ledger import metrics, settlements
 from ledger import repository as repo
 from ledger.crypto import FieldCipher
-from ledger.models import Attempt, Intent, PolicyDecision, PolicyVersion
+from ledger.models import Attempt, Intent, PolicyDecision, PolicyVersion, intent_destination
 from ledger.repository import ObservationFacts
 from ledger.templates import active_templates
 from ledger.transactions import Transactions
@@ -178,6 +178,14 @@ class LedgerActivities:
         transaction, before anything is sent. A retry returns the attempt already prepared."""
         now = now_utc()
 
+        # An unknown channel is refused before anything is read or recorded.
+        try:
+            channel = channels.get(input.channel)
+        except channels.UnknownChannel as err:
+            raise ApplicationError(
+                str(err), type=ErrorType.UNKNOWN_CHANNEL, non_retryable=True
+            ) from err
+
         def work(session: Session) -> AuthorizeResult:
             intent = _intent_row(session, _AUTHORIZED_INTENT, input.intent_id)
             token = keys.attempt_token(intent.business_key, input.channel, input.attempt_number)
@@ -194,7 +202,7 @@ class LedgerActivities:
                     attempt_token=token,
                 )
             version, pol = self._policies.active(session)
-            destination_ct, destination_hmac = _destination_of(intent, input.channel)
+            destination_ct, destination_hmac = intent_destination(intent, input.channel)
             if destination_ct is None or destination_hmac is None:
                 raise ApplicationError(
                     f"the intent has no {input.channel} destination",
@@ -286,7 +294,8 @@ class LedgerActivities:
                 template_version=rendered.template_version,
                 sender=decision.sender,
                 sender_address=self._senders.resolve(input.channel, decision.sender),
-                segments=rendered.segments if input.channel == "sms" else None,
+                provider=pol.providers_for(intent.region, input.channel)[0],
+                segments=rendered.segments if channel.counts_segments else None,
                 purge_after=now + self._retention,
             )
             metrics.note_prepared(
@@ -401,7 +410,7 @@ class LedgerActivities:
         operator action, audit row, review items closed) in one transaction."""
         now = now_utc()
         # The surface signs the channel it asked to settle (it never sees the token).
-        channel = input.attempt_token.split(":")[-2]
+        channel = keys.channel_of_token(input.attempt_token)
         subject = f"{channel}|{input.rule}|{input.reference}"
         operator, role, claimed = self._acting(
             "settle",
@@ -461,12 +470,6 @@ class LedgerActivities:
             )
 
         return await self._tx(work)
-
-
-def _destination_of(intent: Row[Any], channel: str) -> tuple[str | None, str | None]:
-    if channel == "sms":
-        return intent.sms_destination_ct, intent.sms_destination_hmac
-    return intent.email_destination_ct, intent.email_destination_hmac
 
 
 async def _cancel_requester(prefix: str) -> str:

@@ -6,6 +6,7 @@ loops: retries belong to the workflow's RetryPolicy, so they show up in Temporal
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import cast
@@ -16,7 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
-from activities import heartbeating, now_utc
+from activities import ProviderTransports, heartbeating, now_utc
 from activities.contracts import (
     ErrorType,
     LookupInput,
@@ -26,7 +27,7 @@ from activities.contracts import (
     SubmitInput,
     SubmitOutcome,
 )
-from domain import provider_errors
+from domain import channels, provider_errors
 from domain.senders import SenderBook
 from domain.states import AttemptState, normalize_provider_status
 from ledger import metrics
@@ -61,6 +62,7 @@ _VIEW_COLUMNS = (
     _ATTEMPT.sender,
     _ATTEMPT.sender_address,
     _ATTEMPT.content_sha256,
+    _ATTEMPT.provider,
 )
 _CLAIM = (
     update(_ATTEMPTS)
@@ -87,6 +89,7 @@ class _AttemptView:
     body: str
     sender: str
     content_sha256: str
+    provider: str | None = None
 
 
 class SmsActivities:
@@ -98,8 +101,11 @@ class SmsActivities:
         *,
         callback_base_url: str,
         senders: SenderBook | None = None,
+        providers: Mapping[str, SmsTransport] | None = None,
     ) -> None:
-        self._transport = transport
+        """`transport` is the default provider's (attempts with no provider recorded);
+        `providers` every configured SMS provider by alias (worker.py builds both)."""
+        self._transports = ProviderTransports(transport, providers)
         self._senders = senders or SenderBook.build()
         self._sessions = sessions
         self._tx = Transactions(sessions)
@@ -146,6 +152,7 @@ class SmsActivities:
             # Attempts prepared before the resolved sender was kept resolve it now.
             a.sender_address or self._senders.sms_for(a.sender).value,
             a.content_sha256,
+            a.provider,
         )
         if sendable and a.sender_address is None:
             # Prepared before the resolved sender was kept: keep the one this send uses.
@@ -153,13 +160,21 @@ class SmsActivities:
                 update(_ATTEMPTS).where(_ATTEMPT.token == token).values(sender_address=view.sender)
             )
         if not sendable and (view.remote_id is not None or view.state not in _SENDABLE):
-            metrics.note_duplicate(session, "send_already_submitted", "sms")
+            metrics.note_duplicate(session, "send_already_submitted", channels.SMS.name)
         return view, sendable
+
+    async def _release_claim(self, token: str) -> None:
+        """Nothing left for the attempt: a retry may send it (clears `send_started_at`)."""
+        await self._tx(
+            lambda s: s.execute(
+                update(_ATTEMPTS).where(_ATTEMPT.token == token).values(send_started_at=None)
+            )
+        )
 
     async def _record(self, token: str, facts: ObservationFacts) -> repo.ObservationResult:
         return await self._tx(lambda s: repo.record_observation(s, facts, token=token))
 
-    @activity.defn(name="submit_sms")
+    @activity.defn(name=channels.SMS.send_activity)
     @heartbeating
     async def submit_sms(self, input: SubmitInput) -> SubmitOutcome:
         token = input.attempt_token
@@ -172,6 +187,12 @@ class SmsActivities:
                 # A retried activity whose attempt is already submitted never sends again.
                 return SubmitOutcome(view.state, view.remote_id)
             return await self._reconcile(view)
+        try:
+            transport = self._transports.for_alias(view.provider)
+        except ApplicationError:
+            # Nothing left: release the claim, so the retry that finds the account sends.
+            await self._release_claim(token)
+            raise
         message = SmsMessage(
             token=token,
             to=view.to,
@@ -180,7 +201,7 @@ class SmsActivities:
             status_callback=self.status_callback(token),
         )
         try:
-            submitted = await self._transport.submit(message)
+            submitted = await transport.submit(message)
         except SmsPermanentError as err:
             await self._record(
                 token,
@@ -201,11 +222,7 @@ class SmsActivities:
             ) from err
         except SmsTransientError as err:
             # Never processed (429, 5xx before acceptance, connect failure): safe to send again.
-            await self._tx(
-                lambda s: s.execute(
-                    update(_ATTEMPTS).where(_ATTEMPT.token == token).values(send_started_at=None)
-                )
-            )
+            await self._release_claim(token)
             delay = timedelta(seconds=err.retry_after) if err.retry_after else None
             raise ApplicationError(
                 err.reason, type=ErrorType.TRANSIENT_PROVIDER_ERROR, next_retry_delay=delay
@@ -246,7 +263,7 @@ class SmsActivities:
         """A request may have left: look it up by destination, time window and content hash."""
         assert view.send_started_at is not None
         now = now_utc()
-        found = await self._transport.find(
+        found = await self._transports.for_alias(view.provider).find(
             to=view.to,
             sent_after=view.send_started_at - timedelta(minutes=1),
             sent_before=now + timedelta(minutes=1),
@@ -299,13 +316,13 @@ class SmsActivities:
             reason="reconciled: not found at the provider; an operator may approve a resend",
         )
 
-    @activity.defn(name="poll_sms")
+    @activity.defn(name=channels.SMS.poll_activity)
     async def poll_sms(self, input: PollInput) -> PollOutcome:
         token = input.attempt_token
         attempt = await self._tx(lambda s: repo.attempt_by_token(s, token))
         if attempt.remote_id is None:
             return PollOutcome(attempt.state)
-        status = await self._transport.status(attempt.remote_id)
+        status = await self._transports.for_alias(attempt.provider).status(attempt.remote_id)
         result = await self._record(
             token,
             ObservationFacts(
@@ -334,12 +351,12 @@ class SmsActivities:
         matches = 0
         attempt = await self._tx(lambda s: repo.attempt_by_token(s, token))
         if attempt.remote_id is not None:
-            status = await self._transport.status(attempt.remote_id)
+            status = await self._transports.for_alias(attempt.provider).status(attempt.remote_id)
             matches = 1
         elif attempt.destination_ct is not None:
             to = self._cipher.decrypt(attempt.destination_ct, context=token)
             started = attempt.send_started_at or attempt.prepared_at
-            found = await self._transport.find(
+            found = await self._transports.for_alias(attempt.provider).find(
                 to=to,
                 sent_after=started - timedelta(minutes=1),
                 sent_before=now + timedelta(minutes=1),
@@ -383,7 +400,7 @@ class SmsActivities:
             session.add(
                 Suppression(
                     destination_hmac=attempt.destination_hmac,
-                    channel="sms",
+                    channel=channels.SMS.name,
                     reason=reason,
                     source=source,
                     at=now_utc(),

@@ -36,6 +36,7 @@ from prometheus_client.utils import floatToGoString
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
+from domain import channels
 from domain.intents import IntentState, derive_intent_state
 from domain.policy import Outcome
 from domain.states import AttemptState
@@ -49,7 +50,7 @@ LATENCY_BUCKETS: tuple[float, ...] = (
     1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400,
 )  # fmt: skip
 STATEMENT_TIMEOUT_MS = 5000
-CHANNELS = ("sms", "email")
+CHANNELS = channels.NAMES
 
 _INTENTS_BY_DERIVATION_INPUTS = text(
     """

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 from domain import key_privacy
+from domain.channels import NAMES as CHANNEL_NAMES
+from domain.channels import NAMES_AND_ALL, SMS
 from domain.intents import IntentState
 from domain.principals import NAME_PATTERN, Role
 from domain.requests import Category, NotificationRequest, PlanMode
@@ -32,7 +34,14 @@ def _storable(value: str) -> str:
 NO_NUL = r"^[^\x00]*$"
 """Declared on every free-text field: Postgres text cannot hold a NUL."""
 Text = Annotated[str, Field(pattern=NO_NUL), AfterValidator(_storable)]
-Channel = Literal["sms", "email"]
+if TYPE_CHECKING:
+    Channel = str
+    EvidenceChannel = str
+else:
+    # The registry's names as the schema's enum (Literal[("a", "b")] is Literal["a", "b"]).
+    Channel = Literal[CHANNEL_NAMES]
+    EvidenceChannel = Literal[NAMES_AND_ALL]
+    """`*` is every channel."""
 E164 = r"^\+[1-9][0-9]{6,14}$"
 """A phone number as the API takes it: E.164, `+` and digits only (the CLI and `starter`
 also take the spaced forms people type)."""
@@ -130,7 +139,7 @@ class IntentCreate(BaseModel):
     phone: Annotated[str, Field(pattern=E164)] | None = None
     """E.164: `+447400123456`."""
     email: Annotated[Text, Field(max_length=320)] | None = None
-    channels: Annotated[list[Channel], Field(max_length=2)] = []
+    channels: Annotated[list[Channel], Field(max_length=len(CHANNEL_NAMES))] = []
     """Order of channels; empty means sms then email, for whichever destinations are given."""
     mode: PlanMode = PlanMode.FALLBACK
     template_version: Annotated[int, Field(ge=1, le=2_147_483_647)] | None = None
@@ -273,6 +282,9 @@ class AttemptView(BaseModel):
     sender_address: str | None = None
     """The real sender it resolved to: a number, an alphanumeric id, a Messaging Service
     SID or an email From (Herald's own, never the recipient's)."""
+    provider: str = ""
+    """The provider alias that took the attempt (the policy's `[providers]`); for attempts
+    prepared before it was recorded, the channel's default provider."""
     error_code: str | None
     prepared_at: datetime | None
     submitted_at: datetime | None
@@ -344,7 +356,7 @@ class OperatorBody(BaseModel):
 
 
 class ResendBody(OperatorBody):
-    channel: Channel = "sms"
+    channel: Channel = SMS.name
 
 
 class CancelOutcome(BaseModel):
@@ -426,9 +438,6 @@ class Unsubscribed(BaseModel):
 
 
 # --- consent and suppressions ------------------------------------------------------------
-
-EvidenceChannel = Literal["sms", "email", "*"]
-"""`*` is every channel."""
 
 
 class ConsentBody(BaseModel):

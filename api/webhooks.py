@@ -27,7 +27,7 @@ from activities.contracts import ReceiptSignal
 from api.deps import MAX_BODY_BYTES, Ingress, IngressDep
 from api.intents import INVALID
 from api.schemas import Problem, Unsubscribed
-from domain import keywords
+from domain import channels, keywords
 from domain.destinations import phone_e164
 from domain.states import (
     PROVIDER_STATUSES,
@@ -285,13 +285,13 @@ async def inbound_sms(request: Request, ingress: IngressDep) -> Response:
 
     def work(session: Session) -> None:
         if kind == "opt_out":
-            _suppress(session, lookup, "sms", "opted_out", f"keyword:{word}")
+            _suppress(session, lookup, channels.SMS.name, "opted_out", f"keyword:{word}")
         else:
             session.execute(
                 update(Suppression)
                 .where(
                     Suppression.destination_hmac == lookup,
-                    Suppression.channel == "sms",
+                    Suppression.channel == channels.SMS.name,
                     Suppression.reason == "opted_out",
                     Suppression.lifted_at.is_(None),
                 )
@@ -359,7 +359,10 @@ async def unsubscribe(value: str, ingress: IngressDep) -> dict[str, str]:
 
     def work(session: Session) -> None:
         attempt = repo.attempt_by_token(session, token)
-        _suppress(session, attempt.destination_hmac, "email", "unsubscribed", "one-click")
+        # RFC 8058 one-click unsubscribe is an email header: it suppresses email.
+        _suppress(
+            session, attempt.destination_hmac, channels.EMAIL.name, "unsubscribed", "one-click"
+        )
 
     try:
         await ingress.tx(work)

@@ -35,6 +35,8 @@ from sqlalchemy.orm import sessionmaker
 from api.app import Ingress, create_app
 from bench.harness import percentile
 from devstack import EmbeddedPostgres, free_port
+from domain import keys
+from domain.channels import EMAIL, SMS
 from domain.principals import Principal, Role
 from ledger import migrate, principals, reconcile
 from ledger import repository as repo
@@ -102,7 +104,7 @@ def seed(url: str, cipher: FieldCipher, count: int, rng: random.Random) -> Seede
         outcome = rng.choices([o for o, _ in OUTCOMES], weights)[0]
         key = f"{event_type}:x-{n}:m-{who}"
         fallback = category == "transactional" and rng.random() < 0.3
-        channels = ["sms", "email"] if fallback else ["sms"]
+        channels = [SMS.name, EMAIL.name] if fallback else [SMS.name]
         intents.append(
             (
                 intent_id,
@@ -129,7 +131,7 @@ def seed(url: str, cipher: FieldCipher, count: int, rng: random.Random) -> Seede
             (
                 decision_id,
                 intent_id,
-                "sms",
+                SMS.name,
                 policy,
                 "deny" if outcome == "denied" else "allow",
                 "consent.missing" if outcome == "denied" else "allow",
@@ -142,14 +144,14 @@ def seed(url: str, cipher: FieldCipher, count: int, rng: random.Random) -> Seede
             decision_id += 1
             continue
         state = {"cancelled": "delivered"}.get(outcome, outcome)
-        token = f"{key}:sms:1"
+        token = keys.attempt_token(key, SMS.name, 1)
         submitted = created + timedelta(seconds=rng.uniform(0.2, 2))
         terminal = submitted + timedelta(seconds=rng.uniform(0.5, 20))
         attempts.append(
             (
                 attempt_id,
                 intent_id,
-                "sms",
+                SMS.name,
                 1,
                 token,
                 state,

@@ -49,6 +49,7 @@ import settings as settings_module
 from bench.carrier import Carrier
 from devstack import ChildProcess, EmbeddedPostgres, PortInUse, free_port
 from devstack.stack import DevStack
+from domain.channels import SMS
 from domain.requests import NotificationRequest
 from ledger.models import Consent
 from ledger.templates import seed_policy
@@ -391,7 +392,7 @@ def seed_consents(bench: Bench, recipients: list[str]) -> None:
         session.add_all(
             Consent(
                 recipient_ref=r,
-                channel="sms",
+                channel=SMS.name,
                 purpose="service",
                 source="bench",
                 granted_at=now,

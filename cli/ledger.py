@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 
 from cli.context import CliError, acting, adopt_running
 from cli.main import action
+from domain.channels import NAMES as CHANNEL_NAMES
+from domain.channels import NAMES_AND_ALL
 from runtime.tables import Clock, table
 
 LIST_SCAN_CAP = 5_000
@@ -742,7 +744,7 @@ def register(add: Callable[..., argparse.ArgumentParser]) -> dict[str, Command]:
         metavar="STATE",
         help="derived intent state, one of: " + ", ".join(s.value for s in IntentState),
     )
-    lst.add_argument("--channel", choices=["sms", "email"], help="channel in the intent's plan")
+    lst.add_argument("--channel", choices=CHANNEL_NAMES, help="channel in the intent's plan")
     lst.add_argument("--region", help="region code, e.g. EU")
     lst.add_argument("--event-type", help="the business key's event type, e.g. order-created")
     lst.add_argument(
@@ -795,7 +797,7 @@ def register(add: Callable[..., argparse.ArgumentParser]) -> dict[str, Command]:
     sup_add.add_argument(
         "--channel",
         required=True,
-        choices=["sms", "email", "*"],
+        choices=NAMES_AND_ALL,
         help="channel suppressed ('*': every channel)",
     )
     sup_add.add_argument(
@@ -810,7 +812,7 @@ def register(add: Callable[..., argparse.ArgumentParser]) -> dict[str, Command]:
         example="herald suppression list +447400000100",
     )
     sup_list.add_argument("destination", help="a phone number (E.164) or an email address")
-    sup_list.add_argument("--channel", choices=["sms", "email", "*"], help="only those applying")
+    sup_list.add_argument("--channel", choices=NAMES_AND_ALL, help="only those applying")
     sup_lift = action(
         sup_sub,
         "lift",
@@ -854,7 +856,7 @@ def register(add: Callable[..., argparse.ArgumentParser]) -> dict[str, Command]:
     tpl_act.add_argument("key", help="template key, e.g. class-opening")
     tpl_act.add_argument("--version", type=int, required=True, metavar="N", help="the version")
     tpl_act.add_argument(
-        "--channel", choices=["sms", "email"], help="only this channel (default: every channel)"
+        "--channel", choices=CHANNEL_NAMES, help="only this channel (default: every channel)"
     )
     tpl_act.add_argument("--locale", help="only this locale (default: every locale)")
 

@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import settings as settings_module
 from cli.context import CliError, acting, herald_client, ledger_sessions
+from domain.channels import NAMES as CHANNEL_NAMES
+from domain.channels import NAMES_AND_ALL
 from domain.intents import FINAL_STATES, REACHED
 from runtime.loop import run
 from runtime.tables import Clock, table, timeline_head, timeline_lines, timeline_text
@@ -155,7 +157,7 @@ def _operator_note(doc: dict[str, Any]) -> str:
             for a in doc["attempts"]
             if a["state"] in ("failed", "undelivered", "unknown")
         }
-    ) or ["sms"]
+    ) or [CHANNEL_NAMES[0]]
     return (
         f"  waiting for an operator's approve-resend ({', '.join(channels)}): "
         f"herald approve-resend {key} --channel {channels[0]} --reason TEXT"
@@ -896,7 +898,10 @@ def parser() -> argparse.ArgumentParser:
         sp.add_argument("--reason", required=True, help="why (recorded with the action)")
         if name == "approve-resend":
             sp.add_argument(
-                "--channel", default="sms", choices=["sms", "email"], help="channel to resend on"
+                "--channel",
+                default=CHANNEL_NAMES[0],
+                choices=CHANNEL_NAMES,
+                help="channel to resend on",
             )
     settle = add(
         "settle",
@@ -963,7 +968,7 @@ def parser() -> argparse.ArgumentParser:
     )
     consent.add_argument(
         "--channel",
-        choices=["sms", "email", "*"],
+        choices=NAMES_AND_ALL,
         help="channel of the grant ('*': every channel); required to record or revoke, a "
         "filter for list",
     )

@@ -8,11 +8,15 @@ country, the number type) instead.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import phonenumbers
 from phonenumbers import PhoneNumberType
 from phonenumbers import timezone as phone_timezone
+
+from domain import channels
+from domain.channels import DestinationKind
 
 
 class InvalidDestination(ValueError):
@@ -208,15 +212,46 @@ def phone_e164(raw: str) -> str:
         return phonenumbers.format_number(number, phonenumbers.PhoneNumberFormat.E164)
 
 
+def normalize(kind: DestinationKind, raw: str) -> PhoneDestination | EmailDestination:
+    """Normalize a destination a channel sends to (its kind from domain.channels).
+
+    Raises:
+        InvalidDestination: as :func:`normalize_phone` / :func:`normalize_email` say.
+    """
+    return NORMALIZERS[kind](raw)
+
+
+def _lookup_email(raw: str) -> str:
+    return normalize_email(raw).address
+
+
+NORMALIZERS: Mapping[DestinationKind, Callable[[str], PhoneDestination | EmailDestination]] = {
+    DestinationKind.PHONE: normalize_phone,
+    DestinationKind.EMAIL: normalize_email,
+}
+"""How a destination of each kind is normalized for sending."""
+
+LOOKUP_FORMS: Mapping[DestinationKind, Callable[[str], str]] = {
+    DestinationKind.PHONE: phone_e164,
+    DestinationKind.EMAIL: _lookup_email,
+}
+"""How a destination of each kind is written before its HMAC is taken (looser than for
+sending: an opt-out is honoured for any possible number)."""
+
+
 def normalized_destination(raw: str, channel: str | None) -> str:
     """The normalized form of a destination that the ledger's HMAC is taken over.
 
-    What the ledger's HMAC is taken over: E.164 for a phone, the normalized address for
-    an email. For `*` (or no channel), an `@` says which it is.
+    E.164 for a phone, the normalized address for an email. For `*` (or no channel), an
+    `@` says which it is.
+
+    Raises:
+        ValueError: the destination is malformed, or channels.UnknownChannel (a
+            ValueError) for a channel Herald does not know.
     """
-    as_email = channel == "email" or (channel in ("*", None) and "@" in raw)
+    kind = channels.destination_kind(raw, channel)
     try:
-        return normalize_email(raw).address if as_email else phone_e164(raw)
+        return LOOKUP_FORMS[kind](raw)
     except InvalidDestination as err:
         # The domain's messages describe the problem without repeating the address.
         raise ValueError(str(err)) from err
@@ -225,13 +260,9 @@ def normalized_destination(raw: str, channel: str | None) -> str:
 def masked(destination: str) -> str:
     """A destination masked for support and auditors.
 
-    A destination as support and auditors see it: enough to confirm with the person
-    ("ends in 42, at example.com"), not enough to contact them.
+    Enough to confirm with the person ("ends in 42, at example.com"), not enough to
+    contact them (domain.channels.mask).
 
     `+447400000142` -> `+44********42`; `ann.lee@example.com` -> `a***@example.com`.
     """
-    if "@" in destination:
-        local, _, domain = destination.rpartition("@")
-        return f"{local[:1]}***@{domain}"
-    hidden = max(len(destination) - 5, 1)
-    return destination[:3] + "*" * hidden + destination[-2:]
+    return channels.mask(destination)

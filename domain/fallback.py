@@ -24,13 +24,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from domain import channels
 from domain.states import AttemptState
 
 REACHED: Mapping[str, frozenset[AttemptState]] = {
-    "sms": frozenset({AttemptState.DELIVERED}),
-    "email": frozenset({AttemptState.SENT, AttemptState.DELIVERED}),
+    c.name: c.reached for c in channels.REGISTRY.values()
 }
-"""Per channel, the attempt states that count as having reached the person."""
+"""Per channel, the attempt states that count as having reached the person (each
+channel's `reached` in domain.channels)."""
 
 FAILURES: frozenset[AttemptState] = frozenset({AttemptState.FAILED, AttemptState.UNDELIVERED})
 """Outcomes after which the policy decides whether the next channel follows."""
@@ -40,16 +41,14 @@ def reached(channel: str, state: str) -> bool:
     """Whether a channel's final state means the person was reached over it.
 
     Args:
-        channel: ``sms`` or ``email``.
+        channel: a channel name (domain.channels).
         state: the channel's result: an attempt state, or ``denied`` / ``expired`` (which
             never reach).
 
     Raises:
-        ValueError: for a channel Herald does not know.
+        channels.UnknownChannel: for a channel Herald does not know (a ValueError).
     """
-    if channel not in REACHED:
-        raise ValueError(f"unknown channel {channel!r}")
-    return state in REACHED[channel]
+    return channels.get(channel).reaches(state)
 
 
 def should_fall_back(

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import re
+from dataclasses import dataclass
+
+from domain import channels
 
 # event type: lowercase words joined by '-' or '.'; subject ids: letters, digits, '-', '_', '.'
 _EVENT_TYPE = re.compile(r"^[a-z][a-z0-9]*(?:[-.][a-z0-9]+)*$")
 _SUBJECT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 MAX_KEY_LENGTH = 200
-CHANNELS = ("sms", "email")
 
 
 class InvalidKey(ValueError):
@@ -43,10 +45,30 @@ def event_type_of(key: str) -> str:
 
 
 def channel_key(key: str, channel: str) -> str:
-    """The key of one channel of an intent (`<key>:sms`); raise InvalidKey if unknown."""
-    if channel not in CHANNELS:
-        raise InvalidKey(f"unknown channel {channel!r}")
-    return f"{key}:{channel}"
+    """The key of one channel of an intent: `<business key>:<channel>`.
+
+    Raises:
+        channels.UnknownChannel: for a channel Herald does not know.
+    """
+    return f"{key}:{channels.get(channel).name}"
+
+
+@dataclass(frozen=True)
+class AttemptToken:
+    """An attempt's idempotency token, read: `<business key>:<channel>:<number>`.
+
+    The one format (docs/channels.md). The business key holds colons of its own, so the
+    token is read from the right: the last part is the attempt number (1-based), the one
+    before it the channel, everything before that the business key.
+    """
+
+    business_key: str
+    channel: str
+    number: int
+
+    def __str__(self) -> str:
+        """The token as it is written: `<business key>:<channel>:<number>`."""
+        return f"{self.business_key}:{self.channel}:{self.number}"
 
 
 def attempt_token(key: str, channel: str, number: int) -> str:
@@ -54,6 +76,25 @@ def attempt_token(key: str, channel: str, number: int) -> str:
     if number < 1:
         raise InvalidKey("attempt numbers start at 1")
     return f"{channel_key(key, channel)}:{number}"
+
+
+def parse_attempt_token(token: str) -> AttemptToken:
+    """Read an attempt token (the one place that does).
+
+    Raises:
+        InvalidKey: not `<business key>:<channel>:<number>` with a number >= 1.
+        channels.UnknownChannel: the channel part names no channel.
+    """
+    key, sep, rest = token.rpartition(":")
+    business_key, sep2, channel = key.rpartition(":")
+    if not (sep and sep2 and business_key and rest.isdigit() and int(rest) >= 1):
+        raise InvalidKey("not an attempt token (<business key>:<channel>:<number>)")
+    return AttemptToken(business_key, channels.get(channel).name, int(rest))
+
+
+def channel_of_token(token: str) -> str:
+    """The channel an attempt token was made for (see :func:`parse_attempt_token`)."""
+    return parse_attempt_token(token).channel
 
 
 def workflow_id(key: str) -> str:

@@ -22,12 +22,13 @@ from datetime import UTC, date, datetime, time, timedelta
 from enum import StrEnum
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from domain import channels
 from domain import settlement as settlement_rules
 from domain.clocks import iso_utc
 from domain.destinations import region_of
 
 REGIONS: tuple[str, ...] = ("US", "EU", "ZA", "default")
-CHANNELS: tuple[str, ...] = ("sms", "email")
+CHANNELS: tuple[str, ...] = channels.NAMES
 CATEGORIES: tuple[str, ...] = ("transactional", "operational", "promotional")
 
 # The purpose a message serves when the caller does not say. Promotional mail needs a
@@ -60,6 +61,7 @@ _FALLBACK_FIELDS = frozenset(
         "expiry_seconds",
     }
 )
+_PROVIDER_ALIAS = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
 _HHMM = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)$")
 _COUNTRY = re.compile(r"^[A-Z]{2}$")
 # Longest quiet window accepted: a deferral must land within 24 h even across DST.
@@ -158,12 +160,24 @@ class Policy:
     fallbacks: Mapping[tuple[str, str], FallbackRule] = field(repr=False)
     """One fallback rule per (region, category)."""
     description: str = ""
+    providers: Mapping[tuple[str, str], tuple[str, ...]] = field(default_factory=dict, repr=False)
+    """Per (region, channel), the provider aliases in order (``[providers]``); a channel
+    the document does not name has its registry defaults (domain.channels)."""
     settlement: settlement_rules.SettlementPolicy = field(
         default_factory=settlement_rules.SettlementPolicy
     )
     """How an unknown attempt may be settled, and for how long after the verdict."""
     source_sha256: str = ""
     """SHA-256 of the TOML text it was loaded from, so evidence can name the exact bytes."""
+
+    def providers_for(self, region: str, channel: str) -> tuple[str, ...]:
+        """The provider aliases of one region and channel, in order.
+
+        The first takes the attempt; raises channels.UnknownChannel for a channel Herald
+        does not know.
+        """
+        default = channels.get(channel).default_providers
+        return self.providers.get((region, channel), default)
 
     def rule_for(self, region: str, channel: str, category: str) -> Rule:
         """The rule for one combination; raises :class:`InvalidPolicyRequest` if unknown."""
@@ -232,6 +246,29 @@ def _check_rule_table_keys(rules: Mapping[str, object], where: str) -> None:
                     raise PolicyError(f"{where}.{name}.{sub}: not a category")
         if name in CATEGORIES and isinstance(value, dict):
             _check_fields(value, _RULE_FIELDS, f"{where}.{name}")
+
+
+def _providers(value: object, where: str) -> dict[str, tuple[str, ...]]:
+    """A ``providers`` table: channel -> ordered, non-empty list of provider aliases."""
+    if not isinstance(value, dict):
+        raise PolicyError(f"{where}: must be a table of channel = [provider aliases]")
+    routes: dict[str, tuple[str, ...]] = {}
+    for channel, aliases in value.items():
+        if channel not in channels.REGISTRY:
+            raise PolicyError(f"{where}.{channel}: not a channel (one of {', '.join(CHANNELS)})")
+        if (
+            not isinstance(aliases, list)
+            or not aliases
+            or not all(isinstance(a, str) and _PROVIDER_ALIAS.match(a) for a in aliases)
+        ):
+            raise PolicyError(
+                f"{where}.{channel}: must be a non-empty list of provider aliases "
+                "(lowercase letters, digits, '-', '_')"
+            )
+        if len(set(aliases)) != len(aliases):
+            raise PolicyError(f"{where}.{channel}: names a provider twice")
+        routes[channel] = tuple(aliases)
+    return routes
 
 
 def _parse_time(value: object, where: str) -> time:
@@ -389,7 +426,7 @@ def load_policy(text: str) -> Policy:
         raise PolicyError(f"policy is not valid TOML: {exc}") from None
     _check_fields(
         doc, frozenset({"version", "owner", "effective_from", "description", "rules",
-                        "fallback", "regions", "settlement"}), "policy"
+                        "fallback", "regions", "providers", "settlement"}), "policy"
     )  # fmt: skip
     version = doc.get("version")
     if not isinstance(version, str) or not version.strip():
@@ -416,7 +453,7 @@ def load_policy(text: str) -> Policy:
             raise PolicyError(f"regions.{region}: unknown region (one of {', '.join(REGIONS)})")
         if not isinstance(body, dict):
             raise PolicyError(f"regions.{region}: must be a table")
-        _check_fields(body, frozenset({"rules", "fallback"}), f"regions.{region}")
+        _check_fields(body, frozenset({"rules", "fallback", "providers"}), f"regions.{region}")
         _check_rule_table_keys(_sub(body, "rules"), f"regions.{region}.rules")
     for scope, table in [("fallback", fallback)] + [
         (f"regions.{r}.fallback", _sub(regions.get(r, {}), "fallback")) for r in regions
@@ -428,6 +465,17 @@ def load_policy(text: str) -> Policy:
                 _check_fields(value, _FALLBACK_FIELDS, f"{scope}.{name}")
             else:
                 _check_fields({name: value}, _FALLBACK_FIELDS, scope)
+
+    everywhere = _providers(doc.get("providers", {}), "providers")
+    routes: dict[tuple[str, str], tuple[str, ...]] = {}
+    for region in REGIONS:
+        regional_routes = _providers(
+            regions.get(region, {}).get("providers", {}), f"regions.{region}.providers"
+        )
+        for channel in CHANNELS:
+            routes[(region, channel)] = regional_routes.get(
+                channel, everywhere.get(channel, channels.get(channel).default_providers)
+            )
 
     resolved: dict[tuple[str, str, str], Rule] = {}
     fallbacks: dict[tuple[str, str], FallbackRule] = {}
@@ -470,6 +518,7 @@ def load_policy(text: str) -> Policy:
         rules=resolved,
         fallbacks=fallbacks,
         description=description,
+        providers=routes,
         settlement=settlement,
         source_sha256=hashlib.sha256(text.encode()).hexdigest(),
     )

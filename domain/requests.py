@@ -7,6 +7,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from domain import channels
+
 
 class Category(StrEnum):
     """The message category the policy rules on."""
@@ -51,7 +53,20 @@ class NotificationRequest:
     artifact_sha256: str | None = None
 
     def channel_plan(self) -> tuple[str, ...]:
-        """The channels in order: those given, else SMS then email for the destinations given."""
+        """The channels in order.
+
+        Those given, else every channel (in the registry's order) whose destination field
+        is given.
+        """
         if self.channels:
             return self.channels
-        return tuple(c for c, dest in (("sms", self.phone), ("email", self.email)) if dest)
+        return tuple(c.name for c in channels.REGISTRY.values() if self.destination_for(c.name))
+
+    def destination_for(self, channel: str) -> str | None:
+        """The raw destination given for `channel` (its `request_field`).
+
+        Raises:
+            channels.UnknownChannel: for a channel Herald does not know.
+        """
+        value = getattr(self, channels.get(channel).request_field)
+        return value if isinstance(value, str) and value else None

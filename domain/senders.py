@@ -14,11 +14,13 @@ may replace any policy value by another `From`, and a policy value that is not a
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from email.utils import parseaddr
 from enum import StrEnum
 
+from domain import channels
+from domain.channels import DestinationKind
 from domain.destinations import InvalidDestination, normalize_email
 from domain.policy import Policy
 
@@ -145,10 +147,17 @@ class SenderBook:
             return self.email_default
 
     def resolve(self, channel: str, policy_sender: str) -> str:
-        """The real sender for a policy's `sender` on `channel`."""
-        if channel == "sms":
-            return self.sms_for(policy_sender).value
-        return self.email_for(policy_sender)
+        """The real sender for a policy's `sender` on `channel`.
+
+        Chosen by the kind of destination the channel sends to; raises
+        channels.UnknownChannel for a channel Herald does not know.
+        """
+        kind = channels.get(channel).destination
+        resolvers: dict[DestinationKind, Callable[[str], str]] = {
+            DestinationKind.PHONE: lambda alias: self.sms_for(alias).value,
+            DestinationKind.EMAIL: self.email_for,
+        }
+        return resolvers[kind](policy_sender)
 
     def check(self, policy: Policy) -> None:
         """Check that every SMS alias of a policy resolves to a sender its countries take.
@@ -157,7 +166,7 @@ class SenderBook:
         alphanumeric id is refused where a rule may send to the US, Canada or Puerto Rico.
         """
         for (region, channel, category), rule in sorted(policy.rules.items()):
-            if channel != "sms":
+            if channels.get(channel).destination is not DestinationKind.PHONE:
                 continue
             sender = self.sms_for(rule.sender)
             if sender.kind != SmsSenderKind.ALPHANUMERIC:
@@ -176,5 +185,5 @@ class SenderBook:
                 raise SenderError(
                     f"{source}: alphanumeric sender id {sender.value!r} cannot send to "
                     f"{', '.join(sorted(countries))} (policy {policy.version}, region {region}, "
-                    f"{category} sms); map it to a number or a Messaging Service SID"
+                    f"{category} {channel}); map it to a number or a Messaging Service SID"
                 )

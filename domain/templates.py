@@ -23,10 +23,11 @@ from jinja2 import (
 from jinja2 import meta as jinja_meta
 from jinja2.sandbox import SandboxedEnvironment, SecurityError
 
+from domain import channels
 from domain.keys import content_sha256
 
 FALLBACK_LOCALE = "en"
-CHANNELS = ("sms", "email")
+CHANNELS = channels.NAMES
 
 
 class TemplateError(ValueError):
@@ -274,7 +275,7 @@ def render(
         if "\r" in subject or "\n" in subject:
             # A line break in a header is how header injection starts.
             raise TemplateError(f"{where}: subject must be a single line")
-    if template.channel == "sms":
+    if channels.get(template.channel).counts_segments:
         encoding, segments = sms_encoding_and_segments(body)
         if segments > max_sms_segments:
             raise TemplateError(
@@ -333,13 +334,14 @@ def parse_catalog(text: str) -> list[TemplateVersion]:
         version = entry.get("version")
         if isinstance(version, bool) or not isinstance(version, int) or version < 1:
             raise TemplateError(f"{where}: 'version' must be an integer >= 1")
-        if entry["channel"] not in CHANNELS:
+        if entry["channel"] not in channels.REGISTRY:
             raise TemplateError(f"{where}: channel must be one of {', '.join(CHANNELS)}")
+        channel = channels.get(entry["channel"])
         subject = entry.get("subject")
-        if entry["channel"] == "email" and not isinstance(subject, str):
-            raise TemplateError(f"{where}: an email template needs a 'subject'")
-        if entry["channel"] == "sms" and subject is not None:
-            raise TemplateError(f"{where}: an SMS template has no subject")
+        if channel.has_subject and not isinstance(subject, str):
+            raise TemplateError(f"{where}: an {channel.title} template needs a 'subject'")
+        if not channel.has_subject and subject is not None:
+            raise TemplateError(f"{where}: an {channel.title} template has no subject")
         identity = (entry["key"], version, entry["channel"], entry["locale"].lower())
         if identity in seen:
             raise TemplateError(f"{where}: duplicate version {version} for that channel/locale")

@@ -13,22 +13,22 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from domain import channels
 from domain.principals import Principal
 from ledger.models import Consent, Suppression
 from ledger.principals import record_audit
 from ledger.repository import NotFound
 
-CHANNELS = ("sms", "email", "*")
+CHANNELS = channels.NAMES_AND_ALL
 """`*` means every channel, for consents and suppressions alike."""
 
 
 def _channels_covering(channel: str) -> tuple[str, ...]:
     """The consent rows a grant or revoke on `channel` concerns.
 
-    The rows a grant or revoke on `channel` concerns: a `*` row covers every channel,
-    and `*` itself concerns rows of every channel.
+    A `*` row covers every channel, and `*` itself concerns rows of every channel.
     """
-    if channel == "*":
+    if channel == channels.ALL:
         return CHANNELS
     return (channel, "*")
 

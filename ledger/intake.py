@@ -13,7 +13,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from sqlalchemy.orm import Session
 
-from domain import destinations, key_privacy, keys, templates
+from domain import channels, destinations, key_privacy, keys, templates
+from domain.channels import DestinationKind
 from domain.requests import Category, NotificationRequest, PlanMode
 from ledger import repository as repo
 from ledger.crypto import FieldCipher
@@ -92,29 +93,29 @@ def validate(
     plan = request.channel_plan()
     if not plan:
         problems.add("channels", "give a phone number, an email address, or both")
-    for channel in plan:
-        if channel not in keys.CHANNELS:
-            problems.add("channels", f"unknown channel {channel!r}")
-    plan = tuple(c for c in plan if c in keys.CHANNELS)
-    phone = email = None
-    if "sms" in plan:
-        if not request.phone:
-            problems.add("phone", "required for the sms channel")
-        else:
+    for name in plan:
+        if name not in channels.REGISTRY:
+            problems.add("channels", f"unknown channel {name!r}")
+    plan = tuple(c for c in plan if c in channels.REGISTRY)
+    kinds = {channels.get(c).destination for c in plan}
+    found: dict[DestinationKind, destinations.PhoneDestination | destinations.EmailDestination]
+    found = {}
+    for name in plan:
+        channel = channels.get(name)
+        raw = request.destination_for(name)
+        if not raw:
+            problems.add(channel.request_field, f"required for the {name} channel")
+        elif channel.destination not in found:
             try:
-                phone = destinations.normalize_phone(request.phone)
+                found[channel.destination] = destinations.normalize(channel.destination, raw)
             except destinations.InvalidDestination as err:
-                problems.add("phone", str(err))
-    if "email" in plan:
-        if not request.email:
-            problems.add("email", "required for the email channel")
-        else:
-            try:
-                email = destinations.normalize_email(request.email)
-            except destinations.InvalidDestination as err:
-                problems.add("email", str(err))
+                problems.add(channel.request_field, str(err))
+    phone = found.get(DestinationKind.PHONE)
+    email = found.get(DestinationKind.EMAIL)
+    assert phone is None or isinstance(phone, destinations.PhoneDestination)
+    assert email is None or isinstance(email, destinations.EmailDestination)
     country = (phone.country if phone else (request.country or "")).upper()
-    if not country and not ("sms" in plan and phone is None):
+    if not country and not (DestinationKind.PHONE in kinds and phone is None):
         problems.add("country", "required when no phone number gives it")
     tz = request.timezone or (phone.timezone if phone else "UTC")
     try:
@@ -126,10 +127,14 @@ def validate(
     if len(variables_json.encode()) > MAX_VARIABLES_BYTES:
         problems.add("variables", f"larger than {MAX_VARIABLES_BYTES} bytes")
     if request.artifact_sha256:
-        if "sms" in plan:
-            # An attachment never enters the SMS path, not even as a fallback.
+        refusing = [c for c in plan if not channels.get(c).takes_attachments]
+        if refusing:
+            # An attachment never enters such a channel's path, not even as a fallback.
+            taking = [c.name for c in channels.REGISTRY.values() if c.takes_attachments]
             problems.add(
-                "artifact_sha256", "attachments go by email only; drop sms from the channels"
+                "artifact_sha256",
+                f"attachments go by {' or '.join(taking)} only; drop {', '.join(refusing)} "
+                "from the channels",
             )
         elif session.get(Artifact, request.artifact_sha256) is None:
             problems.add("artifact_sha256", "no artifact registered with that hash")

@@ -30,6 +30,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
+from domain import channels
 from domain.states import AttemptState
 
 log = logging.getLogger("herald.metrics")
@@ -109,7 +110,7 @@ DUPLICATE_KINDS = (
     "business_key_existing",
 )
 for _kind in DUPLICATE_KINDS:
-    for _channel in ("sms", "email"):
+    for _channel in channels.NAMES:
         DUPLICATES_SUPPRESSED.labels(_kind, _channel)
 
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9_.:-]{1,40}$")

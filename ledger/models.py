@@ -28,6 +28,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from domain import channels
+from domain.channels import DestinationKind
+
 NAMING = {
     "ix": "ix_%(column_0_label)s",
     "uq": "uq_%(table_name)s_%(column_0_name)s",
@@ -90,6 +93,9 @@ class Intent(Base):
     locale: Mapped[str] = mapped_column(String(16))
     payload_sha256: Mapped[str] = mapped_column(String(64))
     """Hash of the normalized request: the same key with another payload is a conflict."""
+    # One column pair per destination kind (DESTINATION_COLUMNS), not per channel: the
+    # names predate the registry (`sms_` holds the phone number any phone channel uses).
+    # docs/channels.md says why they stay.
     sms_destination_ct: Mapped[str | None] = mapped_column(Text)
     sms_destination_hmac: Mapped[str | None] = mapped_column(String(64), index=True)
     email_destination_ct: Mapped[str | None] = mapped_column(Text)
@@ -109,6 +115,22 @@ class Intent(Base):
     pii_purged_at: Mapped[datetime | None]
     cancelled_at: Mapped[datetime | None]
     created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+
+
+DESTINATION_COLUMNS: dict[DestinationKind, tuple[str, str]] = {
+    DestinationKind.PHONE: ("sms_destination_ct", "sms_destination_hmac"),
+    DestinationKind.EMAIL: ("email_destination_ct", "email_destination_hmac"),
+}
+"""The intent's (ciphertext, HMAC) columns for each kind of destination."""
+
+
+def intent_destination(intent: Any, channel: str) -> tuple[str | None, str | None]:
+    """An intent's (ciphertext, HMAC) of the destination `channel` sends to.
+
+    From an :class:`Intent` or a row with its columns; raises channels.UnknownChannel.
+    """
+    ct, hmac = DESTINATION_COLUMNS[channels.get(channel).destination]
+    return getattr(intent, ct), getattr(intent, hmac)
 
 
 class Outbox(Base):
@@ -157,6 +179,9 @@ class Attempt(Base):
     sender_address: Mapped[str | None] = mapped_column(String(200))
     """The real sender the alias resolved to (an E.164 number, an alphanumeric id, a
     Messaging Service SID, or an email From); null on attempts prepared before it was kept."""
+    provider: Mapped[str | None] = mapped_column(String(40))
+    """The provider alias that took the attempt (the policy's first for its channel and
+    region, domain.providers); null on attempts prepared before providers were data."""
     segments: Mapped[int | None] = mapped_column(Integer)
     error_code: Mapped[str | None] = mapped_column(String(20))
     message_id: Mapped[str | None] = mapped_column(String(200))

@@ -52,6 +52,7 @@ from sqlalchemy import and_, exists, func, or_, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session, aliased, sessionmaker
 
+from domain import channels
 from domain.clocks import iso_utc
 from domain.policy import Outcome
 from domain.states import AttemptState
@@ -346,7 +347,10 @@ def _submitted_past_check(
         .where(
             or_(
                 Attempt.state == AttemptState.SUBMITTED.value,
-                and_(Attempt.state == AttemptState.SENT.value, Attempt.channel != "email"),
+                and_(
+                    Attempt.state == AttemptState.SENT.value,
+                    Attempt.channel.in_(channels.awaiting_delivery_report()),
+                ),
             ),
             last_heard <= now - check_after,
         )

@@ -136,6 +136,8 @@ class IntentFields:
     def payload_sha256(self) -> str:
         """A hash of the request's fields, to tell a repeat from a different request."""
         # Hash over lookups and hashes, never plaintext, so the hash itself leaks nothing.
+        # The keys below are the hash's own words (one per destination column pair), fixed
+        # so that a repeated request keeps matching the intents recorded before it.
         doc = {
             "category": self.category,
             "recipient_ref": self.recipient_ref,

@@ -20,8 +20,8 @@ from prometheus_client import Counter, Histogram
 from sqlalchemy import String, func, literal, select, update
 from sqlalchemy.orm import Session
 
+from domain import channels, keys, settlement, states
 from domain import policy as domain_policy
-from domain import settlement, states
 from domain.states import AttemptState
 from ledger import metrics, reconcile
 from ledger import repository as repo
@@ -45,10 +45,6 @@ CLOSING_KINDS = (
 )
 """Review items about an unresolved attempt: a settlement or a later observation closes them."""
 
-LOOKUP_CHANNELS = frozenset({"sms"})
-"""Channels whose provider can be asked what it holds for an attempt (Twilio's fetch and
-list). SMTP answers nothing after the hand-off, so rules needing a lookup are not offered
-for email."""
 
 SETTLEMENTS = Counter(
     "herald_settlements",
@@ -66,8 +62,12 @@ UNKNOWN_TO_SETTLED = Histogram(
 
 
 def provider_has_lookup(channel: str) -> bool:
-    """Whether the channel's provider can be asked what it holds for an attempt."""
-    return channel in LOOKUP_CHANNELS
+    """Whether the channel's provider can be asked what it holds for an attempt.
+
+    The channel registry says so (Twilio's fetch and list for SMS; SMTP answers nothing
+    after the hand-off, so rules needing a lookup are not offered for email).
+    """
+    return channel in channels.NAMES and channels.get(channel).provider_lookup
 
 
 @dataclass(frozen=True)
@@ -347,7 +347,7 @@ def record_waiting(
             reason="the settlement window closed with no decision; the attempt stays unknown",
             outcome="expired",
             at=at,
-            detail={"attempt": token, "channel": token.split(":")[-2]},
+            detail={"attempt": token, "channel": keys.channel_of_token(token)},
         )
     if not awaiting:
         return []

@@ -9,9 +9,8 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from domain import proof
+from domain import channels, proof
 from domain.clocks import iso_utc
-from domain.destinations import masked
 from ledger import repository as repo
 from ledger.crypto import FieldCipher
 from ledger.listing import derive_states
@@ -28,7 +27,9 @@ def derived_state(session: Session, intent_id: str, *, now: datetime | None = No
 def _masked_destination(cipher: FieldCipher | None, attempt: Attempt) -> str | None:
     if cipher is None or attempt.destination_ct is None:
         return None  # no key at hand, or the readable copy was purged
-    return masked(cipher.decrypt(attempt.destination_ct, context=attempt.token))
+    return channels.get(attempt.channel).mask(
+        cipher.decrypt(attempt.destination_ct, context=attempt.token)
+    )
 
 
 def timeline(
@@ -120,6 +121,7 @@ def timeline(
                 "segments": a.segments,
                 "sender": a.sender,
                 "sender_address": a.sender_address,
+                "provider": a.provider or channels.get(a.channel).default_providers[0],
                 "error_code": a.error_code,
                 "prepared_at": iso_utc(a.prepared_at),
                 "submitted_at": iso_utc(a.submitted_at),
@@ -218,7 +220,8 @@ def rows(doc: dict[str, Any], time_text: Callable[[str], str] = str) -> list[dic
             "attempt",
             a["channel"],
             f"#{a['number']} prepared token={a['token']} "
-            f"template={a['template_key']}@v{a['template_version']} "
+            + (f"provider={a['provider']} " if a.get("provider") else "")
+            + f"template={a['template_key']}@v{a['template_version']} "
             f"sha256={a['content_sha256'][:12]}",
         )
     channel_of = {a["token"]: a["channel"] for a in doc["attempts"]}

@@ -44,7 +44,7 @@ async def run_demo(
         addresses = running
         sink = None
         policy = await asyncio.to_thread(_active_policy_name, client)
-        if policy != "demo" and names != ["sms"]:
+        if policy != "demo" and names != ["sms"]:  # the `sms` story; not a channel
             again = "herald demo" + (f" {scenario}" if scenario else "")
             print(
                 f"herald demo: the herald dev running on {cfg.data_path} uses policy "

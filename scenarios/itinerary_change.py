@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from domain.channels import EMAIL
 from domain.requests import NotificationRequest
 from scenarios.base import (
     DemoContext,
@@ -151,7 +152,7 @@ async def _permanent_failure(ctx: DemoContext, trip: str) -> dict[str, Any]:
     doc = await ctx.wait_for(
         key,
         "the email after the permanent SMS failure",
-        lambda d: any(a["channel"] == "email" and a["state"] == "sent" for a in d["attempts"]),
+        lambda d: any(a["channel"] == EMAIL.name and a["state"] == "sent" for a in d["attempts"]),
         timeout=30,
     )
     sms, mail = attempts_on(doc, "sms")[0], attempts_on(doc, "email")[0]

@@ -19,6 +19,7 @@ from typing import Any
 
 from sqlalchemy import select
 
+from domain.channels import EMAIL, SMS
 from domain.requests import NotificationRequest, PlanMode
 from ledger import timeline
 from ledger.models import TemplateVersionRow
@@ -209,8 +210,8 @@ async def _after_retention(ctx: DemoContext, docs: list[dict[str, Any]]) -> None
                 e["content_sha256"] and e["policy_version"] and e["decision"].startswith("allow"),
                 f"{key}: {channel} evidence incomplete after the purge: {e}",
             )
-        expect(ev["sms"]["remote_id"], f"{key}: the SMS remote id is gone after the purge")
-        expect(ev["email"]["message_id"], f"{key}: the Message-ID is gone after the purge")
+        expect(ev[SMS.name]["remote_id"], f"{key}: the SMS remote id is gone after the purge")
+        expect(ev[EMAIL.name]["message_id"], f"{key}: the Message-ID is gone after the purge")
     check = await ctx.timeline(docs[0]["intent"]["business_key"])
     if not all(a["pii_readable"] for a in check["attempts"]):
         ctx.say("note: the purge committed on its own; the rollback did not undo it")

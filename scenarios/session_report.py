@@ -19,6 +19,7 @@ import os
 from datetime import UTC, datetime, timedelta
 from email.message import EmailMessage
 
+from domain.channels import EMAIL
 from domain.principals import Principal, Role
 from domain.requests import NotificationRequest
 from ledger.intake import InvalidRequest
@@ -140,8 +141,8 @@ async def run(ctx: DemoContext) -> None:
     ctx.show(doc, "session report")
     expect(result.outcome == "sent", f"{key}: the workflow says {result.outcome}: {result.reason}")
     expect(
-        [a["channel"] for a in doc["attempts"]] == ["email"]
-        and all(d["channel"] == "email" for d in doc["decisions"]),
+        [a["channel"] for a in doc["attempts"]] == [EMAIL.name]
+        and all(d["channel"] == EMAIL.name for d in doc["decisions"]),
         f"{key}: the report touched another channel: {doc['attempts']} / {doc['decisions']}",
     )
     attempt = doc["attempts"][0]

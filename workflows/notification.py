@@ -21,6 +21,7 @@ with workflow.unsafe.imports_passed_through():
         CancelResult,
         CarriedState,
         ChannelResult,
+        ErrorType,
         IntentFacts,
         LoadIntentInput,
         LookupInput,
@@ -47,7 +48,17 @@ with workflow.unsafe.imports_passed_through():
         WaitingFacts,
         WaitingInput,
     )
-    from domain import clocks, fallback, intents, provider_errors, settlement, states
+    from domain import (
+        channels,
+        clocks,
+        fallback,
+        intents,
+        keys,
+        provider_errors,
+        settlement,
+        states,
+    )
+    from domain.channels import Channel
     from domain.policy import Outcome
     from domain.states import AttemptState
 
@@ -83,12 +94,13 @@ APPROVE_RESEND = "approve_resend"
 SETTLE = "settle"
 LOOKUP = "lookup"
 
-# Activity names, so tests can fake them by name and the worker registers the same.
+# Activity names, so tests can fake them by name and the worker registers the same. A
+# channel's own activities are named in its domain.channels entry.
 LOAD_INTENT = "load_intent"
 AUTHORIZE = "authorize"
-SUBMIT_SMS = "submit_sms"
-POLL_SMS = "poll_sms"
-SEND_EMAIL = "send_email"
+SUBMIT_SMS = channels.SMS.send_activity
+POLL_SMS = channels.SMS.poll_activity
+SEND_EMAIL = channels.EMAIL.send_activity
 RECORD_VERDICT = "record_verdict"
 RECORD_OPERATOR_ACTION = "record_operator_action"
 RECORD_SETTLEMENT = "record_settlement"
@@ -148,9 +160,23 @@ AUTHORIZE_RETRY = RetryPolicy(
 )
 
 
-def _sms_queue() -> str:
-    # Send and poll run on the per-route queue whose rate the server enforces for the fleet.
-    return workflow.info().task_queue + "-sms"
+def _queue_of(channel: Channel) -> str | None:
+    # Send and poll run on the channel's per-route queue, whose rate the server enforces
+    # for the fleet; a channel without a suffix runs them on the workflow's own queue.
+    if not channel.task_queue_suffix:
+        return None
+    return channel.task_queue(workflow.info().task_queue)
+
+
+def _channel(name: str) -> Channel:
+    """The channel called `name`; an unknown one fails the run on purpose (a plan the
+    intake accepted names only known channels, so this is a bug, not a business outcome)."""
+    try:
+        return channels.get(name)
+    except channels.UnknownChannel as err:
+        raise ApplicationError(
+            str(err), type=ErrorType.UNKNOWN_CHANNEL, non_retryable=True
+        ) from None
 
 
 @workflow.defn
@@ -288,7 +314,7 @@ class NotificationWorkflow:
             LOOKUP_SMS,
             LookupInput(token, requested_by=request.operator),
             result_type=LookupResult,
-            task_queue=_sms_queue(),
+            task_queue=_queue_of(_channel(request.channel)),
             start_to_close_timeout=timedelta(seconds=30),
             retry_policy=LEDGER_RETRY,
             summary=f"look {request.channel} up at the provider before a settlement",
@@ -317,7 +343,10 @@ class NotificationWorkflow:
         token = self._latest_token(request.channel)
         if token is None:
             raise ValueError(f"no {request.channel} attempt to look up")
-        if request.channel != "sms":
+        if (
+            request.channel not in channels.NAMES
+            or not channels.get(request.channel).provider_lookup
+        ):
             raise ValueError(f"the {request.channel} provider has no lookup")
 
     @workflow.query
@@ -371,6 +400,8 @@ class NotificationWorkflow:
             summary="load the intent's facts from the ledger",
         )
         self._facts = facts
+        for name in facts.channels:
+            _channel(name)
         self._cancelled = self._cancelled or facts.cancelled
         # The starter sets state/channel/region/event type at start; only fill what is missing.
         missing = [
@@ -453,6 +484,7 @@ class NotificationWorkflow:
         return ""
 
     async def _attempt(self, channel: str, number: int) -> ChannelResult:
+        spec = _channel(channel)
         facts = self._require_facts()
         label = f"{channel} #{number}"
         why = self._why(channel, number)
@@ -527,7 +559,7 @@ class NotificationWorkflow:
         self._set_phase(f"submitting:{channel}", details=f"handing {label} to the provider{why}")
         self._in_flight.add(token)
         try:
-            outcome = await self._submit(channel, token, facts, summary=f"{label}{why}")
+            outcome = await self._submit(spec, token, facts, summary=f"{label}{why}")
         finally:
             self._in_flight.discard(token)
         self._observe(token, outcome.state, outcome.error_code)
@@ -535,11 +567,11 @@ class NotificationWorkflow:
         if outcome.reason:
             base.reason = outcome.reason
         if (
-            channel == "sms"
+            spec.poll_activity is not None
             and not states.is_terminal(AttemptState(self._attempt_states[token]))
             and self._attempt_states[token] != AttemptState.UNKNOWN.value
         ):
-            await self._observe_sms(token, facts, label)
+            await self._observe_attempt(spec, token, facts, label)
         base.state = self._attempt_states[token]
         base.error_code = self._error_codes.get(token)
         if base.state == AttemptState.UNKNOWN.value and not base.reason:
@@ -568,25 +600,23 @@ class NotificationWorkflow:
         )
 
     async def _submit(
-        self, channel: str, token: str, facts: IntentFacts, *, summary: str
+        self, channel: Channel, token: str, facts: IntentFacts, *, summary: str
     ) -> SubmitOutcome:
-        activity = SUBMIT_SMS if channel == "sms" else SEND_EMAIL
-        verb = "submit" if channel == "sms" else "send"
         try:
             return await workflow.execute_activity(
-                activity,
+                channel.send_activity,
                 SubmitInput(token),
                 result_type=SubmitOutcome,
-                task_queue=_sms_queue() if channel == "sms" else None,
+                task_queue=_queue_of(channel),
                 start_to_close_timeout=timedelta(seconds=30),
-                heartbeat_timeout=SEND_HEARTBEAT_TIMEOUT if channel == "sms" else None,
+                heartbeat_timeout=SEND_HEARTBEAT_TIMEOUT if channel.send_heartbeat else None,
                 schedule_to_close_timeout=timedelta(seconds=facts.submit_window_seconds),
                 retry_policy=RetryPolicy(
                     initial_interval=timedelta(seconds=1),
                     maximum_interval=timedelta(seconds=60),
                     non_retryable_error_types=PERMANENT_ERRORS,
                 ),
-                summary=f"{verb} {summary}",
+                summary=f"{channel.send_verb} {summary}",
             )
         except ActivityError as err:
             cause = err.cause
@@ -601,18 +631,23 @@ class NotificationWorkflow:
                 reason="transport retry window closed without a final answer",
             )
 
-    async def _observe_sms(self, token: str, facts: IntentFacts, label: str) -> None:
-        """Wait for a receipt or poll with jittered backoff until terminal or the horizon.
+    async def _observe_attempt(
+        self, channel: Channel, token: str, facts: IntentFacts, label: str
+    ) -> None:
+        """Wait for a receipt or poll with jittered backoff until terminal or the horizon
+        (channels with a `poll_activity`).
 
-        In fallback mode the email timer is the same wait: when it fires first, SMS polling
-        stops. Whenever observation stops with the attempt unresolved (horizon, fallback,
-        cancel) the ledger gets the verdict `unknown` with that reason; a late receipt
-        through the ingress may still settle it.
+        In fallback mode the timer of the next channel is the same wait: when it fires
+        first, polling stops. Whenever observation stops with the attempt unresolved
+        (horizon, fallback, cancel) the ledger gets the verdict `unknown` with that
+        reason; a late receipt through the ingress may still settle it.
         """
         started = workflow.now()
         horizon = started + timedelta(seconds=facts.poll_horizon_seconds)
         stop_reason = ("horizon", "no final status before the polling horizon")
-        if facts.mode == "fallback" and "email" in facts.channels[1:]:
+        plan = facts.channels
+        later = plan[plan.index(channel.name) + 1 :] if channel.name in plan else []
+        if facts.mode == "fallback" and later:
             fallback_at = started + timedelta(seconds=facts.email_after_seconds)
             if fallback_at < horizon:
                 horizon = fallback_at
@@ -627,12 +662,13 @@ class NotificationWorkflow:
             "horizon": f"polling horizon at {_at(horizon)}",
             "fallback": (
                 f"fallback window {_minutes(facts.email_after_seconds)}, "
-                f"then email at {_at(horizon)}"
+                f"then {later[0] if later else 'the next channel'} at {_at(horizon)}"
             ),
             "expiry": f"business expiry at {_at(horizon)}",
         }[stop_reason[0]]
         self._set_phase(
-            "observing:sms", details=f"waiting for a receipt for {label} until {_at(horizon)}"
+            f"observing:{channel.name}",
+            details=f"waiting for a receipt for {label} until {_at(horizon)}",
         )
         rand = workflow.random()
         retry = 0
@@ -653,7 +689,7 @@ class NotificationWorkflow:
             )
             next_poll = workflow.now() + timedelta(seconds=delay)
             self._set_phase(
-                "observing:sms",
+                f"observing:{channel.name}",
                 details=(
                     f"waiting for a receipt for {label} until {_at(horizon)} ({ends}); "
                     + (f"next poll at {_at(next_poll)}" if next_poll < horizon else "no more polls")
@@ -670,11 +706,12 @@ class NotificationWorkflow:
             )
             if self._settled(token) or self._cancelled or workflow.now() >= horizon:
                 continue
+            assert channel.poll_activity is not None
             polled = await workflow.execute_activity(
-                POLL_SMS,
+                channel.poll_activity,
                 PollInput(token),
                 result_type=PollOutcome,
-                task_queue=_sms_queue(),
+                task_queue=_queue_of(channel),
                 start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=LEDGER_RETRY,
                 summary=f"poll {label}, poll {retry + 1} before {_at(horizon)}",
@@ -1030,10 +1067,14 @@ class NotificationWorkflow:
     def _resend_refusal(self, request: ResendRequest) -> str | None:
         if self._cancelled:
             return "the intent is cancelled"
+        try:
+            channels.get(request.channel)
+        except channels.UnknownChannel as err:
+            return str(err)
         result = self._results.get(request.channel)
         if result is None or result.attempt_token is None:
             return f"no finished {request.channel} attempt to resend"
-        if request.channel in {t.split(":")[-2] for t in self._in_flight}:
+        if request.channel in {keys.channel_of_token(t) for t in self._in_flight}:
             return f"a {request.channel} attempt is still in flight"
         if self._settling:
             permanent = None
@@ -1137,10 +1178,11 @@ class NotificationWorkflow:
             self._attempt_states[token] = transition.state.value
             if error_code:
                 self._error_codes[token] = error_code
-            channel = token.split(":")[-2]
-            if channel in self._results and self._results[channel].attempt_token == token:
-                self._results[channel].state = transition.state.value
-                self._results[channel].error_code = self._error_codes.get(token)
+            # The result whose attempt this is (a token of another intent matches none).
+            for result in self._results.values():
+                if result.attempt_token == token:
+                    result.state = transition.state.value
+                    result.error_code = self._error_codes.get(token)
 
     def _settled(self, token: str) -> bool:
         return states.is_terminal(AttemptState(self._attempt_states.get(token, "prepared")))

@@ -16,9 +16,10 @@ from api.console.deps import Reason, Who, checked
 from api.console.rendering import page
 from api.console.sessions import SignedIn
 from api.deps import Ingress, IngressDep
+from domain import channels
 from ledger import repository as repo
 from ledger import timeline
-from ledger.models import ReviewItem
+from ledger.models import ReviewItem, intent_destination
 
 log = logging.getLogger("herald.console")
 ACTIONS = ("cancel", "approve-resend", "settle", "lookup")
@@ -190,8 +191,7 @@ async def reveal(
         shown = {
             channel: ingress.client.decrypt_field(ct, context=intent.business_key)
             for channel, ct in (
-                ("sms", intent.sms_destination_ct),
-                ("email", intent.email_destination_ct),
+                (name, intent_destination(intent, name)[0]) for name in channels.NAMES
             )
             if ct
         }

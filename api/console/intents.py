@@ -17,6 +17,7 @@ from api.console import reads
 from api.console.deps import Who, checked
 from api.console.rendering import page
 from api.deps import IngressDep
+from domain import channels
 from domain.destinations import normalized_destination
 
 log = logging.getLogger("herald.console")
@@ -49,8 +50,8 @@ def parse_filter(
 
     if state and state not in reads.STATES:
         raise HTTPException(400, f"state: one of {', '.join(reads.STATES)}")
-    if channel and channel not in ("sms", "email"):
-        raise HTTPException(400, "channel: sms or email")
+    if channel and channel not in channels.REGISTRY:
+        raise HTTPException(400, f"channel: one of {', '.join(channels.NAMES)}")
     if both_channels not in (None, "", "1"):
         raise HTTPException(400, "both channels: 1 (or leave it out)")
     if attempt_state and attempt_state not in reads.ATTEMPT_STATES:

@@ -37,6 +37,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, aggregate_order_by, array_agg
 from sqlalchemy.orm import Session
 
+from domain import channels
 from domain.intents import IntentState, derive_intent_state
 from domain.policy import Outcome
 from domain.states import AttemptState
@@ -136,7 +137,7 @@ class IntentFilter:
         elif self.attempt_from and not self.both_channels:
             query = query.where(self._attempted())
         if self.both_channels:
-            query = query.where(self._attempted("sms"), self._attempted("email"))
+            query = query.where(*(self._attempted(c) for c in channels.NAMES))
         if self.state:
             query = query.where(could_be(self.state))
         if self.recipient_hmac:
@@ -434,8 +435,7 @@ CSV_COLUMNS = [
     "category",
     "region",
     "state",
-    "sms_state",
-    "email_state",
+    *(f"{c}_state" for c in channels.NAMES),
     "created_at",
     "send_at",
     "cancelled_at",
@@ -483,8 +483,7 @@ def csv_rows(session: Session, flt: IntentFilter) -> Any:
                     i.category,
                     i.region,
                     item.state,
-                    item.channel_states.get("sms", ""),
-                    item.channel_states.get("email", ""),
+                    *(item.channel_states.get(c, "") for c in channels.NAMES),
                     i.created_at.astimezone(UTC).isoformat(),
                     i.send_at.astimezone(UTC).isoformat() if i.send_at else "",
                     i.cancelled_at.astimezone(UTC).isoformat() if i.cancelled_at else "",
@@ -529,6 +528,7 @@ def events_of(doc: dict[str, Any]) -> list[Event]:
     for a in doc["attempts"]:
         detail = [
             ("token", a["token"]),
+            ("provider", a.get("provider") or ""),
             ("template", f"{a['template_key']} v{a['template_version']}"),
             ("content sha256", a["content_sha256"]),
             ("state now", a["state"]),
@@ -553,7 +553,7 @@ def events_of(doc: dict[str, Any]) -> list[Event]:
                     a["submitted_at"],
                     "attempt",
                     f"{a['channel'].upper()} attempt #{a['number']} handed to the "
-                    + ("carrier" if a["channel"] == "sms" else "mail relay"),
+                    + channels.get(a["channel"]).handed_to,
                 )
             )
     for o in doc["observations"]:
@@ -645,7 +645,7 @@ def outcome_sentence(doc: dict[str, Any]) -> str:
         ]
         if handed:
             first = handed[0]
-            to = "carrier" if first["channel"] == "sms" else "mail relay"
+            to = channels.get(first["channel"]).handed_to
             cancelled += (
                 f": no further attempts; the {first['channel'].upper()} was handed to the {to} "
                 f"at {when(first['submitted_at'], with_date=False)} and cannot be recalled."
@@ -657,7 +657,9 @@ def outcome_sentence(doc: dict[str, Any]) -> str:
 
 
 def mask(channel: str) -> str:
-    return "+•• ••• ••• ••••" if channel == "sms" else "•••@•••"
+    """How a destination on `channel` reads when it is not shown; raises
+    channels.UnknownChannel for a channel Herald does not know."""
+    return channels.get(channel).mask_placeholder
 
 
 def review_items_of(session: Session, intent_id: str) -> list[ReviewItem]:
@@ -721,7 +723,7 @@ def reconciliation(session: Session, now: datetime) -> list[SetSummary]:
     # category); items recorded before it did are looked up by their intent.
     counted: dict[str, Counter[tuple[str, str]]] = defaultdict(Counter)
     missing: list[tuple[str, str | None, int]] = []
-    # Columns since migration 0008 (backfilled from `detail`): no JSON parsed per item.
+    # Columns since migration 0009 (backfilled from `detail`): no JSON parsed per item.
     recorded_type = ReviewItem.event_type
     recorded_category = ReviewItem.category
     owner_if_unrecorded = case((recorded_type.is_(None), intent_id))
@@ -829,12 +831,12 @@ def overview(session: Session, now: datetime) -> Overview:
     unknown_share = day.get("unknown", 0) / total if total else None
     with_email = session.execute(
         select(func.count(func.distinct(Attempt.intent_id))).where(
-            Attempt.prepared_at >= now - WINDOWS["day"], Attempt.channel == "email"
+            Attempt.prepared_at >= now - WINDOWS["day"], Attempt.channel == channels.EMAIL.name
         )
     ).scalar_one()
     with_sms = session.execute(
         select(func.count(func.distinct(Attempt.intent_id))).where(
-            Attempt.prepared_at >= now - WINDOWS["day"], Attempt.channel == "sms"
+            Attempt.prepared_at >= now - WINDOWS["day"], Attempt.channel == channels.SMS.name
         )
     ).scalar_one()
     both = session.execute(

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from domain.channels import NAMES, UnknownChannel
 from domain.keys import (
+    AttemptToken,
     InvalidKey,
     attempt_token,
     business_key,
     channel_key,
     content_sha256,
     event_type_of,
+    parse_attempt_token,
     validate_business_key,
     workflow_id,
 )
@@ -38,10 +43,47 @@ def test_tokens_and_ids_are_derived_from_the_key() -> None:
 
 
 def test_an_unknown_channel_or_attempt_zero_is_refused() -> None:
-    with pytest.raises(InvalidKey):
+    with pytest.raises(UnknownChannel):
         channel_key("order-created:o-77", "fax")
+    with pytest.raises(UnknownChannel):
+        attempt_token("order-created:o-77", "fax", 1)
     with pytest.raises(InvalidKey):
         attempt_token("order-created:o-77", "sms", 0)
+
+
+def test_an_attempt_token_is_read_from_the_right_since_the_key_holds_colons() -> None:
+    token = parse_attempt_token("class-opening:c-9081:m-1842:email:3")
+    assert token == AttemptToken("class-opening:c-9081:m-1842", "email", 3)
+    assert str(token) == "class-opening:c-9081:m-1842:email:3"
+
+
+@given(
+    st.lists(st.from_regex(r"[a-z0-9][a-z0-9\-_.]{0,8}", fullmatch=True), min_size=1, max_size=4),
+    st.sampled_from(NAMES),
+    st.integers(min_value=1, max_value=10_000),
+)
+def test_every_token_made_is_read_back_as_it_was_made(
+    subjects: list[str], channel: str, number: int
+) -> None:
+    key = business_key("order-created", *subjects)
+    assert parse_attempt_token(attempt_token(key, channel, number)) == AttemptToken(
+        key, channel, number
+    )
+
+
+@pytest.mark.parametrize(
+    "token",
+    ["order-created:o-77:sms", "order-created:o-77:sms:0", "order-created:o-77:sms:x", "sms:1",
+     "order-created:o-77:sms:-1", ""],
+)  # fmt: skip
+def test_a_malformed_attempt_token_is_refused(token: str) -> None:
+    with pytest.raises(InvalidKey):
+        parse_attempt_token(token)
+
+
+def test_an_attempt_token_on_an_unknown_channel_is_refused() -> None:
+    with pytest.raises(UnknownChannel):
+        parse_attempt_token("order-created:o-77:fax:1")
 
 
 def test_the_content_hash_is_the_same_for_text_and_its_bytes() -> None:

@@ -38,7 +38,7 @@ from activities.contracts import (
     WaitingFacts,
     WaitingInput,
 )
-from domain import keys
+from domain import channels, keys
 from domain.settlement import SettlementOutcome
 from runtime.sandbox import sandbox_runner
 from starter.client import start_summary
@@ -226,7 +226,7 @@ class Harness:
         )
         sms = Worker(
             client,
-            task_queue=f"{queue}-sms",
+            task_queue=channels.SMS.task_queue(queue),
             activities=[
                 a
                 for a in world.activities()

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from temporalio import activity
-from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import WorkflowFailureError, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
 from activities.contracts import (
@@ -501,3 +501,33 @@ async def test_a_long_operator_wait_continues_as_new_and_keeps_its_state(harness
     assert accepted.accepted and accepted.attempt_number == 2
     assert result.outcome == "delivered"
     assert [c[1].attempt_number for c in world.calls if c[0] == "authorize"] == [1, 2]
+
+
+async def test_a_plan_naming_an_unknown_channel_fails_the_run_before_anything_is_authorized(
+    harness, queue
+):
+    """The former `if channel == "sms" ... else <email>` in the workflow: a third channel
+    took the email path. It now fails the run on purpose, before any activity acts."""
+    world = World(facts(channels=["fax", "sms"]))
+    async with harness.worker(world, queue):
+        handle = await harness.start(world, queue)
+        with pytest.raises(WorkflowFailureError) as failed:
+            await handle.result()
+    cause = failed.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "UnknownChannel"
+    assert "unknown channel 'fax'" in cause.message
+    assert world.names() == ["load_intent"]
+
+
+async def test_a_resend_on_an_unknown_channel_is_refused_with_the_reason(harness, queue):
+    world = World(facts(channels=["sms"]), poll=lambda token, n: "delivered" if n >= 3 else "sent")
+    async with harness.worker(world, queue):
+        handle = await harness.start(world, queue)
+        await phase_is(handle, "observing")
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await handle.execute_update(
+                NotificationWorkflow.approve_resend_update, ResendRequest("fax", "ops", "why not")
+            )
+        result = await handle.result()
+    assert "unknown channel 'fax'" in str(refused.value.cause)
+    assert result.outcome == "delivered"

@@ -13,7 +13,7 @@ import asyncio
 import logging
 from typing import Any
 
-from fastapi import FastAPI, Request, Response
+from fastapi import Depends, FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi_offline import FastAPIOffline
@@ -26,9 +26,11 @@ from api.auth import check_every_route_declared
 from api.console import mount_console
 from api.deps import MAX_BODY_BYTES, Ingress
 from api.evidence import router as evidence_routes
+from api.intent_search import router as recipient_routes
 from api.intents import RETENTION_NOTE, validation_problem
 from api.intents import router as intents_routes
 from api.principals import router as principals_routes
+from api.query_params import refuse_unknown_query_parameters
 from api.schemas import Health, Readiness
 from api.settlements import router as settlement_routes
 from api.webhooks import router as webhook_routes
@@ -148,7 +150,13 @@ async def method_not_allowed(request: Request, exc: Exception) -> JSONResponse:
 def create_app(ingress: Ingress) -> FastAPI:
     # `/docs` and `/redoc` with Swagger UI's and ReDoc's JS/CSS served by the app itself
     # (packaged by fastapi-offline), so they work with no network: never a CDN.
-    app = FastAPIOffline(title="Herald", version="0.1.0", description=DESCRIPTION)
+    app = FastAPIOffline(
+        title="Herald",
+        version="0.1.0",
+        description=DESCRIPTION,
+        # Every /v1/ route: a query parameter it does not declare is 422, not ignored.
+        dependencies=[Depends(refuse_unknown_query_parameters)],
+    )
     app.state.ingress = ingress
     app.state.authenticator = ingress.auth
     app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
@@ -198,6 +206,7 @@ def create_app(ingress: Ingress) -> FastAPI:
     app.include_router(webhook_routes)
     app.include_router(unsubscribe_routes)
     # Token and role checked by the routers' route class, before the body is even parsed.
+    app.include_router(recipient_routes)
     app.include_router(intents_routes)
     app.include_router(evidence_routes)
     app.include_router(principals_routes)

@@ -141,6 +141,7 @@ def require(access: Access) -> Requirement:
 CreatingIntents = Annotated[Principal, Depends(require(Access.CREATE_INTENTS))]
 ReadingIntents = Annotated[Principal, Depends(require(Access.READ_INTENTS))]
 ReadingEvidence = Annotated[Principal, Depends(require(Access.READ_EVIDENCE))]
+FindingByRecipient = Annotated[Principal, Depends(require(Access.FIND_BY_RECIPIENT))]
 Operating = Annotated[Principal, Depends(require(Access.OPERATE))]
 Administering = Annotated[Principal, Depends(require(Access.ADMINISTER))]
 

@@ -67,10 +67,14 @@ def parse_key(header: str) -> str:
     return header
 
 
-def fingerprint(method: str, path: str, body: Any) -> str:
-    """What "the same request" means: method, path and the canonical JSON body."""
+def fingerprint(method: str, path: str, body: Any, *, by: str) -> str:
+    """What "the same request" means: method, path, the canonical JSON body, and who sent
+    it. A key another principal used is not a replay of its answer (that answer names an
+    intent this one may not read): it is the 422 of a key used for another request."""
     doc = json.dumps(
-        {"method": method, "path": path, "body": body}, sort_keys=True, separators=(",", ":")
+        {"method": method, "path": path, "body": body, "by": by},
+        sort_keys=True,
+        separators=(",", ":"),
     )
     return hashlib.sha256(doc.encode()).hexdigest()
 

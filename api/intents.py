@@ -23,6 +23,7 @@ from api.auth import GUARDED, CreatingIntents, GuardedRoute, Operating, ReadingI
 from api.deps import Ingress, IngressDep
 from api.schemas import (
     CancelOutcome,
+    Channel,
     Instant,
     IntentCreate,
     IntentCreated,
@@ -33,8 +34,10 @@ from api.schemas import (
     ResendOutcome,
     Timeline,
     ValidationProblem,
+    refusal,
 )
 from domain.intents import IntentState
+from domain.principals import Principal
 from ledger import listing
 from ledger import repository as repo
 from ledger.intake import InvalidRequest
@@ -72,6 +75,9 @@ BAD_BODY: dict[int | str, dict[str, Any]] = {
 """FastAPI's own 400 for a JSON body it cannot decode, on every route that takes one."""
 
 
+OTHERS_KEY = "this business key is recorded by another principal; choose your own keys"
+
+
 def _not_found(id_or_key: str) -> HTTPException:
     # The key is not echoed: a business key may hold a subject id that is contact data
     # (`GET /v1/intents/%2B447400952999`), and answers end up in logs and trackers.
@@ -91,6 +97,7 @@ def list_intents(
     region: str | None = None,
     event_type: str | None = None,
     since: datetime | None = None,
+    created_by: str | None = None,
     limit: int = 50,
     scan_limit: int = LIST_SCAN_LIMIT,
 ) -> IntentPage:
@@ -101,6 +108,7 @@ def list_intents(
         region=region,
         event_type=event_type,
         since=since,
+        created_by=created_by,
         limit=limit,
         scan_limit=scan_limit,
     )
@@ -115,19 +123,24 @@ router = APIRouter(
 )
 
 
-async def record_and_start(ingress: Ingress, body: IntentCreate) -> tuple[int, dict[str, Any]]:
-    """Record the intent (own transaction), then start its workflow.
+async def record_and_start(
+    ingress: Ingress, body: IntentCreate, by: Principal
+) -> tuple[int, dict[str, Any]]:
+    """Record the intent (own transaction) under `by`, then start its workflow.
 
     A failed start still answers with the recorded intent: it is durable, and the
     outbox relay starts its workflow.
     """
     client = ingress.client
     try:
-        ref = await ingress.tx(lambda s: client.record(s, body.to_request()))
+        ref = await ingress.tx(lambda s: client.record(s, body.to_request(), created_by=by.name))
     except InvalidRequest as err:
         raise _invalid(err) from err
     except repo.IntentConflict as err:
         return 409, {"detail": str(err)}
+    if ref.existed and not by.reads_intent_of(ref.created_by):
+        # Another app's intent: its id is not this app's to learn.
+        return 409, {"detail": OTHERS_KEY}
     try:
         await asyncio.wait_for(client.start(ref.intent_id, ref.workflow_id), START_TIMEOUT_SECONDS)
     except Exception as err:  # noqa: BLE001 - the outbox relay starts it later
@@ -173,8 +186,9 @@ def respond(status: int, doc: dict[str, Any], *, replayed: bool = False) -> JSON
         },
         409: {
             "model": Problem,
-            "description": "The business key exists with another payload, or a request "
-            "with the same Idempotency-Key is still in flight.",
+            "description": "The business key exists with another payload, or was "
+            "recorded by another principal, or a request with the same Idempotency-Key "
+            "is still in flight.",
         },
         422: {
             "model": ValidationProblem,
@@ -185,7 +199,7 @@ def respond(status: int, doc: dict[str, Any], *, replayed: bool = False) -> JSON
 )
 async def create_intent(
     body: IntentCreate,
-    _by: CreatingIntents,
+    by: CreatingIntents,
     ingress: IngressDep,
     idempotency_key: Annotated[
         str | None,
@@ -202,13 +216,15 @@ async def create_intent(
     ] = None,
 ) -> JSONResponse:
     if idempotency_key is None:
-        status, doc = await record_and_start(ingress, body)
+        status, doc = await record_and_start(ingress, body, by)
         return respond(status, doc)
     try:
         key = idempotency.parse_key(idempotency_key)
     except idempotency.InvalidIdempotencyKey as err:
         raise HTTPException(400, str(err)) from err
-    request_sha = idempotency.fingerprint("POST", "/v1/intents", body.model_dump(mode="json"))
+    request_sha = idempotency.fingerprint(
+        "POST", "/v1/intents", body.model_dump(mode="json"), by=by.name
+    )
     claim = await asyncio.to_thread(ingress.idempotency.claim, key, request_sha)
     if claim.kind == "mismatch":
         raise HTTPException(
@@ -232,7 +248,7 @@ async def create_intent(
         assert claim.status_code is not None
         return respond(claim.status_code, claim.response or {}, replayed=True)
     try:
-        status, doc = await record_and_start(ingress, body)
+        status, doc = await record_and_start(ingress, body, by)
     except BaseException:
         # Refused by validation (nothing recorded; the corrected body may reuse the key)
         # or failed unexpectedly (recording is idempotent by business key, so a retry
@@ -245,12 +261,10 @@ async def create_intent(
 
 @router.get("", response_model=IntentPage, summary="List intents, newest first")
 async def list_route(
-    _by: ReadingIntents,
+    by: ReadingIntents,
     ingress: IngressDep,
     state: Annotated[IntentState | None, Query(description="Derived intent state.")] = None,
-    channel: Annotated[
-        str | None, Query(pattern="^(sms|email)$", description="In the channel plan.")
-    ] = None,
+    channel: Annotated[Channel | None, Query(description="In the channel plan.")] = None,
     region: Annotated[str | None, Query(pattern=r"^[A-Za-z0-9_-]{1,10}$")] = None,
     event_type: Annotated[
         str | None, Query(pattern=r"^[a-z][a-z0-9]*(?:[-.][a-z0-9]+)*$", max_length=80)
@@ -269,6 +283,8 @@ async def list_route(
             region=region,
             event_type=event_type,
             since=since,
+            # An app lists only the intents it recorded.
+            created_by=by.name if by.reads_only_own_intents else None,
             limit=limit,
         )
 
@@ -281,15 +297,17 @@ async def list_route(
     summary="An intent's timeline from the ledger",
     responses=NOT_FOUND,
 )
-async def get_intent(
-    id_or_key: IdOrKey, _by: ReadingIntents, ingress: IngressDep
-) -> dict[str, Any]:
+async def get_intent(id_or_key: IdOrKey, by: ReadingIntents, ingress: IngressDep) -> dict[str, Any]:
     if not _lookupable(id_or_key):
         raise _not_found(id_or_key)
     try:
-        return await asyncio.to_thread(ingress.client.timeline, id_or_key)
+        doc: dict[str, Any] = await asyncio.to_thread(ingress.client.timeline, id_or_key)
     except repo.NotFound as err:
         raise _not_found(id_or_key) from err
+    if not by.reads_intent_of(doc["intent"].get("created_by")):
+        # Another app's intent is as unknown as a missing one: a 403 would confirm it.
+        raise _not_found(id_or_key)
+    return doc
 
 
 @router.post(
@@ -351,17 +369,12 @@ def _invalid(err: InvalidRequest) -> HTTPException:
     )
 
 
-VALIDATION_KEYS = ("loc", "msg", "type")
-"""What a 422 keeps of each validation error. FastAPI's default body also has `input` (the
-value sent, e.g. a phone number or an address under an unknown field) and `ctx`; a
-response travels through proxies, client logs and error trackers, so neither is echoed."""
-
-
 async def validation_problem(request: Request, exc: Exception) -> JSONResponse:
     """The app's handler for `RequestValidationError`, on every route: each issue names
-    the field (`loc`), the problem (`msg`) and its kind (`type`), and nothing that was sent."""
+    the field (`loc`), the problem (`msg`, in words) and its kind (`type`), and nothing
+    that was sent (`api.schemas.refusal`). FastAPI's default body also has `input` (the
+    value sent, e.g. a phone number or an address under an unknown field) and `ctx`; a
+    response travels through proxies, client logs and error trackers, so neither is echoed."""
     assert isinstance(exc, RequestValidationError)
-    issues = [
-        {key: error[key] for key in VALIDATION_KEYS if key in error} for error in exc.errors()
-    ]
+    issues = [refusal(error) for error in exc.errors()]
     return JSONResponse({"detail": jsonable_encoder(issues)}, status_code=422)

@@ -39,7 +39,10 @@ router = APIRouter(
 )
 UNKNOWN: dict[int | str, dict[str, Any]] = {
     404: {"model": Problem, "description": "No principal of that name."},
-    409: {"model": Problem, "description": "It is revoked already."},
+    409: {
+        "model": Problem,
+        "description": "It is revoked already, or (revoke) it is the last active admin.",
+    },
 }
 
 
@@ -79,7 +82,7 @@ async def _change(ingress: Ingress, name: str, by: Principal, work: Any) -> Any:
         return await ingress.tx(lambda s: work(s, name, by=by, at=datetime.now(UTC)))
     except repo.NotFound as err:
         raise HTTPException(404, str(err)) from err
-    except principals.PrincipalRevoked as err:
+    except (principals.PrincipalRevoked, principals.LastAdmin) as err:
         raise HTTPException(409, str(err)) from err
 
 

@@ -7,6 +7,7 @@ here, never a 500 later. No model carries a phone number, address or body on the
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -15,6 +16,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from domain import key_privacy
 from domain.channels import NAMES as CHANNEL_NAMES
 from domain.channels import NAMES_AND_ALL, SMS
+from domain.destinations import COUNTRIES
 from domain.intents import IntentState
 from domain.principals import NAME_PATTERN, Role
 from domain.requests import Category, NotificationRequest, PlanMode
@@ -58,11 +60,74 @@ def rfc3339(value: Any) -> Any:
     return value
 
 
-DESTINATION = r"^(?:\+[0-9][0-9 ().-]*[0-9]|[^@\s\x00]+@[^@\s\x00]+)$"
-"""A phone number with its `+`, or something with one `@`: what the shape can say; whether
-the number exists or the address is valid is checked after (422 `invalid_destination`)."""
+DESTINATION = r"^(?:\+[1-9][0-9 ().-]*[0-9]|[^@\s\x00]+@[^@\s\x00]+)$"
+"""A phone number with its `+` (a country code never starts with 0), or something with
+one `@`: what the shape can say; whether the number exists or the address is valid is
+checked after (rule `destination.valid`, 422 `invalid_destination`)."""
 Instant = Annotated[datetime, BeforeValidator(rfc3339)]
 """An RFC 3339 date-time with its offset, in a body or a query."""
+TIMEZONE = r"^[A-Za-z][A-Za-z0-9_+-]*(?:/[A-Za-z0-9_+-]+)*$"
+"""The shape of an IANA time zone name (`Europe/London`, `America/Argentina/Salta`,
+`Etc/GMT+5`, `UTC`); whether the database has the zone is rule `timezone.known`."""
+SHA256_HEX = r"^[0-9a-f]{64}$"
+MACHINE_WORD = r"^[a-z][a-z0-9_]{0,59}$"
+COUNTRY_CODES: list[str] = sorted(COUNTRIES)
+"""The enum of `country`: ISO 3166-1 alpha-2, in capitals, as phonenumbers knows them."""
+QUERY_REGION = r"^[A-Za-z0-9_-]{1,10}$"
+QUERY_EVENT_TYPE = r"^[a-z][a-z0-9]*(?:[-.][a-z0-9]+)*$"
+
+PATTERN_WORDS: dict[str, str] = {
+    E164: "must be a phone number in E.164 form: + and 7 to 15 digits, no spaces "
+    "(e.g. +447400123456)",
+    BUSINESS_KEY: "must be <event type>:<subject id>[:<subject id>...]: lowercase words "
+    "joined by '-' or '.', then ids of letters, digits, '-', '_' or '.' "
+    "(e.g. class-opening:c-9081:m-1842)",
+    NO_NUL: "must not contain NUL characters",
+    DESTINATION: "must be a phone number with its + prefix, or an email address",
+    TIMEZONE: "must be an IANA time zone name (e.g. Europe/London)",
+    SHA256_HEX: "must be a SHA-256 in lowercase hex (64 characters)",
+    MACHINE_WORD: "must be a machine word: a lowercase letter, then lowercase letters, "
+    "digits or '_' (at most 60)",
+    NAME_PATTERN: "must be 1 to 80 letters, digits, '.', '_' or '-', starting with a letter "
+    "or digit",
+    QUERY_REGION: "must be a region: 1 to 10 letters, digits, '_' or '-'",
+    QUERY_EVENT_TYPE: "must be an event type: lowercase words joined by '-' or '.'",
+}
+"""What each pattern the API declares means, in words: a refusal says this, never the
+regular expression (a test holds every pattern of the document to having words here)."""
+
+_PREFIXES = ("Value error, ", "Assertion failed, ")
+
+
+def refusal(error: Mapping[str, Any]) -> dict[str, Any]:
+    """One pydantic error as the API's problem issue (docs/api.md): `loc`, `msg`, `type`
+    and nothing that was sent. A rule of Herald's own (a validator's `ValueError`) is
+    `invalid_request`, as intake's are, in its own words with no "Value error, " before
+    them; a pattern mismatch says what the field must be, never the regular expression.
+    The API's 422 and `herald send`'s refusal are both made of these."""
+    kind = str(error["type"])
+    msg = str(error["msg"])
+    if kind in ("value_error", "assertion_error"):
+        kind = "invalid_request"
+        for prefix in _PREFIXES:
+            msg = msg.removeprefix(prefix)
+    elif kind == "string_pattern_mismatch":
+        pattern = str((error.get("ctx") or {}).get("pattern", ""))
+        msg = PATTERN_WORDS.get(pattern, "is not in the form the API document declares for it")
+    return {"loc": list(error.get("loc", ())), "msg": msg, "type": kind}
+
+
+def _known_country(value: str) -> str:
+    if value not in COUNTRIES:
+        raise ValueError("must be an ISO 3166-1 alpha-2 country code in capitals (e.g. GB)")
+    return value
+
+
+Country = Annotated[
+    str,
+    Field(json_schema_extra={"enum": COUNTRY_CODES}),
+    AfterValidator(_known_country),
+]
 
 
 class Problem(BaseModel):
@@ -122,6 +187,13 @@ def _no_contact_data(value: Any) -> Any:
     return value
 
 
+def _rule(name: str, words: str) -> str:
+    """A domain rule in a field's description: what no JSON Schema can express, checked
+    after the schema (422 naming the field). tests/api/test_openapi_contract.py allows a
+    schema-valid request to be refused only for a rule documented so, on its own field."""
+    return f"Rule `{name}` (beyond this schema): {words}"
+
+
 class IntentCreate(BaseModel):
     """One business event -> one notification intent (mirrors `NotificationRequest`)."""
 
@@ -129,28 +201,138 @@ class IntentCreate(BaseModel):
 
     business_key: Annotated[
         str,
-        Field(min_length=3, max_length=200, pattern=BUSINESS_KEY),
+        Field(
+            min_length=3,
+            max_length=200,
+            pattern=BUSINESS_KEY,
+            description="`<event_type>:<subject ids>`, e.g. `class-opening:c-9081:m-1842`. "
+            + _rule(
+                "business_key.no_contact_data",
+                "no email address, and no phone number in E.164 or in the national form "
+                "of the intent's country.",
+            ),
+        ),
         BeforeValidator(_no_contact_data),
     ]
-    """`<event_type>:<subject ids>`, e.g. `class-opening:c-9081:m-1842`."""
     recipient_ref: Annotated[Text, Field(min_length=1, max_length=120)]
-    template_key: Annotated[Text, Field(min_length=1, max_length=80)]
+    template_key: Annotated[
+        Text,
+        Field(
+            min_length=1,
+            max_length=80,
+            description=_rule(
+                "template.exists",
+                "an active template of this key (and `template_version`, if pinned) for "
+                "each channel of the plan, in `locale` or its fallback.",
+            ),
+        ),
+    ]
     category: Category = Category.TRANSACTIONAL
-    phone: Annotated[str, Field(pattern=E164)] | None = None
-    """E.164: `+447400123456`."""
-    email: Annotated[Text, Field(max_length=320)] | None = None
-    channels: Annotated[list[Channel], Field(max_length=len(CHANNEL_NAMES))] = []
-    """Order of channels; empty means sms then email, for whichever destinations are given."""
+    phone: (
+        Annotated[
+            str,
+            Field(
+                pattern=E164,
+                description="E.164: `+447400123456`. "
+                + _rule(
+                    "phone.valid_for_country",
+                    "a valid mobile number in its country's numbering plan (phonenumbers).",
+                )
+                + " "
+                + _rule("channels.destinations", "required when the plan has sms."),
+            ),
+        ]
+        | None
+    ) = None
+    email: (
+        Annotated[
+            Text,
+            Field(
+                max_length=320,
+                description=_rule(
+                    "email.valid", "a dot-atom local part and a host name with a dot."
+                )
+                + " "
+                + _rule("channels.destinations", "required when the plan has email."),
+            ),
+        ]
+        | None
+    ) = None
+    channels: Annotated[
+        list[Channel],
+        Field(
+            max_length=len(CHANNEL_NAMES),
+            description="Order of channels; empty means sms then email, for whichever "
+            "destinations are given. "
+            + _rule(
+                "channels.destinations",
+                "a phone number, an email address or both, one for each channel named.",
+            ),
+        ),
+    ] = []
     mode: PlanMode = PlanMode.FALLBACK
     template_version: Annotated[int, Field(ge=1, le=2_147_483_647)] | None = None
     locale: Annotated[Text, Field(min_length=1, max_length=16)] = "en"
-    variables: dict[str, Any] = {}
+    variables: Annotated[
+        dict[str, Any],
+        Field(
+            description=_rule(
+                "template.variables",
+                "every variable the templates use, rendering without error, at most "
+                "16,384 bytes as JSON.",
+            )
+        ),
+    ] = {}
     send_at: Instant | None = None
     """RFC 3339 with its offset, e.g. `2026-01-31T12:00:00Z`."""
-    expires_at: Instant | None = None
-    timezone: Annotated[Text, Field(min_length=1, max_length=64)] | None = None
-    country: Annotated[str, Field(pattern=r"^[A-Za-z]{2}$")] | None = None
-    artifact_sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | None = None
+    expires_at: (
+        Annotated[
+            Instant,
+            Field(
+                description="RFC 3339 with its offset. "
+                + _rule("expires_at.after_send_at", "later than `send_at` when both are given.")
+            ),
+        ]
+        | None
+    ) = None
+    timezone: (
+        Annotated[
+            str,
+            Field(
+                min_length=1,
+                max_length=64,
+                pattern=TIMEZONE,
+                description="An IANA time zone name (`Europe/London`); default the phone "
+                "number's zone, else UTC. "
+                + _rule("timezone.known", "a zone the IANA time zone database has."),
+            ),
+        ]
+        | None
+    ) = None
+    country: (
+        Annotated[
+            Country,
+            Field(
+                description="ISO 3166-1 alpha-2, in capitals: the recipient's country when "
+                "no phone number gives it. "
+                + _rule("country.required", "required when no phone number gives it."),
+            ),
+        ]
+        | None
+    ) = None
+    artifact_sha256: (
+        Annotated[
+            str,
+            Field(
+                pattern=SHA256_HEX,
+                description="An attachment registered with `herald artifact`. "
+                + _rule("artifact.registered", "an artifact with this hash is registered.")
+                + " "
+                + _rule("artifact.email_only", "the plan has no sms."),
+            ),
+        ]
+        | None
+    ) = None
 
     def to_request(self) -> NotificationRequest:
         return NotificationRequest(
@@ -168,7 +350,7 @@ class IntentCreate(BaseModel):
             send_at=self.send_at,
             expires_at=self.expires_at,
             timezone=self.timezone,
-            country=self.country.upper() if self.country else None,
+            country=self.country,
             artifact_sha256=self.artifact_sha256,
         )
 
@@ -195,6 +377,8 @@ class IntentSummary(BaseModel):
     created_at: datetime
     send_at: datetime | None
     cancelled_at: datetime | None
+    created_by: str | None = None
+    """The principal that recorded it through the API (null: in-process, or older)."""
 
 
 class IntentPage(BaseModel):
@@ -222,6 +406,7 @@ class IntentPage(BaseModel):
                     created_at=intent.created_at,
                     send_at=intent.send_at,
                     cancelled_at=intent.cancelled_at,
+                    created_by=intent.created_by,
                 )
                 for intent, derived in page.items
             ],
@@ -247,6 +432,9 @@ class IntentView(BaseModel):
     cancelled_at: datetime | None
     pii_purged_at: datetime | None
     legal_hold: bool
+    created_by: str | None = None
+    """The principal that recorded it through the API (null: in-process through `starter`,
+    or recorded before creators were)."""
     awaiting: Literal["settlement", "resend"] | None = None
     """What the intent's workflow waits for from an operator (null: nothing)."""
     awaiting_until: datetime | None = None
@@ -500,14 +688,31 @@ class ConsentList(BaseModel):
     """Every grant on record, revoked ones included, oldest first."""
 
 
+Destination = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=320,
+        pattern=DESTINATION,
+        description="A phone number with its `+` prefix, or an email address; stored only "
+        "as its HMAC, never echoed. "
+        + _rule(
+            "destination.valid",
+            "a possible phone number, or an email address with a dot-atom local part and a "
+            "host name (422 `invalid_destination`).",
+        ),
+    ),
+]
+
+
 class SuppressionBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     channel: EvidenceChannel
-    destination: Annotated[str, Field(min_length=1, max_length=320, pattern=DESTINATION)]
+    destination: Destination
     """A phone number (E.164 or with a `+` prefix) or an email address; stored only as
     its HMAC, never echoed."""
-    reason: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,59}$")] = "operator"
+    reason: Annotated[str, Field(pattern=MACHINE_WORD)] = "operator"
     """A machine word; the policy denies with rule `suppression.<reason>`."""
     source: Annotated[Text, Field(min_length=1, max_length=60)] = "api"
 
@@ -515,9 +720,19 @@ class SuppressionBody(BaseModel):
 class SuppressionQuery(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    destination: Annotated[str, Field(min_length=1, max_length=320, pattern=DESTINATION)]
+    destination: Destination
     channel: EvidenceChannel | None = None
     """Only suppressions that apply to this channel (`*` ones included)."""
+
+
+class IntentSearch(BaseModel):
+    """A recipient's intents, found by their phone number or address: in the body, never
+    the URL (proxies and access logs keep URLs), and never repeated in the answer."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    destination: Destination
+    limit: Annotated[int, Field(ge=1, le=500)] = 50
 
 
 class SuppressionLift(BaseModel):

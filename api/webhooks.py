@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import logging
 import re
 from dataclasses import dataclass
@@ -60,11 +59,20 @@ class SignedForm:
     params: dict[str, str]
     signed_url: str
 
+    def signed_string(self) -> str:
+        """The string the signature is an HMAC of: the URL, then each parameter's name and
+        value concatenated with no separator, names sorted (the twilio package's
+        `RequestValidator.compute_signature`). Many forms have the same string: a boundary
+        moved between a name and its value (`AccountSidA=C0...` for `AccountSid=AC0...`),
+        or an empty pair (`&=`) added, all verify with one captured signature."""
+        return self.signed_url + "".join(name + self.params[name] for name in sorted(self.params))
+
     def digest(self) -> str:
-        """SHA-256 of exactly what the signature covers (the URL and every parameter),
-        so the same signed callback has one digest whatever its unsigned headers say."""
-        covered = json.dumps([self.signed_url, sorted(self.params.items())], ensure_ascii=False)
-        return hashlib.sha256(covered.encode("utf-8", "surrogatepass")).hexdigest()
+        """SHA-256 of exactly what the signature covers, as it covers it
+        (:meth:`signed_string`): every form one signature verifies has one digest, so a
+        captured callback re-cut at its boundaries or sent with fresh unsigned headers is
+        the same callback. Parsed pairs would not do: each re-cut parses differently."""
+        return hashlib.sha256(self.signed_string().encode("utf-8", "surrogatepass")).hexdigest()
 
 
 FORM = "application/x-www-form-urlencoded"
@@ -222,9 +230,9 @@ async def sms_receipt(
     code = params.get("ErrorCode") or None
     if code is not None and not _ERROR_CODE.match(code):
         raise _bad(ingress, "ErrorCode is not an error code (letters and digits, <= 20)")
-    # Deduplicated on what the signature covers: the provider's retries of one
-    # callback repeat it exactly, and a replay with a fresh (unsigned)
-    # I-Twilio-Idempotency-Token is the same callback, not a new observation.
+    # Deduplicated on the signed string itself: the provider's retries of one callback
+    # repeat it exactly, and a replay with a fresh (unsigned) I-Twilio-Idempotency-Token,
+    # or re-cut at its name/value boundaries, is the same callback, not a new observation.
     dedupe = "webhook:" + form.digest()
     facts = ObservationFacts(
         source="webhook",
@@ -262,7 +270,7 @@ async def sms_receipt(
 @router.post(
     "/v1/inbound/sms",
     response_class=Response,
-    responses={**PROBLEMS, **TWIML},
+    responses={**PROBLEMS, **TWIML, **INVALID},
     summary="An inbound SMS (signed): opt-out and opt-in keywords",
     openapi_extra=INBOUND_FORM,
 )

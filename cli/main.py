@@ -283,7 +283,7 @@ def _send_request(args: argparse.Namespace) -> Any:
     and parsing as `POST /v1/intents`, and every problem named at once."""
     from pydantic import ValidationError
 
-    from api.schemas import IntentCreate
+    from api.schemas import IntentCreate, refusal
 
     problems: list[str] = []
     variables: Any = {}
@@ -311,13 +311,14 @@ def _send_request(args: argparse.Namespace) -> Any:
         "send_at": args.send_at,
         "expires_at": args.expires_at,
         "timezone": args.timezone,
-        "country": args.country,
+        # A person may type `gb`; the API takes the code as ISO writes it.
+        "country": args.country.upper() if args.country else None,
         "artifact_sha256": args.artifact,
     }
     try:
         body = IntentCreate.model_validate({k: v for k, v in fields.items() if v is not None})
     except ValidationError as err:
-        for e in err.errors(include_url=False, include_input=False):
+        for e in map(refusal, err.errors(include_url=False, include_input=False)):
             where = _option(str(e["loc"][0])) if e["loc"] else "request"
             problems.append(f"{where}: {e['msg']}")
         body = None

@@ -32,6 +32,8 @@ async def cmd_principals(args: argparse.Namespace, cfg: settings_module.Settings
     now = datetime.now(UTC)
     sessions = ledger_sessions(cfg)
     command = args.principals_command
+    file_token = _token_in_file(cfg)
+    file_held_it = False
     try:
         with sessions.begin() as session:
             if command == "list":
@@ -59,11 +61,27 @@ async def cmd_principals(args: argparse.Namespace, cfg: settings_module.Settings
             if command == "add":
                 issued = principals.create(session, args.name, Role(args.role), by=by, at=now)
             else:
+                file_held_it = file_token is not None and principals.holds_token(
+                    session, args.name, file_token
+                )
                 issued = principals.rotate(session, args.name, by=by, at=now)
     except ValueError as err:
         raise CliError(str(err)) from err
-    except (principals.PrincipalExists, principals.PrincipalRevoked, repo.NotFound) as err:
+    except (
+        principals.PrincipalExists,
+        principals.PrincipalRevoked,
+        principals.LastAdmin,
+        repo.NotFound,
+    ) as err:
         raise CliError(str(err)) from err
+    if file_held_it:
+        # The old token is dead: left in the file, it would lock the next command out
+        # (and `herald dev`'s whole second terminal with it).
+        settings_module.write_secret_file(cfg.token_file, issued.token)
+        print(
+            f"{cfg.token_file} held {args.name}'s old token: it now holds the new one",
+            file=sys.stderr,
+        )
     # Committed: only now is the token worth showing.
     print(WARNING, file=sys.stderr)
     out = {
@@ -74,6 +92,13 @@ async def cmd_principals(args: argparse.Namespace, cfg: settings_module.Settings
     }
     _print(out, args.json, lambda o: o["token"])
     return 0
+
+
+def _token_in_file(cfg: settings_module.Settings) -> str | None:
+    try:
+        return cfg.token_file.read_text().strip() or None
+    except (FileNotFoundError, PermissionError, UnicodeDecodeError):
+        return None
 
 
 def _render_list(rows: list[dict[str, Any]], clock: Clock) -> str:

@@ -169,6 +169,10 @@ def normalize_email(raw: str) -> EmailDestination:
     return EmailDestination(address=address, domain=domain)
 
 
+COUNTRIES: frozenset[str] = frozenset(phonenumbers.SUPPORTED_REGIONS)
+"""Every country an intent may name: the ISO 3166-1 alpha-2 codes (in capitals) that
+phonenumbers knows the numbering plan of."""
+
 EU_MEMBER_STATES: frozenset[str] = frozenset(
     {
         "AT", "BE", "BG", "HR", "CY", "CZ", "DK", "EE", "FI", "FR", "DE", "GR", "HU", "IE",

@@ -19,6 +19,8 @@ class Access(StrEnum):
     """Intents, their timelines (destinations masked)."""
     READ_EVIDENCE = "read evidence"
     """Consent and suppression records, reconciliation sets."""
+    FIND_BY_RECIPIENT = "find intents by a recipient's phone or address"
+    """Every intent to one destination, whoever recorded it (people's roles only)."""
     OPERATE = "act on intents and evidence"
     """Cancel, approve a resend, resolve a review item, revoke or grant consent, add or
     lift a suppression."""
@@ -47,7 +49,7 @@ class Role(StrEnum):
         return access in GRANTS[self]
 
 
-_VIEWER = frozenset({Access.READ_INTENTS, Access.READ_EVIDENCE})
+_VIEWER = frozenset({Access.READ_INTENTS, Access.READ_EVIDENCE, Access.FIND_BY_RECIPIENT})
 _OPERATOR = _VIEWER | {Access.OPERATE}
 GRANTS: dict[Role, frozenset[Access]] = {
     Role.APP: frozenset({Access.CREATE_INTENTS, Access.READ_INTENTS}),
@@ -82,6 +84,23 @@ class Principal:
     def may(self, access: Access) -> bool:
         """Whether this principal's role grants `access`."""
         return self.role.may(access)
+
+    @property
+    def reads_only_own_intents(self) -> bool:
+        """Whether this principal reads only the intents it recorded (an app).
+
+        Two apps on one Herald never see each other's business keys or outcomes.
+        People's roles read every intent.
+        """
+        return self.role is Role.APP
+
+    def reads_intent_of(self, created_by: str | None) -> bool:
+        """Whether this principal may read an intent recorded by `created_by`.
+
+        `created_by` is null for an intent recorded by no principal (through `starter`
+        in-process) or before creators were recorded.
+        """
+        return not self.reads_only_own_intents or created_by == self.name
 
 
 BREAK_GLASS_NAME = "break-glass"

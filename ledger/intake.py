@@ -114,6 +114,8 @@ def validate(
     email = found.get(DestinationKind.EMAIL)
     assert phone is None or isinstance(phone, destinations.PhoneDestination)
     assert email is None or isinstance(email, destinations.EmailDestination)
+    if request.country and request.country.upper() not in destinations.COUNTRIES:
+        problems.add("country", "not an ISO 3166-1 alpha-2 country code (e.g. GB)")
     country = (phone.country if phone else (request.country or "")).upper()
     if not country and not (DestinationKind.PHONE in kinds and phone is None):
         problems.add("country", "required when no phone number gives it")
@@ -121,7 +123,8 @@ def validate(
     try:
         ZoneInfo(tz)
     except (ZoneInfoNotFoundError, ValueError):
-        problems.add("timezone", f"unknown IANA zone {tz!r}")
+        # The zone is named by its field, never repeated: a refusal echoes no input.
+        problems.add("timezone", "not a time zone in the IANA database (e.g. Europe/London)")
     _check_templates(session, request, plan, problems)
     variables_json = json.dumps(request.variables, sort_keys=True, default=str)
     if len(variables_json.encode()) > MAX_VARIABLES_BYTES:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import cast, select
+from sqlalchemy import ColumnElement, cast, or_, select
 from sqlalchemy.dialects.postgresql import JSONB, distinct_on
 from sqlalchemy.orm import Session
 
@@ -74,6 +74,16 @@ def state_of(
     ).value
 
 
+def to_recipient(lookup_hmac: str) -> ColumnElement[bool]:
+    """Intents to one destination, by its lookup HMAC.
+
+    The console's recipient search and `POST /v1/recipients/intents` both filter with this.
+    """
+    return or_(
+        Intent.sms_destination_hmac == lookup_hmac, Intent.email_destination_hmac == lookup_hmac
+    )
+
+
 @dataclass(frozen=True)
 class ListedPage:
     """One page of a filtered intent list."""
@@ -93,11 +103,21 @@ def list_intents(
     region: str | None = None,
     event_type: str | None = None,
     since: datetime | None = None,
+    created_by: str | None = None,
+    recipient_hmac: str | None = None,
     limit: int = 50,
     scan_limit: int = SCAN_LIMIT,
 ) -> ListedPage:
-    """Newest first. SQL filters first; the derived state is filtered after, in batches."""
+    """Newest first. SQL filters first; the derived state is filtered after, in batches.
+
+    `created_by` keeps one principal's intents (an app's own); `recipient_hmac` those to
+    one destination (the lookup HMAC of its phone number or address).
+    """
     query = select(Intent).order_by(Intent.created_at.desc(), Intent.id.desc())
+    if created_by is not None:
+        query = query.where(Intent.created_by == created_by)
+    if recipient_hmac is not None:
+        query = query.where(to_recipient(recipient_hmac))
     if channel:
         query = query.where(cast(Intent.channel_plan, JSONB).contains({"channels": [channel]}))
     if region:

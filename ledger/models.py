@@ -71,6 +71,12 @@ class Intent(Base):
         ),
         Index("ix_intent_region_created", "region", text("created_at DESC"), text("id DESC")),
         Index(
+            "ix_intent_created_by_created",
+            "created_by",
+            text("created_at DESC"),
+            text("id DESC"),
+        ),
+        Index(
             "ix_intent_awaiting_until",
             "awaiting_until",
             postgresql_where=text("awaiting IS NOT NULL"),
@@ -115,6 +121,9 @@ class Intent(Base):
     pii_purged_at: Mapped[datetime | None]
     cancelled_at: Mapped[datetime | None]
     created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    created_by: Mapped[str | None] = mapped_column(String(120))
+    """The principal that recorded it through the API (null: recorded in-process through
+    `starter`, or before principals were recorded). An app principal reads only its own."""
 
 
 DESTINATION_COLUMNS: dict[DestinationKind, tuple[str, str]] = {

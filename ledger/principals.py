@@ -40,6 +40,13 @@ class PrincipalRevoked(Exception):
     """The principal is revoked; it cannot be rotated or revoked again."""
 
 
+class LastAdmin(Exception):
+    """Revoking this principal would leave no live admin in the ledger.
+
+    Nobody could manage principals again without the break-glass HERALD_OPERATOR_TOKEN.
+    """
+
+
 @dataclass(frozen=True)
 class PrincipalView:
     """What `principals list` shows: never a token or its hash."""
@@ -216,10 +223,25 @@ def _live_row(session: Session, name: str) -> PrincipalRecord:
 def revoke(session: Session, name: str, *, by: Principal, at: datetime) -> PrincipalView:
     """Revoke a principal.
 
-    Revoke `name`: its token is refused from the next request on. Raises NotFound or
-    PrincipalRevoked.
+    Revoke `name`: its token is refused from the next request on. Raises NotFound,
+    PrincipalRevoked, or LastAdmin when `name` is the last live admin.
     """
+    # Every live admin is locked first, in one order, whoever is revoked: two admins
+    # revoking each other at once are serialised, and the second sees the first's revoke
+    # (Postgres re-reads a locked row it waited for), so one admin always remains.
+    live_admins = session.execute(
+        select(PrincipalRecord.name)
+        .where(PrincipalRecord.role == Role.ADMIN.value, PrincipalRecord.revoked_at.is_(None))
+        .order_by(PrincipalRecord.id)
+        .with_for_update()
+    ).scalars()
+    others = [admin for admin in live_admins if admin != name]
     row = _live_row(session, name)
+    if row.role == Role.ADMIN.value and not others:
+        raise LastAdmin(
+            f"{name!r} is the last active admin: add another admin first (`herald principals "
+            "add NAME --role admin`), or nobody could manage principals again"
+        )
     row.revoked_at = at
     record_audit(
         session, by=by, action="principal.revoked", subject=name, at=at, detail={"role": row.role}
@@ -243,6 +265,19 @@ def rotate(session: Session, name: str, *, by: Principal, at: datetime) -> Issue
     )
     session.flush()
     return IssuedToken(Principal(row.name, Role(row.role)), token)
+
+
+def holds_token(session: Session, name: str, token: str) -> bool:
+    """Whether `token` is live principal `name`'s current token (constant-time).
+
+    `herald principals rotate` rewrites the token file when it held the token rotated.
+    """
+    stored = session.execute(
+        select(PrincipalRecord.token_sha256).where(
+            PrincipalRecord.name == name, PrincipalRecord.revoked_at.is_(None)
+        )
+    ).scalar_one_or_none()
+    return hashes_to(token_hash(token), stored)
 
 
 def audit_events(

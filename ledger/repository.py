@@ -105,6 +105,8 @@ class RecordedIntent:
     workflow_id: str
     business_key: str
     created: bool
+    created_by: str | None = None
+    """Who recorded the intent: this request's principal, or the existing intent's."""
 
 
 @dataclass(frozen=True)
@@ -132,6 +134,9 @@ class IntentFields:
     send_at: datetime | None
     expires_at: datetime | None
     purge_after: datetime | None
+    created_by: str | None = None
+    """The principal recording it (not part of the payload: who asks does not change what
+    is asked)."""
 
     def payload_sha256(self) -> str:
         """A hash of the request's fields, to tell a repeat from a different request."""
@@ -169,7 +174,11 @@ def record_intent(session: Session, fields: IntentFields) -> RecordedIntent:
     if new_id is not None:
         session.execute(_INSERT_OUTBOX, {"intent_id": new_id})
         return RecordedIntent(
-            new_id, workflow_id_for(fields.business_key), fields.business_key, True
+            new_id,
+            workflow_id_for(fields.business_key),
+            fields.business_key,
+            True,
+            fields.created_by,
         )
     existing = session.execute(
         select(Intent).where(Intent.business_key == fields.business_key)
@@ -180,7 +189,9 @@ def record_intent(session: Session, fields: IntentFields) -> RecordedIntent:
         )
     channels = (existing.channel_plan or {}).get("channels") or [None]
     metrics.note_duplicate(session, "business_key_existing", channels[0])
-    return RecordedIntent(existing.id, existing.workflow_id, existing.business_key, False)
+    return RecordedIntent(
+        existing.id, existing.workflow_id, existing.business_key, False, existing.created_by
+    )
 
 
 def _uuid() -> str:

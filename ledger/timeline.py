@@ -89,6 +89,7 @@ def timeline(
             "cancelled_at": iso_utc(intent.cancelled_at),
             "pii_purged_at": iso_utc(intent.pii_purged_at),
             "legal_hold": intent.legal_hold,
+            "created_by": intent.created_by,
             "awaiting": intent.awaiting,
             "awaiting_until": iso_utc(intent.awaiting_until) if intent.awaiting else None,
         },

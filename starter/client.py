@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -92,6 +92,8 @@ class IntentRef:
     business_key: str
     existed: bool
     """True when the business key was already recorded: the existing intent is returned."""
+    created_by: str | None = None
+    """The principal that recorded the intent (the existing one's, when it `existed`)."""
 
 
 @dataclass(frozen=True)
@@ -175,12 +177,15 @@ class HeraldClient:
 
     # --- apps ------------------------------------------------------------------------
 
-    def record(self, session: Session, request: NotificationRequest) -> IntentRef:
-        """Add the intent and its outbox row to the caller's transaction (no commit here)."""
-        return self._record(session, request)[0]
+    def record(
+        self, session: Session, request: NotificationRequest, *, created_by: str | None = None
+    ) -> IntentRef:
+        """Add the intent and its outbox row to the caller's transaction (no commit here).
+        `created_by` is the authenticated principal recording it (the API passes it)."""
+        return self._record(session, request, created_by=created_by)[0]
 
     def _record(
-        self, session: Session, request: NotificationRequest
+        self, session: Session, request: NotificationRequest, *, created_by: str | None = None
     ) -> tuple[IntentRef, repo.IntentFields]:
         fields = intake.validate(
             session,
@@ -189,12 +194,14 @@ class HeraldClient:
             now=datetime.now(UTC),
             retention_days=self._retention_days,
         )
+        fields = replace(fields, created_by=created_by)
         recorded = repo.record_intent(session, fields)
         ref = IntentRef(
             recorded.intent_id,
             recorded.workflow_id,
             recorded.business_key,
             existed=not recorded.created,
+            created_by=recorded.created_by,
         )
         return ref, fields
 

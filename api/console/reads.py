@@ -42,7 +42,7 @@ from domain.intents import IntentState, derive_intent_state
 from domain.policy import Outcome
 from domain.states import AttemptState
 from ledger import reconcile, timeline
-from ledger.listing import state_of
+from ledger.listing import state_of, to_recipient
 from ledger.models import (
     Attempt,
     Consent,
@@ -141,12 +141,7 @@ class IntentFilter:
         if self.state:
             query = query.where(could_be(self.state))
         if self.recipient_hmac:
-            query = query.where(
-                or_(
-                    Intent.sms_destination_hmac == self.recipient_hmac,
-                    Intent.email_destination_hmac == self.recipient_hmac,
-                )
-            )
+            query = query.where(to_recipient(self.recipient_hmac))
         return query
 
     def _attempted(self, channel: str | None = None) -> Any:
@@ -723,7 +718,7 @@ def reconciliation(session: Session, now: datetime) -> list[SetSummary]:
     # category); items recorded before it did are looked up by their intent.
     counted: dict[str, Counter[tuple[str, str]]] = defaultdict(Counter)
     missing: list[tuple[str, str | None, int]] = []
-    # Columns since migration 0009 (backfilled from `detail`): no JSON parsed per item.
+    # Columns since migration 0010 (backfilled from `detail`): no JSON parsed per item.
     recorded_type = ReviewItem.event_type
     recorded_category = ReviewItem.category
     owner_if_unrecorded = case((recorded_type.is_(None), intent_id))

@@ -215,7 +215,10 @@ async def test_an_abandoned_in_flight_key_is_taken_over_after_its_lease(http, co
             IdempotencyRecord(
                 key=key,
                 request_sha256=fingerprint(
-                    "POST", "/v1/intents", IntentCreate(**doc).model_dump(mode="json")
+                    "POST",
+                    "/v1/intents",
+                    IntentCreate(**doc).model_dump(mode="json"),
+                    by="break-glass",
                 ),
                 created_at=datetime.now(UTC) - timedelta(minutes=5),
             )
@@ -329,3 +332,42 @@ async def test_the_python_client_refuses_a_business_key_holding_a_phone_number(
     assert "business_key.no_contact_data" in str(refused.value)
     assert "447400123456" not in str(refused.value)
     assert intents_with_key(committed, key) == 0 and temporal.starts == []
+
+
+async def test_one_rule_is_one_refusal_whichever_layer_finds_it(http, committed):
+    # In E.164 form the schema's own check finds the number; in national form only intake
+    # can (it needs the phone's country). Both answer the same issue, in the same words.
+    phone = random_mobile()
+    national = "0" + phone.removeprefix("+44")
+    answers = [
+        await http.post("/v1/intents", json=body(business_key=key, phone=phone), headers=BEARER)
+        for key in (f"signup:{phone}", f"signup:{national}")
+    ]
+    issues = [answer.json()["detail"] for answer in answers]
+    assert [answer.status_code for answer in answers] == [422, 422], issues
+    assert issues[0] == issues[1], issues
+    [issue] = issues[0]
+    assert issue["loc"] == ["body", "business_key"] and issue["type"] == "invalid_request"
+    assert issue["msg"].startswith("business key holds a phone number (rule business_key.")
+    assert phone[3:] not in answers[0].text and national not in answers[1].text
+
+
+async def test_a_pattern_refusal_says_what_the_field_must_be_not_the_regex(http, committed):
+    answer = await http.post("/v1/intents", json=body(phone="07400 123456"), headers=BEARER)
+    assert answer.status_code == 422, answer.text
+    [issue] = answer.json()["detail"]
+    assert issue["loc"] == ["body", "phone"]
+    assert issue["msg"].startswith("must be a phone number in E.164 form: + and 7 to 15 digits")
+    assert "should match pattern" not in answer.text and "^" not in answer.text
+
+
+async def test_an_unknown_time_zone_names_the_field_not_the_value(http, committed):
+    answer = await http.post("/v1/intents", json=body(timezone="Mars/Olympus"), headers=BEARER)
+    assert answer.status_code == 422, answer.text
+    [issue] = answer.json()["detail"]
+    assert issue == {
+        "loc": ["body", "timezone"],
+        "msg": "not a time zone in the IANA database (e.g. Europe/London)",
+        "type": "invalid_request",
+    }
+    assert "Mars" not in answer.text and "Olympus" not in answer.text

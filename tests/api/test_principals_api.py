@@ -20,7 +20,7 @@ from api.auth import PUBLIC_ROUTES, app_routes, route_access, undeclared_routes
 from domain.principals import Role, least_role_for
 from ledger import principals
 from ledger.models import AuditEvent, OperatorAction, PrincipalRecord
-from tests.api.conftest import BEARER, submitted_attempt
+from tests.api.conftest import BEARER, random_mobile, submitted_attempt
 from tests.conftest import unique
 
 PHONE = "+447400000142"
@@ -32,6 +32,7 @@ ROLE_TABLE: dict[str, set[str]] = {
     "POST /v1/intents": {"app", "admin"},
     "GET /v1/intents": EVERYONE,
     "GET /v1/intents/{id_or_key}": EVERYONE,
+    "POST /v1/recipients/intents": PEOPLE,
     "POST /v1/intents/{id_or_key}/cancel": ACTORS,
     "POST /v1/intents/{id_or_key}/approve-resend": ACTORS,
     "POST /v1/intents/{id_or_key}/lookup": ACTORS,
@@ -282,3 +283,101 @@ async def test_principals_over_the_api_and_the_token_shown_once_and_never_logged
     assert caplog.records, "the API logs what principals did"
     for secret in (token, new_token, principals.token_hash(token), "Bearer"):
         assert secret not in logged
+
+
+def _app_principal(committed: sessionmaker[Session]) -> tuple[str, dict[str, str]]:
+    name = unique("app")
+    with committed.begin() as session:
+        token = principals.create(
+            session, name, Role.APP, by=principals.BOOTSTRAP_ACTOR, at=datetime.now(UTC)
+        ).token
+    return name, {"Authorization": f"Bearer {token}"}
+
+
+def _order(key: str) -> dict[str, object]:
+    return {
+        "business_key": key,
+        "recipient_ref": "m-1842",
+        "template_key": "order-created",
+        "template_version": 1,
+        "phone": random_mobile(),
+        "variables": {"order_id": "o-77"},
+    }
+
+
+async def test_two_apps_each_read_only_the_intents_they_created(
+    http: httpx.AsyncClient, committed: sessionmaker[Session], tokens: Tokens
+) -> None:
+    names, headers, intents = {}, {}, {}
+    for app_name in ("shop", "gym"):
+        names[app_name], headers[app_name] = _app_principal(committed)
+        doc = _order(unique(f"order-created:{app_name}"))
+        created = await http.post("/v1/intents", json=doc, headers=headers[app_name])
+        assert created.status_code == 201, created.text
+        intents[app_name] = {**created.json(), "doc": doc}
+
+    shop, gym = intents["shop"], intents["gym"]
+    listed = await http.get("/v1/intents", params={"limit": 500}, headers=headers["shop"])
+    keys = {item["business_key"] for item in listed.json()["items"]}
+    assert shop["business_key"] in keys and gym["business_key"] not in keys
+    assert {item["created_by"] for item in listed.json()["items"]} == {names["shop"]}
+
+    # The other app's intent, by id or by key, is exactly as unknown as a missing one.
+    unknown = await http.get("/v1/intents/order-created:no-such-1", headers=headers["shop"])
+    for ref in (gym["intent_id"], gym["business_key"]):
+        answer = await http.get(f"/v1/intents/{ref}", headers=headers["shop"])
+        assert (answer.status_code, answer.json()) == (404, unknown.json())
+    own = await http.get(f"/v1/intents/{shop['intent_id']}", headers=headers["shop"])
+    assert own.status_code == 200 and own.json()["intent"]["created_by"] == names["shop"]
+
+    # Recording the other app's key again does not hand over its id, nor does replaying
+    # the Idempotency-Key it used.
+    taken = await http.post("/v1/intents", json=gym["doc"], headers=headers["shop"])
+    assert taken.status_code == 409 and gym["intent_id"] not in taken.text
+    key = {"Idempotency-Key": unique("idem")}
+    first = await http.post("/v1/intents", json=gym["doc"], headers={**headers["gym"], **key})
+    assert first.status_code == 200 and first.json()["intent_id"] == gym["intent_id"]
+    replayed = await http.post("/v1/intents", json=gym["doc"], headers={**headers["shop"], **key})
+    assert replayed.status_code == 422 and gym["intent_id"] not in replayed.text
+
+    # People's roles read every intent, as before.
+    viewer = tokens.header("viewer")
+    everyone = await http.get("/v1/intents", params={"limit": 500}, headers=viewer)
+    seen = {item["business_key"] for item in everyone.json()["items"]}
+    assert {shop["business_key"], gym["business_key"]} <= seen
+    for ref in (shop["intent_id"], gym["intent_id"]):
+        assert (await http.get(f"/v1/intents/{ref}", headers=viewer)).status_code == 200
+
+
+async def test_revoking_the_last_admin_over_the_api_is_409_and_changes_nothing(
+    pg_url: str, cipher
+) -> None:
+    from sqlalchemy import create_engine
+
+    from ledger import migrate
+    from tests.api.conftest import StubTemporal, build_app
+    from tests.conftest import fresh_database
+
+    url = fresh_database(pg_url, "herald_last_admin_api")
+    migrate.upgrade(url)
+    engine = create_engine(url)
+    try:
+        sessions = sessionmaker(engine, expire_on_commit=False)
+        with sessions.begin() as session:
+            principals.create(
+                session,
+                "only-admin",
+                Role.ADMIN,
+                by=principals.BOOTSTRAP_ACTOR,
+                at=datetime.now(UTC),
+            )
+        app, _ = build_app(sessions, cipher, StubTemporal())
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://herald") as http:
+            refused = await http.post("/v1/principals/only-admin/revoke", headers=BEARER)
+            assert refused.status_code == 409, refused.text
+            assert "last active admin" in refused.json()["detail"]
+            listed = await http.get("/v1/principals", headers=BEARER)
+            assert [p["revoked_at"] for p in listed.json()["items"]] == [None]
+    finally:
+        engine.dispose()

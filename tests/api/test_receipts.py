@@ -307,6 +307,67 @@ async def test_one_signed_receipt_replayed_with_fresh_idempotency_headers_is_sto
     assert webhook == [("delivered", "applied"), ("sent", "stale")]
 
 
+def boundary_variants(
+    params: dict[str, str], url: str, signature: str, count: int
+) -> list[list[tuple[str, str]]]:
+    """`count` forms of `params` that differ as parsed but that the twilio package's own
+    validator accepts with `signature`: the boundary between a name and its value moved
+    (`AccountSidA=C0...`, `To+=44...`; a cut that changes the names' sorted order changes
+    the signed string, and is skipped), with or without an empty pair (`&=`) appended.
+    The fields Herald reads (message id, status, error code) are left whole, so every
+    variant is a receipt it records."""
+    validator = RequestValidator(AUTH_TOKEN)
+    read = {"MessageSid", "SmsSid", "MessageStatus", "SmsStatus", "ErrorCode"}
+    variants: list[list[tuple[str, str]]] = []
+    for tail in ([], [("", "")]):
+        for name, value in params.items():
+            if name in read:
+                continue
+            joined = name + value
+            for cut in range(1, len(joined)):
+                if cut == len(name):
+                    continue
+                pairs = [(n, v) for n, v in params.items() if n != name]
+                pairs.append((joined[:cut], joined[cut:]))
+                if validator.validate(url, dict(pairs + tail), signature):
+                    variants.append(pairs + tail)
+    return variants[:count]
+
+
+async def test_a_hundred_re_cuts_of_one_signed_receipt_are_stored_once(http, committed, cipher):
+    # The signature is an HMAC of URL + name1 + value1 + name2 + value2... with no
+    # separator, so moving a boundary leaves it valid: the official validator accepts
+    # every variant. Each must be the same callback, not a new stale observation.
+    sent = submitted_attempt(committed, cipher)
+    path = path_for(sent.token)
+    url = f"{PUBLIC_BASE}{path}"
+    params = receipt(sent.remote_id, "delivered")
+    signature = sign(url, params)
+    variants = boundary_variants(params, url, signature, 100)
+    assert len(variants) == 100
+    assert all(dict(pairs) != params for pairs in variants)
+    first = await post_signed(http, path, params)
+    assert first.status_code == 204
+    for pairs in variants:
+        answer = await http.post(
+            path,
+            content=urlencode(pairs),
+            headers={
+                "Content-Type": "application/x-www-form-urlencoded",
+                "X-Twilio-Signature": signature,
+            },
+        )
+        # Accepted (never refused for a field's name), and recorded as what it is: the
+        # same callback again.
+        assert answer.status_code == 204
+    webhook = [
+        (o.raw_status, o.verdict)
+        for o in observations_of(committed, remote_id=sent.remote_id)
+        if o.source == "webhook"
+    ]
+    assert webhook == [("delivered", "applied")]
+
+
 async def test_a_retry_by_the_provider_with_its_same_idempotency_token_is_stored_once(
     http, committed, cipher
 ):

@@ -103,3 +103,31 @@ def test_principals_list_names_its_zone_prints_local_milliseconds_and_takes_utc(
     assert utc.stdout.splitlines()[0] == "times in UTC"
     admin = next(line for line in utc.stdout.splitlines() if line.startswith("cli-admin "))
     assert re.fullmatch(r"\S+T\S+\.\d{3}\+00:00", admin.split()[2]), admin
+
+
+def test_the_last_admin_stays_and_rotating_the_files_token_rewrites_the_file(
+    cli_ledger: Ledger,
+) -> None:
+    token_file = cli_ledger.data_dir / "operator.token"
+    before = token_file.read_text().strip()
+    listed = _herald(cli_ledger, "principals", "list", "--json").json()
+    admins = [p["name"] for p in listed if p["role"] == "admin" and not p["revoked_at"]]
+    assert admins == ["cli-admin"]
+
+    # The only admin cannot revoke itself: the stack would have nobody to manage it.
+    refused = _herald(cli_ledger, "principals", "revoke", "cli-admin")
+    assert "last active admin" in assert_one_line_error(refused, "principals")
+
+    # Rotating the principal whose token is in the file puts the new token there.
+    rotated = _herald(cli_ledger, "principals", "rotate", "cli-admin", "--json")
+    new = rotated.json()["token"]
+    assert new != before and token_file.read_text() == new
+    assert token_file.stat().st_mode & 0o777 == 0o600
+    assert str(token_file) in rotated.stderr and new not in rotated.stderr
+    assert _herald(cli_ledger, "principals", "list").returncode == 0
+
+    # Rotating anyone else leaves the file alone.
+    other = f"app-{uuid.uuid4().hex[:8]}"
+    assert _herald(cli_ledger, "principals", "add", other, "--role", "app").returncode == 0
+    assert _herald(cli_ledger, "principals", "rotate", other).returncode == 0
+    assert token_file.read_text() == new

@@ -126,3 +126,22 @@ def test_no_command_prints_a_python_repr(herald, cli_ledger, cipher):
         done = herald(*command)
         assert done.returncode == 0, (command, done.stderr)
         assert not REPR.search(done.stdout), (command, done.stdout)
+
+
+def test_send_refusals_are_in_words_with_no_pydantic_prefix_or_regex(herald):
+    done = herald(
+        "send",
+        "--key",
+        "signup:+447400987654",
+        "--recipient",
+        "m-1842",
+        "--template",
+        "order-created",
+        "--phone",
+        "07400 123456",
+    )
+    line = assert_one_line_error(done, "send")
+    assert "--key: business key holds a phone number (rule business_key.no_contact_data)" in line
+    assert "--phone: must be a phone number in E.164 form" in line
+    assert "Value error" not in line and "should match pattern" not in line and "^" not in line
+    assert "447400987654" not in line

@@ -8,6 +8,7 @@ from domain.destinations import masked
 from domain.principals import (
     BREAK_GLASS_NAME,
     Access,
+    Principal,
     Role,
     check_name,
     least_role_for,
@@ -55,3 +56,16 @@ def test_a_local_user_name_becomes_a_principal_name():
 def test_destinations_are_masked_to_confirm_not_to_contact():
     assert masked("+447400000142") == "+44********42"
     assert masked("ann.lee@example.com") == "a***@example.com"
+
+
+def test_an_app_reads_only_the_intents_it_created_and_people_read_all():
+    shop = Principal("shop", Role.APP)
+    assert shop.reads_only_own_intents
+    assert shop.reads_intent_of("shop")
+    assert not shop.reads_intent_of("gym") and not shop.reads_intent_of(None)
+    for role in (Role.VIEWER, Role.OPERATOR, Role.ADMIN):
+        person = Principal("ana", role)
+        assert not person.reads_only_own_intents
+        assert person.reads_intent_of("gym") and person.reads_intent_of(None)
+        assert person.may(Access.FIND_BY_RECIPIENT)
+    assert not shop.may(Access.FIND_BY_RECIPIENT)

@@ -3,16 +3,16 @@
 Which operator's settlement stands on an attempt, what an intent's workflow waits for and
 until when, and a review item's event type and category as columns.
 
-Revision ID: 0009
-Revises: 0008
+Revision ID: 0010
+Revises: 0009
 Create Date: 2026-12-07 00:30:00
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0009"
-down_revision = "0008"
+revision = "0010"
+down_revision = "0009"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,53 @@
+"""`POST /v1/recipients/intents`: a recipient's intents, found by their phone number or address.
+
+The same lookup as the console's recipient search (`domain.destinations.normalized_destination`,
+the ledger's lookup HMAC, `ledger.listing.to_recipient`), for viewers, operators and
+admins. The destination travels in the body only, as on every route that takes one, and
+no answer or log line repeats it.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, HTTPException
+from sqlalchemy.orm import Session
+
+from api.auth import GUARDED, FindingByRecipient, GuardedRoute
+from api.deps import IngressDep
+from api.intents import BAD_BODY, INVALID
+from api.schemas import IntentPage, IntentSearch
+from domain.destinations import normalized_destination
+from ledger import listing
+
+router = APIRouter(
+    # Not under /v1/intents/: GET /v1/intents/{id_or_key} would claim the path too.
+    prefix="/v1/recipients",
+    tags=["intents"],
+    route_class=GuardedRoute,
+    responses={**GUARDED, **BAD_BODY, **INVALID},
+)
+
+
+@router.post(
+    "/intents",
+    response_model=IntentPage,
+    summary="A recipient's intents, by phone number or address (in the body), newest first",
+)
+async def search_by_recipient(
+    body: IntentSearch, _by: FindingByRecipient, ingress: IngressDep
+) -> IntentPage:
+    """Every intent to the destination, whoever recorded it, newest first (`limit`, at
+    most 500). The destination is matched by its HMAC, as the console matches it."""
+    try:
+        lookup = ingress.client.lookup_hmac(normalized_destination(body.destination, None))
+    except ValueError as err:
+        raise HTTPException(
+            422,
+            [{"loc": ["body", "destination"], "msg": str(err), "type": "invalid_destination"}],
+        ) from err
+
+    def work(session: Session) -> IntentPage:
+        page = listing.list_intents(session, recipient_hmac=lookup, limit=body.limit)
+        return IntentPage.of(page)
+
+    result: IntentPage = await ingress.tx(work)
+    return result

@@ -9,6 +9,7 @@ the outcome differs from its story. docs/scenarios.md says what each one proves.
 from __future__ import annotations
 
 from scenarios import (
+    ambiguous_settled,
     class_opening,
     itinerary_change,
     order_created,
@@ -27,6 +28,7 @@ SCENARIOS: dict[str, Scenario] = {
     "itinerary-change": itinerary_change.run,
     "session-report": session_report.run,
     "provider-outage": provider_outage.run,
+    "ambiguous-settled": ambiguous_settled.run,
 }
 """In the order `herald demo` (no argument) runs them."""
 

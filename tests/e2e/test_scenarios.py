@@ -55,3 +55,7 @@ async def test_a_session_report_is_emailed_as_a_verified_attachment_and_never_en
 
 async def test_a_provider_outage_fails_over_once_per_message_and_the_circuit_recovers(demo):
     await SCENARIOS["provider-outage"](demo)
+
+
+async def test_an_ambiguous_send_is_settled_by_a_person_and_only_then_resent(demo):
+    await SCENARIOS["ambiguous-settled"](demo)

@@ -770,7 +770,7 @@ def reconciliation(session: Session, now: datetime) -> list[SetSummary]:
     # category); items recorded before it did are looked up by their intent.
     counted: dict[str, Counter[tuple[str, str]]] = defaultdict(Counter)
     missing: list[tuple[str, str | None, int]] = []
-    # Columns since migration 0010 (backfilled from `detail`): no JSON parsed per item.
+    # Columns since migration 0012 (backfilled from `detail`): no JSON parsed per item.
     recorded_type = ReviewItem.event_type
     recorded_category = ReviewItem.category
     owner_if_unrecorded = case((recorded_type.is_(None), intent_id))

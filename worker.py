@@ -234,6 +234,8 @@ def build_workers(
             ledger_acts.authorize,
             ledger_acts.record_verdict,
             ledger_acts.record_operator_action,
+            ledger_acts.record_settlement,
+            ledger_acts.record_waiting,
             email_acts.send_email,
             maintenance.reconcile,
             maintenance.purge,
@@ -244,7 +246,7 @@ def build_workers(
     sms_worker = Worker(
         client,
         task_queue=channels.SMS.task_queue(queue),
-        activities=[sms_acts.submit_sms, sms_acts.poll_sms],
+        activities=[sms_acts.submit_sms, sms_acts.poll_sms, sms_acts.lookup_sms],
         max_task_queue_activities_per_second=cfg.sms_max_per_second,
         max_concurrent_activities=cfg.sms_max_concurrent,
         graceful_shutdown_timeout=SHUTDOWN_GRACE,

@@ -72,6 +72,15 @@ class CarriedState:
     attempt_states: dict[str, str] = field(default_factory=dict)
     error_codes: dict[str, str] = field(default_factory=dict)
     resend_until: datetime | None = None
+    settle_until: datetime | None = None
+    """When the settlement window closes (None: the run that carried it had none open)."""
+    settlements: dict[str, SettlementStanding] = field(default_factory=dict)
+    """The operator's settlements standing, by attempt token."""
+    settlement_rules: list[SettlementRuleFacts] = field(default_factory=list)
+    lookups: dict[str, datetime] = field(default_factory=dict)
+    """When each attempt was last looked up at the provider through this workflow."""
+    settling: bool = False
+    """The run that carried it was past SETTLE_UNKNOWN (workflows.notification)."""
 
 
 @dataclass
@@ -110,6 +119,9 @@ class IntentFacts:
     """The transport retry window: how long submit keeps retrying transient errors."""
     continue_as_new_after_events: int = 0
     """0: continue as new only when the server suggests it; > 0 also past this length."""
+    settlement_window_seconds: float = 0.0
+    """How long after an unknown verdict the workflow waits for a settlement (the active
+    policy's [settlement] window); 0 in results recorded before settlements existed."""
 
 
 @dataclass
@@ -209,6 +221,11 @@ class OperatorActionInput:
     activity records the request's identity, read from the workflow's history."""
     operator_role: str = ""
     """The authenticated principal's role; empty in histories recorded before roles."""
+    proof: str = ""
+    """The surface's MAC over the request (domain.proof); without a valid one the action
+    is recorded as an unauthenticated Temporal caller, the operator kept as claimed."""
+    subject: str = ""
+    """What the proof covers beyond the intent (domain.proof.ActingClaim.subject)."""
 
 
 @dataclass
@@ -227,6 +244,9 @@ class CancelRequest:
     operator_role: str = ""
     """The role of the principal who asked (the API and CLI set it; a signal sent from the
     Temporal UI leaves it empty)."""
+    proof: str = ""
+    """Herald's surfaces prove the principal (domain.proof); a caller through Temporal
+    cannot, and is recorded as unauthenticated with the operator it claimed."""
 
 
 @dataclass
@@ -247,6 +267,120 @@ class ResendRequest:
     operator: str = "temporal-ui"
     reason: str = ""
     operator_role: str = ""
+    proof: str = ""
+
+
+@dataclass
+class SettlementRuleFacts:
+    """One settlement rule of the active policy, as the workflow's validator judges by it."""
+
+    name: str
+    outcome: str
+    """delivered, not_delivered or undeliverable (domain.settlement.SettlementOutcome)."""
+    evidence: str
+    resend_allowed: bool
+
+
+@dataclass
+class SettlementStanding:
+    rule: str
+    resend_allowed: bool
+
+
+@dataclass
+class SettleRequest:
+    """`settle`: a person's decision on the channel's unknown attempt under a named rule."""
+
+    channel: str = "sms"
+    rule: str = ""
+    reason: str = ""
+    reference: str = ""
+    """A carrier ticket, or how the recipient gave their word (the rule's evidence)."""
+    operator: str = "temporal-ui"
+    operator_role: str = ""
+    proof: str = ""
+
+
+@dataclass
+class SettleResult:
+    accepted: bool
+    message: str
+    state: str = ""
+    """The attempt's state after the settlement."""
+    rule: str = ""
+    resend_allowed: bool = False
+    policy_version: str = ""
+    attempt_token: str = ""
+
+
+@dataclass
+class SettlementInput:
+    intent_id: str
+    attempt_token: str
+    rule: str
+    reason: str
+    reference: str
+    operator: str
+    operator_role: str
+    proof: str
+    window_until: datetime | None
+
+
+@dataclass
+class SettlementRecorded:
+    """What the ledger made of a settlement: refused (with why) or its new state."""
+
+    refused: str = ""
+    state: str = ""
+    verdict: str = ""
+    rule: str = ""
+    resend_allowed: bool = False
+    policy_version: str = ""
+    operator: str = ""
+
+
+@dataclass
+class WaitingInput:
+    intent_id: str
+    awaiting: str | None
+    """`settlement`, `resend`, or None when the workflow no longer waits for anyone."""
+    until: datetime | None = None
+    attempt_tokens: list[str] = field(default_factory=list)
+    """The unknown attempts a settlement window is open for (review items are filed)."""
+    expired_unsettled: list[str] = field(default_factory=list)
+    """Attempts whose settlement window closed with nothing decided (recorded so)."""
+
+
+@dataclass
+class WaitingFacts:
+    settlement_rules: list[SettlementRuleFacts] = field(default_factory=list)
+    """The active policy's rules offered for these attempts' providers."""
+
+
+@dataclass
+class LookupRequest:
+    channel: str = "sms"
+    operator: str = "temporal-ui"
+    operator_role: str = ""
+    proof: str = ""
+
+
+@dataclass
+class LookupInput:
+    attempt_token: str
+    requested_by: str = ""
+
+
+@dataclass
+class LookupResult:
+    found: bool
+    raw_status: str = ""
+    """What the provider holds (`not_found` when it holds nothing)."""
+    state: str = ""
+    """The attempt's state after the lookup was recorded (it may have settled it)."""
+    provider_at: datetime | None = None
+    observed_at: datetime | None = None
+    message: str = ""
 
 
 @dataclass
@@ -289,6 +423,10 @@ class Projection:
     cancelled: bool
     channels: list[ChannelResult]
     attempt_states: dict[str, str]
+    awaiting: str = ""
+    """`settlement` or `resend` when the workflow waits for an operator, else empty."""
+    awaiting_until: datetime | None = None
+    settlements: dict[str, SettlementStanding] = field(default_factory=dict)
 
 
 # --- maintenance jobs (workflows/maintenance.py) ---------------------------------------

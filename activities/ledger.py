@@ -25,12 +25,17 @@ from activities.contracts import (
     IntentFacts,
     LoadIntentInput,
     OperatorActionInput,
+    SettlementInput,
+    SettlementRecorded,
+    SettlementRuleFacts,
     VerdictInput,
+    WaitingFacts,
+    WaitingInput,
 )
-from domain import channels, keys, policy, templates
+from domain import channels, keys, policy, proof, settlement, templates
 from domain.senders import SenderBook
 from domain.states import AttemptState
-from ledger import metrics
+from ledger import metrics, settlements
 from ledger import repository as repo
 from ledger.crypto import FieldCipher
 from ledger.models import Attempt, Intent, PolicyDecision, PolicyVersion, intent_destination
@@ -168,6 +173,7 @@ class LedgerActivities:
                 email_events_horizon_seconds=float(rule.email_events_horizon_seconds),
                 resend_window_seconds=float(getattr(rule, "resend_window_seconds", 3600)),
                 submit_window_seconds=float(getattr(rule, "submit_window_seconds", 600)),
+                settlement_window_seconds=float(pol.settlement.window_seconds),
             )
 
         return await self._tx(work)
@@ -396,12 +402,40 @@ class LedgerActivities:
 
         return await self._tx(work)
 
+    def _acting(
+        self, action: str, intent_id: str, operator: str, role: str, reason: str, subject: str,
+        given: str,
+    ) -> tuple[str, str | None, dict[str, str]]:  # fmt: skip
+        """(operator, role, detail) to record: the principal the surface proved, or the
+        unauthenticated Temporal caller with the identity it claimed."""
+        claim = proof.ActingClaim(action, intent_id, operator, role, reason, subject)
+        if given and proof.verify(self._cipher.action_key, claim, given, now=now_utc()):
+            return operator, role or None, {}
+        claimed = {"claimed_operator": operator[:120]}
+        if role:
+            claimed["claimed_role"] = role[:20]
+        claimed["proof"] = "invalid" if given else "none"
+        return proof.UNAUTHENTICATED, None, claimed
+
     @activity.defn(name="record_operator_action")
     async def record_operator_action(self, input: OperatorActionInput) -> None:
         now = now_utc()
-        operator = input.operator
+        claimed: dict[str, str] = {}
+        operator, role = input.operator, input.operator_role or None
         if input.requested_in_temporal:
+            # A cancellation requested through Temporal carries no operator, only the
+            # identity the server recorded on the request.
             operator = await _cancel_requester(input.operator)
+        else:
+            operator, role, claimed = self._acting(
+                input.action,
+                input.intent_id,
+                input.operator,
+                input.operator_role,
+                input.reason,
+                input.subject,
+                input.proof,
+            )
 
         def work(session: Session) -> None:
             repo.record_operator_action(
@@ -409,14 +443,81 @@ class LedgerActivities:
                 intent_id=input.intent_id,
                 action=input.action,
                 operator=operator,
-                operator_role=input.operator_role or None,
+                operator_role=role,
                 reason=input.reason,
                 outcome=input.outcome,
                 at=now,
-                detail=dict(input.detail),
+                detail={**dict(input.detail), **claimed},
             )
 
         await self._tx(work)
+
+    @activity.defn(name="record_settlement")
+    async def record_settlement(self, input: SettlementInput) -> SettlementRecorded:
+        """Judge a settlement by the policy version active now and record it (observation,
+        operator action, audit row, review items closed) in one transaction."""
+        now = now_utc()
+        # The surface signs the channel it asked to settle (it never sees the token).
+        channel = keys.channel_of_token(input.attempt_token)
+        subject = f"{channel}|{input.rule}|{input.reference}"
+        operator, role, claimed = self._acting(
+            "settle",
+            input.intent_id,
+            input.operator,
+            input.operator_role,
+            input.reason,
+            subject,
+            input.proof,
+        )
+
+        def work(session: Session) -> SettlementRecorded:
+            done = settlements.record_settlement(
+                session,
+                intent_id=input.intent_id,
+                token=input.attempt_token,
+                claim=settlement.SettlementClaim(input.rule, input.reason, input.reference),
+                operator=operator,
+                operator_role=role,
+                at=now,
+                window_until=input.window_until,
+                detail=claimed,
+            )
+            return SettlementRecorded(
+                refused=done.refused,
+                state=done.state,
+                verdict=done.verdict,
+                rule=done.rule,
+                resend_allowed=done.resend_allowed,
+                policy_version=done.policy_version,
+                operator=operator,
+            )
+
+        return await self._tx(work)
+
+    @activity.defn(name="record_waiting")
+    async def record_waiting(self, input: WaitingInput) -> WaitingFacts:
+        """Record what the workflow waits for and until when (the console and the API read
+        it from the ledger); file the unknown attempts' review items at once."""
+        now = now_utc()
+
+        def work(session: Session) -> WaitingFacts:
+            rules = settlements.record_waiting(
+                session,
+                intent_id=input.intent_id,
+                awaiting=input.awaiting,
+                until=input.until,
+                tokens=list(input.attempt_tokens),
+                expired_unsettled=list(input.expired_unsettled),
+                at=now,
+            )
+            return WaitingFacts(
+                [
+                    SettlementRuleFacts(r.name, r.outcome.value, r.evidence.value, r.resend_allowed)
+                    for r in rules
+                ]
+            )
+
+        return await self._tx(work)
 
 
 async def _cancel_requester(prefix: str) -> str:

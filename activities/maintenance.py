@@ -18,7 +18,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities import now_utc
 from activities.contracts import PURGE, RECONCILE, MaintenanceInput, MaintenanceResult
-from ledger import reconcile, retention
+from ledger import reconcile, retention, settlements
 
 
 async def workflow_status(client: Client, workflow_id: str) -> reconcile.WorkflowStatus | None:
@@ -50,6 +50,11 @@ class MaintenanceActivities:
             with self._sessions.begin() as session:
                 rows = reconcile.find(session, now=now)
                 recorded = reconcile.record_review_items(session, rows, now)
+                # The lifecycle's other half: items whose attempt a later observation
+                # settled are closed, saying which observation did.
+                closed = settlements.close_settled_items(session, at=now)
+            if closed:
+                activity.logger.info("reconcile closed %d settled review item(s)", len(closed))
             by_kind: dict[str, int] = {}
             for row in rows:
                 by_kind[row.kind] = by_kind.get(row.kind, 0) + 1

@@ -18,7 +18,15 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from activities import ProviderTransports, heartbeating, now_utc
-from activities.contracts import ErrorType, PollInput, PollOutcome, SubmitInput, SubmitOutcome
+from activities.contracts import (
+    ErrorType,
+    LookupInput,
+    LookupResult,
+    PollInput,
+    PollOutcome,
+    SubmitInput,
+    SubmitOutcome,
+)
 from domain import channels, circuit, failover, provider_errors
 from domain.circuit import BreakerSettings
 from domain.provider_errors import Cause, ErrorKind
@@ -458,6 +466,62 @@ class SmsActivities:
             ),
         )
         return PollOutcome(result.state or attempt.state, status.raw_status, status.error_code)
+
+    @activity.defn(name="lookup_sms")
+    async def lookup_sms(self, input: LookupInput) -> LookupResult:
+        """Ask the provider what it holds for an attempt, for an operator about to settle
+        it. By remote id when we have one, else by destination, time window and content
+        hash. The answer is recorded as an observation (source `lookup`) through the one
+        transition function, so a lookup that finds a final status settles the attempt
+        by itself; `not_found` is kept as evidence without a state."""
+        token = input.attempt_token
+        now = now_utc()
+        status = None
+        matches = 0
+        attempt = await self._tx(lambda s: repo.attempt_by_token(s, token))
+        if attempt.remote_id is not None:
+            status = await self._transports.for_alias(attempt.provider).status(attempt.remote_id)
+            matches = 1
+        elif attempt.destination_ct is not None:
+            to = self._cipher.decrypt(attempt.destination_ct, context=token)
+            started = attempt.send_started_at or attempt.prepared_at
+            found = await self._transports.for_alias(attempt.provider).find(
+                to=to,
+                sent_after=started - timedelta(minutes=1),
+                sent_before=now + timedelta(minutes=1),
+                body_sha256=attempt.content_sha256,
+            )
+            matches = len(found)
+            status = found[0] if found else None
+        raw = status.raw_status if status else "not_found"
+        result = await self._record(
+            token,
+            ObservationFacts(
+                source="lookup",
+                raw_status=raw,
+                normalized=status.state if status else None,
+                observed_at=now,
+                dedupe_key=f"lookup:{token}:{now.isoformat()}",
+                provider_code=status.error_code if status else None,
+                provider_at=status.provider_at if status else None,
+                remote_id=status.remote_id if status else None,
+                detail={"matches": matches, "requested_by": input.requested_by[:120]},
+            ),
+        )
+        state = result.state or attempt.state
+        message = (
+            f"the provider holds it as {raw}" if status else "the provider holds nothing for it"
+        )
+        if state != attempt.state:
+            message += f"; the attempt is now {state}"
+        return LookupResult(
+            found=status is not None,
+            raw_status=raw,
+            state=state,
+            provider_at=status.provider_at if status else None,
+            observed_at=now,
+            message=message,
+        )
 
     async def _suppress(self, token: str, *, reason: str, source: str) -> None:
         def work(session: Session) -> None:

@@ -34,6 +34,7 @@ from api.intents import router as intents_routes
 from api.principals import router as principals_routes
 from api.query_params import refuse_unknown_query_parameters
 from api.schemas import Health, Readiness
+from api.settlements import router as settlement_routes
 from api.telnyx_webhooks import router as telnyx_routes
 from api.webhooks import router as webhook_routes
 from api.webhooks import unsubscribe_router as unsubscribe_routes
@@ -221,6 +222,7 @@ def create_app(ingress: Ingress) -> FastAPI:
     app.include_router(intents_routes)
     app.include_router(evidence_routes)
     app.include_router(principals_routes)
+    app.include_router(settlement_routes)
     mount_console(app)
     check_every_route_declared(app)
     return app

@@ -394,11 +394,42 @@ class LedgerCollector(Collector):
             "Unresolved reconciliation/review items by kind.",
             labels=["kind"],
         )
-        for kind, n in session.execute(
-            text("SELECT kind, count(*) FROM review_item WHERE resolved_at IS NULL GROUP BY 1")
+        oldest = GaugeMetricFamily(
+            "herald_review_item_open_max_age_seconds",
+            "Age of the oldest unresolved review item of each kind (set), since it was filed.",
+            labels=["kind"],
+        )
+        for kind, n, age in session.execute(
+            text(
+                "SELECT kind, count(*), max(extract(epoch FROM now() - found_at)) "
+                "FROM review_item WHERE resolved_at IS NULL GROUP BY 1"
+            )
         ):
             review.add_metric([kind], n)
+            oldest.add_metric([kind], float(age or 0))
         yield review
+        yield oldest
+        waiting = GaugeMetricFamily(
+            "herald_intents_awaiting_operator",
+            "Intents whose workflow waits for an operator (a settlement or an approve-resend), "
+            "and how soon the first window closes.",
+            labels=["awaiting"],
+        )
+        closing = GaugeMetricFamily(
+            "herald_awaiting_operator_min_seconds_left",
+            "Seconds until the soonest waiting window closes, by what it waits for.",
+            labels=["awaiting"],
+        )
+        for awaiting, n, left in session.execute(
+            text(
+                "SELECT awaiting, count(*), min(extract(epoch FROM awaiting_until - now())) "
+                "FROM intent WHERE awaiting IS NOT NULL GROUP BY 1"
+            )
+        ):
+            waiting.add_metric([awaiting], n)
+            closing.add_metric([awaiting], float(left or 0))
+        yield waiting
+        yield closing
         orphans = GaugeMetricFamily(
             "herald_orphan_observations",
             "Observations that name no known attempt (receipts awaiting reconciliation).",

@@ -435,6 +435,10 @@ class IntentView(BaseModel):
     created_by: str | None = None
     """The principal that recorded it through the API (null: in-process through `starter`,
     or recorded before creators were)."""
+    awaiting: Literal["settlement", "resend"] | None = None
+    """What the intent's workflow waits for from an operator (null: nothing)."""
+    awaiting_until: datetime | None = None
+    """When that window closes."""
 
 
 class DecisionView(BaseModel):
@@ -477,6 +481,10 @@ class AttemptView(BaseModel):
     destination_masked: str | None = None
     """The destination masked (`+44********42`, `a***@example.com`); null once purged.
     No role reads a destination in full through the API."""
+    settled_rule: str | None = None
+    """The settlement rule whose operator's settlement stands on this attempt."""
+    settled_resend_allowed: bool | None = None
+    """Whether that rule lets an approve-resend follow."""
 
 
 class ObservationView(BaseModel):
@@ -503,6 +511,16 @@ class OperatorActionView(BaseModel):
     at: datetime | None
 
 
+class ReviewItemView(BaseModel):
+    id: int
+    kind: str
+    subject: str
+    found_at: datetime | None
+    resolved_at: datetime | None = None
+    resolved_by: str | None = None
+    resolution_note: str | None = None
+
+
 class Timeline(BaseModel):
     """Everything the ledger knows about one intent, without any PII."""
 
@@ -511,6 +529,8 @@ class Timeline(BaseModel):
     attempts: list[AttemptView]
     observations: list[ObservationView]
     operator_actions: list[OperatorActionView]
+    review_items: list[ReviewItemView] = []
+    """Review items about the intent, its attempts and their observations, open or closed."""
 
 
 # --- operator actions --------------------------------------------------------------------
@@ -546,6 +566,59 @@ class ResendOutcome(BaseModel):
     """The authenticated principal the approval (or refusal) was recorded under."""
     message: str
     attempt_number: int | None = None
+
+
+class SettleBody(OperatorBody):
+    """Settle the channel's unknown attempt under a named rule of the active policy."""
+
+    channel: Channel = "sms"
+    rule: Annotated[str, Field(min_length=1, max_length=60)]
+    """A settlement rule of the active policy (`GET /v1/settlement-rules`)."""
+    reference: Annotated[Text, Field(max_length=200)] = ""
+    """A carrier ticket, or how the recipient gave their word (no contact data)."""
+
+
+class SettleOutcome(BaseModel):
+    accepted: bool
+    operator: str
+    """The authenticated principal the settlement (or refusal) was recorded under."""
+    message: str
+    """What was recorded, or why it was refused."""
+    state: str = ""
+    rule: str = ""
+    resend_allowed: bool = False
+    policy_version: str = ""
+    attempt_token: str = ""
+
+
+class LookupBody(BaseModel):
+    channel: Channel = "sms"
+
+
+class LookupOutcome(BaseModel):
+    found: bool
+    raw_status: str = ""
+    """What the provider holds for the attempt (`not_found`: nothing)."""
+    state: str = ""
+    """The attempt's state after the lookup was recorded."""
+    provider_at: datetime | None = None
+    observed_at: datetime | None = None
+    message: str = ""
+
+
+class SettlementRuleDoc(BaseModel):
+    name: str
+    outcome: Literal["delivered", "not_delivered", "undeliverable"]
+    evidence: Literal["provider_lookup", "reference", "recipient_word"]
+    resend_allowed: bool
+    description: str = ""
+
+
+class SettlementRules(BaseModel):
+    policy_version: str
+    window_seconds: int
+    """How long after an unknown verdict the workflow waits for a settlement."""
+    rules: list[SettlementRuleDoc]
 
 
 class Unsubscribed(BaseModel):

@@ -207,7 +207,7 @@ async def cmd_legal_hold(args: argparse.Namespace, cfg: settings_module.Settings
 
 
 async def cmd_reconcile(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
-    from ledger import reconcile
+    from ledger import reconcile, settlements
 
     now = _when(args.now, "--now") or datetime.now(UTC)
     with _session(cfg, write=args.record) as session:
@@ -219,18 +219,33 @@ async def cmd_reconcile(args: argparse.Namespace, cfg: settings_module.Settings)
             grace=timedelta(minutes=args.grace_minutes),
         )
         recorded = reconcile.record_review_items(session, rows, now) if args.record else None
+        waiting = settlements.waiting_intents(session)
+        settled = settlements.recent_settlements(session, since=now - timedelta(days=1))
     out = {
         "now": now.isoformat(),
         "rows": [row.as_dict() for row in rows],
         "recorded_new": recorded,
+        "waiting": waiting,
+        "settlements": settled,
     }
 
     def render(o: dict[str, Any]) -> str:
-        text = f"needing review at {Clock.for_args(args.utc).at(now)}\n" + table(
+        clock = Clock.for_args(args.utc)
+        text = f"needing review at {clock.at(now)}\n" + table(
             o["rows"], ["kind", "age", "subject", "business_key"], empty="nothing to review"
         )
         if o["recorded_new"] is not None:
             text += f"\n{o['recorded_new']} new review item(s) recorded"
+        text += "\n\nwaiting for an operator (soonest window first)\n" + table(
+            [{**w, "until": clock.at(w["until"])} for w in o["waiting"]],
+            ["awaiting", "until", "business_key"],
+            empty="no intent waits for an operator",
+        )
+        text += "\n\nsettlements in the last day\n" + table(
+            [{**x, "at": clock.at(x["at"])} for x in o["settlements"]],
+            ["at", "outcome", "rule", "state", "operator", "business_key"],
+            empty="none",
+        )
         return text
 
     _emit(out, args.json, render)
@@ -744,7 +759,7 @@ def register(add: Callable[..., argparse.ArgumentParser]) -> dict[str, Command]:
         "policy",
         "list, show or activate policy versions",
         json_flag=False,
-        example="herald policy activate 2026-12-01.1",
+        example="herald policy activate 2026-12-07.1",
     )
     pol_sub = pol.add_subparsers(dest="policy_command", required=True, metavar="ACTION")
     action(

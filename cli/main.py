@@ -127,7 +127,7 @@ async def cmd_show(args: argparse.Namespace, cfg: settings_module.Settings) -> i
         _print_json(api_document(Timeline, doc))
         return 0
     text = timeline_text(doc, clock)
-    waiting = await _awaiting_operator_note(cfg, doc)
+    waiting = _waiting_note(doc, clock) or await _awaiting_operator_note(cfg, doc)
     print(text + (f"\n{waiting}" if waiting else ""))
     return 0
 
@@ -164,12 +164,30 @@ def _operator_note(doc: dict[str, Any]) -> str:
     )
 
 
+def _waiting_note(doc: dict[str, Any], clock: Clock) -> str:
+    """What the ledger says the workflow waits for (recorded by the workflow itself)."""
+    intent = doc["intent"]
+    key, until = intent["business_key"], clock.at(intent["awaiting_until"])
+    if intent.get("awaiting") == "settlement":
+        channels = sorted({a["channel"] for a in doc["attempts"] if a["state"] == "unknown"})
+        channel = channels[0] if channels else "sms"
+        return (
+            f"  waiting for a settlement of the unknown {channel} attempt until {until}: "
+            f"herald settle {key} --lookup, then herald settle {key} --rule NAME --reason "
+            "TEXT (rules: herald settle --help)"
+        )
+    if intent.get("awaiting") == "resend":
+        return _operator_note(doc).replace("approve-resend (", f"approve-resend until {until} (")
+    return ""
+
+
 async def _awaiting_operator_note(cfg: settings_module.Settings, doc: dict[str, Any]) -> str:
     """The line saying the intent waits for an operator, when its workflow says so.
 
     Only asked of Temporal when the ledger allows it (a retryable failure or an unknown),
     and only as an addition: `herald show` works from the ledger alone when Temporal is
-    down, without this line."""
+    down, without this line. Workflows since SETTLE_UNKNOWN record what they wait for in
+    the ledger (`_waiting_note`); Temporal is asked only about older ones."""
     from temporalio.service import RPCError
 
     if doc["intent"]["state"] not in ("failed", "undelivered", "unknown"):
@@ -401,6 +419,121 @@ async def cmd_approve_resend(args: argparse.Namespace, cfg: settings_module.Sett
     return 0 if result.accepted else 3
 
 
+async def cmd_settle(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
+    """`herald settle INTENT --lookup` asks the provider first; `--rule NAME --reason TEXT`
+    settles the channel's unknown attempt under that rule of the active policy."""
+    from api.schemas import LookupOutcome, SettleOutcome
+    from domain.principals import Access
+
+    if args.all_unknown:
+        return await _settle_set(args, cfg)
+    if args.intent is None:
+        raise CliError("say which intent (id or business key), or --all-unknown for the set")
+    if not args.lookup and not args.rule:
+        raise CliError("say --rule NAME (see `herald settle --help`), --lookup, or both")
+    if args.rule and not args.reason:
+        raise CliError("--reason: required with --rule (recorded with the settlement)")
+    by = acting(cfg, Access.OPERATE)
+    client = await herald_client(cfg)
+    docs: dict[str, Any] = {}
+    if args.lookup:
+        looked = await client.lookup(args.intent, channel=args.channel, by=by)
+        docs["lookup"] = api_document(LookupOutcome, looked)
+        if not args.json:
+            print(f"lookup: {looked.message}")
+        if not looked.found and not looked.raw_status and not args.rule:
+            return 3  # the lookup itself was refused (the message says why)
+    code = 0
+    if args.rule:
+        result = await client.settle(
+            args.intent,
+            channel=args.channel,
+            rule=args.rule,
+            reason=args.reason,
+            reference=args.reference or "",
+            by=by,
+        )
+        docs["settlement"] = api_document(SettleOutcome, {**asdict(result), "operator": by.name})
+        if not args.json:
+            print(("settled: " if result.accepted else "refused: ") + result.message)
+        code = 0 if result.accepted else 3
+    if args.json:
+        _print_json(docs)
+    return code
+
+
+async def _settle_set(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
+    """`herald settle --all-unknown`: without --confirm, the count and members; with it,
+    each member settled through its workflow, as one by one."""
+    from domain.principals import Access
+    from ledger import settlements
+
+    if not args.rule or not args.reason:
+        raise CliError("--all-unknown needs --rule NAME and --reason TEXT")
+    if args.confirm is None:
+        with ledger_sessions(cfg)() as session:
+            found = settlements.unknown_members(
+                session, event_type=args.event_type, category=args.category
+            )
+        if args.json:
+            _print_json({"members": [asdict(m) for m in found], "count": len(found)})
+        else:
+            for m in found:
+                print(f"  {m.business_key}  {m.channel}  {m.attempt_token}")
+            print(
+                f"{len(found)} unknown attempt(s) wait for a settlement; settle them all under "
+                f"{args.rule} with --confirm {len(found)}"
+            )
+        return 3
+    by = acting(cfg, Access.OPERATE)
+    client = await herald_client(cfg)
+    done = await client.settle_set(
+        rule=args.rule,
+        reason=args.reason,
+        reference=args.reference or "",
+        by=by,
+        confirm=args.confirm,
+        event_type=args.event_type,
+        category=args.category,
+        lookup=args.lookup,
+    )
+    if done.refused_all:
+        raise CliError(done.refused_all)
+    if args.json:
+        _print_json({**asdict(done), "operator": by.name})
+    else:
+        print(f"settled {len(done.settled)} of {done.members} under {args.rule}")
+        for key, why in sorted(done.refused.items()):
+            print(f"  refused {key}: {why}")
+    return 0 if not done.refused else 3
+
+
+def settlement_rules_text(cfg: settings_module.Settings) -> str:
+    """The active policy's settlement rules, for `herald settle --help`: read from the
+    ledger when one is reachable, else the packaged default policy's (said so)."""
+    from domain import policy as domain_policy
+
+    rules, where = None, ""
+    try:
+        from ledger import settlements
+
+        with ledger_sessions(cfg)() as session:
+            version, rules = settlements.active_settlement_policy(session)
+            where = f"active policy {version}"
+    except Exception:  # noqa: BLE001 - help must print whatever the ledger's state
+        import policies
+
+        parsed = domain_policy.load_policy(policies.load_packaged("default"))
+        rules, where = parsed.settlement, f"packaged default policy {parsed.version}; no ledger"
+    lines = [f"settlement rules ({where}; window {rules.window_seconds} s after the verdict):"]
+    for r in rules.rules:
+        resend = "resend may follow" if r.resend_allowed else "no resend"
+        lines.append(f"  {r.name:34} {r.outcome.value:14} needs {r.evidence.value:15} {resend}")
+        if r.description:
+            lines.append(f"      {r.description}")
+    return "\n".join(lines)
+
+
 CONSENT_COLUMNS = ("id", "channel", "purpose", "source", "granted_at", "revoked_at", "live")
 
 
@@ -554,6 +687,7 @@ COMMANDS: dict[str, Command] = {
     "send": cmd_send,
     "cancel": cmd_cancel,
     "approve-resend": cmd_approve_resend,
+    "settle": cmd_settle,
     "consent": cmd_consent,
     "migrate": cmd_migrate,
     "worker": cmd_worker,
@@ -788,6 +922,58 @@ def parser() -> argparse.ArgumentParser:
                 choices=CHANNEL_NAMES,
                 help="channel to resend on",
             )
+    settle = add(
+        "settle",
+        "settle an unknown attempt under a named rule of the active policy (after "
+        "checking with the provider)",
+        example=(
+            "herald settle order-created:o-77 --lookup   |   "
+            "herald settle order-created:o-77 --rule carrier-confirmed-not-delivered "
+            "--reason 'carrier holds nothing'"
+        ),
+    )
+    settle.add_argument(
+        "intent", nargs="?", help="intent id or business key (not with --all-unknown)"
+    )
+    settle.add_argument("--rule", help="the settlement rule (listed below)")
+    settle.add_argument("--reason", help="why (recorded with the settlement)")
+    settle.add_argument(
+        "--reference",
+        help="a carrier ticket, or how the recipient gave their word (rules needing a "
+        "reference or the recipient's word); no contact data",
+    )
+    settle.add_argument(
+        "--lookup",
+        action="store_true",
+        help="first ask the provider what it holds for the attempt (recorded; rules "
+        "needing a provider lookup need one from the last 30 minutes)",
+    )
+    settle.add_argument(
+        "--channel", default="sms", choices=["sms", "email"], help="channel of the attempt"
+    )
+    settle.add_argument(
+        "--all-unknown",
+        action="store_true",
+        help="every unknown attempt waiting for a settlement (the unknown_outcome set), "
+        "filtered by --event-type and --category; lists them unless --confirm is given",
+    )
+    settle.add_argument(
+        "--confirm",
+        type=int,
+        metavar="COUNT",
+        help="with --all-unknown: the number of members you saw; nothing is settled when the "
+        "set has changed size since",
+    )
+    settle.add_argument("--event-type", help="with --all-unknown: only this event type")
+    settle.add_argument("--category", help="with --all-unknown: only this category")
+    plain_help = settle.format_help
+
+    def settle_help() -> str:
+        # The rules are data in the ledger's active policy: read when help is asked for,
+        # so building the parser stays free of any I/O.
+        return plain_help() + "\n" + settlement_rules_text(settings_module.load()) + "\n"
+
+    settle.format_help = settle_help  # type: ignore[method-assign]
     consent = add(
         "consent",
         "record or revoke consent evidence for a recipient, or list it",
@@ -853,6 +1039,7 @@ DEMO_SCENARIOS = (
     "session-report",
     "provider-outage",
     "email-events",
+    "ambiguous-settled",
 )
 """`scenarios.SCENARIOS`' names (a test keeps them equal): importing the scenarios takes
 a second and a half, too long to build the parser of every command."""

@@ -23,6 +23,7 @@ from enum import StrEnum
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from domain import channels
+from domain import settlement as settlement_rules
 from domain.clocks import iso_utc
 from domain.destinations import region_of
 
@@ -179,6 +180,10 @@ class Policy:
     providers: Mapping[tuple[str, str], tuple[str, ...]] = field(default_factory=dict, repr=False)
     """Per (region, channel), the provider aliases in order (``[providers]``); a channel
     the document does not name has its registry defaults (domain.channels)."""
+    settlement: settlement_rules.SettlementPolicy = field(
+        default_factory=settlement_rules.SettlementPolicy
+    )
+    """How an unknown attempt may be settled, and for how long after the verdict."""
     source_sha256: str = ""
     """SHA-256 of the TOML text it was loaded from, so evidence can name the exact bytes."""
     named_providers: frozenset[tuple[str, str]] = frozenset()
@@ -465,7 +470,7 @@ def load_policy(text: str) -> Policy:
         raise PolicyError(f"policy is not valid TOML: {exc}") from None
     _check_fields(
         doc, frozenset({"version", "owner", "effective_from", "description", "rules",
-                        "fallback", "regions", "providers"}), "policy"
+                        "fallback", "regions", "providers", "settlement"}), "policy"
     )  # fmt: skip
     version = doc.get("version")
     if not isinstance(version, str) or not version.strip():
@@ -545,6 +550,14 @@ def load_policy(text: str) -> Policy:
             ]
             fallbacks[(region, category)] = _resolve_fallback(layers)
 
+    settlement_table = doc.get("settlement", {})
+    if not isinstance(settlement_table, dict):
+        raise PolicyError("settlement: must be a table")
+    try:
+        settlement = settlement_rules.parse(settlement_table)
+    except settlement_rules.SettlementPolicyError as err:
+        raise PolicyError(str(err)) from None
+
     return Policy(
         version=version,
         owner=owner,
@@ -554,6 +567,7 @@ def load_policy(text: str) -> Policy:
         description=description,
         providers=routes,
         named_providers=frozenset(named),
+        settlement=settlement,
         source_sha256=hashlib.sha256(text.encode()).hexdigest(),
     )
 

@@ -62,6 +62,11 @@ class Verdict(StrEnum):
     """A real observation replaced the horizon verdict `unknown`."""
     CONFLICT = "conflict"
     """A different terminal outcome than the one recorded: kept and flagged for review."""
+    SUPERSEDES = "supersedes"
+    """An operator's settlement replaced an earlier operator's settlement (a correction)."""
+    REPLACES_SETTLEMENT = "replaces_settlement"
+    """A provider's terminal replaced a different operator's settlement: applied, and the
+    contradiction is flagged for review (the one exception to "the first terminal stands")."""
 
 
 @dataclass(frozen=True)
@@ -75,7 +80,18 @@ class Transition:
     @property
     def changed(self) -> bool:
         """Whether the observation moved the attempt's state."""
-        return self.verdict in (Verdict.APPLIED, Verdict.SETTLES_UNKNOWN)
+        return self.verdict in CHANGING
+
+    @property
+    def conflict(self) -> bool:
+        """Two different terminal words about one attempt: flagged for review."""
+        return self.verdict in (Verdict.CONFLICT, Verdict.REPLACES_SETTLEMENT)
+
+
+CHANGING: frozenset[Verdict] = frozenset(
+    {Verdict.APPLIED, Verdict.SETTLES_UNKNOWN, Verdict.SUPERSEDES, Verdict.REPLACES_SETTLEMENT}
+)
+"""Verdicts that move the attempt's state."""
 
 
 def is_terminal(state: AttemptState) -> bool:
@@ -84,16 +100,33 @@ def is_terminal(state: AttemptState) -> bool:
 
 
 def apply(
-    current: AttemptState, observed: AttemptState, *, evidence_after_delivered: bool = False
+    current: AttemptState,
+    observed: AttemptState,
+    *,
+    by_operator: bool = False,
+    current_by_operator: bool = False,
+    evidence_after_delivered: bool = False,
 ) -> Transition:
     """Apply one observation to the current state of an attempt.
 
+    `by_operator` says the observation is an operator's settlement (source `operator`);
+    `current_by_operator` that the current state was set by one.
+
     The rules, in order:
+    - an operator's settlement settles ``unknown``, supersedes an earlier operator's
+      settlement that differs (a correction), and is otherwise never applied: the same
+      state is stale, a provider's different terminal stands (conflict), and an attempt
+      the provider is still reporting on is not the operator's to decide (stale);
     - the same state again is a duplicate: stale, nothing changes;
+    - a provider's terminal that differs from an operator's settlement replaces it and is
+      flagged (the one exception to "the first terminal stands"); anything else the
+      provider says after a settlement is stale;
     - ``unknown`` observed is only a verdict about an unresolved attempt: it applies to
       submitted/sent (and prepared, when the send itself was ambiguous) and is stale
       against anything terminal;
-    - any real observation settles ``unknown``;
+    - a real terminal observation settles ``unknown``; a non-terminal one (a late
+      ``sent``, a lookup that finds the message still ``sent``) is stale: it answers
+      nothing, and the attempt stays a question for a person;
     - a different terminal over a terminal is a conflict and the first one stands;
     - otherwise the higher rank wins and a lower one is stale.
 
@@ -101,14 +134,34 @@ def apply(
     the receiving server took the mail), a failure observed over ``delivered`` is stale
     evidence rather than a conflict: the state stays and no review is raised.
     """
+    if by_operator:
+        if observed not in TERMINAL or observed == AttemptState.CANCELLED:
+            raise ValueError(
+                f"an operator settles to delivered, undelivered or failed, not {observed}"
+            )
+        if current == AttemptState.UNKNOWN:
+            return Transition(Verdict.SETTLES_UNKNOWN, observed)
+        if observed == current:
+            return Transition(Verdict.STALE, current)
+        if current_by_operator:
+            return Transition(Verdict.SUPERSEDES, observed)
+        if current in TERMINAL:
+            return Transition(Verdict.CONFLICT, current)
+        return Transition(Verdict.STALE, current)
     if observed == current:
+        return Transition(Verdict.STALE, current)
+    if current_by_operator and current in TERMINAL:
+        if observed in TERMINAL:
+            return Transition(Verdict.REPLACES_SETTLEMENT, observed)
         return Transition(Verdict.STALE, current)
     if observed == AttemptState.UNKNOWN:
         if current in TERMINAL:
             return Transition(Verdict.STALE, current)
         return Transition(Verdict.APPLIED, AttemptState.UNKNOWN)
     if current == AttemptState.UNKNOWN:
-        if observed == AttemptState.PREPARED:
+        if observed not in TERMINAL:
+            # "Submitted" or "sent" after the verdict says nothing final: the question an
+            # operator is asked stays open (kept as evidence, not applied).
             return Transition(Verdict.STALE, current)
         return Transition(Verdict.SETTLES_UNKNOWN, observed)
     if current in TERMINAL and observed in TERMINAL:

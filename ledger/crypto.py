@@ -46,6 +46,11 @@ class FieldCipher:
         self._lookup_key = HKDF(
             algorithm=hashes.SHA256(), length=32, salt=None, info=b"herald-lookup"
         ).derive(raw_last)
+        self.action_key = HKDF(
+            algorithm=hashes.SHA256(), length=32, salt=None, info=b"herald-action-proof"
+        ).derive(raw_last)
+        """Signs and checks the proof of the acting principal (domain.proof): every surface
+        and worker that holds the data key ring holds it, nothing else does."""
 
     def encrypt(self, plaintext: str, *, context: str) -> str:
         """Encrypt; `context` (e.g. the attempt token) is bound as associated data."""

@@ -76,6 +76,11 @@ class Intent(Base):
             text("created_at DESC"),
             text("id DESC"),
         ),
+        Index(
+            "ix_intent_awaiting_until",
+            "awaiting_until",
+            postgresql_where=text("awaiting IS NOT NULL"),
+        ),
     )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
@@ -110,6 +115,11 @@ class Intent(Base):
     expires_at: Mapped[datetime | None]
     workflow_id: Mapped[str] = mapped_column(String(240))
     legal_hold: Mapped[bool] = mapped_column(Boolean, default=False)
+    awaiting: Mapped[str | None] = mapped_column(String(20))
+    """What the intent's workflow waits for from an operator: `settlement` (an unknown
+    attempt) or `resend` (an approve-resend after a retryable failure); null otherwise."""
+    awaiting_until: Mapped[datetime | None]
+    """When that window closes (the workflow records both, so pages need not ask Temporal)."""
     purge_after: Mapped[datetime | None]
     pii_purged_at: Mapped[datetime | None]
     cancelled_at: Mapped[datetime | None]
@@ -195,6 +205,11 @@ class Attempt(Base):
     last_status_at: Mapped[datetime | None]
     terminal_at: Mapped[datetime | None]
     purge_after: Mapped[datetime | None]
+    settled_rule: Mapped[str | None] = mapped_column(String(60))
+    """The settlement rule of the operator's settlement that stands on this attempt (its
+    state came from it); cleared when a later provider terminal replaces it."""
+    settled_resend_allowed: Mapped[bool | None]
+    """Whether that rule lets an approve-resend follow."""
 
 
 class Observation(Base):
@@ -364,6 +379,9 @@ class ReviewItem(Base):
     resolved_at: Mapped[datetime | None]
     resolved_by: Mapped[str | None] = mapped_column(String(120))
     """The signed-in principal who resolved it (the console)."""
+    event_type: Mapped[str | None] = mapped_column(String(80))
+    """The intent's event type, for the set's exposure (also in `detail`)."""
+    category: Mapped[str | None] = mapped_column(String(20))
     resolution_note: Mapped[str | None] = mapped_column(Text)
 
 

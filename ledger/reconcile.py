@@ -199,6 +199,8 @@ def record_review_items(session: Session, rows: list[ReviewRow], now: datetime) 
                 "category": exposure.get(row.intent_id or "", (None, None))[1],
             },
             "found_at": now,
+            "event_type": exposure.get(row.intent_id or "", (None, None))[0],
+            "category": exposure.get(row.intent_id or "", (None, None))[1],
         }
         for row in rows
     ]

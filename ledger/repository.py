@@ -399,7 +399,7 @@ class ObservationResult:
     @property
     def changed(self) -> bool:
         """Whether the observation moved the attempt's state."""
-        return self.verdict in (Verdict.APPLIED.value, Verdict.SETTLES_UNKNOWN.value)
+        return self.verdict in {v.value for v in states.CHANGING}
 
 
 @dataclass(frozen=True)
@@ -445,6 +445,7 @@ def record_observation(
         states.apply(
             AttemptState(attempt.state),
             facts.normalized,
+            current_by_operator=attempt.settled_rule is not None,
             evidence_after_delivered=facts.evidence_after_delivered,
         )
         if attempt is not None and facts.normalized is not None
@@ -510,6 +511,12 @@ def record_observation(
     )
     if learned_remote_id:
         _adopt_orphans(session, attempt, facts.remote_id or "", times)
+    if transition is not None and transition.verdict == Verdict.REPLACES_SETTLEMENT:
+        # The provider contradicted an operator's settlement: a person looks at it now,
+        # not at the next sweep. (Imported here: the reconciler builds on this module.)
+        from ledger.settlements import file_replaced_settlement
+
+        file_replaced_settlement(session, observation_id=inserted, at=facts.observed_at)
     return ObservationResult(
         transition.verdict.value if transition else "stale",
         attempt.state,
@@ -524,6 +531,7 @@ _ATTEMPT_STATE_COLUMNS = (
     _ATTEMPT.remote_id,
     _ATTEMPT.submitted_at,
     _ATTEMPT.last_status_at,
+    _ATTEMPT.settled_rule,
 )
 """What a compare-and-set on an attempt decides from (and may have to read again)."""
 
@@ -558,6 +566,8 @@ class _SeenAttempt:
     remote_id: str | None
     submitted_at: datetime | None
     last_status_at: datetime | None
+    settled_rule: str | None = None
+    """Set when the state came from an operator's settlement (domain.states.apply)."""
 
     @classmethod
     def of(cls, row: Any) -> _SeenAttempt:
@@ -572,11 +582,13 @@ class _SeenAttempt:
             row.remote_id,
             row.submitted_at,
             row.last_status_at,
+            row.settled_rule,
         )
 
     def take(self, row: Any) -> None:
         self.state, self.remote_id = row.state, row.remote_id
         self.submitted_at, self.last_status_at = row.submitted_at, row.last_status_at
+        self.settled_rule = row.settled_rule
 
     def refresh(self, session: Session) -> None:
         self.take(
@@ -591,7 +603,7 @@ def _verdict_values(transition: states.Transition | None, attached: bool) -> dic
     return {
         "verdict": transition.verdict.value,
         "applied": transition.changed,
-        "conflict": transition.verdict == Verdict.CONFLICT,
+        "conflict": transition.conflict,
     }
 
 
@@ -643,11 +655,19 @@ def _apply_observation(
     while True:
         current = AttemptState(attempt.state)
         transition = states.apply(
-            current, normalized, evidence_after_delivered=evidence_after_delivered
+            current,
+            normalized,
+            current_by_operator=attempt.settled_rule is not None,
+            evidence_after_delivered=evidence_after_delivered,
         )
         if not transition.changed:
             break
         values: dict[str, Any] = {"state": transition.state.value, "last_status_at": observed_at}
+        if transition.verdict == Verdict.REPLACES_SETTLEMENT:
+            # The provider's own terminal replaces the operator's settlement (the one
+            # exception to "the first terminal stands"); the observation is flagged.
+            values["settled_rule"] = None
+            values["settled_resend_allowed"] = None
         if transition.state in states.TERMINAL:
             values["terminal_at"] = observed_at
         if provider_code:
@@ -665,6 +685,8 @@ def _apply_observation(
         )
         if swapped == 1:
             attempt.state = transition.state.value
+            if "settled_rule" in values:
+                attempt.settled_rule = None
             attempt.last_status_at = observed_at
             attempt.submitted_at = values.get("submitted_at", attempt.submitted_at)
             metrics.note_transition(

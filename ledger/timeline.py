@@ -9,12 +9,12 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from domain import channels
+from domain import channels, proof
 from domain.clocks import iso_utc
 from ledger import repository as repo
 from ledger.crypto import FieldCipher
 from ledger.listing import derive_states
-from ledger.models import Attempt, Observation, OperatorAction, PolicyDecision
+from ledger.models import Attempt, Observation, OperatorAction, PolicyDecision, ReviewItem
 
 
 def derived_state(session: Session, intent_id: str, *, now: datetime | None = None) -> str:
@@ -62,6 +62,15 @@ def timeline(
         if attempt_ids
         else []
     )
+    observations = list(observations)
+    subjects = (
+        [f"intent:{intent.id}"]
+        + [f"attempt:{i}" for i in attempt_ids]
+        + [f"observation:{o.id}" for o in observations]
+    )
+    items = session.execute(
+        select(ReviewItem).where(ReviewItem.subject.in_(subjects)).order_by(ReviewItem.id)
+    ).scalars()
     return {
         "intent": {
             "id": intent.id,
@@ -81,6 +90,8 @@ def timeline(
             "pii_purged_at": iso_utc(intent.pii_purged_at),
             "legal_hold": intent.legal_hold,
             "created_by": intent.created_by,
+            "awaiting": intent.awaiting,
+            "awaiting_until": iso_utc(intent.awaiting_until) if intent.awaiting else None,
         },
         "decisions": [
             {
@@ -118,6 +129,8 @@ def timeline(
                 "terminal_at": iso_utc(a.terminal_at),
                 "pii_readable": a.destination_ct is not None,
                 "destination_masked": _masked_destination(cipher, a),
+                "settled_rule": a.settled_rule,
+                "settled_resend_allowed": a.settled_resend_allowed,
             }
             for a in attempts
         ],
@@ -147,6 +160,18 @@ def timeline(
                 "at": iso_utc(a.at),
             }
             for a in actions
+        ],
+        "review_items": [
+            {
+                "id": r.id,
+                "kind": r.kind,
+                "subject": r.subject,
+                "found_at": iso_utc(r.found_at),
+                "resolved_at": iso_utc(r.resolved_at),
+                "resolved_by": r.resolved_by,
+                "resolution_note": r.resolution_note,
+            }
+            for r in items
         ],
     }
 
@@ -215,9 +240,11 @@ def rows(doc: dict[str, Any], time_text: Callable[[str], str] = str) -> list[dic
         )
     for a in doc["operator_actions"]:
         detail = a["detail"] or {}
-        who = a["operator"] + (f" ({a['operator_role']})" if a.get("operator_role") else "")
+        who = acting_operator(a)
         text = f"{a['action']} by {who}: {a['outcome']} - {a['reason']}"
-        notes = " ".join(f"{k}={v}" for k, v in detail.items() if v not in (None, ""))
+        notes = " ".join(
+            f"{k}={v}" for k, v in detail.items() if v not in (None, "") and k not in CLAIM_KEYS
+        )
         add(
             a["at"],
             "operator",
@@ -227,6 +254,25 @@ def rows(doc: dict[str, Any], time_text: Callable[[str], str] = str) -> list[dic
         )
     events.sort(key=lambda e: (e[0], e[1]))
     return [row for _, _, row in events]
+
+
+CLAIM_KEYS = ("claimed_operator", "claimed_role", "proof")
+"""Detail keys of an action recorded without a proof of its principal (domain.proof)."""
+
+
+def acting_operator(action: dict[str, Any]) -> str:
+    """Who an operator action names, as the timelines show it.
+
+    The principal (with its role), or, for a request that reached the workflow through
+    Temporal without Herald's proof, an unauthenticated Temporal caller with the identity
+    it claimed, shown as claimed, never as a principal.
+    """
+    detail = action.get("detail") or {}
+    if action["operator"] == proof.UNAUTHENTICATED:
+        claimed = detail.get("claimed_operator") or "nobody"
+        return f"an unauthenticated Temporal caller (claimed {claimed!r})"
+    role = action.get("operator_role")
+    return action["operator"] + (f" ({role})" if role else "")
 
 
 def approval_time(

@@ -9,6 +9,7 @@ the outcome differs from its story. docs/scenarios.md says what each one proves.
 from __future__ import annotations
 
 from scenarios import (
+    ambiguous_settled,
     class_opening,
     email_events,
     itinerary_change,
@@ -29,6 +30,7 @@ SCENARIOS: dict[str, Scenario] = {
     "session-report": session_report.run,
     "provider-outage": provider_outage.run,
     "email-events": email_events.run,
+    "ambiguous-settled": ambiguous_settled.run,
 }
 """In the order `herald demo` (no argument) runs them."""
 

@@ -174,6 +174,10 @@ class DemoContext:
     async def sim_stats(self) -> dict[str, Any]:
         return await self._sim("GET", "/_sim/stats")
 
+    async def sim_script(self, to: str, fault: str, **options: Any) -> None:
+        """Script a fault for one destination (`/_sim/script`), e.g. never_resolves, count=1."""
+        await self._sim("POST", "/_sim/script", {"to": to, "fault": fault, **options})
+
     async def sim_inbound(self, from_: str, body: str) -> dict[str, Any]:
         """A recipient texts Herald (e.g. STOP): the simulator posts the signed webhook."""
         return await self._sim("POST", "/_sim/inbound", {"from": from_, "body": body})

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -37,14 +37,19 @@ import settings as settings_module
 from activities.contracts import (
     CancelRequest,
     CancelResult,
+    LookupRequest,
+    LookupResult,
     NotificationInput,
     Projection,
     ResendRequest,
     ResendResult,
+    SettleRequest,
+    SettleResult,
 )
+from domain import proof
 from domain.principals import Principal
 from domain.requests import NotificationRequest
-from ledger import intake, timeline
+from ledger import intake, settlements, timeline
 from ledger import repository as repo
 from ledger.crypto import FieldCipher
 from ledger.engine import ledger_engine
@@ -54,12 +59,30 @@ from workflows.notification import (
     CANCEL,
     CHANNEL,
     EVENT_TYPE,
+    LOOKUP,
     REGION,
+    SETTLE,
     STATE,
     NotificationWorkflow,
 )
 
 log = logging.getLogger("herald.client")
+
+BULK_CONCURRENCY = 8
+"""Settlements of one bulk settle in flight at once (each is a workflow update)."""
+
+
+@dataclass
+class BulkSettlement:
+    """What a bulk settle did: every member settled, or refused with its reason."""
+
+    members: int
+    settled: list[str] = field(default_factory=list)
+    """Business keys settled."""
+    refused: dict[str, str] = field(default_factory=dict)
+    """Business key -> why its settlement was refused."""
+    refused_all: str = ""
+    """Why nothing was attempted (the count to confirm no longer matched)."""
 
 
 @dataclass(frozen=True)
@@ -354,7 +377,12 @@ class HeraldClient:
         if running:
             return await handle.execute_update(
                 CANCEL,
-                CancelRequest(by.name, reason, operator_role=by.role.value),
+                CancelRequest(
+                    by.name,
+                    reason,
+                    operator_role=by.role.value,
+                    proof=self._prove("cancel", intent_id, by, reason),
+                ),
                 result_type=CancelResult,
             )
         # The workflow has finished: nothing is pending, and nothing already sent is recalled.
@@ -374,11 +402,17 @@ class HeraldClient:
             try:
                 return await handle.execute_update(
                     APPROVE_RESEND,
-                    ResendRequest(channel, by.name, reason, operator_role=by.role.value),
+                    ResendRequest(
+                        channel,
+                        by.name,
+                        reason,
+                        operator_role=by.role.value,
+                        proof=self._prove("approve-resend", intent_id, by, reason, channel),
+                    ),
                     result_type=ResendResult,
                 )
             except WorkflowUpdateFailedError as err:
-                refusal = str(err.cause.message if hasattr(err.cause, "message") else err.cause)
+                refusal = _update_refusal(err)
         await self._record_action(
             intent_id,
             "approve-resend",
@@ -388,6 +422,140 @@ class HeraldClient:
             {"why": refusal, "channel": channel},
         )
         return ResendResult(False, refusal)
+
+    async def settle(
+        self,
+        id_or_key: str,
+        *,
+        channel: str,
+        rule: str,
+        reason: str,
+        reference: str = "",
+        by: Principal,
+    ) -> SettleResult:
+        """Settle the channel's unknown attempt under a named rule of the active policy
+        (or record why not); recorded under `by`. The one settle path of the API, the CLI
+        and the console: the workflow's `settle` update, with the proof of `by`."""
+        intent_id, handle, running = await self._handle(id_or_key)
+        if not running:
+            refusal = "the intent's workflow has finished; its settlement window is closed"
+        else:
+            try:
+                return await handle.execute_update(
+                    SETTLE,
+                    SettleRequest(
+                        channel,
+                        rule,
+                        reason,
+                        reference,
+                        operator=by.name,
+                        operator_role=by.role.value,
+                        proof=self._prove(
+                            "settle", intent_id, by, reason, f"{channel}|{rule}|{reference}"
+                        ),
+                    ),
+                    result_type=SettleResult,
+                )
+            except WorkflowUpdateFailedError as err:
+                refusal = _update_refusal(err)
+        await self._record_action(
+            intent_id,
+            "settle",
+            by,
+            reason,
+            "refused",
+            {"why": refusal, "channel": channel, "rule": rule},
+        )
+        return SettleResult(False, refusal, rule=rule)
+
+    async def settle_set(
+        self,
+        *,
+        rule: str,
+        reason: str,
+        reference: str = "",
+        by: Principal,
+        confirm: int,
+        event_type: str | None = None,
+        category: str | None = None,
+        lookup: bool = False,
+    ) -> BulkSettlement:
+        """Settle every member of the open `unknown_outcome` set (filtered by event type
+        and category) under one rule, each through its workflow's `settle` update, as
+        `settle` would one by one. `confirm` is the count the operator saw: when the set
+        has changed size since, nothing is settled and the answer says so. With `lookup`,
+        each member is looked up at the provider first (rules that need it)."""
+
+        def members() -> list[settlements.SetMember]:
+            with self.sessions() as session:
+                return settlements.unknown_members(
+                    session, event_type=event_type, category=category
+                )
+
+        found = await asyncio.to_thread(members)
+        if len(found) != confirm:
+            return BulkSettlement(
+                len(found),
+                refused_all=f"the set has {len(found)} member(s) now, not {confirm}: look "
+                "again and confirm the new count",
+            )
+        done = BulkSettlement(len(found))
+        gate = asyncio.Semaphore(BULK_CONCURRENCY)
+
+        async def one(member: settlements.SetMember) -> None:
+            async with gate:
+                if lookup:
+                    await self.lookup(member.intent_id, channel=member.channel, by=by)
+                result = await self.settle(
+                    member.intent_id,
+                    channel=member.channel,
+                    rule=rule,
+                    reason=reason,
+                    reference=reference,
+                    by=by,
+                )
+            if result.accepted:
+                done.settled.append(member.business_key)
+            else:
+                done.refused[member.business_key] = result.message
+
+        await asyncio.gather(*(one(m) for m in found))
+        return done
+
+    async def lookup(self, id_or_key: str, *, channel: str, by: Principal) -> LookupResult:
+        """Ask the provider what it holds for the channel's latest attempt, through the
+        intent's workflow (the lookup runs where the transports live, and is recorded)."""
+        intent_id, handle, running = await self._handle(id_or_key)
+        if not running:
+            refusal = "the intent's workflow has finished; there is nothing left to settle"
+            await self._record_action(
+                intent_id, "lookup", by, "", "refused", {"why": refusal, "channel": channel}
+            )
+            return LookupResult(False, message=refusal)
+        try:
+            return await handle.execute_update(
+                LOOKUP,
+                LookupRequest(
+                    channel,
+                    by.name,
+                    by.role.value,
+                    proof=self._prove("lookup", intent_id, by, "", channel),
+                ),
+                result_type=LookupResult,
+            )
+        except WorkflowUpdateFailedError as err:
+            refusal = _update_refusal(err)
+            await self._record_action(
+                intent_id, "lookup", by, "", "refused", {"why": refusal, "channel": channel}
+            )
+            return LookupResult(False, message=refusal)
+
+    def _prove(
+        self, action: str, intent_id: str, by: Principal, reason: str, subject: str = ""
+    ) -> str:
+        """The MAC that lets the workflow's activity record `by` as the acting principal."""
+        claim = proof.ActingClaim(action, intent_id, by.name, by.role.value, reason, subject)
+        return proof.sign(self._cipher.action_key, claim, now=datetime.now(UTC))
 
     async def status(self, id_or_key: str) -> Projection | dict[str, Any]:
         _, handle, running = await self._handle(id_or_key)
@@ -423,3 +591,9 @@ class HeraldClient:
                 )
 
         await asyncio.to_thread(work)
+
+
+def _update_refusal(err: WorkflowUpdateFailedError) -> str:
+    """The reason a validator or handler gave, without the exception's type name."""
+    cause = err.cause
+    return str(cause.message if hasattr(cause, "message") else cause)

@@ -96,7 +96,8 @@ class Fault:
     """The error code for ``api_error``, ``failed`` and ``undelivered``."""
     count: int | None = None
     """``rate_limit``/``unavailable``: how many create calls fail (default 2 and 1);
-    ``duplicate_receipts``: how many times each callback is delivered (default 3)."""
+    ``duplicate_receipts``: how many times each callback is delivered (default 3);
+    ``never_resolves``: how many submissions never resolve (default: all of them)."""
     seconds: float | None = None
     """Overrides the matching :class:`SimDelays` value for this destination."""
     http_status: int | None = None
@@ -457,6 +458,11 @@ class CarrierSimulator:
             self.stats.rejected_total += 1
             assert fault.code is not None
             return _error(fault.http_status or 400, fault.code)
+        if fault and kind == "never_resolves" and fault.count is not None:
+            # Limited to the first N submissions to this destination: later ones (a
+            # resend) go through normally.
+            if not self._take_limited(to, fault):
+                fault, kind = None, None
 
         now = _now()
         send_at = None

@@ -24,6 +24,9 @@ with workflow.unsafe.imports_passed_through():
         ErrorType,
         IntentFacts,
         LoadIntentInput,
+        LookupInput,
+        LookupRequest,
+        LookupResult,
         NotificationInput,
         NotificationResult,
         OperatorActionInput,
@@ -33,9 +36,17 @@ with workflow.unsafe.imports_passed_through():
         ReceiptSignal,
         ResendRequest,
         ResendResult,
+        SettlementInput,
+        SettlementRecorded,
+        SettlementRuleFacts,
+        SettlementStanding,
+        SettleRequest,
+        SettleResult,
         SubmitInput,
         SubmitOutcome,
         VerdictInput,
+        WaitingFacts,
+        WaitingInput,
     )
     from domain import (
         channels,
@@ -45,6 +56,7 @@ with workflow.unsafe.imports_passed_through():
         intents,
         keys,
         provider_errors,
+        settlement,
         states,
     )
     from domain import providers as providers_domain
@@ -81,6 +93,8 @@ COARSE_STATE = {
 # Operator actions: the name of both the signal and the update.
 CANCEL = "cancel"
 APPROVE_RESEND = "approve_resend"
+SETTLE = "settle"
+LOOKUP = "lookup"
 
 # Activity names, so tests can fake them by name and the worker registers the same. A
 # channel's own activities are named in its domain.channels entry.
@@ -91,6 +105,9 @@ POLL_SMS = channels.SMS.poll_activity
 SEND_EMAIL = channels.EMAIL.send_activity
 RECORD_VERDICT = "record_verdict"
 RECORD_OPERATOR_ACTION = "record_operator_action"
+RECORD_SETTLEMENT = "record_settlement"
+RECORD_WAITING = "record_waiting"
+LOOKUP_SMS = "lookup_sms"
 
 EMAIL_SENT_REACHES = "email-sent-reaches"
 """Patch id: an accepted email (`sent`) reaches the person (domain.fallback). Workflows that
@@ -128,6 +145,19 @@ asked; an attempt with one provider never asks either, so its history is unchang
 ALL_REFUSED_WAIT = timedelta(minutes=1)
 """How long to wait before trying the providers again when every one refused for its own
 reasons and none said when it would take work again (an open circuit says)."""
+
+SETTLE_UNKNOWN = "settle-unknown"
+"""Patch id: an `unknown` attempt waits for a person's settlement until the policy's window
+closes (its review item filed at once), a resend needs a retryable failure or a
+settlement whose rule allows one (`unknown` alone, even reconciled, no longer does), and
+the workflow records in the ledger what it waits for and until when. Runs that started
+before it finish at the horizon verdict, or wait in the resend window without recording
+it; on replay they keep doing so."""
+
+SETTLEMENT_REFUSED = "SettlementRefused"
+"""The type of the error a `settle` update fails with when the ledger refuses what the
+validator let through (it judges by the policy version active when it records). Raised by
+the update handler, not by an activity, so it is no `ErrorType`; the run goes on."""
 
 TEMPORAL_CANCEL_OPERATOR = "temporal"
 """The operator a cancel requested through Temporal (Web UI, `temporal workflow cancel`) is
@@ -186,6 +216,19 @@ class NotificationWorkflow:
         self._resend: ResendRequest | None = None
         self._error_codes: dict[str, str] = {}
         self._continued = False
+        # Settling ambiguity (since SETTLE_UNKNOWN).
+        self._settling = False
+        self._settle_until: datetime | None = None
+        self._settle_rules: list[SettlementRuleFacts] = []
+        self._settlements: dict[str, SettlementStanding] = {}
+        self._lookups: dict[str, datetime] = {}
+        self._operator_news = False
+        """A settlement (or a lookup that settled an attempt) the waiting loop must weigh."""
+        self._busy_settling = False
+        self._awaiting = ""
+        self._awaiting_until: datetime | None = None
+        self._stopped_by: dict[str, str] = {}
+        """Why observing an attempt stopped unresolved (horizon, fallback, expiry, cancel)."""
 
     # --- messages ------------------------------------------------------------------
 
@@ -234,6 +277,8 @@ class NotificationWorkflow:
                 "refused",
                 {"why": refusal},
                 role=request.operator_role,
+                proof=request.proof,
+                subject=request.channel,
             )
             return
         await self._accept_resend(request)
@@ -262,6 +307,72 @@ class NotificationWorkflow:
     def _validate_resend_alias(self, request: ResendRequest) -> None:
         self._validate_resend(request)
 
+    @workflow.update(
+        name=SETTLE,
+        description="A person's decision on the channel's unknown attempt under a named "
+        "settlement rule of the active policy; refused with the reason otherwise. "
+        '{"channel": "sms", "rule": "...", "reason": "...", "reference": "..."}',
+    )
+    async def settle_update(self, request: SettleRequest) -> SettleResult:
+        self._busy_settling = True
+        try:
+            return await self._settle(request)
+        finally:
+            self._busy_settling = False
+
+    @settle_update.validator
+    def _validate_settle(self, request: SettleRequest) -> None:
+        refusal = self._settle_refusal(request)
+        if refusal:
+            raise ValueError(refusal)
+
+    @workflow.update(
+        name=LOOKUP,
+        description="Ask the provider what it holds for the channel's unknown attempt before "
+        'settling it; the lookup and its answer are recorded. {"channel": "sms"}',
+    )
+    async def lookup_update(self, request: LookupRequest) -> LookupResult:
+        token = self._latest_token(request.channel)
+        assert token is not None
+        result = await workflow.execute_activity(
+            LOOKUP_SMS,
+            LookupInput(token, requested_by=request.operator),
+            result_type=LookupResult,
+            task_queue=_queue_of(_channel(request.channel)),
+            start_to_close_timeout=timedelta(seconds=30),
+            retry_policy=LEDGER_RETRY,
+            summary=f"look {request.channel} up at the provider before a settlement",
+        )
+        self._lookups[token] = workflow.now()
+        if result.state:
+            before = self._attempt_states.get(token)
+            self._observe(token, result.state)
+            self._operator_news = self._operator_news or before != self._attempt_states.get(token)
+        await self._record_action(
+            "lookup",
+            request.operator,
+            "",
+            "accepted",
+            {"channel": request.channel, "attempt": token, "found": result.raw_status},
+            role=request.operator_role,
+            proof=request.proof,
+            subject=request.channel,
+        )
+        return result
+
+    @lookup_update.validator
+    def _validate_lookup(self, request: LookupRequest) -> None:
+        if not self._settling or self._settle_until is None:
+            raise ValueError("the intent is not waiting for a settlement")
+        token = self._latest_token(request.channel)
+        if token is None:
+            raise ValueError(f"no {request.channel} attempt to look up")
+        if (
+            request.channel not in channels.NAMES
+            or not channels.get(request.channel).provider_lookup
+        ):
+            raise ValueError(f"the {request.channel} provider has no lookup")
+
     @workflow.query
     def projection(self) -> Projection:
         return Projection(
@@ -270,6 +381,9 @@ class NotificationWorkflow:
             cancelled=self._cancelled,
             channels=list(self._results.values()),
             attempt_states=dict(self._attempt_states),
+            awaiting=self._awaiting,
+            awaiting_until=self._awaiting_until,
+            settlements=dict(self._settlements),
         )
 
     # --- the run -------------------------------------------------------------------
@@ -330,7 +444,10 @@ class NotificationWorkflow:
             # Continued as new while waiting for an operator: pick the window up again.
             self._continued = True
             self._restore(input.carried)
-            await self._resend_window(input.carried.resend_until)
+            if self._settling:
+                await self._operator_window(input.carried.resend_until)
+            else:
+                await self._resend_window(input.carried.resend_until)
             return await self._finish("")
 
         if facts.send_at is not None and facts.send_at > workflow.now():
@@ -348,13 +465,36 @@ class NotificationWorkflow:
                 result = await self._run_channel(channel)
                 if not self._should_fall_back(result, more=index + 1 < len(facts.channels)):
                     break
-        # An operator may still approve a resend after a retryable failure.
-        await self._resend_window()
+        # An operator may still settle an unknown attempt, or approve a resend after a
+        # retryable failure or a settlement that allows one.
+        if self._settling or (
+            any(self._resend_refusal(ResendRequest(channel=c)) is None for c in self._results)
+            and workflow.patched(SETTLE_UNKNOWN)
+        ):
+            self._settling = True
+            await self._operator_window()
+        else:
+            await self._resend_window()
         return await self._finish("")
 
     async def _run_channel(self, channel: str, number: int = 1) -> ChannelResult:
         result = await self._attempt(channel, number)
         self._results[channel] = result
+        if (
+            result.state == AttemptState.UNKNOWN.value
+            and result.attempt_token
+            and not self._cancelled
+            # The next channel follows a fallback-window or expiry stop: no question to ask.
+            and self._stopped_by.get(result.attempt_token) not in ("fallback", "expiry", "cancel")
+            and (self._settling or workflow.patched(SETTLE_UNKNOWN))
+        ):
+            # The horizon verdict (or a lost send the lookup could not place) is a
+            # question: open the settlement window now and file its review item at once.
+            self._settling = True
+            facts = self._require_facts()
+            window = facts.settlement_window_seconds or settlement.DEFAULT_WINDOW_SECONDS
+            self._settle_until = workflow.now() + timedelta(seconds=window)
+            await self._record_waiting("settlement", self._settle_until, [result.attempt_token])
         return result
 
     def _why(self, channel: str, number: int) -> str:
@@ -803,6 +943,7 @@ class NotificationWorkflow:
             retry += 1
         if not self._settled(token):
             source, reason = stop_reason
+            self._stopped_by[token] = source
             await self._record_verdict(
                 token, AttemptState.UNKNOWN.value, source, reason, label=label
             )
@@ -927,6 +1068,207 @@ class NotificationWorkflow:
             previous = self._results[request.channel]
             await self._run_channel(request.channel, previous.attempts + 1)
 
+    async def _operator_window(self, resend_until: datetime | None = None) -> None:
+        """Since SETTLE_UNKNOWN: stay open while an operator may still act, and say so in
+        the ledger. An unknown attempt waits for a settlement until the settlement window
+        closes (then it is recorded as expired unsettled); a retryable failure, or a
+        settlement whose rule allows it, waits for an approve-resend until the resend
+        window closes. Continues as new when the history grows long."""
+        facts = self._require_facts()
+
+        def resend_end() -> datetime:
+            end = workflow.now() + timedelta(seconds=facts.resend_window_seconds)
+            return min(end, facts.expires_at) if facts.expires_at is not None else end
+
+        expired_recorded: set[str] = set()
+        while not self._cancelled:
+            now = workflow.now()
+            unsettled = self._unsettled_tokens()
+            open_settle = bool(unsettled) and (
+                self._settle_until is not None and now < self._settle_until
+            )
+            if unsettled and not open_settle:
+                expired = [t for t in unsettled if t not in expired_recorded]
+                if expired:
+                    expired_recorded.update(expired)
+                    await self._record_waiting(None, None, [], expired_unsettled=expired)
+            resendable = [
+                r
+                for r in self._results.values()
+                if self._resend_refusal(ResendRequest(channel=r.channel)) is None
+            ]
+            if resendable and resend_until is None:
+                resend_until = resend_end()
+            open_resend = bool(resendable) and resend_until is not None and now < resend_until
+            if not open_settle and not open_resend:
+                break
+            kind, until = (
+                ("settlement", self._settle_until) if open_settle else ("resend", resend_until)
+            )
+            assert until is not None
+            if open_settle and open_resend and resend_until is not None:
+                until = min(until, resend_until)
+            if (kind, until) != (self._awaiting, self._awaiting_until):
+                await self._record_waiting(kind, until, unsettled if open_settle else [])
+            waiting = ", ".join(
+                f"{r.channel} #{r.attempts} {r.state}"
+                for r in self._results.values()
+                if r.attempt_token in unsettled or r in resendable
+            )
+            action = "a settlement (settle)" if open_settle else "an approve_resend"
+            if open_settle and open_resend:
+                action = "a settlement or an approve_resend"
+            self._set_phase(
+                "awaiting-operator",
+                details=f"{waiting}; open for {action} until {_at(until)}",
+            )
+            if self._history_is_long():
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                workflow.continue_as_new(
+                    NotificationInput(facts.intent_id, self._carry(resend_until))
+                )
+            self._operator_news = False
+            await self._wait(
+                until,
+                extra=lambda: self._resend is not None or self._operator_news,
+                summary=f"{kind} window until {_at(until)}",
+            )
+            request, self._resend = self._resend, None
+            if request is not None:
+                previous = self._results[request.channel]
+                await self._run_channel(request.channel, previous.attempts + 1)
+                resend_until = None  # a new attempt opens its own resend window
+        if self._awaiting:
+            await self._record_waiting(None, None, [])
+
+    async def _record_waiting(
+        self,
+        awaiting: str | None,
+        until: datetime | None,
+        tokens: list[str],
+        *,
+        expired_unsettled: list[str] | None = None,
+    ) -> None:
+        facts = await workflow.execute_activity(
+            RECORD_WAITING,
+            WaitingInput(
+                self._require_facts().intent_id,
+                awaiting,
+                until,
+                tokens,
+                expired_unsettled or [],
+            ),
+            result_type=WaitingFacts,
+            start_to_close_timeout=timedelta(seconds=30),
+            retry_policy=LEDGER_RETRY,
+            summary=(
+                f"record: waiting for {awaiting} until {_at(until)}"
+                if awaiting and until
+                else "record: settlement window closed unsettled"
+                if expired_unsettled
+                else "record: no longer waiting for an operator"
+            ),
+        )
+        self._awaiting, self._awaiting_until = awaiting or "", until if awaiting else None
+        if awaiting == "settlement":
+            self._settle_rules = list(facts.settlement_rules)
+
+    def _unsettled_tokens(self) -> list[str]:
+        """The latest attempt of each channel when it is unknown and nobody settled it."""
+        return [
+            r.attempt_token
+            for r in self._results.values()
+            if r.attempt_token
+            and self._attempt_states.get(r.attempt_token) == AttemptState.UNKNOWN.value
+        ]
+
+    def _latest_token(self, channel: str) -> str | None:
+        result = self._results.get(channel)
+        return result.attempt_token if result is not None else None
+
+    def _settle_refusal(self, request: SettleRequest) -> str | None:
+        if not self._settling or self._settle_until is None:
+            return "the intent is not waiting for a settlement"
+        if self._busy_settling:
+            return "another settlement of this intent is being recorded; try again"
+        token = self._latest_token(request.channel)
+        if token is None:
+            return f"no {request.channel} attempt to settle"
+        rule = next((r for r in self._settle_rules if r.name == request.rule), None)
+        policy = settlement.SettlementPolicy(
+            rules=tuple(
+                settlement.SettlementRule(
+                    r.name,
+                    settlement.SettlementOutcome(r.outcome),
+                    settlement.Evidence(r.evidence),
+                    r.resend_allowed,
+                )
+                for r in self._settle_rules
+            )
+        )
+        if rule is None:
+            names = ", ".join(r.name for r in self._settle_rules) or "none"
+            return f"no settlement rule {request.rule!r} offered for this attempt ({names})"
+        return settlement.refusal(
+            policy,
+            settlement.SettlementClaim(
+                request.rule, request.reason, request.reference, self._lookups.get(token)
+            ),
+            current=AttemptState(self._attempt_states.get(token, AttemptState.PREPARED.value)),
+            current_by_operator=token in self._settlements,
+            provider_has_lookup=True,  # rules needing one are not offered where there is none
+            now=workflow.now(),
+            window_until=self._settle_until,
+        )
+
+    async def _settle(self, request: SettleRequest) -> SettleResult:
+        token = self._latest_token(request.channel)
+        assert token is not None
+        facts = self._require_facts()
+        recorded = await workflow.execute_activity(
+            RECORD_SETTLEMENT,
+            SettlementInput(
+                facts.intent_id,
+                token,
+                request.rule,
+                request.reason,
+                request.reference,
+                request.operator,
+                request.operator_role,
+                request.proof,
+                self._settle_until,
+            ),
+            result_type=SettlementRecorded,
+            start_to_close_timeout=timedelta(seconds=30),
+            retry_policy=LEDGER_RETRY,
+            # The operator's name is left out: the summary shows in every list of events.
+            summary=f"record settlement of {request.channel} under {request.rule}",
+        )
+        if recorded.refused:
+            # The ledger judged it by the policy version active now: its word stands.
+            raise ApplicationError(recorded.refused, type=SETTLEMENT_REFUSED)
+        self._attempt_states[token] = recorded.state
+        self._settlements[token] = SettlementStanding(recorded.rule, recorded.resend_allowed)
+        result = self._results[request.channel]
+        result.state = recorded.state
+        result.reason = f"settled under {recorded.rule} by {recorded.operator}"
+        self._operator_news = True
+        return SettleResult(
+            True,
+            f"settled as {recorded.state} under {recorded.rule} (policy "
+            f"{recorded.policy_version}); "
+            + (
+                "an approve-resend may follow"
+                if recorded.resend_allowed
+                else "no resend may follow"
+            ),
+            state=recorded.state,
+            rule=recorded.rule,
+            resend_allowed=recorded.resend_allowed,
+            policy_version=recorded.policy_version,
+            attempt_token=token,
+        )
+
     async def _finish(self, reason: str) -> NotificationResult:
         """Every business outcome completes the run; the outcome is in the result and in
         HeraldOutcome. A denied or undelivered intent is Herald doing its job (the policy
@@ -959,7 +1301,9 @@ class NotificationWorkflow:
             return CancelResult(True, message="already cancelled")
         # Closed at once; only the ledger record waits for the intent to be loaded.
         self._cancelled = True
-        self._cancel_reason = f"cancelled by {request.operator}: {request.reason}".strip(": ")
+        # Not "cancelled by <operator>": the request's operator is only a claim until the
+        # ledger activity checks its proof; the ledger names who it was.
+        self._cancel_reason = f"cancelled: {request.reason}".strip(": ")
         closed = [self._phase]
         # A receipt may settle an attempt while its submit activity is still running
         # (accept-then-timeout): what the receipt said wins over "still submitting".
@@ -990,6 +1334,7 @@ class NotificationWorkflow:
             },
             requested_in_temporal=requested_in_temporal,
             role=request.operator_role,
+            proof=request.proof,
         )
         return CancelResult(True, closed, in_flight, message, delivered=delivered)
 
@@ -1005,6 +1350,22 @@ class NotificationWorkflow:
             return f"no finished {request.channel} attempt to resend"
         if request.channel in {keys.channel_of_token(t) for t in self._in_flight}:
             return f"a {request.channel} attempt is still in flight"
+        if self._settling:
+            permanent = None
+            if result.error_code and result.attempt_token not in self._settlements:
+                kind = provider_errors.classify(result.error_code)
+                if kind.kind == provider_errors.ErrorKind.PERMANENT:
+                    permanent = (
+                        f"the {request.channel} failure {result.error_code} is permanent "
+                        f"({kind.reason}); a resend would fail the same way"
+                    )
+            if result.state not in {s.value for s in AttemptState}:
+                return f"latest {request.channel} attempt is {result.state}; nothing to resend"
+            return settlement.resend_refusal(
+                AttemptState(result.state),
+                self._standing(result.attempt_token),
+                permanent_error=permanent,
+            )
         if result.state in (AttemptState.FAILED.value, AttemptState.UNDELIVERED.value):
             if result.error_code and provider_errors.classify(result.error_code).kind == (
                 provider_errors.ErrorKind.PERMANENT
@@ -1032,6 +1393,8 @@ class NotificationWorkflow:
             "accepted",
             {"channel": request.channel, "after": f"{result.attempt_token}={result.state}"},
             role=request.operator_role,
+            proof=request.proof,
+            subject=request.channel,
         )
         return ResendResult(True, "a new attempt will be authorized", result.attempts + 1)
 
@@ -1045,6 +1408,8 @@ class NotificationWorkflow:
         *,
         requested_in_temporal: bool = False,
         role: str = "",
+        proof: str = "",
+        subject: str = "",
     ) -> None:
         await workflow.wait_condition(lambda: self._facts is not None)
         await workflow.execute_activity(
@@ -1058,6 +1423,8 @@ class NotificationWorkflow:
                 detail,
                 requested_in_temporal=requested_in_temporal,
                 operator_role=role,
+                proof=proof,
+                subject=subject,
             ),
             start_to_close_timeout=timedelta(seconds=30),
             retry_policy=LEDGER_RETRY,
@@ -1068,9 +1435,19 @@ class NotificationWorkflow:
 
     # --- small pieces --------------------------------------------------------------
 
+    def _standing(self, token: str | None) -> settlement.Standing | None:
+        held = self._settlements.get(token or "")
+        return settlement.Standing(held.rule, held.resend_allowed) if held else None
+
     def _observe(self, token: str, state: str, error_code: str | None = None) -> None:
         current = AttemptState(self._attempt_states.get(token, AttemptState.PREPARED.value))
-        transition = states.apply(current, AttemptState(state))
+        transition = states.apply(
+            current, AttemptState(state), current_by_operator=token in self._settlements
+        )
+        if transition.verdict == states.Verdict.REPLACES_SETTLEMENT:
+            # The provider's own terminal replaces the operator's settlement.
+            del self._settlements[token]
+            self._operator_news = True
         if transition.changed:
             self._attempt_states[token] = transition.state.value
             if error_code:
@@ -1147,18 +1524,30 @@ class NotificationWorkflow:
             limit > 0 and not self._continued and info.get_current_history_length() > limit
         )
 
-    def _carry(self, resend_until: datetime) -> CarriedState:
+    def _carry(self, resend_until: datetime | None) -> CarriedState:
         return CarriedState(
             results=list(self._results.values()),
             attempt_states=dict(self._attempt_states),
             error_codes=dict(self._error_codes),
             resend_until=resend_until,
+            settle_until=self._settle_until,
+            settlements=dict(self._settlements),
+            settlement_rules=list(self._settle_rules),
+            lookups=dict(self._lookups),
+            settling=self._settling,
         )
 
     def _restore(self, carried: CarriedState) -> None:
         self._results = {r.channel: r for r in carried.results}
         self._attempt_states = dict(carried.attempt_states)
         self._error_codes = dict(carried.error_codes)
+        # A run continued from the settlement-aware window keeps that window's rules; one
+        # continued from the old resend window (settling false) keeps the old ones.
+        self._settling = carried.settling
+        self._settle_until = carried.settle_until
+        self._settlements = dict(carried.settlements)
+        self._settle_rules = list(carried.settlement_rules)
+        self._lookups = dict(carried.lookups)
 
     def _require_facts(self) -> IntentFacts:
         assert self._facts is not None

@@ -18,7 +18,7 @@ from typing import Any
 
 from domain import channels
 from domain.provider_errors import meaning
-from ledger.timeline import approval_time
+from ledger.timeline import CLAIM_KEYS, acting_operator, approval_time
 
 KIND_ORDER = ("operator", "decision", "attempt", "observation")
 """Within one instant, causes first."""
@@ -209,7 +209,7 @@ def _quoted(reason: str) -> str:
 
 
 def _operator(a: dict[str, Any]) -> Entry:
-    who = a["operator"] + (f" ({a['operator_role']})" if a.get("operator_role") else "")
+    who = acting_operator(a)
     detail_of = a["detail"] or {}
     refused = a["outcome"] == "refused"
     why = ""
@@ -264,6 +264,8 @@ def _operator(a: dict[str, Any]) -> Entry:
         sentence = f"{who}: {action} ({a['outcome']}){reason}.{why}"
     detail = [("who", who), ("why", a["reason"] or "—"), ("outcome", a["outcome"])]
     for key, value in detail_of.items():
+        if key in CLAIM_KEYS:
+            continue  # said once, in `who`
         # The refusal's own `why` is the system's, beside the operator's reason.
         detail.append(("refused because" if key == "why" else key, str(value)))
     return Entry(a["at"], "operator", sentence, detail)

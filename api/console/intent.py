@@ -11,7 +11,7 @@ from fastapi import APIRouter, Form, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from sqlalchemy.orm import Session
 
-from api.console import reads, sessions
+from api.console import attention, reads, sessions
 from api.console.deps import Reason, Who, checked
 from api.console.rendering import page
 from api.console.sessions import SignedIn
@@ -22,6 +22,8 @@ from ledger import timeline
 from ledger.models import ReviewItem, intent_destination
 
 log = logging.getLogger("herald.console")
+ACTIONS = ("cancel", "approve-resend", "settle", "lookup")
+"""Actions whose latest record the page shows as a notice after the redirect (`done=`)."""
 router = APIRouter(prefix="/console", include_in_schema=False)
 
 
@@ -47,7 +49,9 @@ async def render_intent(
     if "\x00" in intent_id:
         raise HTTPException(404, "no such intent")
 
-    def work(session: Session) -> tuple[dict[str, Any], list[ReviewItem], dict[str, str]]:
+    def work(
+        session: Session,
+    ) -> tuple[dict[str, Any], list[ReviewItem], attention.Actions, dict[str, str]]:
         # Destinations masked as every surface masks them (domain.destinations.masked).
         doc = timeline.timeline(session, intent_id, cipher=ingress.client.cipher)
         shown = reads.masked_destinations(
@@ -55,15 +59,20 @@ async def render_intent(
             doc["intent"]["id"],
             lambda ct, context: ingress.client.decrypt_field(ct, context=context),
         )
-        return doc, reads.review_items_of(session, doc["intent"]["id"]), shown
+        return (
+            doc,
+            reads.review_items_of(session, doc["intent"]["id"]),
+            attention.applicable_actions(session, doc),
+            shown,
+        )
 
     try:
-        doc, review, destinations = await ingress.tx(work)
+        doc, review, actions, destinations = await ingress.tx(work)
     except repo.NotFound as err:
         raise HTTPException(404, "no such intent") from err
     intent = doc["intent"]
     notice = None
-    if done in ("cancel", "approve-resend") and doc["operator_actions"]:
+    if done in ACTIONS and doc["operator_actions"]:
         last = [a for a in doc["operator_actions"] if a["action"] == done]
         if last:
             notice = last[-1]
@@ -82,6 +91,7 @@ async def render_intent(
         revealed=revealed,
         notice=notice,
         review=review,
+        actions=actions,
         refresh=revealed is None and intent["state"] in open_states,
         temporal_url=_workflow_url(ingress, intent["workflow_id"]),
     )
@@ -120,6 +130,55 @@ async def approve_resend(
     except repo.NotFound as err:
         raise HTTPException(404, "no such intent") from err
     return RedirectResponse(f"/console/intents/{quote(intent_id)}?done=approve-resend", 303)
+
+
+@router.post("/intents/{intent_id}/settle")
+async def settle(
+    intent_id: str,
+    who: Who,
+    reason: Reason,
+    rule: Annotated[str, Form(min_length=1, max_length=60)],
+    ingress: IngressDep,
+    channel: Annotated[str, Form(pattern="^(sms|email)$")] = "sms",
+    reference: Annotated[str, Form(max_length=200)] = "",
+    back: Annotated[str, Form(pattern="^(intent|reconciliation)$")] = "intent",
+    csrf: Annotated[str | None, Form()] = None,
+) -> Response:
+    """Settle the channel's unknown attempt under a rule: the same path as `herald settle`
+    and the API (the workflow's `settle` update, with the signed-in principal's proof)."""
+    checked(who, csrf, act=True)
+    try:
+        result = await ingress.client.settle(
+            intent_id,
+            channel=channel,
+            rule=rule,
+            reason=reason,
+            reference=reference,
+            by=who.principal,
+        )
+    except repo.NotFound as err:
+        raise HTTPException(404, "no such intent") from err
+    log.info("console settle by %s: accepted=%s", who.principal.name, result.accepted)
+    if back == "reconciliation":
+        return RedirectResponse("/console/reconciliation#unknown_outcome", 303)
+    return RedirectResponse(f"/console/intents/{quote(intent_id)}?done=settle", 303)
+
+
+@router.post("/intents/{intent_id}/lookup")
+async def lookup(
+    intent_id: str,
+    who: Who,
+    ingress: IngressDep,
+    channel: Annotated[str, Form(pattern="^(sms|email)$")] = "sms",
+    csrf: Annotated[str | None, Form()] = None,
+) -> Response:
+    """Ask the provider what it holds for the attempt before deciding (recorded)."""
+    checked(who, csrf, act=True)
+    try:
+        await ingress.client.lookup(intent_id, channel=channel, by=who.principal)
+    except repo.NotFound as err:
+        raise HTTPException(404, "no such intent") from err
+    return RedirectResponse(f"/console/intents/{quote(intent_id)}?done=lookup", 303)
 
 
 @router.post("/intents/{intent_id}/reveal", response_class=HTMLResponse)

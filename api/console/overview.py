@@ -9,7 +9,7 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
-from api.console import reads, sessions
+from api.console import attention, reads, sessions
 from api.console.deps import Who
 from api.console.rendering import page
 from api.deps import IngressDep
@@ -21,15 +21,22 @@ router = APIRouter(prefix="/console", include_in_schema=False)
 @router.get("", response_class=HTMLResponse)
 async def overview(request: Request, who: Who, ingress: IngressDep) -> HTMLResponse:
     now = sessions.now()
-    data = await ingress.tx(lambda s: reads.overview(s, now))
-    # Each SMS provider's circuit breaker, as every worker sees it (ledger.circuits).
-    breakers = await ingress.tx(circuits.all_circuits)
+    data, needs, breakers = await ingress.tx(
+        lambda s: (
+            reads.overview(s, now),
+            attention.needs_attention(s, now),
+            # Each SMS provider's circuit breaker, as every worker sees it (ledger.circuits).
+            circuits.all_circuits(s),
+        )
+    )
     return page(
         request,
         "overview.html",
         who,
         data=data,
         breakers=breakers,
+        attention=needs,
+        set_titles=reads.SET_TITLES,
         chart=_chart(data),
         since={name: (now - span).isoformat() for name, span in reads.WINDOWS.items()},
     )

@@ -771,8 +771,9 @@ def reconciliation(session: Session, now: datetime) -> list[SetSummary]:
     # category); items recorded before it did are looked up by their intent.
     counted: dict[str, Counter[tuple[str, str]]] = defaultdict(Counter)
     missing: list[tuple[str, str | None, int]] = []
-    recorded_type = ReviewItem.detail["event_type"].as_string()
-    recorded_category = ReviewItem.detail["category"].as_string()
+    # Columns since migration 0013 (backfilled from `detail`): no JSON parsed per item.
+    recorded_type = ReviewItem.event_type
+    recorded_category = ReviewItem.category
     owner_if_unrecorded = case((recorded_type.is_(None), intent_id))
     for kind, event_type, category, owner, n in session.execute(
         select(ReviewItem.kind, recorded_type, recorded_category, owner_if_unrecorded, func.count())
@@ -822,6 +823,7 @@ def reconciliation(session: Session, now: datetime) -> list[SetSummary]:
                         "found_at": when(item.found_at),
                         "intent_id": detail.get("intent_id"),
                         "business_key": detail.get("business_key"),
+                        "channel": detail.get("channel"),
                     }
                 )
         oldest = oldest_since or oldest_found

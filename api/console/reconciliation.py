@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
-from typing import Annotated
+from typing import Annotated, Any
+from urllib.parse import urlencode
 
-from fastapi import APIRouter, Form, Request
+from fastapi import APIRouter, Form, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from sqlalchemy import update
 from sqlalchemy.orm import Session
@@ -14,6 +15,7 @@ from api.console import reads, sessions
 from api.console.deps import Reason, Who, checked
 from api.console.rendering import page
 from api.deps import IngressDep
+from ledger import reconcile, settlements
 from ledger.models import ReviewItem
 from ledger.principals import record_audit
 
@@ -24,7 +26,16 @@ router = APIRouter(prefix="/console", include_in_schema=False)
 @router.get("/reconciliation", response_class=HTMLResponse)
 async def reconciliation(request: Request, who: Who, ingress: IngressDep) -> HTMLResponse:
     now = sessions.now()
-    sets = await ingress.tx(lambda s: reads.reconciliation(s, now))
+
+    def work(session: Session) -> tuple[list[reads.SetSummary], list[dict[str, Any]], int]:
+        _, policy = settlements.active_settlement_policy(session)
+        return (
+            reads.reconciliation(session, now),
+            [r.as_dict() for r in policy.rules],
+            len(settlements.unknown_members(session)),
+        )
+
+    sets, rules, settleable = await ingress.tx(work)
     return page(
         request,
         "reconciliation.html",
@@ -32,6 +43,65 @@ async def reconciliation(request: Request, who: Who, ingress: IngressDep) -> HTM
         sets=sets,
         open_total=sum(s.count for s in sets),
         shown=reads.MEMBERS_SHOWN,
+        rules=rules,
+        settleable=settleable,
+        bulk=request.query_params.get("bulk"),
+    )
+
+
+@router.post("/reconciliation/sweep")
+async def sweep_now(
+    who: Who, ingress: IngressDep, csrf: Annotated[str | None, Form()] = None
+) -> Response:
+    """Run the reconcile sweep now, on demand (the schedule runs it every 5 minutes):
+    file what it finds, close the items a later observation settled."""
+    checked(who, csrf, act=True)
+    now = sessions.now()
+
+    def work(session: Session) -> str:
+        rows = reconcile.find(session, now=now)
+        filed = reconcile.record_review_items(session, rows, now)
+        closed = settlements.close_settled_items(session, at=now)
+        return f"the sweep found {len(rows)}, filed {filed} new and closed {len(closed)} settled"
+
+    outcome = await ingress.tx(work)
+    log.info("console sweep by %s: %s", who.principal.name, outcome)
+    return RedirectResponse(f"/console/reconciliation?{urlencode({'bulk': outcome})}", 303)
+
+
+@router.post("/reconciliation/unknown_outcome/settle")
+async def settle_set(
+    who: Who,
+    reason: Reason,
+    rule: Annotated[str, Form(min_length=1, max_length=60)],
+    confirm: Annotated[int, Form(ge=0)],
+    ingress: IngressDep,
+    reference: Annotated[str, Form(max_length=200)] = "",
+    lookup: Annotated[bool, Form()] = False,
+    csrf: Annotated[str | None, Form()] = None,
+) -> Response:
+    """Settle every member of the unknown-outcome set under one rule, each through its
+    workflow; `confirm` is the count the operator saw (a changed set settles nothing)."""
+    checked(who, csrf, act=True)
+    done = await ingress.client.settle_set(
+        rule=rule,
+        reason=reason,
+        reference=reference,
+        by=who.principal,
+        confirm=confirm,
+        lookup=lookup,
+    )
+    if done.refused_all:
+        outcome = done.refused_all
+    else:
+        outcome = f"settled {len(done.settled)} of {done.members} under {rule}" + (
+            f"; {len(done.refused)} refused (each intent's timeline says why)"
+            if done.refused
+            else ""
+        )
+    log.info("console bulk settle by %s: %s", who.principal.name, outcome)
+    return RedirectResponse(
+        f"/console/reconciliation?{urlencode({'bulk': outcome})}#unknown_outcome", 303
     )
 
 
@@ -64,5 +134,8 @@ async def resolve(
         return changed
 
     changed = await ingress.tx(work)
+    if not changed:
+        # No such item, or already closed: say so rather than pretend it was resolved.
+        raise HTTPException(404, f"no open review item {item_id}")
     log.info("review item %d resolved by %s (changed=%s)", item_id, who.principal.name, changed)
     return RedirectResponse("/console/reconciliation", 303)

@@ -169,7 +169,7 @@ async def test_a_failover_try_is_authorized_again_with_its_provider_and_the_reas
 
     document = (
         policies.load_packaged("default")
-        .replace('version = "2026-12-01.1"', f'version = "test-failover-{uuid.uuid4().hex[:8]}"')
+        .replace('version = "2026-12-07.1"', f'version = "test-failover-{uuid.uuid4().hex[:8]}"')
         .replace("[rules]\n", '[providers]\nsms = ["twilio", "telnyx"]\n\n[rules]\n', 1)
     )
     with committed.begin() as session:

@@ -35,6 +35,9 @@ ROLE_TABLE: dict[str, set[str]] = {
     "POST /v1/recipients/intents": PEOPLE,
     "POST /v1/intents/{id_or_key}/cancel": ACTORS,
     "POST /v1/intents/{id_or_key}/approve-resend": ACTORS,
+    "POST /v1/intents/{id_or_key}/lookup": ACTORS,
+    "POST /v1/intents/{id_or_key}/settle": ACTORS,
+    "GET /v1/settlement-rules": EVERYONE,
     "POST /v1/consents": ACTORS,
     "POST /v1/consents/revoke": ACTORS,
     "POST /v1/consents/search": PEOPLE,
@@ -173,6 +176,7 @@ async def test_an_app_token_cannot_cancel_approve_a_resend_or_read_consent_evide
     for path, body, needed in (
         ("/v1/intents/k:1/cancel", {"reason": "r"}, "operator"),
         ("/v1/intents/k:1/approve-resend", {"reason": "r"}, "operator"),
+        ("/v1/intents/k:1/settle", {"reason": "r", "rule": "x"}, "operator"),
         ("/v1/consents/search", {"recipient_ref": "m-1"}, "viewer"),
     ):
         answer = await http.post(path, json=body, headers=app_token)

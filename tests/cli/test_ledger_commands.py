@@ -156,22 +156,22 @@ def test_list_filters_by_derived_state_channel_and_limit(herald, cli_ledger, cip
 
 def test_policy_list_show_and_activate(herald):
     versions = {p["version"]: p for p in herald("policy", "list", "--json").json()}
-    assert set(versions) == {"2026-12-01.1", "demo-2026-12-01.1"}
-    assert [v for v, p in versions.items() if p["active"]] == ["2026-12-01.1"]
-    assert versions["2026-12-01.1"]["owner"] == "messaging-compliance@herald.example"
-    assert versions["2026-12-01.1"]["effective_from"].startswith("2026-12-01T00:00:00")
+    assert set(versions) == {"2026-12-07.1", "demo-2026-12-07.1"}
+    assert [v for v, p in versions.items() if p["active"]] == ["2026-12-07.1"]
+    assert versions["2026-12-07.1"]["owner"] == "messaging-compliance@herald.example"
+    assert versions["2026-12-07.1"]["effective_from"].startswith("2026-12-01T00:00:00")
 
-    shown = herald("policy", "show", "demo-2026-12-01.1", "--json").json()
-    assert 'version = "demo-2026-12-01.1"' in shown["document"]
-    assert 'version = "2026-12-01.1"' in herald("policy", "show", "2026-12-01.1").stdout
+    shown = herald("policy", "show", "demo-2026-12-07.1", "--json").json()
+    assert 'version = "demo-2026-12-07.1"' in shown["document"]
+    assert 'version = "2026-12-07.1"' in herald("policy", "show", "2026-12-07.1").stdout
 
     try:
-        activated = herald("policy", "activate", "demo-2026-12-01.1", "--json").json()
+        activated = herald("policy", "activate", "demo-2026-12-07.1", "--json").json()
         assert activated["active"] is True
         active = [p["version"] for p in herald("policy", "list", "--json").json() if p["active"]]
-        assert active == ["demo-2026-12-01.1"]
+        assert active == ["demo-2026-12-07.1"]
     finally:
-        assert herald("policy", "activate", "2026-12-01.1").returncode == 0
+        assert herald("policy", "activate", "2026-12-07.1").returncode == 0
 
     missing = herald("policy", "show", "1999.1")
     assert missing.returncode == 2 and "no policy version '1999.1'" in missing.stderr

@@ -62,7 +62,7 @@ def test_activating_a_policy_needs_an_admin_and_is_audited(cli_ledger: Ledger) -
         cli_ledger, "principals", "add", f"op-{uuid.uuid4().hex[:8]}", "--role", "operator",
         "--json",
     ).json()  # fmt: skip
-    version = "2026-12-01.1"  # policies/default.toml, the one the CLI's ledger is seeded with
+    version = "2026-12-07.1"  # policies/default.toml, the one the CLI's ledger is seeded with
     refused = _herald(cli_ledger, "policy", "activate", version, HERALD_TOKEN=operator["token"])
     assert "needs the admin role" in assert_one_line_error(refused, "policy")
     with cli_ledger.sessions() as session:

@@ -14,6 +14,7 @@ import secrets
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import httpx
 import pytest
 
 from domain.requests import NotificationRequest
@@ -115,11 +116,10 @@ async def test_an_operator_and_a_viewer_work_the_console_in_a_browser(stack, con
             )
             await expect(sentence).to_contain_text("and cannot be recalled.")
 
-            # An approve-resend of a finished intent is refused in words.
-            await page.get_by_label("Reason for the resend").fill("member says nothing came")
-            await page.get_by_role("button", name="Approve resend").click()
-            await expect(page.locator("#notice")).to_contain_text(
-                "Refused: the intent's workflow has finished; record a new intent instead"
+            # A finished intent offers no resend, and says why in words.
+            await expect(page.get_by_role("button", name="Approve resend")).to_have_count(0)
+            await expect(page.locator("#no-actions")).to_contain_text(
+                "its workflow no longer waits for an operator"
             )
             await shot(page, "intent")
 
@@ -143,7 +143,7 @@ async def test_an_operator_and_a_viewer_work_the_console_in_a_browser(stack, con
             await page.get_by_role("link", name="Reconciliation").click()
             await shot(page, "reconciliation")
             item = page.locator("article.item", has_text=opening.business_key)
-            await item.get_by_label("Resolution note").fill("checked with the carrier")
+            await item.get_by_label("No action: why").fill("checked with the carrier")
             await item.get_by_role("button", name="Resolve").click()
             await expect(page.locator("article.item", has_text=opening.business_key)).to_have_count(
                 0
@@ -196,3 +196,69 @@ async def test_an_operator_and_a_viewer_work_the_console_in_a_browser(stack, con
         finally:
             await browser.close()
     assert phone not in console.log.read_text()
+
+
+async def test_an_operator_settles_an_unknown_attempt_from_the_reconciliation_page(stack, console):
+    from playwright.async_api import async_playwright, expect
+
+    suffix = secrets.token_hex(4)
+    member = f"m-1843.{suffix}"
+    phone = f"+4474004{secrets.randbelow(100_000):05d}"
+    async with httpx.AsyncClient(base_url=stack.addresses.simulator, timeout=10) as sim:
+        scripted = await sim.post(
+            "/_sim/script", json={"to": phone, "fault": "never_resolves", "count": 1}
+        )
+        assert scripted.status_code == 200, scripted.text
+    with stack.client.sessions.begin() as session:
+        evidence.record_consent(
+            session,
+            recipient_ref=member,
+            channel="sms",
+            purpose="service",
+            source="booking app",
+            at=datetime.now(UTC),
+        )
+    ref = await stack.client.notify(
+        NotificationRequest(
+            business_key=f"class-opening:c-9084:{member}",
+            recipient_ref=member,
+            template_key="class-opening",
+            phone=phone,
+            variables=CLASS_VARIABLES,
+        )
+    )
+    # The demo policy's polling horizon is 60 s; then the intent waits for a settlement.
+    deadline = asyncio.get_running_loop().time() + 120
+    while True:
+        doc = await asyncio.to_thread(stack.client.timeline, ref.intent_id)
+        if doc["intent"]["awaiting"] == "settlement":
+            break
+        assert asyncio.get_running_loop().time() < deadline, doc["intent"]
+        await asyncio.sleep(1)
+
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=str(CHROMIUM))
+        try:
+            page = await browser.new_page(viewport={"width": 1280, "height": 900})
+            await sign_in(page, console.base, console.operator)
+            await expect(page.locator("#attention-h")).to_have_text("Needs attention")
+            await page.get_by_role("link", name="Reconciliation").click()
+            item = page.locator("article.item", has_text=ref.business_key)
+            await item.get_by_label("Settle under").select_option("carrier-ticket-not-delivered")
+            await item.get_by_label("Reference").fill("CARRIER-4711")
+            await item.get_by_label("Reason").fill("carrier ticket: message lost in transit")
+            await shot(page, "reconciliation-settle")
+            await item.get_by_role("button", name="Settle", exact=True).click()
+            await expect(page.locator("article.item", has_text=ref.business_key)).to_have_count(0)
+        finally:
+            await browser.close()
+    doc = await asyncio.to_thread(stack.client.timeline, ref.intent_id)
+    [attempt] = doc["attempts"]
+    assert (attempt["state"], attempt["settled_rule"]) == (
+        "undelivered",
+        "carrier-ticket-not-delivered",
+    )
+    settle = [a for a in doc["operator_actions"] if a["action"] == "settle"]
+    assert [(a["outcome"], a["operator"]) for a in settle] == [("accepted", console.operator[0])]
+    [item_doc] = [r for r in doc["review_items"] if r["kind"] == "unknown_outcome"]
+    assert item_doc["resolved_at"] is not None

@@ -61,3 +61,7 @@ async def test_email_events_deliver_suppress_a_bounce_and_a_complaint_and_replay
     demo,
 ):
     await SCENARIOS["email-events"](demo)
+
+
+async def test_an_ambiguous_send_is_settled_by_a_person_and_only_then_resent(demo):
+    await SCENARIOS["ambiguous-settled"](demo)

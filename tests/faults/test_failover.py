@@ -32,7 +32,7 @@ def failover_policy() -> str:
     import policies
 
     document = policies.load_packaged("demo").replace(
-        'version = "demo-2026-12-01.1"', 'version = "faults-failover-2026-12-07.1"'
+        'version = "demo-2026-12-07.1"', 'version = "faults-failover-2026-12-07.1"'
     )
     return document + (
         '\n[regions.ZA.providers]\nsms = ["twilio", "telnyx"]\n'

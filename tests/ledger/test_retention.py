@@ -175,7 +175,7 @@ def test_after_purge_no_destination_or_body_is_readable_in_any_table(ledger_db, 
         "delivered",
         "sent",
     ]
-    assert all(d["policy_version"] == "2026-12-01.1" for d in after["decisions"])
+    assert all(d["policy_version"] == "2026-12-07.1" for d in after["decisions"])
     for kept, was in zip(after["attempts"], before["attempts"], strict=True):
         assert kept["pii_readable"] is False and was["pii_readable"] is True
         assert {k: v for k, v in kept.items() if k != "pii_readable"} == {

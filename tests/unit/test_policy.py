@@ -72,7 +72,7 @@ def test_both_packaged_policies_load_with_a_rule_for_every_combination(
         assert len(policy.rules) == 4 * len(CHANNELS) * len(CATEGORIES)
         assert len(policy.fallbacks) == 4 * len(CATEGORIES)
         assert len(policy.source_sha256) == 64
-    assert default_policy.version == "2026-12-01.1"
+    assert default_policy.version == "2026-12-07.1"
     assert default_policy.effective_from == datetime(2026, 12, 1, tzinfo=UTC)
 
 
@@ -96,7 +96,7 @@ def _mutated(text: str, old: str, new: str) -> str:
 @pytest.mark.parametrize(
     ("old", "new", "named"),
     [
-        ('version = "2026-12-01.1"', "version = 3", "version"),
+        ('version = "2026-12-07.1"', "version = 3", "version"),
         (
             'consent_purposes = ["marketing"]',
             'consent_purposes = ["service"]',

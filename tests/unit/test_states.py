@@ -53,6 +53,11 @@ def test_a_late_receipt_settles_unknown() -> None:
     assert result.changed
 
 
+def test_a_late_non_terminal_observation_leaves_unknown_a_question() -> None:
+    assert apply(S.UNKNOWN, S.SENT) == Transition(Verdict.STALE, S.UNKNOWN)
+    assert apply(S.UNKNOWN, S.SUBMITTED) == Transition(Verdict.STALE, S.UNKNOWN)
+
+
 def test_prepared_never_settles_unknown() -> None:
     assert apply(S.UNKNOWN, S.PREPARED) == Transition(Verdict.STALE, S.UNKNOWN)
 
@@ -125,14 +130,11 @@ class AttemptModel(RuleBasedStateMachine):
                 self.unknown = True
                 expected_verdict = Verdict.APPLIED
         elif self.unknown:
-            if observed == S.PREPARED:
-                expected_verdict = Verdict.STALE
+            if observed not in TERMINAL:
+                expected_verdict = Verdict.STALE  # a late `sent` answers nothing
             else:
                 self.unknown = False
-                if observed in TERMINAL:
-                    self.first_terminal = observed
-                else:
-                    self.best = observed
+                self.first_terminal = observed
                 expected_verdict = Verdict.SETTLES_UNKNOWN
         elif self.first_terminal is not None:
             conflicting = observed in TERMINAL and observed != self.first_terminal

@@ -23,16 +23,24 @@ from activities.contracts import (
     AuthorizeResult,
     IntentFacts,
     LoadIntentInput,
+    LookupInput,
+    LookupResult,
     NotificationInput,
     OperatorActionInput,
     PollInput,
     PollOutcome,
+    SettlementInput,
+    SettlementRecorded,
+    SettlementRuleFacts,
     SubmitInput,
     SubmitOutcome,
     VerdictInput,
+    WaitingFacts,
+    WaitingInput,
 )
 from domain import channels, keys
 from domain.providers import provider_task_queue
+from domain.settlement import SettlementOutcome
 from runtime.sandbox import sandbox_runner
 from starter.client import start_summary
 from workflows.notification import CHANNEL, EVENT_TYPE, REGION, STATE, NotificationWorkflow
@@ -52,6 +60,29 @@ def defer(until: datetime, rule: str = "quiet_hours") -> AuthorizeResult:
     return AuthorizeResult("defer", rule, "quiet hours", "test-1", 1, next_eligible_at=until)
 
 
+SETTLEMENT_RULES = [
+    SettlementRuleFacts(
+        "carrier-confirmed-not-delivered", "not_delivered", "provider_lookup", True
+    ),
+    SettlementRuleFacts("carrier-ticket-not-delivered", "not_delivered", "reference", True),
+    SettlementRuleFacts("destination-unreachable", "undeliverable", "reference", False),
+    SettlementRuleFacts("recipient-confirmed-received", "delivered", "recipient_word", False),
+]
+
+
+def settle_as_the_ledger_would(input: SettlementInput) -> SettlementRecorded:
+    """The ledger's answer to a settlement the workflow's validator let through."""
+    rule = next(r for r in SETTLEMENT_RULES if r.name == input.rule)
+    return SettlementRecorded(
+        state=SettlementOutcome(rule.outcome).state.value,
+        verdict="settles_unknown",
+        rule=rule.name,
+        resend_allowed=rule.resend_allowed,
+        policy_version="test-1",
+        operator=input.operator if input.proof else "unauthenticated-temporal-caller",
+    )
+
+
 @dataclass
 class World:
     """What the fake activities answer and what they saw."""
@@ -69,6 +100,8 @@ class World:
     """What the ledger says of an attempt when a verdict asks (receipts never signalled)."""
     sms_queues: list[tuple[str, str]] = field(default_factory=list)
     """(activity, task queue) of every SMS submit and poll."""
+    settle: Callable[[SettlementInput], SettlementRecorded] = settle_as_the_ledger_would
+    lookup: Callable[[str], LookupResult] = lambda token: LookupResult(False, "not_found")
 
     def names(self) -> list[str]:
         return [c[0] for c in self.calls]
@@ -130,6 +163,21 @@ class World:
         async def record_operator_action(input: OperatorActionInput) -> None:
             world.calls.append(("record_operator_action", input, await now()))
 
+        @activity.defn(name="record_settlement")
+        async def record_settlement(input: SettlementInput) -> SettlementRecorded:
+            world.calls.append(("record_settlement", input, await now()))
+            return world.settle(input)
+
+        @activity.defn(name="record_waiting")
+        async def record_waiting(input: WaitingInput) -> WaitingFacts:
+            world.calls.append(("record_waiting", input, await now()))
+            return WaitingFacts(list(SETTLEMENT_RULES) if input.awaiting else [])
+
+        @activity.defn(name="lookup_sms")
+        async def lookup_sms(input: LookupInput) -> LookupResult:
+            world.calls.append(("lookup_sms", input, await now()))
+            return replace(world.lookup(input.attempt_token), observed_at=await now())
+
         return [
             load_intent,
             authorize,
@@ -138,6 +186,9 @@ class World:
             poll_sms,
             record_verdict,
             record_operator_action,
+            record_settlement,
+            record_waiting,
+            lookup_sms,
         ]
 
 
@@ -174,13 +225,17 @@ class Harness:
             task_queue=queue,
             workflows=[NotificationWorkflow],
             activities=[
-                a for a in world.activities() if a.__name__ not in ("submit_sms", "poll_sms")
+                a
+                for a in world.activities()
+                if a.__name__ not in ("submit_sms", "poll_sms", "lookup_sms")
             ],
             workflow_runner=sandbox_runner(client.data_converter),
             # Without a cache no sticky queue is bound to this worker process.
             max_cached_workflows=100 if sticky else 0,
         )
-        sms_activities = [a for a in world.activities() if a.__name__ in ("submit_sms", "poll_sms")]
+        sms_activities = [
+            a for a in world.activities() if a.__name__ in ("submit_sms", "poll_sms", "lookup_sms")
+        ]
         sms = Worker(client, task_queue=channels.SMS.task_queue(queue), activities=sms_activities)
         # Each SMS provider's own queue (failover routes: one rate budget per provider).
         per_provider = [

@@ -15,7 +15,12 @@ from temporalio.exceptions import ApplicationError
 
 from activities.contracts import SubmitOutcome
 from tests.workflows.conftest import World, facts, keep_history
-from workflows.notification import AUTHORIZE_LOCAL, EMAIL_SENT_REACHES, OUTCOME_ATTRIBUTES
+from workflows.notification import (
+    AUTHORIZE_LOCAL,
+    EMAIL_SENT_REACHES,
+    OUTCOME_ATTRIBUTES,
+    SETTLE_UNKNOWN,
+)
 
 pytestmark = pytest.mark.workflow
 
@@ -82,8 +87,9 @@ async def test_an_email_rejected_by_the_relay_is_followed_by_the_sms(harness, qu
     # "At once": the SMS does not wait for a fallback timer after a permanent email failure.
     sends = {c[0]: c[2] for c in world.calls if c[0] in ("send_email", "submit_sms")}
     assert sends["submit_sms"] - sends["send_email"] < timedelta(seconds=30)
-    # The rule did not change for a failed email: only the local-authorize marker.
-    assert recorded == [AUTHORIZE_LOCAL, OUTCOME_ATTRIBUTES]
+    # The rule did not change for a failed email (no EMAIL_SENT_REACHES); the retryable
+    # email failure opens an operator window, since SETTLE_UNKNOWN recorded in the ledger.
+    assert recorded == [AUTHORIZE_LOCAL, SETTLE_UNKNOWN, OUTCOME_ATTRIBUTES]
 
 
 async def test_an_email_rejected_by_the_relay_ends_the_plan_when_the_policy_says_so(harness, queue):

@@ -55,8 +55,21 @@ def _filed(committed, intent_id: str) -> list[str]:  # type: ignore[no-untyped-d
 
 @pytest.mark.workflow
 async def test_the_maintenance_workflow_files_what_reconcile_finds_and_purges_what_is_due(
-    time_env, committed, cipher
+    committed, cipher
 ):
+    # Its own time-skipping server: terminating a workflow through the shared one left its
+    # time-skipping lock unbalanced, and every later workflow test in the session hung.
+    from temporalio.testing import WorkflowEnvironment
+
+    from devstack.binaries import find_binary
+
+    async with await WorkflowEnvironment.start_time_skipping(
+        test_server_existing_path=str(find_binary("temporal-test-server"))
+    ) as time_env:
+        await _files_what_reconcile_finds(time_env, committed, cipher)
+
+
+async def _files_what_reconcile_finds(time_env, committed, cipher):  # type: ignore[no-untyped-def]
     # Never authorized, and its workflow was terminated (which the workflow cannot see).
     stuck, stuck_workflow = _recorded(committed, cipher)
     # Its retention passed: its contact data must go.

@@ -58,7 +58,7 @@ from transports.sms import SmsTransport
 from transports.telnyx import TelnyxSms
 from transports.twilio import TwilioSms
 from workflows.maintenance import MaintenanceWorkflow
-from workflows.notification import NotificationWorkflow
+from workflows.notification import PATCHES, NotificationWorkflow
 
 log = logging.getLogger("herald.worker")
 
@@ -204,6 +204,7 @@ def build_workers(
         retention_days=cfg.pii_retention_days,
         senders=senders,
         default_providers={channels.EMAIL.name: (cfg.resolved_email_provider,)},
+        workflow_patches=PATCHES,
     )
     sms_acts = SmsActivities(
         sms,

@@ -5,8 +5,6 @@ facts, never a phone number, an email address or a message body. New fields get
 defaults, so histories recorded by older code still replay.
 """
 
-from __future__ import annotations
-
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -59,11 +57,35 @@ PERMANENT_ERRORS: list[str] = [
 
 
 @dataclass
-class NotificationInput:
-    intent_id: str
-    """The ledger's id; everything else is loaded by an activity."""
-    carried: CarriedState | None = None
-    """Set only when the workflow continued as new (ids and states, no PII)."""
+class SettlementRuleFacts:
+    """One settlement rule of the active policy, as the workflow's validator judges by it."""
+
+    name: str
+    outcome: str
+    """delivered, not_delivered or undeliverable (domain.settlement.SettlementOutcome)."""
+    evidence: str
+    resend_allowed: bool
+
+
+@dataclass
+class SettlementStanding:
+    rule: str
+    resend_allowed: bool
+
+
+@dataclass
+class ChannelResult:
+    channel: str
+    state: str
+    """An AttemptState value, or `denied`, `expired`, `cancelled`, `skipped`, `deferred`."""
+    reason: str = ""
+    attempt_token: str | None = None
+    remote_id: str | None = None
+    attempts: int = 0
+    policy_version: str = ""
+    rule: str = ""
+    error_code: str | None = None
+    """The provider's code when the attempt failed (decides whether a resend may help)."""
 
 
 @dataclass
@@ -81,6 +103,14 @@ class CarriedState:
     """When each attempt was last looked up at the provider through this workflow."""
     settling: bool = False
     """The run that carried it was past SETTLE_UNKNOWN (workflows.notification)."""
+
+
+@dataclass
+class NotificationInput:
+    intent_id: str
+    """The ledger's id; everything else is loaded by an activity."""
+    carried: CarriedState | None = None
+    """Set only when the workflow continued as new (ids and states, no PII)."""
 
 
 @dataclass
@@ -122,6 +152,13 @@ class IntentFacts:
     settlement_window_seconds: float = 0.0
     """How long after an unknown verdict the workflow waits for a settlement (the active
     policy's [settlement] window); 0 in results recorded before settlements existed."""
+    born_with: list[str] = field(default_factory=list)
+    """The workflow patches the code that loaded these facts already has (the worker's
+    workflow code, handed to this activity by worker.py). A run takes the new path of each
+    of them from its first task without asking `workflow.patched`, so it records neither
+    a patch marker nor the TemporalChangeVersion upsert the SDK adds to each. Recorded in
+    the local activity's marker, so a replay, on any later code, sees what the run was
+    born with; results recorded before the field decode as empty (every patch asked)."""
 
 
 @dataclass
@@ -271,23 +308,6 @@ class ResendRequest:
 
 
 @dataclass
-class SettlementRuleFacts:
-    """One settlement rule of the active policy, as the workflow's validator judges by it."""
-
-    name: str
-    outcome: str
-    """delivered, not_delivered or undeliverable (domain.settlement.SettlementOutcome)."""
-    evidence: str
-    resend_allowed: bool
-
-
-@dataclass
-class SettlementStanding:
-    rule: str
-    resend_allowed: bool
-
-
-@dataclass
 class SettleRequest:
     """`settle`: a person's decision on the channel's unknown attempt under a named rule."""
 
@@ -388,21 +408,6 @@ class ResendResult:
     accepted: bool
     message: str
     attempt_number: int | None = None
-
-
-@dataclass
-class ChannelResult:
-    channel: str
-    state: str
-    """An AttemptState value, or `denied`, `expired`, `cancelled`, `skipped`, `deferred`."""
-    reason: str = ""
-    attempt_token: str | None = None
-    remote_id: str | None = None
-    attempts: int = 0
-    policy_version: str = ""
-    rule: str = ""
-    error_code: str | None = None
-    """The provider's code when the attempt failed (decides whether a resend may help)."""
 
 
 @dataclass

@@ -104,6 +104,9 @@ class BenchOptions:
     workers in throughput mode, so the ratio compares the same shape)."""
     out: Path = RESULTS_DIR
     timeout: float = 1800.0
+    profile: Path | None = None
+    """Throughput mode: after the measured rounds, one more Herald round under py-spy,
+    writing worker.svg and driver+ingress.svg flame graphs into this folder."""
 
     def poll_interval(self) -> float:
         if self.poll_every is not None:
@@ -697,7 +700,7 @@ async def throughput(opts: BenchOptions, log: Callable[[str], None]) -> dict[str
     bench = await start_bench(sms_rate=opts.sms_rate, log=log, workers=opts.workers)
     baseline_workers: list[ChildProcess] = []
     try:
-        bench.numbers = distinct_numbers(opts.intents + opts.warmup)
+        bench.numbers = distinct_numbers(opts.intents + opts.warmup + profiled_size(opts))
         run_id = uuid.uuid4().hex[:8]
         task_queue = f"bench-baseline-{run_id}"
         cfg = bench.stack.cfg
@@ -772,6 +775,7 @@ async def throughput(opts: BenchOptions, log: Callable[[str], None]) -> dict[str
                 herald_s += seconds
                 herald_ids += ids
                 offset += size
+        profiled = await profile_round(bench, opts, run_id, offset, log)
         sample = herald_ids[:: max(1, len(herald_ids) // opts.sample)][: opts.sample]
         herald_hist = await history_counts(bench.client.temporal, sample)
         base_hist = await history_counts(
@@ -807,6 +811,7 @@ async def throughput(opts: BenchOptions, log: Callable[[str], None]) -> dict[str
                 cpu.per_unit("herald", opts.intents), cpu.per_unit("baseline", opts.intents)
             ),
             "ratio_herald_to_baseline": round(herald_ips / base_ips, 3),
+            **({"profile": profiled} if profiled else {}),
             "simulator": {
                 "creates": await bench.carrier.count("create"),
                 "lookups": await bench.carrier.count("lookup"),
@@ -817,6 +822,34 @@ async def throughput(opts: BenchOptions, log: Callable[[str], None]) -> dict[str
             await asyncio.gather(*(asyncio.to_thread(w.stop) for w in baseline_workers))
         finally:
             await bench.close()
+
+
+def profiled_size(opts: BenchOptions) -> int:
+    """Intents in the profiled round (none without --profile): as many as the measured
+    rounds together, so the graphs hold enough samples."""
+    return opts.intents if opts.profile is not None else 0
+
+
+async def profile_round(
+    bench: Bench, opts: BenchOptions, run_id: str, offset: int, log: Callable[[str], None]
+) -> dict[str, Any] | None:
+    """With --profile: one more round of Herald intents (as many as the measured run) with
+    py-spy sampling each worker and the driver + ingress; not part of any figure."""
+    if opts.profile is None:
+        return None
+    from bench.profile import Profiler
+
+    size = profiled_size(opts)
+    targets = [
+        ("worker" if n == 0 else f"worker-{n + 1}", pid)
+        for n, pid in enumerate(bench.worker_pids())
+    ]
+    targets.append(("driver+ingress", os.getpid()))
+    log(f"profiled round: {size} Herald intents under py-spy, graphs into {opts.profile} ...")
+    await seed_round(bench, f"p{run_id}", offset, size)
+    with Profiler(opts.profile, targets) as profiler:
+        await run_herald(bench, f"p{run_id}", offset, size, opts.concurrency)
+    return {"intents": size, "svg": profiler.written(), "errors": profiler.errors()}
 
 
 # --- poll-budget mode ------------------------------------------------------------------
@@ -1045,6 +1078,13 @@ def render(result: dict[str, Any]) -> str:
             "CPU ms per baseline workflow: " + _parts(b["cpu_ms_per_workflow"]),
             "CPU per intent in bare-worker units (its CPU per workflow in this run = 1): "
             + _parts(result.get("cpu_per_intent_in_bare_worker_units") or {}),
+            *(
+                [f"flame graphs ({result['profile']['intents']} intents, not measured): "]
+                + [f"  {svg}" for svg in result["profile"]["svg"]]
+                + [f"  failed: {e}" for e in result["profile"]["errors"]]
+                if result.get("profile")
+                else []
+            ),
         ]
     )
 

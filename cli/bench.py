@@ -46,7 +46,11 @@ async def cmd_bench(args: argparse.Namespace, cfg: settings_module.Settings) -> 
         breakdown=args.breakdown,
         workers=args.workers,
         out=Path(args.out) if args.out else BenchOptions.out,
+        profile=Path(args.profile) if args.profile else None,
     )
+    if opts.profile is not None and (opts.poll_budget or args.rate is not None or args.rate_sweep):
+        print("herald bench: --profile applies to the throughput mode only", file=sys.stderr)
+        return 2
     try:
         return await run_bench(opts, as_json=args.json)
     except RuntimeError as err:
@@ -118,4 +122,10 @@ def register(add: Any) -> dict[str, Any]:
         help="Herald worker processes on the same Temporal and Postgres, any mode",
     )
     bench.add_argument("--out", help="results folder (default: bench/results)")
+    bench.add_argument(
+        "--profile",
+        metavar="DIR",
+        help="throughput mode: one more Herald round under py-spy after the measured ones; "
+        "flame graphs (worker.svg, driver+ingress.svg) into DIR",
+    )
     return {"bench": cmd_bench}

@@ -154,6 +154,21 @@ the workflow records in the ledger what it waits for and until when. Runs that s
 before it finish at the horizon verdict, or wait in the resend window without recording
 it; on replay they keep doing so."""
 
+PATCHES = (
+    EMAIL_SENT_REACHES,
+    EMAIL_EVENTS,
+    UNKNOWN_WITHOUT_LOOKUP_STAYS,
+    AUTHORIZE_LOCAL,
+    OUTCOME_ATTRIBUTES,
+    PROVIDER_FAILOVER,
+    SETTLE_UNKNOWN,
+)
+"""Every patch of this code. The worker hands them to `load_intent`, so a run it starts is
+born with them (`IntentFacts.born_with`) and never asks `workflow.patched` for these ids:
+no patch markers, and none of the TemporalChangeVersion upserts the SDK adds to each (two
+or three per intent). A patch added later is asked for as usual until it joins this
+list; runs recorded before the list (or before a patch joined it) replay as they ran."""
+
 SETTLEMENT_REFUSED = "SettlementRefused"
 """The type of the error a `settle` update fails with when the ledger refuses what the
 validator let through (it judges by the policy version active when it records). Raised by
@@ -207,6 +222,7 @@ def _channel(name: str) -> Channel:
 class NotificationWorkflow:
     def __init__(self) -> None:
         self._facts: IntentFacts | None = None
+        self._born_with: frozenset[str] = frozenset()
         self._phase = "starting"
         self._cancelled = False
         self._cancel_reason = ""
@@ -424,6 +440,7 @@ class NotificationWorkflow:
             summary="load the intent's facts from the ledger",
         )
         self._facts = facts
+        self._born_with = frozenset(facts.born_with)
         for name in facts.channels:
             _channel(name)
         self._cancelled = self._cancelled or facts.cancelled
@@ -469,7 +486,7 @@ class NotificationWorkflow:
         # retryable failure or a settlement that allows one.
         if self._settling or (
             any(self._resend_refusal(ResendRequest(channel=c)) is None for c in self._results)
-            and workflow.patched(SETTLE_UNKNOWN)
+            and self._patched(SETTLE_UNKNOWN)
         ):
             self._settling = True
             await self._operator_window()
@@ -486,7 +503,7 @@ class NotificationWorkflow:
             and not self._cancelled
             # The next channel follows a fallback-window or expiry stop: no question to ask.
             and self._stopped_by.get(result.attempt_token) not in ("fallback", "expiry", "cancel")
-            and (self._settling or workflow.patched(SETTLE_UNKNOWN))
+            and (self._settling or self._patched(SETTLE_UNKNOWN))
         ):
             # The horizon verdict (or a lost send the lookup could not place) is a
             # question: open the settlement window now and file its review item at once.
@@ -557,7 +574,7 @@ class NotificationWorkflow:
             # Deferred: backpressure is data. Wait until eligible, bounded by the expiry.
             self._set_phase(f"deferred:{channel}", details=f"{label} deferred by policy")
             until = auth.next_eligible_at or workflow.now() + timedelta(minutes=1)
-            if workflow.patched(AUTHORIZE_LOCAL):
+            if self._patched(AUTHORIZE_LOCAL):
                 # A local authorize that defers to a moment the workflow clock has passed
                 # (worker and server clocks differ) waits a second rather than asking again
                 # in the same workflow task.
@@ -570,7 +587,7 @@ class NotificationWorkflow:
             await self._wait(until, summary=f"{label} deferred ({auth.rule}) until {_at(until)}")
         token = auth.attempt_token
         assert token is not None
-        if spec.fails_over and len(auth.providers) > 1 and workflow.patched(PROVIDER_FAILOVER):
+        if spec.fails_over and len(auth.providers) > 1 and self._patched(PROVIDER_FAILOVER):
             return await self._attempt_across_providers(spec, number, auth, why)
         self._attempt_states[token] = AttemptState.PREPARED.value
         base = ChannelResult(
@@ -601,7 +618,7 @@ class NotificationWorkflow:
         elif (
             spec.poll_activity is None
             and self._attempt_states[token] == AttemptState.SUBMITTED.value
-            and workflow.patched(EMAIL_EVENTS)
+            and self._patched(EMAIL_EVENTS)
         ):
             await self._await_events(spec, token, facts, label)
         base.state = self._attempt_states[token]
@@ -784,7 +801,7 @@ class NotificationWorkflow:
         attempt it prepared (keyed by its token) and allows it again."""
         run = (
             workflow.execute_local_activity
-            if workflow.patched(AUTHORIZE_LOCAL)
+            if self._patched(AUTHORIZE_LOCAL)
             else workflow.execute_activity
         )
         return await run(
@@ -1016,7 +1033,7 @@ class NotificationWorkflow:
         if (
             not fall_back
             and result.state == AttemptState.SENT.value
-            and not workflow.patched(EMAIL_SENT_REACHES)
+            and not self._patched(EMAIL_SENT_REACHES)
         ):
             return True
         # A channel whose provider cannot be asked (email: SMTP, SendGrid) that ended
@@ -1026,7 +1043,7 @@ class NotificationWorkflow:
             fall_back
             and result.state == AttemptState.UNKNOWN.value
             and not _channel(result.channel).provider_lookup
-            and workflow.patched(UNKNOWN_WITHOUT_LOOKUP_STAYS)
+            and self._patched(UNKNOWN_WITHOUT_LOOKUP_STAYS)
         ):
             return False
         return fall_back
@@ -1281,7 +1298,7 @@ class NotificationWorkflow:
             f"{r.channel}: {r.state} ({r.reason})" for r in self._results.values()
         )
         extra: list[SearchAttributeUpdate[Any]] = []
-        if workflow.patched(OUTCOME_ATTRIBUTES):
+        if self._patched(OUTCOME_ATTRIBUTES):
             used = sorted({r.channel for r in self._results.values() if r.attempt_token})
             extra = [OUTCOME.value_set(outcome), CHANNELS_USED.value_set(used)]
         self._set_phase("finished", state=outcome, extra=extra, details=f"{outcome}: {reason}")
@@ -1548,6 +1565,12 @@ class NotificationWorkflow:
         self._settlements = dict(carried.settlements)
         self._settle_rules = list(carried.settlement_rules)
         self._lookups = dict(carried.lookups)
+
+    def _patched(self, patch_id: str) -> bool:
+        """`workflow.patched`, unless the run was born with the patch (PATCHES): then the
+        new path, with no marker and no upsert. Deterministic either way: what a run was
+        born with is in its history (the load_intent marker)."""
+        return patch_id in self._born_with or workflow.patched(patch_id)
 
     def _require_facts(self) -> IntentFacts:
         assert self._facts is not None

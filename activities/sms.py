@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import cast
+from typing import Any, cast
 from urllib.parse import quote
 
 from sqlalchemy import Table, bindparam, select, update
@@ -39,6 +39,7 @@ from ledger.models import Attempt, Suppression
 from ledger.repository import ObservationFacts
 from ledger.transactions import Transactions
 from transports.sms import (
+    ProviderStatus,
     SmsAmbiguousError,
     SmsMessage,
     SmsPermanentError,
@@ -84,6 +85,29 @@ _CLAIM = (
 )
 """Marks the send started if nothing was sent for the attempt (built once)."""
 _LOCKED_VIEW = select(*_VIEW_COLUMNS).where(_ATTEMPT.token == bindparam("token")).with_for_update()
+
+
+def _observed(
+    status: ProviderStatus,
+    *,
+    source: str,
+    observed_at: datetime,
+    dedupe_key: str,
+    detail: dict[str, Any] | None = None,
+) -> ObservationFacts:
+    """What the provider said of a message, as one observation: the same reading for a
+    reconcile, a poll and a lookup."""
+    return ObservationFacts(
+        source=source,
+        raw_status=status.raw_status,
+        normalized=status.state,
+        observed_at=observed_at,
+        dedupe_key=dedupe_key,
+        provider_code=status.error_code,
+        provider_at=status.provider_at,
+        remote_id=status.remote_id,
+        detail=detail or {},
+    )
 
 
 @dataclass(frozen=True)
@@ -396,15 +420,11 @@ class SmsActivities:
             match = found[0]
             result = await self._record(
                 view.token,
-                ObservationFacts(
+                _observed(
+                    match,
                     source="reconcile",
-                    raw_status=match.raw_status,
-                    normalized=match.state,
                     observed_at=now,
                     dedupe_key=f"reconcile:{view.token}:{match.raw_status}",
-                    provider_code=match.error_code,
-                    provider_at=match.provider_at,
-                    remote_id=match.remote_id,
                     detail={"matches": len(found)},
                 ),
             )
@@ -454,15 +474,11 @@ class SmsActivities:
         status = await self._transports.for_alias(attempt.provider).status(attempt.remote_id)
         result = await self._record(
             token,
-            ObservationFacts(
+            _observed(
+                status,
                 source="poll",
-                raw_status=status.raw_status,
-                normalized=status.state,
                 observed_at=now_utc(),
                 dedupe_key=f"poll:{token}:{status.raw_status}:{status.error_code or ''}",
-                provider_code=status.error_code,
-                provider_at=status.provider_at,
-                remote_id=status.remote_id,
             ),
         )
         return PollOutcome(result.state or attempt.state, status.raw_status, status.error_code)
@@ -494,18 +510,19 @@ class SmsActivities:
             matches = len(found)
             status = found[0] if found else None
         raw = status.raw_status if status else "not_found"
+        key = f"lookup:{token}:{now.isoformat()}"
+        detail = {"matches": matches, "requested_by": input.requested_by[:120]}
         result = await self._record(
             token,
-            ObservationFacts(
+            _observed(status, source="lookup", observed_at=now, dedupe_key=key, detail=detail)
+            if status
+            else ObservationFacts(
                 source="lookup",
                 raw_status=raw,
-                normalized=status.state if status else None,
+                normalized=None,
                 observed_at=now,
-                dedupe_key=f"lookup:{token}:{now.isoformat()}",
-                provider_code=status.error_code if status else None,
-                provider_at=status.provider_at if status else None,
-                remote_id=status.remote_id if status else None,
-                detail={"matches": matches, "requested_by": input.requested_by[:120]},
+                dedupe_key=key,
+                detail=detail,
             ),
         )
         state = result.state or attempt.state

@@ -392,23 +392,8 @@ class SmsActivities:
         if not transport.finds_lost_creates:
             # Nothing can say "not there" (Telnyx has no lookup by destination): the
             # attempt stays unknown for a person to settle, and is never sent again.
-            await self._record(
-                view.token,
-                ObservationFacts(
-                    source="reconcile",
-                    raw_status="no_lookup",
-                    normalized=AttemptState.UNKNOWN,
-                    observed_at=now,
-                    dedupe_key=f"reconcile:{view.token}:no_lookup",
-                ),
-            )
-            return SubmitOutcome(
-                AttemptState.UNKNOWN.value,
-                None,
-                reason=NO_LOOKUP_REASON,
-                lookup=failover.Lookup.UNAVAILABLE.value,
-                answer=failover.Answer.AMBIGUOUS.value,
-                provider=provider,
+            return await self._stays_unknown(
+                view, provider, now, failover.Lookup.UNAVAILABLE, NO_LOOKUP_REASON
             )
         found = await transport.find(
             to=view.to,
@@ -445,22 +430,41 @@ class SmsActivities:
                 type=ErrorType.RECONCILE_PENDING,
                 category=ApplicationErrorCategory.BENIGN,
             )
+        return await self._stays_unknown(
+            view,
+            provider,
+            now,
+            failover.Lookup.NOT_FOUND,
+            "reconciled: not found at the provider; an operator may approve a resend",
+        )
+
+    async def _stays_unknown(
+        self,
+        view: _AttemptView,
+        provider: str,
+        now: datetime,
+        lookup: failover.Lookup,
+        reason: str,
+    ) -> SubmitOutcome:
+        """Reconciling placed nothing: the attempt stays unknown, with why as evidence
+        (``no_lookup`` when the provider cannot look, ``not_found`` when it looked)."""
+        raw = "no_lookup" if lookup == failover.Lookup.UNAVAILABLE else "not_found"
         await self._record(
             view.token,
             ObservationFacts(
                 source="reconcile",
-                raw_status="not_found",
+                raw_status=raw,
                 normalized=AttemptState.UNKNOWN,
                 observed_at=now,
-                dedupe_key=f"reconcile:{view.token}:not_found",
+                dedupe_key=f"reconcile:{view.token}:{raw}",
             ),
         )
         return SubmitOutcome(
             AttemptState.UNKNOWN.value,
             None,
-            reconciled=True,
-            reason="reconciled: not found at the provider; an operator may approve a resend",
-            lookup=failover.Lookup.NOT_FOUND.value,
+            reconciled=lookup != failover.Lookup.UNAVAILABLE,
+            reason=reason,
+            lookup=lookup.value,
             answer=failover.Answer.AMBIGUOUS.value,
             provider=provider,
         )

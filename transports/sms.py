@@ -10,15 +10,15 @@ things is true:
   reconcile with :meth:`SmsTransport.find` before sending anything again.
 
 Which of the three an HTTP exchange came to is read here once for every adapter
-(:func:`unanswered`, :func:`unreadable`, :func:`refusal`); an adapter brings only its
-provider's body shape and error table.
+(:func:`unanswered`, :func:`unreadable`, :func:`answer_body`, :func:`refusal`); an
+adapter brings only its provider's body shape and error table.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import httpx
 
@@ -190,6 +190,15 @@ def unreadable(what: str, *, http_status: int, creates: bool) -> SmsError:
             http_status=http_status,
         )
     return SmsTransientError(f"{what}: unreadable body", "bad_response", http_status=http_status)
+
+
+def answer_body(response: httpx.Response) -> dict[str, Any]:
+    """An answer's JSON object; empty when it has none (a proxy's page, an empty body)."""
+    try:
+        body = response.json()
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
 
 
 def refusal(

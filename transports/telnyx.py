@@ -32,6 +32,7 @@ from transports.sms import (
     SmsMessage,
     SmsSubmitted,
     SmsTransientError,
+    answer_body,
     refusal,
     unanswered,
     unreadable,
@@ -216,12 +217,7 @@ class TelnyxSms:
 
     def _error(self, response: httpx.Response, *, what: str, creates: bool) -> SmsError:
         status = response.status_code
-        try:
-            body = response.json()
-        except ValueError:
-            body = {}
-        if not isinstance(body, dict):
-            body = {}
+        body = answer_body(response)
         errors = body.get("errors")
         code = first_error_code(errors)
         detail = ""

@@ -24,6 +24,7 @@ from transports.sms import (
     SmsError,
     SmsMessage,
     SmsSubmitted,
+    answer_body,
     refusal,
     unanswered,
     unreadable,
@@ -246,12 +247,7 @@ class TwilioSms:
 
     def _error(self, response: httpx.Response, *, what: str, creates: bool) -> SmsError:
         status = response.status_code
-        try:
-            body = response.json()
-        except ValueError:
-            body = {}
-        if not isinstance(body, dict):
-            body = {}
+        body = answer_body(response)
         code = body.get("code")
         code_text = str(code) if code not in (None, "") else None
         log.warning("sms %s failed http=%d code=%s", what, status, code_text)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import cast
+from typing import Any, cast
 from urllib.parse import quote
 
 from sqlalchemy import Table, bindparam, select, update
@@ -39,6 +39,7 @@ from ledger.models import Attempt, Suppression
 from ledger.repository import ObservationFacts
 from ledger.transactions import Transactions
 from transports.sms import (
+    ProviderStatus,
     SmsAmbiguousError,
     SmsMessage,
     SmsPermanentError,
@@ -84,6 +85,29 @@ _CLAIM = (
 )
 """Marks the send started if nothing was sent for the attempt (built once)."""
 _LOCKED_VIEW = select(*_VIEW_COLUMNS).where(_ATTEMPT.token == bindparam("token")).with_for_update()
+
+
+def _observed(
+    status: ProviderStatus,
+    *,
+    source: str,
+    observed_at: datetime,
+    dedupe_key: str,
+    detail: dict[str, Any] | None = None,
+) -> ObservationFacts:
+    """What the provider said of a message, as one observation: the same reading for a
+    reconcile, a poll and a lookup."""
+    return ObservationFacts(
+        source=source,
+        raw_status=status.raw_status,
+        normalized=status.state,
+        observed_at=observed_at,
+        dedupe_key=dedupe_key,
+        provider_code=status.error_code,
+        provider_at=status.provider_at,
+        remote_id=status.remote_id,
+        detail=detail or {},
+    )
 
 
 @dataclass(frozen=True)
@@ -368,23 +392,8 @@ class SmsActivities:
         if not transport.finds_lost_creates:
             # Nothing can say "not there" (Telnyx has no lookup by destination): the
             # attempt stays unknown for a person to settle, and is never sent again.
-            await self._record(
-                view.token,
-                ObservationFacts(
-                    source="reconcile",
-                    raw_status="no_lookup",
-                    normalized=AttemptState.UNKNOWN,
-                    observed_at=now,
-                    dedupe_key=f"reconcile:{view.token}:no_lookup",
-                ),
-            )
-            return SubmitOutcome(
-                AttemptState.UNKNOWN.value,
-                None,
-                reason=NO_LOOKUP_REASON,
-                lookup=failover.Lookup.UNAVAILABLE.value,
-                answer=failover.Answer.AMBIGUOUS.value,
-                provider=provider,
+            return await self._stays_unknown(
+                view, provider, now, failover.Lookup.UNAVAILABLE, NO_LOOKUP_REASON
             )
         found = await transport.find(
             to=view.to,
@@ -396,15 +405,11 @@ class SmsActivities:
             match = found[0]
             result = await self._record(
                 view.token,
-                ObservationFacts(
+                _observed(
+                    match,
                     source="reconcile",
-                    raw_status=match.raw_status,
-                    normalized=match.state,
                     observed_at=now,
                     dedupe_key=f"reconcile:{view.token}:{match.raw_status}",
-                    provider_code=match.error_code,
-                    provider_at=match.provider_at,
-                    remote_id=match.remote_id,
                     detail={"matches": len(found)},
                 ),
             )
@@ -425,22 +430,41 @@ class SmsActivities:
                 type=ErrorType.RECONCILE_PENDING,
                 category=ApplicationErrorCategory.BENIGN,
             )
+        return await self._stays_unknown(
+            view,
+            provider,
+            now,
+            failover.Lookup.NOT_FOUND,
+            "reconciled: not found at the provider; an operator may approve a resend",
+        )
+
+    async def _stays_unknown(
+        self,
+        view: _AttemptView,
+        provider: str,
+        now: datetime,
+        lookup: failover.Lookup,
+        reason: str,
+    ) -> SubmitOutcome:
+        """Reconciling placed nothing: the attempt stays unknown, with why as evidence
+        (``no_lookup`` when the provider cannot look, ``not_found`` when it looked)."""
+        raw = "no_lookup" if lookup == failover.Lookup.UNAVAILABLE else "not_found"
         await self._record(
             view.token,
             ObservationFacts(
                 source="reconcile",
-                raw_status="not_found",
+                raw_status=raw,
                 normalized=AttemptState.UNKNOWN,
                 observed_at=now,
-                dedupe_key=f"reconcile:{view.token}:not_found",
+                dedupe_key=f"reconcile:{view.token}:{raw}",
             ),
         )
         return SubmitOutcome(
             AttemptState.UNKNOWN.value,
             None,
-            reconciled=True,
-            reason="reconciled: not found at the provider; an operator may approve a resend",
-            lookup=failover.Lookup.NOT_FOUND.value,
+            reconciled=lookup != failover.Lookup.UNAVAILABLE,
+            reason=reason,
+            lookup=lookup.value,
             answer=failover.Answer.AMBIGUOUS.value,
             provider=provider,
         )
@@ -454,15 +478,11 @@ class SmsActivities:
         status = await self._transports.for_alias(attempt.provider).status(attempt.remote_id)
         result = await self._record(
             token,
-            ObservationFacts(
+            _observed(
+                status,
                 source="poll",
-                raw_status=status.raw_status,
-                normalized=status.state,
                 observed_at=now_utc(),
                 dedupe_key=f"poll:{token}:{status.raw_status}:{status.error_code or ''}",
-                provider_code=status.error_code,
-                provider_at=status.provider_at,
-                remote_id=status.remote_id,
             ),
         )
         return PollOutcome(result.state or attempt.state, status.raw_status, status.error_code)
@@ -494,18 +514,19 @@ class SmsActivities:
             matches = len(found)
             status = found[0] if found else None
         raw = status.raw_status if status else "not_found"
+        key = f"lookup:{token}:{now.isoformat()}"
+        detail = {"matches": matches, "requested_by": input.requested_by[:120]}
         result = await self._record(
             token,
-            ObservationFacts(
+            _observed(status, source="lookup", observed_at=now, dedupe_key=key, detail=detail)
+            if status
+            else ObservationFacts(
                 source="lookup",
                 raw_status=raw,
-                normalized=status.state if status else None,
+                normalized=None,
                 observed_at=now,
-                dedupe_key=f"lookup:{token}:{now.isoformat()}",
-                provider_code=status.error_code if status else None,
-                provider_at=status.provider_at if status else None,
-                remote_id=status.remote_id if status else None,
-                detail={"matches": matches, "requested_by": input.requested_by[:120]},
+                dedupe_key=key,
+                detail=detail,
             ),
         )
         state = result.state or attempt.state

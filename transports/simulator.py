@@ -31,13 +31,11 @@ import re
 import secrets
 import socket
 import uuid
-from collections import Counter
-from collections.abc import AsyncIterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import format_datetime
-from typing import Any
-from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit
+from typing import Any, Self
+from urllib.parse import parse_qsl, urlencode
 
 import httpx
 import uvicorn
@@ -48,112 +46,23 @@ from starlette.routing import Route
 from twilio.request_validator import RequestValidator
 
 from domain.senders import SmsSenderKind, parse_sms_sender
+from transports.sim_carrier import (
+    FAULT_NUMBERS,
+    CallbackRecord,
+    Fault,
+    Receipt,
+    ScriptedCarrier,
+    SimDelays,
+    SimStats,
+    callback_token,
+    carrier_app,
+    control_routes,
+    end_outages,
+)
 
 log = logging.getLogger(__name__)
 
 API_VERSION = "2010-04-01"
-
-FAULTS = (
-    "accept_then_timeout",
-    "rate_limit",
-    "unavailable",
-    "slow_response",
-    "delayed_receipt",
-    "duplicate_receipts",
-    "out_of_order",
-    "never_resolves",
-    "api_error",
-    "failed",
-    "undelivered",
-)
-"""Fault kinds. ``api_error``, ``failed`` and ``undelivered`` take a code: ``api_error:21211``."""
-
-
-@dataclass(frozen=True)
-class SimDelays:
-    """Timings of the simulated carrier, in seconds."""
-
-    sent: float = 0.2
-    """From create (or ``SendAt``) to ``sent``."""
-    delivered: float = 0.5
-    """From ``sent`` to the final receipt."""
-    delayed_receipt: float = 5.0
-    """From ``sent`` to the final receipt for the ``delayed_receipt`` fault."""
-    slow_response: float = 2.0
-    """How long a ``slow_response`` create takes to answer (below a 10 s read timeout)."""
-    hang: float = 30.0
-    """How long ``accept_then_timeout`` withholds the response; cut short at shutdown."""
-    retry_after: int = 1
-    """The ``Retry-After`` header (seconds) on 429 and 503 answers."""
-
-
-@dataclass(frozen=True)
-class Fault:
-    """A scripted misbehaviour for one destination."""
-
-    kind: str
-    code: int | None = None
-    """The error code for ``api_error``, ``failed`` and ``undelivered``."""
-    count: int | None = None
-    """``rate_limit``/``unavailable``: how many create calls fail (default 2 and 1);
-    ``duplicate_receipts``: how many times each callback is delivered (default 3);
-    ``never_resolves``: how many submissions never resolve (default: all of them)."""
-    seconds: float | None = None
-    """Overrides the matching :class:`SimDelays` value for this destination."""
-    http_status: int | None = None
-    """``api_error``: the 4xx the create is refused with (default 400), e.g. 403 or 404."""
-
-    @classmethod
-    def parse(
-        cls,
-        spec: str,
-        *,
-        count: int | None = None,
-        seconds: float | None = None,
-        http_status: int | None = None,
-    ) -> Fault:
-        kind, _, code = spec.partition(":")
-        kind = kind.strip()
-        if kind not in FAULTS:
-            raise ValueError(f"unknown fault {kind!r}; known: {', '.join(FAULTS)}")
-        needs_code = kind in ("api_error", "failed", "undelivered")
-        if needs_code and not code:
-            raise ValueError(f"fault {kind!r} needs a code, e.g. {kind}:30003")
-        if code and not needs_code:
-            raise ValueError(f"fault {kind!r} takes no code")
-        if http_status is not None and (
-            kind != "api_error" or not 400 <= http_status <= 499 or http_status == 429
-        ):
-            raise ValueError("http_status is a 4xx other than 429, for api_error only")
-        if count is None:
-            count = {"rate_limit": 2, "unavailable": 1, "duplicate_receipts": 3}.get(kind)
-        return cls(kind, int(code) if code else None, count, seconds, http_status)
-
-    @property
-    def label(self) -> str:
-        return f"{self.kind}:{self.code}" if self.code is not None else self.kind
-
-
-# Valid UK mobile numbers (phonenumbers: valid, MOBILE, region GB) in the 07400 range.
-# Behaviours end in 0000NN; error codes are spelled in the last five digits.
-FAULT_NUMBERS: dict[str, Fault] = {
-    "+447400000001": Fault.parse("accept_then_timeout"),
-    "+447400000002": Fault.parse("rate_limit"),
-    "+447400000003": Fault.parse("unavailable"),
-    "+447400000004": Fault.parse("slow_response"),
-    "+447400000005": Fault.parse("delayed_receipt"),
-    "+447400000006": Fault.parse("duplicate_receipts"),
-    "+447400000007": Fault.parse("out_of_order"),
-    "+447400000008": Fault.parse("never_resolves"),
-    "+447400021211": Fault.parse("api_error:21211"),
-    "+447400021610": Fault.parse("api_error:21610"),
-    "+447400021614": Fault.parse("api_error:21614"),
-    "+447400030003": Fault.parse("undelivered:30003"),
-    "+447400030004": Fault.parse("undelivered:30004"),
-    "+447400030005": Fault.parse("undelivered:30005"),
-    "+447400030006": Fault.parse("undelivered:30006"),
-    "+447400030007": Fault.parse("failed:30007"),
-}
 
 # Short texts after Twilio's error catalogue; messages echo no number (unlike Twilio's).
 ERROR_MESSAGES: dict[int, str] = {
@@ -249,48 +158,6 @@ class SimMessage:
         }
 
 
-@dataclass
-class CallbackRecord:
-    """One callback POST the simulator made (kept for tests and ``GET /_sim/callbacks``)."""
-
-    url: str
-    params: dict[str, str]
-    headers: dict[str, str]
-    status_code: int | None
-    """The receiver's HTTP answer, or ``None`` if it could not be reached."""
-    kind: str = "status"
-    """``status`` (delivery receipt) or ``inbound`` (an inbound SMS webhook)."""
-
-
-@dataclass
-class SimStats:
-    """Counts of create requests and created messages (`GET /_sim/stats`)."""
-
-    total: int = 0
-    by_token: Counter[str] = field(default_factory=Counter)
-    by_to: Counter[str] = field(default_factory=Counter)
-    requests_total: int = 0
-    requests_by_token: Counter[str] = field(default_factory=Counter)
-    rejected_total: int = 0
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "total": self.total,
-            "by_token": dict(self.by_token),
-            "by_to": dict(self.by_to),
-            "requests_total": self.requests_total,
-            "requests_by_token": dict(self.requests_by_token),
-            "rejected_total": self.rejected_total,
-        }
-
-
-def _token_of(status_callback: str | None) -> str | None:
-    if not status_callback:
-        return None
-    values = parse_qs(urlsplit(status_callback).query).get("token")
-    return values[0] if values else None
-
-
 _MESSAGING_SERVICE_SID = re.compile(r"^MG[0-9a-f]{32}$")
 
 
@@ -315,8 +182,13 @@ def _error(status: int, code: int, message: str | None = None, **headers: str) -
     )
 
 
-class CarrierSimulator:
+class CarrierSimulator(ScriptedCarrier[SimMessage]):
     """The simulator's state and behaviour; :func:`create_simulator_app` wraps it in HTTP."""
+
+    rate_limit_code = 20429
+    unavailable_code = 20503
+    failed_status = "failed"
+    undelivered_status = "undelivered"
 
     def __init__(
         self,
@@ -329,81 +201,11 @@ class CarrierSimulator:
     ) -> None:
         self.account_sid = account_sid
         self.auth_token = auth_token
-        self.delays = delays or SimDelays()
-        self.inbound_url = inbound_url
-        self._base_faults = dict(FAULT_NUMBERS if fault_numbers is None else fault_numbers)
         self._validator = RequestValidator(auth_token)
-        self.outage: Any = None
-        """Set by :class:`SimulatorServer`: ``outage(seconds)`` refuses connections."""
-        self._aborted = asyncio.Event()
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._http: httpx.AsyncClient | None = None
-        self._reset_state()
+        super().__init__(delays=delays, inbound_url=inbound_url, fault_numbers=fault_numbers)
 
-    def _reset_state(self) -> None:
-        self.messages: dict[str, SimMessage] = {}
-        self.scripts: dict[str, Fault] = {}
-        self._remaining: dict[str, int] = {}
-        self.stats = SimStats()
-        self.callbacks: list[CallbackRecord] = []
-
-    # -- lifecycle of the simulator itself --------------------------------------
-
-    def reset(self) -> None:
-        """Forget everything but the configuration; running lifecycles are cancelled."""
-        for task in list(self._tasks):
-            task.cancel()
-        self._reset_state()
-
-    def abort(self) -> None:
-        """Cut withheld responses short and stop every lifecycle (called at shutdown)."""
-        self._aborted.set()
-        for task in list(self._tasks):
-            task.cancel()
-
-    async def aclose(self) -> None:
-        self.abort()
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._http is not None:
-            await self._http.aclose()
-            self._http = None
-
-    async def _pause(self, seconds: float) -> None:
-        """Sleep, unless the simulator is shutting down."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._aborted.wait(), timeout=max(0.0, seconds))
-
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    @property
-    def http(self) -> httpx.AsyncClient:
-        if self._http is None:
-            self._http = httpx.AsyncClient(timeout=httpx.Timeout(5.0, connect=2.0))
-        return self._http
-
-    # -- faults -----------------------------------------------------------------
-
-    def fault_for(self, to: str) -> Fault | None:
-        if to in self.scripts:
-            fault = self.scripts[to]
-            return None if fault.kind == "none" else fault
-        return self._base_faults.get(to)
-
-    def script(self, to: str, fault: Fault | None) -> None:
-        self.scripts[to] = fault or Fault("none")
-        self._remaining.pop(to, None)
-
-    def _take_limited(self, to: str, fault: Fault) -> bool:
-        """For count-limited faults: True while this call is one of the first N."""
-        left = self._remaining.setdefault(to, fault.count or 0)
-        if left <= 0:
-            return False
-        self._remaining[to] = left - 1
-        return True
+    def error(self, status: int, code: int, message: str | None = None, **headers: str) -> Response:
+        return _error(status, code, message, **headers)
 
     # -- the Messages API -------------------------------------------------------
 
@@ -421,48 +223,36 @@ class CarrierSimulator:
     async def create(self, form: dict[str, str]) -> Response:
         to = form.get("To", "")
         callback = form.get("StatusCallback")
-        token = _token_of(callback)
-        self.stats.requests_total += 1
-        if token:
-            self.stats.requests_by_token[token] += 1
+        token = callback_token(callback)
+        self._count_request(token)
         if not to or not form.get("Body"):
-            self.stats.rejected_total += 1
             missing = "To" if not to else "Body"
-            return _error(400, 21602 if missing == "Body" else 21604, f"'{missing}' is required")
+            return self._reject(
+                400, 21602 if missing == "Body" else 21604, f"'{missing}' is required"
+            )
         from_, service = form.get("From"), form.get("MessagingServiceSid")
         if not from_ and not service:
-            self.stats.rejected_total += 1
-            return _error(400, 21603, "A 'From' or 'MessagingServiceSid' is required")
+            return self._reject(400, 21603, "A 'From' or 'MessagingServiceSid' is required")
         if from_ and not _valid_from(from_):
             # As the real API: a policy alias such as `herald-us-10dlc` is no sender.
-            self.stats.rejected_total += 1
-            return _error(
+            return self._reject(
                 400,
                 21212,
                 "The 'From' number is not a valid phone number, shortcode, or alphanumeric "
                 "sender ID.",
             )
         if service and not _MESSAGING_SERVICE_SID.match(service):
-            self.stats.rejected_total += 1
-            return _error(400, 21701, "The Messaging Service Sid is invalid")
+            return self._reject(400, 21701, "The Messaging Service Sid is invalid")
 
         fault = self.fault_for(to)
-        kind = fault.kind if fault else None
-        if fault and kind in ("rate_limit", "unavailable") and self._take_limited(to, fault):
-            self.stats.rejected_total += 1
-            retry = str(self.delays.retry_after)
-            if kind == "rate_limit":
-                return _error(429, 20429, **{"Retry-After": retry})
-            return _error(503, 20503, "Service Unavailable", **{"Retry-After": retry})
-        if fault and kind == "api_error":
-            self.stats.rejected_total += 1
-            assert fault.code is not None
-            return _error(fault.http_status or 400, fault.code)
-        if fault and kind == "never_resolves" and fault.count is not None:
+        refused = self._refused_by_script(to, fault)
+        if refused is not None:
+            return refused
+        if fault and fault.kind == "never_resolves" and fault.count is not None:
             # Limited to the first N submissions to this destination: later ones (a
             # resend) go through normally.
             if not self._take_limited(to, fault):
-                fault, kind = None, None
+                fault = None
 
         now = _now()
         send_at = None
@@ -482,20 +272,11 @@ class CarrierSimulator:
             send_at=send_at,
             validity_period=int(form["ValidityPeriod"]) if form.get("ValidityPeriod") else None,
         )
-        self.messages[message.sid] = message
-        # Counted here, before any response is withheld: the message exists now.
-        self.stats.total += 1
-        self.stats.by_to[to] += 1
-        if token:
-            self.stats.by_token[token] += 1
-        self._spawn(self._lifecycle(message, fault))
+        self._hold(
+            message.sid, message, to=to, token=token, lifecycle=self._lifecycle(message, fault)
+        )
         body = message.resource(self.account_sid)
-        if kind == "accept_then_timeout":
-            await self._pause(fault.seconds if fault and fault.seconds else self.delays.hang)
-        elif kind == "slow_response":
-            await self._pause(
-                fault.seconds if fault and fault.seconds else self.delays.slow_response
-            )
+        await self._answer_delay(fault)
         return JSONResponse(body, status_code=201)
 
     def list(self, query: list[tuple[str, str]]) -> dict[str, Any]:
@@ -566,49 +347,20 @@ class CarrierSimulator:
             m.date_sent = m.date_updated
         return True
 
-    async def _lifecycle(self, m: SimMessage, fault: Fault | None) -> None:
-        kind = fault.kind if fault else None
-        d = self.delays
-        if m.send_at is not None:
-            await asyncio.sleep(max(0.0, (m.send_at - _now()).total_seconds()))
-            if not self._set(m, "queued"):
-                return
-        await asyncio.sleep(d.sent)
-        if kind == "failed":
-            if self._set(m, "failed", fault.code if fault else None):
-                await self._callback(m, "failed", m.error_code, fault)
-            return
-        if not self._set(m, "sent"):
-            return
-        if kind == "never_resolves":
-            return  # stays `sent`, and no receipt ever comes
-        if kind == "out_of_order":
-            await asyncio.sleep(d.delivered)
-            if self._set(m, "delivered"):
-                await self._callback(m, "delivered", None, fault)
-                await self._callback(m, "sent", None, fault)
-            return
-        await self._callback(m, "sent", None, fault)
-        if kind == "delayed_receipt":
-            await asyncio.sleep(fault.seconds if fault and fault.seconds else d.delayed_receipt)
-        else:
-            await asyncio.sleep(d.delivered)
-        if kind == "undelivered":
-            code = fault.code if fault else None
-            if self._set(m, "undelivered", code):
-                await self._callback(m, "undelivered", code, fault)
-        elif self._set(m, "delivered"):
-            await self._callback(m, "delivered", None, fault)
+    async def _due(self, m: SimMessage) -> bool:
+        if m.send_at is None:
+            return True
+        await asyncio.sleep(max(0.0, (m.send_at - _now()).total_seconds()))
+        return self._set(m, "queued")
 
     def sign(self, url: str, params: dict[str, str]) -> str:
         """Twilio's signature over the full URL (query included) and the POST params."""
         return self._validator.compute_signature(url, params)
 
-    async def _callback(
-        self, m: SimMessage, status: str, code: int | None, fault: Fault | None
-    ) -> None:
-        if not m.status_callback:
-            return
+    def _receipt(self, m: SimMessage, status: str, code: int | None) -> Receipt | None:
+        url = m.status_callback
+        if not url:
+            return None
         params = {
             "MessageSid": m.sid,
             "SmsSid": m.sid,
@@ -625,9 +377,12 @@ class CarrierSimulator:
             params["ErrorCode"] = str(code)
         # One token per (message, reported status): stable across every duplicate delivery.
         idem = uuid.uuid5(uuid.NAMESPACE_URL, f"{m.sid}/{status}").hex
-        copies = fault.count if fault and fault.kind == "duplicate_receipts" and fault.count else 1
-        for _ in range(copies):
-            await self._post_signed(m.status_callback, params, idem, kind="status")
+
+        async def post(copies: int) -> None:
+            for _ in range(copies):
+                await self._post_signed(url, params, idem, kind="status")
+
+        return post
 
     async def _post_signed(
         self, url: str, params: dict[str, str], idempotency_token: str, *, kind: str
@@ -709,109 +464,13 @@ def create_simulator_app(
             return _error(400, 21218, "Only Status=canceled is supported by the simulator")
         return JSONResponse(found.resource(sim.account_sid))
 
-    async def script(request: Request) -> Response:
-        payload = await request.json()
-        if "inbound_url" in payload:
-            sim.inbound_url = payload["inbound_url"]
-        if "to" in payload:
-            spec = payload.get("fault") or "none"
-            try:
-                fault = (
-                    None
-                    if spec == "none"
-                    else Fault.parse(
-                        spec,
-                        count=payload.get("count"),
-                        seconds=payload.get("seconds"),
-                        http_status=payload.get("http_status"),
-                    )
-                )
-            except ValueError as exc:
-                return JSONResponse({"error": str(exc)}, status_code=400)
-            sim.script(payload["to"], fault)
-        return JSONResponse(
-            {
-                "scripts": {to: f.label for to, f in sim.scripts.items()},
-                "inbound_url": sim.inbound_url,
-            }
-        )
-
-    async def stats(request: Request) -> Response:
-        return JSONResponse(sim.stats.as_json())
-
-    async def callbacks(request: Request) -> Response:
-        return JSONResponse([asdict(c) for c in sim.callbacks])
-
-    async def inbound(request: Request) -> Response:
-        payload = await request.json()
-        try:
-            record = await sim.inbound(
-                from_=payload["from"], to=payload.get("to", ""), body=payload.get("body", "")
-            )
-        except LookupError as exc:
-            return JSONResponse({"error": str(exc)}, status_code=409)
-        except KeyError:
-            return JSONResponse({"error": "'from' is required"}, status_code=400)
-        return JSONResponse({"sid": record.params["MessageSid"], "status_code": record.status_code})
-
-    async def reset(request: Request) -> Response:
-        sim.reset()
-        return JSONResponse({"reset": True})
-
-    async def outage(request: Request) -> Response:
-        return await start_outage(request, sim.outage)
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        yield
-        await sim.aclose()
-
     prefix = f"/{API_VERSION}/Accounts/{{account}}"
-    app = Starlette(
-        routes=[
-            Route(f"{prefix}/Messages.json", messages, methods=["GET", "POST"]),
-            Route(f"{prefix}/Messages/{{sid}}.json", message, methods=["GET", "POST"]),
-            Route("/_sim/script", script, methods=["POST"]),
-            Route("/_sim/stats", stats, methods=["GET"]),
-            Route("/_sim/callbacks", callbacks, methods=["GET"]),
-            Route("/_sim/inbound", inbound, methods=["POST"]),
-            Route("/_sim/reset", reset, methods=["POST"]),
-            Route("/_sim/outage", outage, methods=["POST"]),
-        ],
-        lifespan=lifespan,
-    )
-    app.state.sim = sim
-    return app
-
-
-_OUTAGES: set[asyncio.Task[None]] = set()
-
-
-def end_outages() -> None:
-    """Cancel running outages (at shutdown: a server being stopped is not bound again)."""
-    for task in list(_OUTAGES):
-        task.cancel()
-
-
-async def start_outage(request: Request, outage: Any) -> Response:
-    """`POST /_sim/outage {"seconds": 20}`: answered first, then the server stops listening
-    for that long (connections refused), then listens again on the same port. 409 when the
-    app is not served by a simulator server (mounted elsewhere)."""
-    payload = await request.json()
-    seconds = payload.get("seconds") if isinstance(payload, dict) else None
-    if not isinstance(seconds, int | float) or not 0 < seconds <= 600:
-        return JSONResponse({"error": "'seconds' is a number in (0, 600]"}, status_code=400)
-    if outage is None:
-        return JSONResponse({"error": "not served by a simulator server"}, status_code=409)
-
-    async def later() -> None:
-        await asyncio.sleep(0.05)  # let this answer leave first
-        await outage(float(seconds))
-
-    task = asyncio.get_running_loop().create_task(later())
-    _OUTAGES.add(task)
-    task.add_done_callback(_OUTAGES.discard)
-    return JSONResponse({"refusing_connections_for": seconds})
+    routes = [
+        Route(f"{prefix}/Messages.json", messages, methods=["GET", "POST"]),
+        Route(f"{prefix}/Messages/{{sid}}.json", message, methods=["GET", "POST"]),
+        *control_routes(sim, lambda record: {"sid": record.params["MessageSid"]}),
+    ]
+    return carrier_app(sim, routes)
 
 
 KEEP_ALIVE_SECONDS = 75
@@ -908,7 +567,7 @@ class LoopbackServer:
         await asyncio.sleep(seconds)  # cancelled by stop(): then it stays closed
         await LoopbackServer.start(self)
 
-    async def __aenter__(self) -> LoopbackServer:
+    async def __aenter__(self) -> Self:
         await self.start()
         return self
 
@@ -916,12 +575,29 @@ class LoopbackServer:
         await self.stop()
 
 
-class SimulatorServer(LoopbackServer):
-    """The carrier simulator on a real socket: ``await start()``, ``.url``, ``await stop()``.
+class CarrierServer(LoopbackServer):
+    """A simulator's app (:func:`transports.sim_carrier.carrier_app`) on a real socket.
 
     ``stop()`` first cuts withheld (accept-then-timeout) responses short, so shutdown
     does not wait for them, then stops every lifecycle and closes the server.
     """
+
+    def __init__(self, app: Any, *, host: str, port: int, log_level: str) -> None:
+        super().__init__(app, host=host, port=port, log_level=log_level)
+        self.app.state.sim.outage = self.refuse_connections
+
+    async def stop(self) -> None:
+        sim: ScriptedCarrier[Any] = self.app.state.sim
+        sim.abort()
+        end_outages()
+        try:
+            await super().stop()
+        finally:
+            await sim.aclose()
+
+
+class SimulatorServer(CarrierServer):
+    """The carrier simulator on a real socket: ``await start()``, ``.url``, ``await stop()``."""
 
     def __init__(
         self,
@@ -943,23 +619,10 @@ class SimulatorServer(LoopbackServer):
             fault_numbers=fault_numbers,
         )
         super().__init__(app, host=host, port=port, log_level=log_level)
-        self.sim.outage = self.refuse_connections
 
     @property
     def sim(self) -> CarrierSimulator:
         return self.app.state.sim
-
-    async def stop(self) -> None:
-        self.sim.abort()
-        end_outages()
-        try:
-            await super().stop()
-        finally:
-            await self.sim.aclose()
-
-    async def __aenter__(self) -> SimulatorServer:
-        await self.start()
-        return self
 
 
 async def run_simulator(
@@ -990,6 +653,7 @@ async def run_simulator(
 
 __all__ = [
     "FAULT_NUMBERS",
+    "CarrierServer",
     "LoopbackServer",
     "CallbackRecord",
     "CarrierSimulator",

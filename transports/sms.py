@@ -8,15 +8,21 @@ things is true:
 - nothing was processed and the same request may be sent later (:class:`SmsTransientError`);
 - the request may have been processed and nobody knows (:class:`SmsAmbiguousError`):
   reconcile with :meth:`SmsTransport.find` before sending anything again.
+
+Which of the three an HTTP exchange came to is read here once for every adapter
+(:func:`unanswered`, :func:`unreadable`, :func:`answer_body`, :func:`refusal`); an
+adapter brings only its provider's body shape and error table.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
-from domain.provider_errors import Cause
+import httpx
+
+from domain.provider_errors import Cause, ErrorKind, classify
 from domain.states import AttemptState
 
 
@@ -156,6 +162,112 @@ class SmsLookupUnavailable(SmsError):
     """The provider offers no lookup by destination: a lost create cannot be placed."""
 
     kind = "lookup_unavailable"
+
+
+def unanswered(exc: httpx.TransportError, *, what: str, creates: bool) -> SmsError:
+    """The error for a request that got no answer: ``what`` names the call (``create``);
+    ``creates`` marks the one call that is not safe to repeat."""
+    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout):
+        # Nothing left this process: a definitive non-acceptance, safe to send again.
+        return SmsTransientError(
+            f"{what}: could not connect ({type(exc).__name__})", "connect", about=Cause.PROVIDER
+        )
+    # ReadTimeout, WriteTimeout, RemoteProtocolError, ReadError...: the request may have
+    # reached the provider. Only a create makes that ambiguous.
+    reason = f"{what}: {type(exc).__name__} after the request was sent"
+    if creates:
+        code = "timeout" if isinstance(exc, httpx.TimeoutException) else "connection"
+        return SmsAmbiguousError(reason, code)
+    return SmsTransientError(reason, "read")
+
+
+def unreadable(what: str, *, http_status: int, creates: bool) -> SmsError:
+    """The error for a 2xx answer whose body could not be read."""
+    if creates:
+        return SmsAmbiguousError(
+            f"{what}: HTTP {http_status} with an unreadable body",
+            "bad_response",
+            http_status=http_status,
+        )
+    return SmsTransientError(f"{what}: unreadable body", "bad_response", http_status=http_status)
+
+
+def answer_body(response: httpx.Response) -> dict[str, Any]:
+    """An answer's JSON object; empty when it has none (a proxy's page, an empty body)."""
+    try:
+        body = response.json()
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def refusal(
+    what: str,
+    *,
+    http_status: int,
+    code: str | None,
+    provider_text: str,
+    retry_after: float | None,
+    creates: bool,
+    provider_body: bool,
+    table: dict[str, tuple[ErrorKind, str, Cause]],
+) -> SmsError:
+    """Which of the three kinds a provider's non-2xx answer is.
+
+    Args:
+        what: the call, for the reason (``create``, ``GET message``).
+        http_status: the answer's HTTP status.
+        code: the provider's error code from the body, if it had one.
+        provider_text: the provider's own words, already redacted (may be empty).
+        retry_after: the ``Retry-After`` the provider asked for, in seconds.
+        creates: whether the call was a create (the one call not safe to repeat).
+        provider_body: whether the body is the provider's own error body (not a proxy's
+            page): a 4xx carrying it is the provider refusing this request.
+        table: the provider's error codes (``domain.provider_errors``).
+    """
+    status = http_status
+    if status in (429, 503):
+        # 429 is never processed; 503 means the service refused the work.
+        return SmsTransientError(
+            f"{what}: provider busy (HTTP {status}) {provider_text}".strip(),
+            code or str(status),
+            http_status=status,
+            retry_after=retry_after,
+            about=Cause.PROVIDER,
+        )
+    if status >= 500:
+        reason = f"{what}: provider error HTTP {status} {provider_text}".strip()
+        if creates:
+            # A 500/502/504 on create may come after the message was stored.
+            return SmsAmbiguousError(reason, code or str(status), http_status=status)
+        return SmsTransientError(
+            reason, code or str(status), http_status=status, retry_after=retry_after
+        )
+
+    verdict = classify(code, status, table=table)
+    code = verdict.code or code
+    about = verdict.cause
+    if about == Cause.UNKNOWN and status in (401, 403):
+        about = Cause.PROVIDER  # credentials and permissions belong to the account
+    reason = f"{what}: {verdict.reason}"
+    if provider_text:
+        reason = f"{reason} (provider: {provider_text})"
+    if verdict.kind == ErrorKind.TRANSIENT:
+        return SmsTransientError(
+            reason, code, http_status=status, retry_after=retry_after, about=about
+        )
+    if verdict.kind == ErrorKind.AMBIGUOUS:
+        if creates and provider_body and 400 <= status < 500 and status != 429:
+            # The provider's own error body on a 4xx is its answer to this request:
+            # refused, nothing created, whatever the code (one the table does not know
+            # included). Nothing to reconcile; the fallback rules decide next.
+            return SmsPermanentError(
+                f"{reason}; refused with HTTP {status}", code, http_status=status, about=about
+            )
+        if creates:
+            return SmsAmbiguousError(reason, code, http_status=status)
+        return SmsTransientError(reason, code, http_status=status)
+    return SmsPermanentError(reason, code, http_status=status, about=about)
 
 
 @runtime_checkable

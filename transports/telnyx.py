@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 import httpx
 
 from domain.keys import content_sha256
-from domain.provider_errors import TELNYX_ERRORS, Cause, ErrorKind, classify
+from domain.provider_errors import TELNYX_ERRORS, Cause
 from domain.states import normalize_telnyx_status
 from transports.sms import (
     ProviderStatus,
@@ -30,9 +30,12 @@ from transports.sms import (
     SmsError,
     SmsLookupUnavailable,
     SmsMessage,
-    SmsPermanentError,
     SmsSubmitted,
     SmsTransientError,
+    answer_body,
+    refusal,
+    unanswered,
+    unreadable,
 )
 from transports.twilio import parse_retry_after, redact
 
@@ -71,15 +74,6 @@ def recipient_status(data: dict[str, Any]) -> str:
     if isinstance(to, list) and to and isinstance(to[0], dict):
         return str(to[0].get("status") or "")
     return str(data.get("status") or "")
-
-
-def _provider_refusal(status: int, body: dict[str, Any]) -> bool:
-    """A 4xx other than 429 carrying Telnyx's error body (``errors[]`` with a ``code``):
-    Telnyx's own answer, refusing the request. Anything else (a proxy's page) says
-    nothing about what Telnyx did."""
-    return (
-        400 <= status < 500 and status != 429 and first_error_code(body.get("errors")) is not None
-    )
 
 
 class TelnyxSms:
@@ -207,31 +201,13 @@ class TelnyxSms:
                 headers=self._headers,
                 timeout=self._timeout,
             )
-        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
-            # Nothing left this process: a definitive non-acceptance, safe anywhere.
-            raise SmsTransientError(
-                f"{what}: could not connect ({type(exc).__name__})", "connect", about=Cause.PROVIDER
-            ) from exc
         except httpx.TransportError as exc:
-            reason = f"{what}: {type(exc).__name__} after the request was sent"
-            if creates:
-                code = "timeout" if isinstance(exc, httpx.TimeoutException) else "connection"
-                raise SmsAmbiguousError(reason, code) from exc
-            raise SmsTransientError(reason, "read") from exc
-
+            raise unanswered(exc, what=what, creates=creates) from exc
         if response.status_code < 300:
             try:
                 body = response.json()
             except ValueError as exc:
-                if creates:
-                    raise SmsAmbiguousError(
-                        f"create: HTTP {response.status_code} with an unreadable body",
-                        "bad_response",
-                        http_status=response.status_code,
-                    ) from exc
-                raise SmsTransientError(
-                    f"{what}: unreadable body", "bad_response", http_status=response.status_code
-                ) from exc
+                raise unreadable(what, http_status=response.status_code, creates=creates) from exc
             if not isinstance(body, dict):
                 if creates:
                     raise SmsAmbiguousError("create: answer is not an object", "bad_response")
@@ -241,64 +217,25 @@ class TelnyxSms:
 
     def _error(self, response: httpx.Response, *, what: str, creates: bool) -> SmsError:
         status = response.status_code
-        retry_after = parse_retry_after(response.headers.get("Retry-After"))
-        try:
-            body = response.json()
-        except ValueError:
-            body = {}
-        if not isinstance(body, dict):
-            body = {}
+        body = answer_body(response)
         errors = body.get("errors")
         code = first_error_code(errors)
         detail = ""
         if isinstance(errors, list) and errors and isinstance(errors[0], dict):
             detail = redact(str(errors[0].get("detail") or errors[0].get("title") or ""))[:200]
         log.warning("sms %s failed http=%d code=%s (telnyx)", what, status, code)
-
-        if status in (429, 503):
-            return SmsTransientError(
-                f"{what}: provider busy (HTTP {status}) {detail}".strip(),
-                code or str(status),
-                http_status=status,
-                retry_after=retry_after,
-                about=Cause.PROVIDER,
-            )
-        if status >= 500:
-            reason = f"{what}: provider error HTTP {status} {detail}".strip()
-            if creates:
-                return SmsAmbiguousError(reason, code or str(status), http_status=status)
-            return SmsTransientError(
-                reason, code or str(status), http_status=status, retry_after=retry_after
-            )
-
-        verdict = classify(code, status, table=TELNYX_ERRORS)
-        about = verdict.cause
-        if about == Cause.UNKNOWN and status in (401, 403):
-            about = Cause.PROVIDER  # credentials and permissions belong to the account
-        reason = f"{what}: {verdict.reason}"
-        if detail:
-            reason = f"{reason} (provider: {detail})"
-        if verdict.kind == ErrorKind.TRANSIENT:
-            return SmsTransientError(
-                reason,
-                verdict.code or code,
-                http_status=status,
-                retry_after=retry_after,
-                about=about,
-            )
-        if verdict.kind == ErrorKind.AMBIGUOUS:
-            if creates and _provider_refusal(status, body):
-                # Telnyx's own error body on a 4xx: refused, nothing created.
-                return SmsPermanentError(
-                    f"{reason}; refused with HTTP {status}",
-                    verdict.code or code,
-                    http_status=status,
-                    about=about,
-                )
-            if creates:
-                return SmsAmbiguousError(reason, verdict.code or code, http_status=status)
-            return SmsTransientError(reason, verdict.code or code, http_status=status)
-        return SmsPermanentError(reason, verdict.code or code, http_status=status, about=about)
+        return refusal(
+            what,
+            http_status=status,
+            code=code,
+            provider_text=detail,
+            retry_after=parse_retry_after(response.headers.get("Retry-After")),
+            creates=creates,
+            # Telnyx's error body is `errors[]` with a `code`; anything else (a proxy's
+            # page) says nothing about what Telnyx did.
+            provider_body=code is not None,
+            table=TELNYX_ERRORS,
+        )
 
 
 def _int_or_none(value: Any) -> int | None:

@@ -17,19 +17,15 @@ the code as given. See ``docs/simulator.md``.
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import contextlib
 import json
 import logging
 import secrets
 import time
 import uuid
-from collections.abc import AsyncIterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 import httpx
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -45,17 +41,17 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from domain.senders import parse_sms_sender
-from transports.simulator import (
-    FAULT_NUMBERS,
+from transports.sim_carrier import (
     CallbackRecord,
     Fault,
-    LoopbackServer,
+    Receipt,
+    ScriptedCarrier,
     SimDelays,
-    SimStats,
-    count_segments,
-    end_outages,
-    start_outage,
+    callback_token,
+    carrier_app,
+    control_routes,
 )
+from transports.simulator import CarrierServer, count_segments
 
 log = logging.getLogger(__name__)
 
@@ -182,15 +178,13 @@ class TelnyxMessage:
         }
 
 
-def _token_of(url: str | None) -> str | None:
-    if not url:
-        return None
-    values = parse_qs(urlsplit(url).query).get("token")
-    return values[0] if values else None
-
-
-class TelnyxCarrier:
+class TelnyxCarrier(ScriptedCarrier[TelnyxMessage]):
     """The Telnyx simulator's state and behaviour; :func:`create_telnyx_app` serves it."""
+
+    rate_limit_code = 10011
+    unavailable_code = 10007
+    failed_status = "sending_failed"
+    undelivered_status = "delivery_failed"
 
     def __init__(
         self,
@@ -204,80 +198,18 @@ class TelnyxCarrier:
         self.api_key = api_key
         self.signing_key = signing_key or Ed25519PrivateKey.generate()
         self.public_key = public_key_b64(self.signing_key)
-        self.outage: Any = None
-        """Set by :class:`TelnyxSimulatorServer`: ``outage(seconds)`` refuses connections."""
         """Base64 of the raw Ed25519 public key: what Herald's ingress verifies with."""
-        self.delays = delays or SimDelays()
-        self.inbound_url = inbound_url
-        self._base_faults = dict(FAULT_NUMBERS if fault_numbers is None else fault_numbers)
-        self._aborted = asyncio.Event()
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._http: httpx.AsyncClient | None = None
-        self._reset_state()
+        super().__init__(delays=delays, inbound_url=inbound_url, fault_numbers=fault_numbers)
 
-    def _reset_state(self) -> None:
-        self.messages: dict[str, TelnyxMessage] = {}
-        self.scripts: dict[str, Fault] = {}
-        self._remaining: dict[str, int] = {}
-        self.stats = SimStats()
-        self.callbacks: list[CallbackRecord] = []
-
-    def reset(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-        self._reset_state()
-
-    def abort(self) -> None:
-        self._aborted.set()
-        for task in list(self._tasks):
-            task.cancel()
-
-    async def aclose(self) -> None:
-        self.abort()
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._http is not None:
-            await self._http.aclose()
-            self._http = None
-
-    async def _pause(self, seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._aborted.wait(), timeout=max(0.0, seconds))
-
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    @property
-    def http(self) -> httpx.AsyncClient:
-        if self._http is None:
-            self._http = httpx.AsyncClient(timeout=httpx.Timeout(5.0, connect=2.0))
-        return self._http
-
-    # -- faults (the same vocabulary as the Twilio simulator) --------------------
+    def error(self, status: int, code: int, message: str | None = None, **headers: str) -> Response:
+        return _error(status, code, message, **headers)
 
     def fault_for(self, to: str) -> Fault | None:
-        if to in self.scripts:
-            fault = self.scripts[to]
-            return None if fault.kind == "none" else fault
-        base = self._base_faults.get(to)
-        if base is not None and base.code in TELNYX_CODE_FOR:
-            return Fault(
-                base.kind, TELNYX_CODE_FOR[base.code], base.count, base.seconds, base.http_status
-            )
-        return base
-
-    def script(self, to: str, fault: Fault | None) -> None:
-        self.scripts[to] = fault or Fault("none")
-        self._remaining.pop(to, None)
-
-    def _take_limited(self, to: str, fault: Fault) -> bool:
-        left = self._remaining.setdefault(to, fault.count or 0)
-        if left <= 0:
-            return False
-        self._remaining[to] = left - 1
-        return True
+        # The built-in fault numbers spell Twilio's codes: answered with Telnyx's own.
+        fault = super().fault_for(to)
+        if to not in self.scripts and fault is not None and fault.code in TELNYX_CODE_FOR:
+            return replace(fault, code=TELNYX_CODE_FOR[fault.code])
+        return fault
 
     # -- the Messages API -------------------------------------------------------
 
@@ -288,41 +220,27 @@ class TelnyxCarrier:
     async def create(self, payload: dict[str, Any]) -> Response:
         to = payload.get("to")
         webhook_url = payload.get("webhook_url")
-        token = _token_of(webhook_url)
-        self.stats.requests_total += 1
-        if token:
-            self.stats.requests_by_token[token] += 1
+        token = callback_token(webhook_url)
+        self._count_request(token)
         if isinstance(to, list):
             to = to[0] if len(to) == 1 else None
         text, from_ = payload.get("text"), payload.get("from")
         if not to or not isinstance(to, str) or not text or not isinstance(text, str):
-            self.stats.rejected_total += 1
-            return _error(400, 10004, "'to' and 'text' are required")
+            return self._reject(400, 10004, "'to' and 'text' are required")
         if not to.startswith("+") or not to[1:].isdigit():
-            self.stats.rejected_total += 1
-            return _error(400, 40310, "The 'to' address should be a single valid number.")
+            return self._reject(400, 40310, "The 'to' address should be a single valid number.")
         if not from_ and not payload.get("messaging_profile_id"):
-            self.stats.rejected_total += 1
-            return _error(400, 10004, "'from' or 'messaging_profile_id' is required")
+            return self._reject(400, 10004, "'from' or 'messaging_profile_id' is required")
         if from_:
             try:
                 parse_sms_sender(str(from_))
             except ValueError:
-                self.stats.rejected_total += 1
-                return _error(400, 40305, "The 'from' address is not a valid sender.")
+                return self._reject(400, 40305, "The 'from' address is not a valid sender.")
 
         fault = self.fault_for(to)
-        kind = fault.kind if fault else None
-        if fault and kind in ("rate_limit", "unavailable") and self._take_limited(to, fault):
-            self.stats.rejected_total += 1
-            retry = str(self.delays.retry_after)
-            if kind == "rate_limit":
-                return _error(429, 10011, **{"Retry-After": retry})
-            return _error(503, 10007, "Service Unavailable", **{"Retry-After": retry})
-        if fault and kind == "api_error":
-            self.stats.rejected_total += 1
-            assert fault.code is not None
-            return _error(fault.http_status or 400, fault.code)
+        refused = self._refused_by_script(to, fault)
+        if refused is not None:
+            return refused
 
         message = TelnyxMessage(
             id=str(uuid.uuid4()),
@@ -335,20 +253,11 @@ class TelnyxCarrier:
             messaging_profile_id=payload.get("messaging_profile_id"),
             received_at=_now(),
         )
-        self.messages[message.id] = message
-        # Counted here, before any response is withheld: the message exists now.
-        self.stats.total += 1
-        self.stats.by_to[to] += 1
-        if token:
-            self.stats.by_token[token] += 1
-        self._spawn(self._lifecycle(message, fault))
+        self._hold(
+            message.id, message, to=to, token=token, lifecycle=self._lifecycle(message, fault)
+        )
         body = {"data": message.resource()}
-        if kind == "accept_then_timeout":
-            await self._pause(fault.seconds if fault and fault.seconds else self.delays.hang)
-        elif kind == "slow_response":
-            await self._pause(
-                fault.seconds if fault and fault.seconds else self.delays.slow_response
-            )
+        await self._answer_delay(fault)
         return JSONResponse(body, status_code=200)
 
     # -- the carrier ------------------------------------------------------------
@@ -365,36 +274,6 @@ class TelnyxCarrier:
             m.completed_at = now
             m.sent_at = m.sent_at or (now if status != "sending_failed" else None)
         return True
-
-    async def _lifecycle(self, m: TelnyxMessage, fault: Fault | None) -> None:
-        kind = fault.kind if fault else None
-        d = self.delays
-        await asyncio.sleep(d.sent)
-        if kind == "failed":
-            if self._set(m, "sending_failed", fault.code if fault else None):
-                await self._event(m, "message.finalized", fault)
-            return
-        if not self._set(m, "sent"):
-            return
-        if kind == "never_resolves":
-            return  # stays `sent`, and no event ever comes
-        if kind == "out_of_order":
-            sent_snapshot = m.resource()
-            await asyncio.sleep(d.delivered)
-            if self._set(m, "delivered"):
-                await self._event(m, "message.finalized", fault)
-                await self._event(m, "message.sent", fault, payload=sent_snapshot)
-            return
-        await self._event(m, "message.sent", fault)
-        if kind == "delayed_receipt":
-            await asyncio.sleep(fault.seconds if fault and fault.seconds else d.delayed_receipt)
-        else:
-            await asyncio.sleep(d.delivered)
-        if kind == "undelivered":
-            if self._set(m, "delivery_failed", fault.code if fault else None):
-                await self._event(m, "message.finalized", fault)
-        elif self._set(m, "delivered"):
-            await self._event(m, "message.finalized", fault)
 
     def sign(self, timestamp: str, body: str) -> str:
         """Telnyx's signature: Ed25519 over ``f"{timestamp}|{body}"``, base64."""
@@ -418,20 +297,19 @@ class TelnyxCarrier:
             separators=(",", ":"),
         )
 
-    async def _event(
-        self,
-        m: TelnyxMessage,
-        event_type: str,
-        fault: Fault | None,
-        *,
-        payload: dict[str, Any] | None = None,
-    ) -> None:
-        if not m.webhook_url:
-            return
-        body = self.envelope(event_type, payload or m.resource())
-        copies = fault.count if fault and fault.kind == "duplicate_receipts" and fault.count else 1
-        for _ in range(copies):
-            await self.post_signed(m.webhook_url, body, kind="status")
+    def _receipt(self, m: TelnyxMessage, status: str, code: int | None) -> Receipt | None:
+        url = m.webhook_url
+        if not url:
+            return None
+        event_type = "message.sent" if status == "sent" else "message.finalized"
+        payload = m.resource()
+
+        async def post(copies: int) -> None:
+            body = self.envelope(event_type, payload)  # one event id for every copy
+            for _ in range(copies):
+                await self.post_signed(url, body, kind="status")
+
+        return post
 
     async def post_signed(
         self, url: str, body: str, *, kind: str, timestamp: str | None = None
@@ -512,86 +390,22 @@ def create_telnyx_app(
             return _error(400, 10015, "Only a scheduled message can be cancelled.")
         return JSONResponse({"data": found.resource()})
 
-    async def script(request: Request) -> Response:
-        payload = await request.json()
-        if "inbound_url" in payload:
-            sim.inbound_url = payload["inbound_url"]
-        if "to" in payload:
-            spec = payload.get("fault") or "none"
-            try:
-                fault = (
-                    None
-                    if spec == "none"
-                    else Fault.parse(
-                        spec,
-                        count=payload.get("count"),
-                        seconds=payload.get("seconds"),
-                        http_status=payload.get("http_status"),
-                    )
-                )
-            except ValueError as exc:
-                return JSONResponse({"error": str(exc)}, status_code=400)
-            sim.script(payload["to"], fault)
-        return JSONResponse(
-            {
-                "scripts": {to: f.label for to, f in sim.scripts.items()},
-                "inbound_url": sim.inbound_url,
-            }
-        )
-
-    async def stats(request: Request) -> Response:
-        return JSONResponse(sim.stats.as_json())
-
-    async def callbacks(request: Request) -> Response:
-        return JSONResponse([asdict(c) for c in sim.callbacks])
-
-    async def inbound(request: Request) -> Response:
-        payload = await request.json()
-        try:
-            record = await sim.inbound(
-                from_=payload["from"], to=payload.get("to", ""), body=payload.get("body", "")
-            )
-        except LookupError as exc:
-            return JSONResponse({"error": str(exc)}, status_code=409)
-        except KeyError:
-            return JSONResponse({"error": "'from' is required"}, status_code=400)
-        event_id = json.loads(record.params["body"])["data"]["id"]
-        return JSONResponse({"id": event_id, "status_code": record.status_code})
-
-    async def reset(request: Request) -> Response:
-        sim.reset()
-        return JSONResponse({"reset": True})
-
     async def key(request: Request) -> Response:
         return JSONResponse({"public_key": sim.public_key})
 
-    async def outage(request: Request) -> Response:
-        return await start_outage(request, sim.outage)
+    def event_id(record: CallbackRecord) -> dict[str, Any]:
+        return {"id": json.loads(record.params["body"])["data"]["id"]}
 
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        yield
-        await sim.aclose()
-
-    app = Starlette(
-        routes=[
-            Route("/v2/messages", messages, methods=["POST"]),
-            Route("/v2/messages/{id}", message, methods=["GET", "DELETE"]),
-            Route("/_sim/script", script, methods=["POST"]),
-            Route("/_sim/stats", stats, methods=["GET"]),
-            Route("/_sim/callbacks", callbacks, methods=["GET"]),
-            Route("/_sim/inbound", inbound, methods=["POST"]),
-            Route("/_sim/reset", reset, methods=["POST"]),
-            Route("/_sim/public_key", key, methods=["GET"]),
-            Route("/_sim/outage", outage, methods=["POST"]),
-        ],
-        lifespan=lifespan,
-    )
-    app.state.sim = sim
-    return app
+    routes = [
+        Route("/v2/messages", messages, methods=["POST"]),
+        Route("/v2/messages/{id}", message, methods=["GET", "DELETE"]),
+        Route("/_sim/public_key", key, methods=["GET"]),
+        *control_routes(sim, event_id),
+    ]
+    return carrier_app(sim, routes)
 
 
-class TelnyxSimulatorServer(LoopbackServer):
+class TelnyxSimulatorServer(CarrierServer):
     """The Telnyx simulator on a real socket: ``await start()``, ``.url``, ``await stop()``."""
 
     def __init__(
@@ -614,23 +428,10 @@ class TelnyxSimulatorServer(LoopbackServer):
             fault_numbers=fault_numbers,
         )
         super().__init__(app, host=host, port=port, log_level=log_level)
-        self.sim.outage = self.refuse_connections
 
     @property
     def sim(self) -> TelnyxCarrier:
         return self.app.state.sim
-
-    async def stop(self) -> None:
-        self.sim.abort()
-        end_outages()
-        try:
-            await super().stop()
-        finally:
-            await self.sim.aclose()
-
-    async def __aenter__(self) -> TelnyxSimulatorServer:
-        await self.start()
-        return self
 
 
 __all__ = [

@@ -17,16 +17,17 @@ from typing import Any, ClassVar
 import httpx
 
 from domain.keys import content_sha256
-from domain.provider_errors import TWILIO_ERRORS, Cause, ErrorKind, classify
+from domain.provider_errors import TWILIO_ERRORS
 from domain.states import normalize_provider_status
 from transports.sms import (
     ProviderStatus,
-    SmsAmbiguousError,
     SmsError,
     SmsMessage,
-    SmsPermanentError,
     SmsSubmitted,
-    SmsTransientError,
+    answer_body,
+    refusal,
+    unanswered,
+    unreadable,
 )
 
 log = logging.getLogger(__name__)
@@ -82,18 +83,6 @@ def _int_or_none(value: Any) -> int | None:
         return int(value) if value not in (None, "") else None
     except (TypeError, ValueError):
         return None
-
-
-def _provider_refusal(status: int, body: dict[str, Any]) -> bool:
-    """Whether an answer is Twilio refusing a request: a 4xx other than 429 carrying its
-    JSON error body (`code`, `message`, `more_info`, `status`). A 4xx without that body
-    (a proxy's page, a load balancer's) says nothing about what the provider did."""
-    return (
-        400 <= status < 500
-        and status != 429
-        and body.get("code") not in (None, "")
-        and isinstance(body.get("message"), str)
-    )
 
 
 class TwilioSms:
@@ -247,93 +236,33 @@ class TwilioSms:
             response = await self._client.request(
                 method, url, data=data, params=params, auth=self._auth, timeout=self._timeout
             )
-        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
-            # Nothing left this process: always safe to send again.
-            raise SmsTransientError(
-                f"{what}: could not connect ({type(exc).__name__})", "connect", about=Cause.PROVIDER
-            ) from exc
         except httpx.TransportError as exc:
-            # ReadTimeout, WriteTimeout, RemoteProtocolError, ReadError...: the request may
-            # have reached the provider. Only a create makes that ambiguous.
-            reason = f"{what}: {type(exc).__name__} after the request was sent"
-            if creates:
-                code = "timeout" if isinstance(exc, httpx.TimeoutException) else "connection"
-                raise SmsAmbiguousError(reason, code) from exc
-            raise SmsTransientError(reason, "read") from exc
-
+            raise unanswered(exc, what=what, creates=creates) from exc
         if response.status_code < 300:
             try:
                 return response.json()
             except ValueError as exc:
-                if creates:
-                    raise SmsAmbiguousError(
-                        f"create: HTTP {response.status_code} with an unreadable body",
-                        "bad_response",
-                        http_status=response.status_code,
-                    ) from exc
-                raise SmsTransientError(
-                    f"{what}: unreadable body", "bad_response", http_status=response.status_code
-                ) from exc
+                raise unreadable(what, http_status=response.status_code, creates=creates) from exc
         raise self._error(response, what=what, creates=creates)
 
     def _error(self, response: httpx.Response, *, what: str, creates: bool) -> SmsError:
         status = response.status_code
-        retry_after = parse_retry_after(response.headers.get("Retry-After"))
-        try:
-            body = response.json()
-        except ValueError:
-            body = {}
-        if not isinstance(body, dict):
-            body = {}
+        body = answer_body(response)
         code = body.get("code")
         code_text = str(code) if code not in (None, "") else None
-        provider_message = redact(str(body.get("message") or ""))[:200]
         log.warning("sms %s failed http=%d code=%s", what, status, code_text)
-
-        if status == 429 or status == 503:
-            # 429 is never processed (Twilio); 503 means the service refused the work.
-            return SmsTransientError(
-                f"{what}: provider busy (HTTP {status}) {provider_message}".strip(),
-                code_text or str(status),
-                http_status=status,
-                retry_after=retry_after,
-                about=Cause.PROVIDER,
-            )
-        if status >= 500:
-            reason = f"{what}: provider error HTTP {status} {provider_message}".strip()
-            if creates:
-                # A 500/502/504 on create may come after the message was stored.
-                return SmsAmbiguousError(reason, code_text or str(status), http_status=status)
-            return SmsTransientError(
-                reason, code_text or str(status), http_status=status, retry_after=retry_after
-            )
-
-        verdict = classify(code_text, status, table=TWILIO_ERRORS)
-        about = verdict.cause
-        if about == Cause.UNKNOWN and status in (401, 403):
-            about = Cause.PROVIDER  # credentials and permissions belong to the account
-        reason = f"{what}: {verdict.reason}"
-        if provider_message:
-            reason = f"{reason} (provider: {provider_message})"
-        if verdict.kind == ErrorKind.TRANSIENT:
-            return SmsTransientError(
-                reason, verdict.code or code_text, http_status=status, retry_after=retry_after
-            )
-        if verdict.kind == ErrorKind.AMBIGUOUS:
-            if creates and _provider_refusal(status, body):
-                # A 4xx with the provider's own error body is its answer to this request:
-                # refused, nothing created, whatever the code (one our table does not
-                # know included). Nothing to reconcile; the fallback rules decide next.
-                return SmsPermanentError(
-                    f"{reason}; refused with HTTP {status}",
-                    verdict.code or code_text,
-                    http_status=status,
-                    about=about,
-                )
-            if creates:
-                return SmsAmbiguousError(reason, verdict.code or code_text, http_status=status)
-            return SmsTransientError(reason, verdict.code or code_text, http_status=status)
-        return SmsPermanentError(reason, verdict.code or code_text, http_status=status, about=about)
+        return refusal(
+            what,
+            http_status=status,
+            code=code_text,
+            provider_text=redact(str(body.get("message") or ""))[:200],
+            retry_after=parse_retry_after(response.headers.get("Retry-After")),
+            creates=creates,
+            # Twilio's JSON error body (`code`, `message`, `more_info`, `status`); a 4xx
+            # without it (a proxy's page, a load balancer's) says nothing of Twilio.
+            provider_body=code_text is not None and isinstance(body.get("message"), str),
+            table=TWILIO_ERRORS,
+        )
 
     @staticmethod
     def _provider_status(data: dict[str, Any]) -> ProviderStatus:

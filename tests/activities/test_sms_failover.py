@@ -22,21 +22,11 @@ from ledger import circuits
 from ledger import repository as repo
 from ledger.models import ProviderCircuit
 from tests.activities import intents
-from transports.simulator import Fault, SimDelays, SimulatorServer
+from tests.activities.conftest import SID, TOKEN, prepared
+from transports.simulator import Fault, SimulatorServer
 from transports.twilio import TwilioSms
 
 pytestmark = pytest.mark.ledger
-
-SID, TOKEN = "AC" + "0" * 32, "sim-token"
-FAST = SimDelays(sent=0.02, delivered=0.05, hang=30.0, retry_after=1)
-
-
-@pytest.fixture(scope="module")
-async def simulator() -> AsyncIterator[SimulatorServer]:
-    server = SimulatorServer(account_sid=SID, auth_token=TOKEN, delays=FAST)
-    await server.start()
-    yield server
-    await server.stop()
 
 
 def dead_url() -> str:
@@ -66,16 +56,8 @@ def activities(simulator, committed, cipher, http, *, twilio_url=None, breaker=N
     )
 
 
-async def prepared(committed, cipher, phone: str | None = None) -> str:  # type: ignore[no-untyped-def]
-    phone = phone or f"+4474007{uuid.uuid4().int % 100_000:05d}"
-    key = f"class-opening:c-9081:m-{uuid.uuid4().hex[:8]}"
-    return await intents.prepared(
-        committed,
-        cipher,
-        intents.demo_request(key, phone),
-        "sms",
-        LedgerActivities(committed, cipher),
-    )
+def random_phone() -> str:
+    return f"+4474007{uuid.uuid4().int % 100_000:05d}"
 
 
 async def requests_for(simulator: SimulatorServer, token: str) -> int:
@@ -119,7 +101,7 @@ async def test_a_refused_connection_is_handed_over_or_retried_as_before(
     simulator, committed, cipher, http, failover, expected
 ):
     sms = activities(simulator, committed, cipher, http, twilio_url=dead_url())
-    token = await prepared(committed, cipher)
+    token = await prepared(committed, cipher, random_phone())
     with pytest.raises(ApplicationError) as caught:
         await sms.submit_sms(SubmitInput(token, failover=failover))
     assert caught.value.type == expected
@@ -139,13 +121,13 @@ async def test_an_open_circuit_refuses_at_once_without_a_request_leaving(
         session.execute(delete(ProviderCircuit).where(ProviderCircuit.provider == provider))
     for _ in range(2):
         with pytest.raises(ApplicationError):
-            await down.submit_sms(SubmitInput(await prepared(committed, cipher)))
+            await down.submit_sms(SubmitInput(await prepared(committed, cipher, random_phone())))
     with committed() as session:
         state = circuits.current(session, provider)
     assert state is not None and state.state == CircuitState.OPEN
     # The same provider alias, now pointing at a live simulator: the circuit still refuses.
     live = activities(simulator, committed, cipher, http, breaker=breaker)
-    token = await prepared(committed, cipher)
+    token = await prepared(committed, cipher, random_phone())
     with pytest.raises(ApplicationError) as retried:
         await live.submit_sms(SubmitInput(token))
     assert retried.value.type == "TransientProviderError"

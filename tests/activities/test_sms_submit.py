@@ -4,7 +4,6 @@ one attempt token -> at most one provider submission, whatever fails in between.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 
 import httpx
 import pytest
@@ -17,24 +16,10 @@ from activities.ledger import LedgerActivities
 from activities.sms import SmsActivities
 from ledger import repository as repo
 from ledger.models import Attempt
-from tests.activities import intents
-from transports.simulator import SimDelays, SimulatorServer
+from tests.activities.conftest import SID, TOKEN, prepared, submissions
 from transports.twilio import TwilioSms
 
 pytestmark = pytest.mark.ledger
-
-SID, TOKEN = "AC" + "0" * 32, "sim-token"
-FAST = SimDelays(
-    sent=0.02, delivered=0.05, delayed_receipt=0.3, slow_response=0.2, hang=30.0, retry_after=1
-)
-
-
-@pytest.fixture(scope="module")
-async def simulator() -> AsyncIterator[SimulatorServer]:
-    server = SimulatorServer(account_sid=SID, auth_token=TOKEN, delays=FAST)
-    await server.start()
-    yield server
-    await server.stop()
 
 
 @pytest.fixture
@@ -51,19 +36,6 @@ async def acts(simulator, committed, cipher):  # type: ignore[no-untyped-def]
     await http.aclose()
 
 
-async def prepared(ledger: LedgerActivities, committed, cipher, phone: str) -> str:  # type: ignore[no-untyped-def]
-    key = f"class-opening:c-9081:m-{uuid.uuid4().hex[:8]}"
-    return await intents.prepared(
-        committed, cipher, intents.demo_request(key, phone), "sms", ledger
-    )
-
-
-async def submissions(simulator: SimulatorServer, token: str) -> int:
-    async with httpx.AsyncClient() as http:
-        stats = (await http.get(f"{simulator.url}/_sim/stats")).json()
-    return int(stats["by_token"].get(token, 0))
-
-
 def phone(n: int) -> str:
     return f"+4474005{n:05d}"
 
@@ -72,7 +44,7 @@ async def test_a_retry_after_the_provider_accepted_but_before_the_ledger_recorde
     acts, simulator, committed, cipher, monkeypatch
 ):
     ledger, sms = acts
-    token = await prepared(ledger, committed, cipher, phone(11001))
+    token = await prepared(committed, cipher, phone(11001), ledger=ledger)
     original = sms._record
     calls = {"n": 0}
 
@@ -106,7 +78,7 @@ async def test_an_ambiguous_timeout_is_recorded_unknown_then_reconciled_without_
     acts, simulator, committed, cipher
 ):
     ledger, sms = acts
-    token = await prepared(ledger, committed, cipher, "+447400000001")  # accept, then hang
+    token = await prepared(committed, cipher, "+447400000001", ledger=ledger)  # accept, then hang
     with pytest.raises(ApplicationError) as first:
         await sms.submit_sms(SubmitInput(token))
     assert first.value.type == "AmbiguousSubmission"
@@ -130,7 +102,7 @@ async def test_a_permanent_rejection_fails_the_attempt_with_the_code_and_suppres
     acts, committed, cipher
 ):
     ledger, sms = acts
-    token = await prepared(ledger, committed, cipher, "+447400021610")  # replied STOP
+    token = await prepared(committed, cipher, "+447400021610", ledger=ledger)  # replied STOP
     with pytest.raises(ApplicationError) as caught:
         await sms.submit_sms(SubmitInput(token))
     assert caught.value.type == "PermanentProviderError" and caught.value.non_retryable
@@ -152,7 +124,7 @@ async def test_an_unknown_4xx_refusal_fails_the_attempt_with_its_code_and_is_not
             json={"to": to, "fault": "api_error:21408", "http_status": 403},
         )
         assert scripted.status_code == 200
-    token = await prepared(ledger, committed, cipher, to)
+    token = await prepared(committed, cipher, to, ledger=ledger)
     with pytest.raises(ApplicationError) as caught:
         await sms.submit_sms(SubmitInput(token))
     # Permanent (non-retryable): the workflow's fallback rules act at once; never
@@ -169,7 +141,7 @@ async def test_a_429_is_retried_with_the_providers_retry_after_and_sends_once(
     acts, simulator, committed, cipher
 ):
     ledger, sms = acts
-    token = await prepared(ledger, committed, cipher, "+447400000002")  # 429 twice
+    token = await prepared(committed, cipher, "+447400000002", ledger=ledger)  # 429 twice
     delays = []
     for _ in range(5):
         try:
@@ -201,7 +173,7 @@ async def test_one_attempt_token_is_never_submitted_twice(
     number = phone(20000 + uuid.uuid4().int % 9000)
     async with httpx.AsyncClient() as http:
         await http.post(f"{simulator.url}/_sim/script", json={"to": number, "fault": fault})
-    token = await prepared(ledger, committed, cipher, number)
+    token = await prepared(committed, cipher, number, ledger=ledger)
     original = sms._record
     crashed = {"done": not crash_after_send}
 
@@ -235,7 +207,7 @@ async def test_the_attempt_records_the_resolved_sender_and_the_provider_gets_it_
     acts, simulator, committed, cipher
 ):
     ledger, sms = acts
-    token = await prepared(ledger, committed, cipher, phone(11101))
+    token = await prepared(committed, cipher, phone(11101), ledger=ledger)
     outcome = await sms.submit_sms(SubmitInput(token))
     message = simulator.sim.messages[outcome.remote_id]
     assert (message.from_, message.messaging_service_sid) == ("+15005550006", None)
@@ -259,7 +231,7 @@ async def test_an_alias_mapped_to_a_messaging_service_is_sent_as_messaging_servi
             transport, committed, cipher, callback_base_url="http://127.0.0.1:9", senders=book
         )
         ledger = LedgerActivities(committed, cipher, senders=book)
-        token = await prepared(ledger, committed, cipher, phone(11102))
+        token = await prepared(committed, cipher, phone(11102), ledger=ledger)
         outcome = await sms.submit_sms(SubmitInput(token))
     message = simulator.sim.messages[outcome.remote_id]
     assert (message.messaging_service_sid, message.from_) == (service, None)
@@ -271,7 +243,7 @@ async def test_an_attempt_prepared_before_senders_were_kept_resolves_its_alias_a
     acts, simulator, committed, cipher
 ):
     ledger, sms = acts
-    token = await prepared(ledger, committed, cipher, phone(11103))
+    token = await prepared(committed, cipher, phone(11103), ledger=ledger)
     with committed.begin() as session:
         session.query(Attempt).filter(Attempt.token == token).update({Attempt.sender_address: None})
     outcome = await sms.submit_sms(SubmitInput(token))

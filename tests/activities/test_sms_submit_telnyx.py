@@ -15,15 +15,14 @@ from activities.contracts import SubmitInput
 from activities.ledger import LedgerActivities
 from activities.sms import NO_LOOKUP_REASON, SmsActivities
 from ledger import repository as repo
-from tests.activities import intents
-from transports.simulator import Fault, SimDelays
+from tests.activities.conftest import FAST, prepared, submissions
+from transports.sim_carrier import Fault
 from transports.telnyx import TelnyxSms
 from transports.telnyx_simulator import TelnyxSimulatorServer
 
 pytestmark = pytest.mark.ledger
 
 KEY = "telnyx-test-key"
-FAST = SimDelays(sent=0.02, delivered=0.05, hang=30.0, retry_after=1)
 
 
 @pytest.fixture(scope="module")
@@ -43,24 +42,11 @@ async def acts(simulator, committed, cipher):  # type: ignore[no-untyped-def]
     await http.aclose()
 
 
-async def prepared(ledger: LedgerActivities, committed, cipher, phone: str) -> str:  # type: ignore[no-untyped-def]
-    key = f"class-opening:c-9081:m-{uuid.uuid4().hex[:8]}"
-    return await intents.prepared(
-        committed, cipher, intents.demo_request(key, phone), "sms", ledger
-    )
-
-
-async def submissions(simulator: TelnyxSimulatorServer, token: str) -> int:
-    async with httpx.AsyncClient() as http:
-        stats = (await http.get(f"{simulator.url}/_sim/stats")).json()
-    return int(stats["by_token"].get(token, 0))
-
-
 async def test_a_telnyx_send_is_submitted_with_its_callback_on_the_telnyx_route(
     acts, simulator, committed, cipher
 ):
     ledger, sms = acts
-    token = await prepared(ledger, committed, cipher, "+447400612001")
+    token = await prepared(committed, cipher, "+447400612001", ledger=ledger)
     outcome = await sms.submit_sms(SubmitInput(token))
     assert outcome.state == "submitted" and outcome.remote_id
     (held,) = [m for m in simulator.sim.messages.values() if m.token == token]
@@ -72,7 +58,7 @@ async def test_an_ambiguous_telnyx_send_ends_unknown_and_is_never_sent_again(
     acts, simulator, committed, cipher
 ):
     ledger, sms = acts
-    token = await prepared(ledger, committed, cipher, "+447400000001")  # accept, then hang
+    token = await prepared(committed, cipher, "+447400000001", ledger=ledger)  # accept, then hang
     with pytest.raises(ApplicationError) as first:
         await sms.submit_sms(SubmitInput(token))
     assert first.value.type == "AmbiguousSubmission"
@@ -96,7 +82,7 @@ async def test_a_telnyx_stop_refusal_fails_the_attempt_and_suppresses_for_every_
     # A fresh number each run (the ledger keeps suppressions across runs).
     phone = f"+4474006{uuid.uuid4().int % 100_000:05d}"
     simulator.sim.script(phone, Fault.parse("api_error:40300"))
-    token = await prepared(ledger, committed, cipher, phone)
+    token = await prepared(committed, cipher, phone, ledger=ledger)
     with pytest.raises(ApplicationError) as caught:
         await sms.submit_sms(SubmitInput(token))
     assert caught.value.type == "PermanentProviderError" and caught.value.non_retryable

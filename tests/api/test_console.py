@@ -648,6 +648,52 @@ async def test_the_overview_opens_with_what_needs_a_person(http, committed, ciph
     assert "member(s) now, not 0" in shown.text
 
 
+async def test_the_awaiting_filter_lists_who_waits_for_an_operator_until_when(
+    http, committed, cipher
+):
+    settling, resending, working = (submitted_attempt(committed, cipher) for _ in range(3))
+    until = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=3)
+    with committed.begin() as session:
+        for sent, awaiting in ((settling, "settlement"), (resending, "resend")):
+            session.execute(
+                update(Intent)
+                .where(Intent.id == sent.intent_id)
+                .values(awaiting=awaiting, awaiting_until=until)
+            )
+    await sign_in(http, *principal(committed, Role.VIEWER))
+    overview = (await http.get("/console")).text
+    # The Needs attention counts lead to the list of the intents they count.
+    assert 'href="/console/intents?awaiting=resend"' in overview
+    assert 'href="/console/intents?awaiting=settlement"' in overview
+    assert 'href="/console/intents?awaiting=any"' in overview
+
+    def listed(page: str) -> set[str]:
+        return set(re.findall(r'href="/console/intents/([0-9a-f-]{36})"', page))
+
+    pages = {
+        a: (await http.get("/console/intents", params={"awaiting": a})).text
+        for a in ("settlement", "resend", "any")
+    }
+    assert settling.intent_id in listed(pages["settlement"])
+    assert resending.intent_id not in listed(pages["settlement"])
+    assert resending.intent_id in listed(pages["resend"])
+    assert settling.intent_id not in listed(pages["resend"])
+    assert {settling.intent_id, resending.intent_id} <= listed(pages["any"])
+    assert working.intent_id not in set().union(*(listed(p) for p in pages.values()))
+    # The list says until when each window stays open, and keeps the filter in its
+    # choice box, its CSV link and its pages.
+    row = pages["resend"][pages["resend"].index(f"/console/intents/{resending.intent_id}") :]
+    row = row[: row.index("</tr>")]
+    assert "an approve-resend until" in row and f'datetime="{until.isoformat()}"' in row
+    assert '<option value="resend" selected>' in pages["resend"]
+    assert "/console/intents.csv?awaiting=resend" in pages["resend"]
+    unfiltered = (await http.get("/console/intents")).text
+    assert "Waits for an operator until" not in unfiltered
+    assert "Waits for an operator until" in pages["any"]
+    wrong = await http.get("/console/intents", params={"awaiting": "approval"})
+    assert wrong.status_code == 400 and "waits for: one of any, settlement, resend" in wrong.text
+
+
 async def test_the_sweep_runs_on_demand_and_closes_what_a_later_observation_settled(
     http, committed, cipher
 ):

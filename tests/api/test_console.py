@@ -694,6 +694,65 @@ async def test_the_awaiting_filter_lists_who_waits_for_an_operator_until_when(
     assert wrong.status_code == 400 and "waits for: one of any, settlement, resend" in wrong.text
 
 
+async def test_an_operator_opens_a_review_item_from_the_intent_page_and_not_twice(
+    http, committed, cipher
+):
+    sent = submitted_attempt(committed, cipher)
+    name, token = principal(committed, Role.OPERATOR)
+    csrf = await sign_in(http, name, token)
+    page = (await http.get(f"/console/intents/{sent.intent_id}")).text
+    assert (
+        f'action="/console/intents/{sent.intent_id}/review"' in page and 'id="review-sms"' in page
+    )
+    path = f"/console/intents/{sent.intent_id}/review"
+    form = {"channel": "sms", "reason": "the recipient says nothing came"}
+    assert (await http.post(path, data=form)).status_code == 403  # no CSRF token
+    done = await http.post(path, data={**form, "csrf": csrf})
+    assert done.status_code == 303 and done.headers["location"].endswith("?done=open-review")
+    page = (await http.get(done.headers["location"])).text
+    with committed() as session:
+        [item] = session.execute(
+            select(ReviewItem).where(ReviewItem.subject == f"attempt:{sent.attempt_id}")
+        ).scalars()
+    assert item.kind == reconcile.SUBMITTED_PAST_CHECK and item.resolved_at is None
+    assert f"Opened review item #{item.id} (submitted_past_check)" in page
+    assert f"submitted_past_check opened by {name}" in page
+    # Open now: the page says so and offers no second one; the server refuses one anyway.
+    assert 'id="review-sms"' not in page and 'id="review-open-sms"' in page
+    again = await http.post(path, data={**form, "csrf": csrf})
+    assert again.status_code == 409 and "text/html" in again.headers["content-type"]
+    assert "<h1>Refused</h1>" in again.text and "Traceback" not in again.text
+    assert f"review item #{item.id} (submitted_past_check) is already open" in again.text
+    with committed() as session:
+        actions = [(a.action, a.outcome, a.operator) for a in _actions(session, sent.intent_id)]
+        assert session.execute(
+            select(ReviewItem.id).where(ReviewItem.subject == f"attempt:{sent.attempt_id}")
+        ).scalars().all() == [item.id]
+    assert actions == [("open-review", "accepted", name), ("open-review", "refused", name)]
+    recon = (await http.get("/console/reconciliation")).text
+    assert f"/console/review-items/{item.id}/resolve" in recon  # in its set at once
+
+
+async def test_a_viewer_cannot_open_a_review_item(http, committed, cipher):
+    sent = submitted_attempt(committed, cipher)
+    csrf = await sign_in(http, *principal(committed, Role.VIEWER, "vic"))
+    page = (await http.get(f"/console/intents/{sent.intent_id}")).text
+    assert "/review" not in page and "Open a review item" not in page
+    refused = await http.post(
+        f"/console/intents/{sent.intent_id}/review",
+        data={"channel": "sms", "reason": "viewer tries", "csrf": csrf},
+    )
+    assert refused.status_code == 403 and "operator role" in refused.text
+    with committed() as session:
+        assert _actions(session, sent.intent_id) == []
+        assert (
+            session.execute(
+                select(ReviewItem).where(ReviewItem.subject == f"attempt:{sent.attempt_id}")
+            ).first()
+            is None
+        )
+
+
 async def test_the_sweep_runs_on_demand_and_closes_what_a_later_observation_settled(
     http, committed, cipher
 ):

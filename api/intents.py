@@ -22,6 +22,7 @@ from api import idempotency
 from api.auth import GUARDED, CreatingIntents, GuardedRoute, Operating, ReadingIntents
 from api.deps import Ingress, IngressDep
 from api.schemas import (
+    AwaitingFilter,
     CancelOutcome,
     Channel,
     Instant,
@@ -98,6 +99,7 @@ def list_intents(
     event_type: str | None = None,
     since: datetime | None = None,
     created_by: str | None = None,
+    awaiting: str | None = None,
     limit: int = 50,
     scan_limit: int = LIST_SCAN_LIMIT,
 ) -> IntentPage:
@@ -109,6 +111,7 @@ def list_intents(
         event_type=event_type,
         since=since,
         created_by=created_by,
+        awaiting=awaiting,
         limit=limit,
         scan_limit=scan_limit,
     )
@@ -273,6 +276,13 @@ async def list_route(
         Instant | None,
         Query(description="Created at or after: RFC 3339 with its offset."),
     ] = None,
+    awaiting: Annotated[
+        AwaitingFilter | None,
+        Query(
+            description="Those whose workflow waits for an operator: for a settlement, an "
+            "approve-resend, or `any` (each item's `awaiting_until` says until when)."
+        ),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> IntentPage:
     def work(session: Session) -> IntentPage:
@@ -285,6 +295,7 @@ async def list_route(
             since=since,
             # An app lists only the intents it recorded.
             created_by=by.name if by.reads_only_own_intents else None,
+            awaiting=awaiting,
             limit=limit,
         )
 

@@ -20,6 +20,7 @@ from domain.destinations import COUNTRIES
 from domain.intents import IntentState
 from domain.principals import NAME_PATTERN, Role
 from domain.requests import Category, NotificationRequest, PlanMode
+from domain.settlement import AWAITING_FILTERS
 
 
 def _storable(value: str) -> str:
@@ -39,11 +40,14 @@ Text = Annotated[str, Field(pattern=NO_NUL), AfterValidator(_storable)]
 if TYPE_CHECKING:
     Channel = str
     EvidenceChannel = str
+    AwaitingFilter = str
 else:
     # The registry's names as the schema's enum (Literal[("a", "b")] is Literal["a", "b"]).
     Channel = Literal[CHANNEL_NAMES]
     EvidenceChannel = Literal[NAMES_AND_ALL]
     """`*` is every channel."""
+    AwaitingFilter = Literal[AWAITING_FILTERS]
+    """What an intent's workflow waits for from an operator; `any`: anything."""
 E164 = r"^\+[1-9][0-9]{6,14}$"
 """A phone number as the API takes it: E.164, `+` and digits only (the CLI and `starter`
 also take the spaced forms people type)."""
@@ -379,6 +383,10 @@ class IntentSummary(BaseModel):
     cancelled_at: datetime | None
     created_by: str | None = None
     """The principal that recorded it through the API (null: in-process, or older)."""
+    awaiting: Literal["settlement", "resend"] | None = None
+    """What the intent's workflow waits for from an operator (null: nothing)."""
+    awaiting_until: datetime | None = None
+    """When that window closes."""
 
 
 class IntentPage(BaseModel):
@@ -407,6 +415,8 @@ class IntentPage(BaseModel):
                     send_at=intent.send_at,
                     cancelled_at=intent.cancelled_at,
                     created_by=intent.created_by,
+                    awaiting=intent.awaiting,
+                    awaiting_until=intent.awaiting_until if intent.awaiting else None,
                 )
                 for intent, derived in page.items
             ],

@@ -282,6 +282,7 @@ async def cmd_list(args: argparse.Namespace, cfg: settings_module.Settings) -> i
             region=args.region,
             event_type=args.event_type,
             since=since,
+            awaiting=args.awaiting,
             limit=args.limit,
             scan_limit=LIST_SCAN_CAP,
         )
@@ -752,6 +753,14 @@ def register(add: Callable[..., argparse.ArgumentParser]) -> dict[str, Command]:
         metavar="TIME",
         help="created at or after this ISO 8601 time, which must carry its zone "
         "(e.g. 2026-12-01T09:00:00+01:00 or ...Z); a time without one is refused, not guessed",
+    )
+    from domain.settlement import AWAITING_FILTERS
+
+    lst.add_argument(
+        "--awaiting",
+        choices=AWAITING_FILTERS,
+        help="only intents whose workflow waits for an operator: for a settlement, an "
+        "approve-resend, or anything (`any`); the JSON says until when (`awaiting_until`)",
     )
     lst.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
 

@@ -50,6 +50,21 @@ class Evidence(StrEnum):
     """The recipient's own word; the reference says how and when it was given."""
 
 
+class Awaiting(StrEnum):
+    """What an intent's workflow waits for from an operator (the ledger's `intent.awaiting`)."""
+
+    SETTLEMENT = "settlement"
+    """A settlement of its unknown attempt, until the policy's settlement window closes."""
+    RESEND = "resend"
+    """An approve-resend, after a settlement or failure that allows one."""
+
+
+AWAITING_ANY = "any"
+"""The lists' filter value for an intent that waits for an operator, whatever for."""
+AWAITING_FILTERS = (AWAITING_ANY, *(a.value for a in Awaiting))
+"""The values the intents lists' `awaiting` filter takes."""
+
+
 LOOKUP_FRESH_FOR = timedelta(minutes=30)
 """How long a provider lookup stands as evidence for a settlement."""
 

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from domain.intents import derive_intent_state
 from domain.policy import Outcome
+from domain.settlement import AWAITING_ANY, Awaiting
 from domain.states import AttemptState
 from ledger.models import Attempt, Intent, PolicyDecision
 
@@ -84,6 +85,19 @@ def to_recipient(lookup_hmac: str) -> ColumnElement[bool]:
     )
 
 
+def waiting_for(awaiting: str) -> ColumnElement[bool]:
+    """Intents whose workflow waits for an operator.
+
+    For `awaiting` (a member of `domain.settlement.Awaiting`), or for anything (`any`);
+    any other value raises ValueError. The console's list and GET /v1/intents both filter
+    with this; the ledger knows it without asking Temporal (the workflow records it,
+    `ledger.settlements.record_waiting`).
+    """
+    if awaiting == AWAITING_ANY:
+        return Intent.awaiting.is_not(None)
+    return Intent.awaiting == Awaiting(awaiting).value
+
+
 @dataclass(frozen=True)
 class ListedPage:
     """One page of a filtered intent list."""
@@ -105,13 +119,15 @@ def list_intents(
     since: datetime | None = None,
     created_by: str | None = None,
     recipient_hmac: str | None = None,
+    awaiting: str | None = None,
     limit: int = 50,
     scan_limit: int = SCAN_LIMIT,
 ) -> ListedPage:
     """Newest first. SQL filters first; the derived state is filtered after, in batches.
 
     `created_by` keeps one principal's intents (an app's own); `recipient_hmac` those to
-    one destination (the lookup HMAC of its phone number or address).
+    one destination (the lookup HMAC of its phone number or address); `awaiting` those
+    whose workflow waits for an operator (`waiting_for`).
     """
     query = select(Intent).order_by(Intent.created_at.desc(), Intent.id.desc())
     if created_by is not None:
@@ -126,6 +142,8 @@ def list_intents(
         query = query.where(Intent.event_type == event_type)
     if since:
         query = query.where(Intent.created_at >= since)
+    if awaiting:
+        query = query.where(waiting_for(awaiting))
     now = datetime.now(UTC)
     batch = limit if state is None else max(limit, 200)
     items: list[tuple[Intent, str]] = []

@@ -35,8 +35,8 @@ SETTLE = "settle"
 SETTLEMENT_EXPIRED = "settlement-expired"
 """The operator action the workflow records when a window closes with nothing decided."""
 
-AWAITING_SETTLEMENT = "settlement"
-AWAITING_RESEND = "resend"
+AWAITING_SETTLEMENT = settlement.Awaiting.SETTLEMENT.value
+AWAITING_RESEND = settlement.Awaiting.RESEND.value
 
 CLOSING_KINDS = (
     reconcile.UNKNOWN_OUTCOME,

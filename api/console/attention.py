@@ -15,7 +15,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from domain.states import AttemptState
-from ledger import reconcile, settlements
+from ledger import reconcile, review_items, settlements
 from ledger.models import Attempt, Intent, ReviewItem
 
 WAITING_SHOWN = 10
@@ -101,6 +101,8 @@ class Actions:
     rules: list[dict[str, Any]] = field(default_factory=list)
     """The active policy's settlement rules offered for the unknown attempts' providers."""
     lookup: bool = False
+    review: list[review_items.Option] = field(default_factory=list)
+    """Per channel, its latest attempt and whether a review item can be opened for it."""
     none_because: str = ""
     """When no action applies: why, in a sentence."""
 
@@ -138,6 +140,7 @@ def applicable_actions(session: Session, doc: dict[str, Any]) -> Actions:
         has_lookup = all(settlements.provider_has_lookup(c) for c in actions.settle_channels)
         actions.lookup = any(settlements.provider_has_lookup(c) for c in actions.settle_channels)
         actions.rules = [r.as_dict() for r in policy.offered(provider_has_lookup=has_lookup)]
+    actions.review = [o for o in review_items.options(session, intent["id"]) if o.kind is not None]
     if not (actions.resend_channels or actions.settle_channels):
         if intent["state"] in OPEN_STATES:
             actions.none_because = (

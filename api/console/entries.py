@@ -250,6 +250,14 @@ def _operator(a: dict[str, Any]) -> Entry:
                 f"{who} settled the unknown outcome as {outcome} under the rule {rule}"
                 f"{reason}.{resend}"
             )
+    elif action == "open-review":
+        what = f"the {channel_word(detail_of.get('channel'))} attempt"
+        kind = detail_of.get("kind", "review")
+        if refused:
+            sentence = f"{who} asked to open a review item for {what}{reason}.{why}"
+        else:
+            again = "reopened" if detail_of.get("reopened") == "true" else "opened"
+            sentence = f"{who} {again} a review item ({kind}) for {what}{reason}."
     elif action == "settlement-expired":
         sentence = (
             "The settlement window closed with no decision: the attempt stays unknown and "

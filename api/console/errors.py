@@ -71,6 +71,12 @@ def explain(status: int, detail: str) -> Explained:
             "This address takes a form, not a visit (or a visit, not a form).",
             "Start again from the overview.",
         )
+    if status == 409:
+        return Explained(
+            "Refused",
+            f"{detail[:1].upper()}{detail[1:].rstrip('.')}.",
+            "Go back and reload the page: it shows things as they are now.",
+        )
     if status == 422:
         return Explained(
             "Something in the form is missing",

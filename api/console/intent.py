@@ -18,11 +18,11 @@ from api.console.sessions import SignedIn
 from api.deps import Ingress, IngressDep
 from domain import channels
 from ledger import repository as repo
-from ledger import timeline
+from ledger import review_items, timeline
 from ledger.models import ReviewItem, intent_destination
 
 log = logging.getLogger("herald.console")
-ACTIONS = ("cancel", "approve-resend", "settle", "lookup")
+ACTIONS = ("cancel", "approve-resend", "settle", "lookup", review_items.OPEN_REVIEW)
 """Actions whose latest record the page shows as a notice after the redirect (`done=`)."""
 router = APIRouter(prefix="/console", include_in_schema=False)
 
@@ -92,6 +92,7 @@ async def render_intent(
         notice=notice,
         review=review,
         actions=actions,
+        set_titles=reads.SET_TITLES,
         refresh=revealed is None and intent["state"] in open_states,
         temporal_url=_workflow_url(ingress, intent["workflow_id"]),
     )
@@ -179,6 +180,42 @@ async def lookup(
     except repo.NotFound as err:
         raise HTTPException(404, "no such intent") from err
     return RedirectResponse(f"/console/intents/{quote(intent_id)}?done=lookup", 303)
+
+
+@router.post("/intents/{intent_id}/review")
+async def open_review(
+    intent_id: str,
+    who: Who,
+    reason: Reason,
+    channel: Annotated[str, Form(pattern="^(sms|email)$")],
+    ingress: IngressDep,
+    csrf: Annotated[str | None, Form()] = None,
+) -> Response:
+    """Open a review item for the channel's latest attempt now, rather than wait for the
+    sweep (`ledger.review_items`): recorded under the signed-in principal; refused (409,
+    the page says why) when one is already open for it or its outcome is final."""
+    checked(who, csrf, act=True)
+    now = sessions.now()
+
+    def work(session: Session) -> review_items.Opened:
+        return review_items.open_review_item(
+            session, intent_id=intent_id, channel=channel, reason=reason, by=who.principal, at=now
+        )
+
+    try:
+        opened = await ingress.tx(work)
+    except repo.NotFound as err:
+        raise HTTPException(404, "no such intent") from err
+    if opened.refused:
+        raise HTTPException(
+            409,
+            f"no review item was opened: {opened.refused} (the refused request is in the "
+            "intent's timeline; nothing else changed)",
+        )
+    log.info("console review item %s opened by %s", opened.item_id, who.principal.name)
+    return RedirectResponse(
+        f"/console/intents/{quote(intent_id)}?done={review_items.OPEN_REVIEW}", 303
+    )
 
 
 @router.post("/intents/{intent_id}/reveal", response_class=HTMLResponse)

@@ -35,6 +35,7 @@ def parse_filter(
     attempt_state: str | None,
     attempt_from: str | None,
     both_channels: str | None,
+    awaiting: str | None = None,
 ) -> reads.IntentFilter:
     def moment(name: str, value: str | None) -> datetime | None:
         if not value:
@@ -56,6 +57,8 @@ def parse_filter(
         raise HTTPException(400, "both channels: 1 (or leave it out)")
     if attempt_state and attempt_state not in reads.ATTEMPT_STATES:
         raise HTTPException(400, f"attempt state: one of {', '.join(reads.ATTEMPT_STATES)}")
+    if awaiting and awaiting not in reads.AWAITING:
+        raise HTTPException(400, f"waits for: one of {', '.join(reads.AWAITING)}")
     return reads.IntentFilter(
         state=state or None,
         channel=channel or None,
@@ -68,6 +71,7 @@ def parse_filter(
         attempt_state=attempt_state or None,
         attempt_from=moment("attempt from", attempt_from),
         both_channels=both_channels == "1",
+        awaiting=awaiting or None,
     )
 
 
@@ -86,6 +90,7 @@ def intent_filter(
     attempt_state: Filter = None,
     attempt_from: Filter = None,
     both_channels: Filter = None,
+    awaiting: Filter = None,
 ) -> reads.IntentFilter:
     return parse_filter(
         state,
@@ -99,6 +104,7 @@ def intent_filter(
         attempt_state,
         attempt_from,
         both_channels,
+        awaiting,
     )
 
 
@@ -166,6 +172,7 @@ async def intents(
         presets=presets,
         csv_url="/console/intents.csv?" + urlencode(flt.query_params()),
         state_url=lambda s: "/console/intents?" + urlencode({**flt.query_params(), "state": s}),
+        show_waits=flt.awaiting is not None,
     )
 
 

@@ -44,10 +44,11 @@ from domain.destinations import masked
 from domain.intents import IntentState, derive_intent_state
 from domain.policy import Outcome
 from domain.provider_errors import meaning
+from domain.settlement import AWAITING_FILTERS
 from domain.states import AttemptState
 from ledger import email_health, reconcile
 from ledger.email_health import EmailRates
-from ledger.listing import state_of, to_recipient
+from ledger.listing import state_of, to_recipient, waiting_for
 from ledger.models import (
     Attempt,
     Consent,
@@ -66,6 +67,7 @@ SCAN_PER_PAGE = 2000
 that did not fill links on from where the scan stopped, so paging has no cap."""
 STATES = [s.value for s in IntentState]
 ATTEMPT_STATES = [s.value for s in AttemptState]
+AWAITING = list(AWAITING_FILTERS)
 
 
 def when(value: datetime | str | None, *, with_date: bool = True) -> str:
@@ -99,6 +101,9 @@ class IntentFilter:
     both_channels: bool = False
     """Intents with an SMS and an email attempt (with `attempt_from`, both prepared from
     then): those the overview's fallback rate counts as falling back."""
+    awaiting: str | None = None
+    """Intents whose workflow waits for an operator: `settlement`, `resend` or `any`
+    (`ledger.listing.waiting_for`); the overview's Needs attention counts lead here."""
     recipient_hmac: str | None = None
     """From the POST search only: never in a URL."""
     intent_ids: tuple[str, ...] | None = None
@@ -118,6 +123,7 @@ class IntentFilter:
             "attempt_state": self.attempt_state,
             "attempt_from": self.attempt_from.isoformat() if self.attempt_from else None,
             "both_channels": "1" if self.both_channels else None,
+            "awaiting": self.awaiting,
         }
         return {k: v for k, v in out.items() if v}
 
@@ -145,6 +151,8 @@ class IntentFilter:
             query = query.where(self._attempted())
         if self.both_channels:
             query = query.where(*(self._attempted(c) for c in channels.NAMES))
+        if self.awaiting:
+            query = query.where(waiting_for(self.awaiting))
         if self.state:
             query = query.where(could_be(self.state))
         if self.intent_ids is not None:
@@ -224,6 +232,8 @@ LISTED_COLUMNS = (
     Intent.send_at,
     Intent.cancelled_at,
     Intent.expires_at,
+    Intent.awaiting,
+    Intent.awaiting_until,
 )
 
 

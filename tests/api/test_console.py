@@ -648,6 +648,111 @@ async def test_the_overview_opens_with_what_needs_a_person(http, committed, ciph
     assert "member(s) now, not 0" in shown.text
 
 
+async def test_the_awaiting_filter_lists_who_waits_for_an_operator_until_when(
+    http, committed, cipher
+):
+    settling, resending, working = (submitted_attempt(committed, cipher) for _ in range(3))
+    until = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=3)
+    with committed.begin() as session:
+        for sent, awaiting in ((settling, "settlement"), (resending, "resend")):
+            session.execute(
+                update(Intent)
+                .where(Intent.id == sent.intent_id)
+                .values(awaiting=awaiting, awaiting_until=until)
+            )
+    await sign_in(http, *principal(committed, Role.VIEWER))
+    overview = (await http.get("/console")).text
+    # The Needs attention counts lead to the list of the intents they count.
+    assert 'href="/console/intents?awaiting=resend"' in overview
+    assert 'href="/console/intents?awaiting=settlement"' in overview
+    assert 'href="/console/intents?awaiting=any"' in overview
+
+    def listed(page: str) -> set[str]:
+        return set(re.findall(r'href="/console/intents/([0-9a-f-]{36})"', page))
+
+    pages = {
+        a: (await http.get("/console/intents", params={"awaiting": a})).text
+        for a in ("settlement", "resend", "any")
+    }
+    assert settling.intent_id in listed(pages["settlement"])
+    assert resending.intent_id not in listed(pages["settlement"])
+    assert resending.intent_id in listed(pages["resend"])
+    assert settling.intent_id not in listed(pages["resend"])
+    assert {settling.intent_id, resending.intent_id} <= listed(pages["any"])
+    assert working.intent_id not in set().union(*(listed(p) for p in pages.values()))
+    # The list says until when each window stays open, and keeps the filter in its
+    # choice box, its CSV link and its pages.
+    row = pages["resend"][pages["resend"].index(f"/console/intents/{resending.intent_id}") :]
+    row = row[: row.index("</tr>")]
+    assert "an approve-resend until" in row and f'datetime="{until.isoformat()}"' in row
+    assert '<option value="resend" selected>' in pages["resend"]
+    assert "/console/intents.csv?awaiting=resend" in pages["resend"]
+    unfiltered = (await http.get("/console/intents")).text
+    assert "Waits for an operator until" not in unfiltered
+    assert "Waits for an operator until" in pages["any"]
+    wrong = await http.get("/console/intents", params={"awaiting": "approval"})
+    assert wrong.status_code == 400 and "waits for: one of any, settlement, resend" in wrong.text
+
+
+async def test_an_operator_opens_a_review_item_from_the_intent_page_and_not_twice(
+    http, committed, cipher
+):
+    sent = submitted_attempt(committed, cipher)
+    name, token = principal(committed, Role.OPERATOR)
+    csrf = await sign_in(http, name, token)
+    page = (await http.get(f"/console/intents/{sent.intent_id}")).text
+    assert (
+        f'action="/console/intents/{sent.intent_id}/review"' in page and 'id="review-sms"' in page
+    )
+    path = f"/console/intents/{sent.intent_id}/review"
+    form = {"channel": "sms", "reason": "the recipient says nothing came"}
+    assert (await http.post(path, data=form)).status_code == 403  # no CSRF token
+    done = await http.post(path, data={**form, "csrf": csrf})
+    assert done.status_code == 303 and done.headers["location"].endswith("?done=open-review")
+    page = (await http.get(done.headers["location"])).text
+    with committed() as session:
+        [item] = session.execute(
+            select(ReviewItem).where(ReviewItem.subject == f"attempt:{sent.attempt_id}")
+        ).scalars()
+    assert item.kind == reconcile.SUBMITTED_PAST_CHECK and item.resolved_at is None
+    assert f"Opened review item #{item.id} (submitted_past_check)" in page
+    assert f"submitted_past_check opened by {name}" in page
+    # Open now: the page says so and offers no second one; the server refuses one anyway.
+    assert 'id="review-sms"' not in page and 'id="review-open-sms"' in page
+    again = await http.post(path, data={**form, "csrf": csrf})
+    assert again.status_code == 409 and "text/html" in again.headers["content-type"]
+    assert "<h1>Refused</h1>" in again.text and "Traceback" not in again.text
+    assert f"review item #{item.id} (submitted_past_check) is already open" in again.text
+    with committed() as session:
+        actions = [(a.action, a.outcome, a.operator) for a in _actions(session, sent.intent_id)]
+        assert session.execute(
+            select(ReviewItem.id).where(ReviewItem.subject == f"attempt:{sent.attempt_id}")
+        ).scalars().all() == [item.id]
+    assert actions == [("open-review", "accepted", name), ("open-review", "refused", name)]
+    recon = (await http.get("/console/reconciliation")).text
+    assert f"/console/review-items/{item.id}/resolve" in recon  # in its set at once
+
+
+async def test_a_viewer_cannot_open_a_review_item(http, committed, cipher):
+    sent = submitted_attempt(committed, cipher)
+    csrf = await sign_in(http, *principal(committed, Role.VIEWER, "vic"))
+    page = (await http.get(f"/console/intents/{sent.intent_id}")).text
+    assert "/review" not in page and "Open a review item" not in page
+    refused = await http.post(
+        f"/console/intents/{sent.intent_id}/review",
+        data={"channel": "sms", "reason": "viewer tries", "csrf": csrf},
+    )
+    assert refused.status_code == 403 and "operator role" in refused.text
+    with committed() as session:
+        assert _actions(session, sent.intent_id) == []
+        assert (
+            session.execute(
+                select(ReviewItem).where(ReviewItem.subject == f"attempt:{sent.attempt_id}")
+            ).first()
+            is None
+        )
+
+
 async def test_the_sweep_runs_on_demand_and_closes_what_a_later_observation_settled(
     http, committed, cipher
 ):

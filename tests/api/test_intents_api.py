@@ -7,7 +7,7 @@ import secrets
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from ledger import timeline
 from ledger.models import IdempotencyRecord, Intent
@@ -263,6 +263,41 @@ async def test_list_filters_by_derived_state_and_plan(http, committed, cipher):
     with committed() as session:
         for item in everything["items"]:
             assert item["state"] == timeline.derived_state(session, item["id"])
+
+
+async def test_list_filters_the_intents_waiting_for_an_operator_and_says_until_when(
+    http, committed, cipher
+):
+    settling, resending, working = (submitted_attempt(committed, cipher) for _ in range(3))
+    until = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=2)
+    with committed.begin() as session:
+        for sent, awaiting in ((settling, "settlement"), (resending, "resend")):
+            session.execute(
+                update(Intent)
+                .where(Intent.id == sent.intent_id)
+                .values(awaiting=awaiting, awaiting_until=until)
+            )
+
+    async def listed(awaiting: str) -> dict[str, dict]:
+        answer = await http.get(
+            "/v1/intents", params={"awaiting": awaiting, "limit": 500}, headers=BEARER
+        )
+        assert answer.status_code == 200, answer.text
+        return {i["id"]: i for i in answer.json()["items"]}
+
+    settlement, resend, anything = [await listed(a) for a in ("settlement", "resend", "any")]
+    assert settling.intent_id in settlement and resending.intent_id not in settlement
+    assert resending.intent_id in resend and settling.intent_id not in resend
+    assert {settling.intent_id, resending.intent_id} <= anything.keys()
+    assert working.intent_id not in {*settlement, *resend, *anything}
+    item = resend[resending.intent_id]
+    assert item["awaiting"] == "resend"
+    assert datetime.fromisoformat(item["awaiting_until"]) == until
+    assert all(i["awaiting"] == "settlement" for i in settlement.values())
+    # An unknown value is refused in the shape of every validation error, naming the field.
+    wrong = await http.get("/v1/intents", params={"awaiting": "approval"}, headers=BEARER)
+    assert wrong.status_code == 422
+    assert wrong.json()["detail"][0]["loc"] == ["query", "awaiting"]
 
 
 async def test_read_returns_the_timeline_and_unknown_is_404(http, committed, cipher):

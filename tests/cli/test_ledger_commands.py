@@ -154,6 +154,23 @@ def test_list_filters_by_derived_state_channel_and_limit(herald, cli_ledger, cip
     assert bad.returncode == 2 and "unknown state 'happy'" in bad.stderr
 
 
+def test_list_filters_the_intents_waiting_for_an_operator(herald, cli_ledger, cipher):
+    waiting, working = _record(cli_ledger, cipher, n=2)
+    until = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=1)
+    with cli_ledger.sessions.begin() as session:
+        intent = session.execute(select(Intent).where(Intent.business_key == waiting)).scalar_one()
+        intent.awaiting, intent.awaiting_until = "resend", until
+    found = {
+        i["business_key"]: i
+        for i in herald("list", "--awaiting", "resend", "--limit", "500", "--json").json()["items"]
+    }
+    assert waiting in found and working not in found
+    assert datetime.fromisoformat(found[waiting]["awaiting_until"]) == until
+    assert waiting not in herald("list", "--awaiting", "settlement", "--json").stdout
+    bad = herald("list", "--awaiting", "approval")
+    assert bad.returncode == 2 and "--awaiting" in bad.stderr
+
+
 def test_policy_list_show_and_activate(herald):
     versions = {p["version"]: p for p in herald("policy", "list", "--json").json()}
     assert set(versions) == {"2026-12-07.1", "demo-2026-12-07.1"}

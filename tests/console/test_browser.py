@@ -69,22 +69,6 @@ async def test_an_operator_and_a_viewer_work_the_console_in_a_browser(stack, con
         stack.client.temporal.get_workflow_handle(opening.workflow_id).result(), 60
     )
     assert result["outcome"] == "delivered", result
-    with stack.client.sessions.begin() as session:
-        now = datetime.now(UTC)
-        reconcile.record_review_items(
-            session,
-            [
-                reconcile.ReviewRow(
-                    kind=reconcile.UNKNOWN_OUTCOME,
-                    subject=f"intent:{opening.intent_id}:browser",
-                    since=now,
-                    age=timedelta(0),
-                    intent_id=opening.intent_id,
-                    business_key=opening.business_key,
-                )
-            ],
-            now,
-        )
 
     async with async_playwright() as pw:
         browser = await pw.chromium.launch(executable_path=str(CHROMIUM))
@@ -94,7 +78,6 @@ async def test_an_operator_and_a_viewer_work_the_console_in_a_browser(stack, con
             )
             page = await context.new_page()
             await sign_in(page, console.base, console.operator)
-            await shot(page, "overview")
 
             # Find the class-opening intent by the member's phone number (a POST form).
             await page.get_by_label("Find", exact=True).fill(phone)
@@ -121,7 +104,7 @@ async def test_an_operator_and_a_viewer_work_the_console_in_a_browser(stack, con
             await expect(page.locator("#no-actions")).to_contain_text(
                 "its workflow no longer waits for an operator"
             )
-            await shot(page, "intent")
+            await shot(page, "intent-cancelled")
 
             # Cancel another intent (scheduled for later: its workflow is waiting). A second
             # tab left open on it refreshes itself (console.js) and shows the cancel.
@@ -139,7 +122,24 @@ async def test_an_operator_and_a_viewer_work_the_console_in_a_browser(stack, con
             )
             assert watching.url.endswith(later.intent_id)  # refreshed in place, not reloaded
 
-            # Resolve the review item; it leaves the open list.
+            # Resolve a review item; it leaves the open list. (Filed here, after the delivered
+            # intent's screenshot, which would otherwise show an open item on it.)
+            with stack.client.sessions.begin() as session:
+                now = datetime.now(UTC)
+                reconcile.record_review_items(
+                    session,
+                    [
+                        reconcile.ReviewRow(
+                            kind=reconcile.UNKNOWN_OUTCOME,
+                            subject=f"intent:{opening.intent_id}:browser",
+                            since=now,
+                            age=timedelta(0),
+                            intent_id=opening.intent_id,
+                            business_key=opening.business_key,
+                        )
+                    ],
+                    now,
+                )
             await page.get_by_role("link", name="Reconciliation").click()
             await shot(page, "reconciliation")
             item = page.locator("article.item", has_text=opening.business_key)
@@ -242,7 +242,33 @@ async def test_an_operator_settles_an_unknown_attempt_from_the_reconciliation_pa
             page = await browser.new_page(viewport={"width": 1280, "height": 900})
             await sign_in(page, console.base, console.operator)
             await expect(page.locator("#attention-h")).to_have_text("Needs attention")
-            await page.get_by_role("link", name="Reconciliation").click()
+            await expect(page.locator("#waiting-settlement")).to_contain_text(
+                "waiting for a settlement of an unknown attempt"
+            )
+            await shot(page, "overview")
+
+            # The waiting count leads to the intents that wait, each with its window's close.
+            await page.locator("#waiting-settlement").click()
+            await page.get_by_role("heading", name="Intents", exact=True).wait_for()
+            assert page.url.endswith("/console/intents?awaiting=settlement")
+            row = page.locator("tr", has_text=ref.business_key)
+            await expect(row.locator("td.waits")).to_contain_text("a settlement until")
+            await shot(page, "intents-awaiting")
+
+            # Its page says until when it waits, offers the settle form, and says that the
+            # horizon verdict's review item is already open (no second one is offered).
+            await row.get_by_role("link", name=ref.business_key).click()
+            await page.get_by_role("heading", name=f"Intent {ref.business_key}").wait_for()
+            await expect(page.locator("#awaiting")).to_contain_text(
+                "a settlement of the unknown attempt until"
+            )
+            await expect(page.locator("#settle-sms")).to_be_visible()
+            await expect(page.locator("#review-open-sms")).to_contain_text(
+                "(unknown_outcome) is open"
+            )
+            await shot(page, "intent")
+
+            await page.get_by_role("link", name="Reconciliation", exact=True).click()
             item = page.locator("article.item", has_text=ref.business_key)
             await item.get_by_label("Settle under").select_option("carrier-ticket-not-delivered")
             await item.get_by_label("Reference").fill("CARRIER-4711")

@@ -144,6 +144,7 @@ async def test_every_page_fits_a_phone_and_a_laptop_and_passes_axe(stack, consol
                     "/console",
                     "/console/intents",
                     f"/console/intents?key_prefix={intent.business_key}",
+                    "/console/intents?awaiting=any",
                     f"/console/intents/{intent.intent_id}",
                     "/console/reconciliation",
                     "/console/policy",

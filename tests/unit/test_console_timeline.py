@@ -295,3 +295,41 @@ def test_a_settlement_and_an_expired_window_are_told_in_words():
         "2026-12-07 12:00:00 UTC operator: The settlement window closed with no decision: the "
         "attempt stays unknown and nothing is sent again.",
     ]
+
+
+def test_a_review_item_opened_on_demand_is_told_in_words_refusal_included():
+    story = doc(
+        "unknown",
+        [],
+        [],
+        [],
+        [
+            action(
+                "11:00:00.000",
+                "open-review",
+                "ana",
+                "the member says nothing came",
+                channel="sms",
+                kind="unknown_outcome",
+                item=7,
+                reopened="false",
+            ),
+            action(
+                "11:05:00.000",
+                "open-review",
+                "ana",
+                "again",
+                "refused",
+                channel="sms",
+                kind="unknown_outcome",
+                why="review item #7 (unknown_outcome) is already open for the sms attempt #1",
+            ),
+        ],
+    )
+    assert told(story) == [
+        "2026-12-07 11:00:00 UTC operator: ana (operator) opened a review item (unknown_outcome) "
+        "for the SMS attempt: “the member says nothing came”.",
+        "2026-12-07 11:05:00 UTC operator: ana (operator) asked to open a review item for the "
+        "SMS attempt: “again”. Refused: review item #7 (unknown_outcome) is already open for "
+        "the sms attempt #1.",
+    ]

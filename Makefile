@@ -27,8 +27,13 @@ dev: $(STAMP)
 chromium:
 	test -x $(CHROMIUM) || ($(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium)
 
+# The tiers run in parallel worker processes, one test file at a time each (pytest-xdist):
+# the suite waits on servers more than it computes, and every worker starts its own
+# servers on free ports. TEST_WORKERS=0 runs it in this process alone.
+TEST_WORKERS ?= 4
+
 test: lint chromium
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # unit and ledger tiers only: no Temporal server at all
 test-fast: $(STAMP)

@@ -245,6 +245,12 @@ async def test_an_operator_settles_an_unknown_attempt_from_the_reconciliation_pa
             await expect(page.locator("#waiting-settlement")).to_contain_text(
                 "waiting for a settlement of an unknown attempt"
             )
+            # With a Needs attention panel and a day of rates: nothing past a laptop's width
+            # (the rates' labels once kept their full length and pushed the values out).
+            wide, inner = await page.evaluate(
+                "() => [document.documentElement.scrollWidth, window.innerWidth]"
+            )
+            assert wide <= inner, (wide, inner)
             await shot(page, "overview")
 
             # The waiting count leads to the intents that wait, each with its window's close.

@@ -62,3 +62,14 @@ def test_ports() -> None:
         s.bind(("127.0.0.1", port))
         s.listen()
         assert port_in_use("127.0.0.1", port)
+
+
+def test_free_ports_come_from_below_the_kernels_ephemeral_range():
+    # Ports the kernel hands to bind(0) and to outgoing connections come from the
+    # ephemeral range; a port picked there could be taken before its server binds it.
+    from devstack.ports import PICK_FLOOR, _ephemeral_range
+
+    low, _ = _ephemeral_range()
+    ports = {free_port() for _ in range(20)}
+    assert all(PICK_FLOOR <= p < low for p in ports), sorted(ports)
+    assert len(ports) > 1  # random, not one fixed port

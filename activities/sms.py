@@ -85,6 +85,12 @@ _CLAIM = (
 )
 """Marks the send started if nothing was sent for the attempt (built once)."""
 _LOCKED_VIEW = select(*_VIEW_COLUMNS).where(_ATTEMPT.token == bindparam("token")).with_for_update()
+_RELEASE = (
+    update(_ATTEMPTS)
+    .where(_ATTEMPT.token == bindparam("released_token"))
+    .values(send_started_at=None)
+)
+"""Clears a send claim: nothing left this process, so a retry may send (built once)."""
 
 
 def _observed(
@@ -205,13 +211,43 @@ class SmsActivities:
             metrics.note_duplicate(session, "send_already_submitted", channels.SMS.name)
         return view, sendable
 
+    def _claim_admitted(
+        self, session: Session, token: str
+    ) -> tuple[_AttemptView, bool, SmsTransport | None, circuit.Admission | None]:
+        """`_claim_send`, and for a sendable attempt its transport and the provider's
+        circuit admission, in the claim's transaction (one instead of two before each
+        send): (view, sendable, transport, admission). A provider this worker has no
+        account for raises, rolling the claim back; a circuit that refuses releases the
+        claim in the same transaction (nothing will be sent, as if never claimed)."""
+        view, sendable = self._claim_send(session, token)
+        if not sendable:
+            return view, False, None, None
+        transport = self._transports.for_alias(view.provider)
+        if self._breaker is None:
+            return view, True, transport, None
+        provider = view.provider or channels.SMS.default_providers[0]
+        admission = circuits.admit_send(session, provider, now_utc(), self._breaker)
+        if not admission.allowed:
+            session.execute(_RELEASE, {"released_token": token})
+        return view, True, transport, admission
+
+    def _noted_and_recorded(
+        self,
+        session: Session,
+        provider: str,
+        outcome: circuit.Outcome,
+        token: str,
+        facts: ObservationFacts,
+    ) -> repo.ObservationResult:
+        """What a send's answer says about the provider's health and about the attempt,
+        in one transaction (`_health` then `_record`)."""
+        if self._breaker is not None and outcome != circuit.Outcome.NEUTRAL:
+            circuits.note_outcome(session, provider, outcome, now_utc(), self._breaker)
+        return repo.record_observation(session, facts, token=token)
+
     async def _release_claim(self, token: str) -> None:
         """Nothing left for the attempt: a retry may send it (clears `send_started_at`)."""
-        await self._tx(
-            lambda s: s.execute(
-                update(_ATTEMPTS).where(_ATTEMPT.token == token).values(send_started_at=None)
-            )
-        )
+        await self._tx(lambda s: s.execute(_RELEASE, {"released_token": token}))
 
     async def _record(self, token: str, facts: ObservationFacts) -> repo.ObservationResult:
         return await self._tx(lambda s: repo.record_observation(s, facts, token=token))
@@ -220,7 +256,9 @@ class SmsActivities:
     @heartbeating
     async def submit_sms(self, input: SubmitInput) -> SubmitOutcome:
         token = input.attempt_token
-        view, sendable = await self._tx(lambda s: self._claim_send(s, token))
+        view, sendable, transport, admission = await self._tx(
+            lambda s: self._claim_admitted(s, token)
+        )
         provider = view.provider or channels.SMS.default_providers[0]
         if not sendable:
             if view.remote_id is not None or view.state not in (
@@ -230,21 +268,12 @@ class SmsActivities:
                 # A retried activity whose attempt is already submitted never sends again.
                 return SubmitOutcome(view.state, view.remote_id, provider=provider)
             return await self._reconcile(view, provider)
-        try:
-            transport = self._transports.for_alias(view.provider)
-        except ApplicationError:
-            # Nothing left: release the claim, so the retry that finds the account sends.
-            await self._release_claim(token)
-            raise
-        if self._breaker is not None:
-            breaker = self._breaker
-            admission = await self._tx(
-                lambda s: circuits.admit_send(s, provider, now_utc(), breaker)
+        assert transport is not None
+        if admission is not None and not admission.allowed:
+            assert self._breaker is not None
+            return await self._refused_by_circuit(
+                token, provider, admission.circuit.next_probe_at(self._breaker), input.failover
             )
-            if not admission.allowed:
-                return await self._refused_by_circuit(
-                    token, provider, admission.circuit.next_probe_at(breaker), input.failover
-                )
         message = SmsMessage(
             token=token,
             to=view.to,
@@ -301,36 +330,38 @@ class SmsActivities:
                 next_retry_delay=delay,
             ) from err
         except SmsAmbiguousError as err:
-            await self._health(provider, circuit.Outcome.FAILURE)
-            await self._record(
-                token,
-                ObservationFacts(
-                    source="send",
-                    raw_status="timeout",
-                    normalized=AttemptState.UNKNOWN,
-                    observed_at=now_utc(),
-                    dedupe_key=f"send:{token}:ambiguous",
-                    detail={"reason": err.reason, "provider": provider},
-                ),
+            ambiguous = ObservationFacts(
+                source="send",
+                raw_status="timeout",
+                normalized=AttemptState.UNKNOWN,
+                observed_at=now_utc(),
+                dedupe_key=f"send:{token}:ambiguous",
+                detail={"reason": err.reason, "provider": provider},
+            )
+            await self._tx(
+                lambda s: self._noted_and_recorded(
+                    s, provider, circuit.Outcome.FAILURE, token, ambiguous
+                )
             )
             # Retried by the RetryPolicy; the next try reconciles before anything is sent.
             raise ApplicationError(
                 "the submission may have reached the provider; reconciling before any new request",
                 type=ErrorType.AMBIGUOUS_SUBMISSION,
             ) from err
-        await self._health(provider, circuit.Outcome.SUCCESS)
-        result = await self._record(
-            token,
-            ObservationFacts(
-                source="send",
-                raw_status=submitted.raw_status,
-                normalized=submitted.state or AttemptState.SUBMITTED,
-                observed_at=now_utc(),
-                dedupe_key=f"send:{token}:submitted",
-                provider_at=submitted.provider_at,
-                remote_id=submitted.remote_id,
-                detail={"provider": provider},
-            ),
+        accepted = ObservationFacts(
+            source="send",
+            raw_status=submitted.raw_status,
+            normalized=submitted.state or AttemptState.SUBMITTED,
+            observed_at=now_utc(),
+            dedupe_key=f"send:{token}:submitted",
+            provider_at=submitted.provider_at,
+            remote_id=submitted.remote_id,
+            detail={"provider": provider},
+        )
+        result = await self._tx(
+            lambda s: self._noted_and_recorded(
+                s, provider, circuit.Outcome.SUCCESS, token, accepted
+            )
         )
         return SubmitOutcome(
             result.state or AttemptState.SUBMITTED.value,
@@ -362,8 +393,7 @@ class SmsActivities:
         reason = f"{provider} circuit open: refused without sending"
         if retry_at is not None:
             reason += f" (a probe may try at {retry_at.isoformat(timespec='seconds')})"
-        # Nothing left this process: the claim is released.
-        await self._release_claim(token)
+        # Nothing left this process: the claim was released with the refusal.
         if failover_allowed:
             await self._record_refusal(token, provider, "circuit_open", reason)
             # details: code, about, and when a probe may try (the workflow's deferral).

@@ -1,13 +1,18 @@
 """Provider circuit breakers in the ledger: every worker and the console see one state.
 
-Each call reads the provider's row under a lock (`SELECT ... FOR UPDATE`, the row made
-on first use), applies the pure transition (`domain.circuit`) and writes the result in
-the same transaction, so two workers can never both take the one half-open probe.
+A call that changes the breaker reads the provider's row under a lock (`SELECT ... FOR
+UPDATE`, the row made on first use), applies the pure transition (`domain.circuit`) and
+writes the result in the same transaction, so two workers can never both take the one
+half-open probe. A call that changes nothing (a send admitted by a closed circuit, a
+success on a healthy one: every send of a healthy provider, twice) is decided on a plain
+read and takes no lock: it is ordered as if it ran just before whatever commits next, and
+every send no longer queues behind the others on the one row.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert
@@ -36,7 +41,23 @@ def _locked(session: Session, provider: str, now: datetime) -> ProviderCircuit:
     ).scalar_one()
 
 
-def _circuit(row: ProviderCircuit) -> Circuit:
+_PEEK = select(
+    ProviderCircuit.provider,
+    ProviderCircuit.state,
+    ProviderCircuit.failures,
+    ProviderCircuit.first_failure_at,
+    ProviderCircuit.opened_at,
+    ProviderCircuit.probe_at,
+)
+
+
+def _peek(session: Session, provider: str) -> Circuit | None:
+    """The provider's breaker as last committed, read without a lock (None: never used)."""
+    row = session.execute(_PEEK.where(ProviderCircuit.provider == provider)).one_or_none()
+    return _circuit(row) if row is not None else None
+
+
+def _circuit(row: Any) -> Circuit:
     return Circuit(
         row.provider,
         CircuitState(row.state),
@@ -60,6 +81,11 @@ def admit_send(
     session: Session, provider: str, now: datetime, settings: BreakerSettings
 ) -> Admission:
     """May a send go to `provider` now (and is it the half-open probe)?"""
+    seen = _peek(session, provider)
+    if seen is not None:
+        admission = admit(seen, now, settings)
+        if admission.circuit == seen:
+            return admission  # nothing to write (closed, or open and cooling down)
     row = _locked(session, provider, now)
     before = _circuit(row)
     admission = admit(before, now, settings)
@@ -74,6 +100,9 @@ def note_outcome(
     """Record what one call said about the provider's health; the breaker after it."""
     if outcome == Outcome.NEUTRAL:
         return current(session, provider) or Circuit(provider)
+    seen = _peek(session, provider)
+    if seen is not None and record(seen, outcome, now, settings) == seen:
+        return seen  # nothing to write (a success on a healthy provider)
     row = _locked(session, provider, now)
     before = _circuit(row)
     after = record(before, outcome, now, settings)

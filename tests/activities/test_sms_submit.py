@@ -45,20 +45,20 @@ async def test_a_retry_after_the_provider_accepted_but_before_the_ledger_recorde
 ):
     ledger, sms = acts
     token = await prepared(committed, cipher, phone(11001), ledger=ledger)
-    original = sms._record
+    original = sms._noted_and_recorded  # the send answer's one transaction
     calls = {"n": 0}
 
-    async def crash_once(tok, facts):  # type: ignore[no-untyped-def]
+    def crash_once(session, provider, outcome, tok, facts):  # type: ignore[no-untyped-def]
         # The process dies after the provider answered, before the ledger heard of it.
         if facts.source == "send" and calls["n"] == 0:
             calls["n"] += 1
             raise RuntimeError("worker killed")
-        return await original(tok, facts)
+        return original(session, provider, outcome, tok, facts)
 
-    monkeypatch.setattr(sms, "_record", crash_once)
+    monkeypatch.setattr(sms, "_noted_and_recorded", crash_once)
     with pytest.raises(RuntimeError):
         await sms.submit_sms(SubmitInput(token))
-    monkeypatch.setattr(sms, "_record", original)
+    monkeypatch.setattr(sms, "_noted_and_recorded", original)
     outcome = None
     for _ in range(50):  # the activity's retries, as the RetryPolicy would run them
         try:

@@ -64,3 +64,36 @@ def test_of_twenty_concurrent_senders_after_the_cool_down_exactly_one_is_the_pro
     with committed() as session:
         state = circuits.current(session, provider)
     assert state is not None and state.state == CircuitState.HALF_OPEN
+
+
+def test_a_healthy_providers_sends_take_no_lock_on_its_row(committed):
+    # Every send of a healthy provider is admitted and then reports a success: neither
+    # changes the breaker, so neither may wait for the row's lock (every send of the fleet
+    # would queue on that one row). Another transaction holds the lock meanwhile; with
+    # a lock taken here, the statement timeout fails the calls.
+    from sqlalchemy import select, text
+
+    from ledger.models import ProviderCircuit
+
+    provider = unique("twilio")
+    with committed.begin() as session:
+        circuits.note_outcome(session, provider, Outcome.FAILURE, T0, S)
+        circuits.note_outcome(session, provider, Outcome.SUCCESS, T0, S)  # closed, 0 failures
+    with committed.begin() as holder:
+        holder.execute(
+            select(ProviderCircuit).where(ProviderCircuit.provider == provider).with_for_update()
+        )
+        with committed.begin() as session:
+            session.execute(text("SET LOCAL lock_timeout = '500ms'"))
+            admitted = circuits.admit_send(session, provider, T0 + timedelta(seconds=1), S)
+            after = circuits.note_outcome(
+                session, provider, Outcome.SUCCESS, T0 + timedelta(seconds=2), S
+            )
+    assert admitted.allowed and not admitted.probe
+    assert after.state == CircuitState.CLOSED and after.failures == 0
+    # A failure changes the breaker: it does take the lock (and counts).
+    with committed.begin() as session:
+        failed = circuits.note_outcome(
+            session, provider, Outcome.FAILURE, T0 + timedelta(seconds=3), S
+        )
+    assert failed.failures == 1

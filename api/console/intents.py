@@ -78,7 +78,7 @@ def parse_filter(
 Filter = Annotated[str | None, Query(max_length=200)]
 
 
-def intent_filter(
+async def intent_filter(  # async: no thread-pool hop for a parse (see current_ingress)
     state: Filter = None,
     channel: Filter = None,
     event_type: Filter = None,

@@ -28,6 +28,7 @@ from api.deps import MAX_BODY_BYTES, Ingress
 from api.email_events import EVENTS_PATH, MAX_BATCH_BYTES
 from api.email_events import router as email_event_routes
 from api.evidence import router as evidence_routes
+from api.fast_receipts import FastReceipts
 from api.intent_search import router as recipient_routes
 from api.intents import RETENTION_NOTE, validation_problem
 from api.intents import router as intents_routes
@@ -169,6 +170,9 @@ def create_app(ingress: Ingress) -> FastAPI:
     )
     app.state.ingress = ingress
     app.state.authenticator = ingress.auth
+    # The ordinary SMS receipt skips the rest of the stack (api.fast_receipts), inside the
+    # body limit (added after, so outside it).
+    app.add_middleware(FastReceipts, ingress=ingress)
     app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES, larger={EVENTS_PATH: MAX_BATCH_BYTES})
     # Every route's 422 names the problem without echoing what was sent.
     app.add_exception_handler(RequestValidationError, validation_problem)

@@ -43,6 +43,8 @@ from ledger.repository import ObservationFacts
 log = logging.getLogger("herald.api")
 
 SIGNAL_TIMEOUT_SECONDS = 5.0
+TOKEN_MAX_LENGTH = 240
+"""The longest `token` query parameter a receipt may carry (Herald's are far shorter)."""
 _MESSAGE_SID = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
 _ERROR_CODE = re.compile(r"^[A-Za-z0-9_-]{1,20}$")
 
@@ -266,13 +268,19 @@ async def sms_receipt(
     request: Request,
     ingress: IngressDep,
     token: Annotated[
-        str | None, Query(max_length=240, description="The attempt token we sent.")
+        str | None, Query(max_length=TOKEN_MAX_LENGTH, description="The attempt token we sent.")
     ] = None,
 ) -> Response:
     """Verified, deduplicated, recorded through the one transition, then signalled.
 
     A receipt for a message id nobody knows is kept as orphan evidence (204).
     """
+    return await receive_sms_receipt(request, ingress, token)
+
+
+async def receive_sms_receipt(request: Request, ingress: Ingress, token: str | None) -> Response:
+    """The SMS status callback's work, for the route above and for `api.fast_receipts`
+    (which serves the common case without FastAPI's routing and dependency stack)."""
     form = await signed_form(request, ingress)
     params = form.params
     if token is not None and "\x00" in token:

@@ -172,7 +172,8 @@ def open_review_item(
     base: dict[str, Any] = {"channel": channel}
     if attempt is not None:
         base |= {"attempt": attempt.token, "state": attempt.state}
-    if why:
+
+    def recorded(outcome: str, detail: dict[str, Any]) -> None:
         repo.record_operator_action(
             session,
             intent_id=intent.id,
@@ -180,10 +181,13 @@ def open_review_item(
             operator=by.name,
             operator_role=by.role.value,
             reason=reason,
-            outcome="refused",
+            outcome=outcome,
             at=at,
-            detail={**base, **({"kind": kind} if kind else {}), "why": why},
+            detail={**base, **detail},
         )
+
+    if why:
+        recorded("refused", {**({"kind": kind} if kind else {}), "why": why})
         return Opened(refused=why, kind=kind or "", attempt_token=attempt.token if attempt else "")
     assert attempt is not None and kind is not None
     opened = {
@@ -236,18 +240,7 @@ def open_review_item(
         new = _item(session, kind, attempt.id, lock=False)
         assert new is not None
         item_id = new.id
-    detail = {**base, "kind": kind, "item": item_id, "reopened": str(reopened).lower()}
-    repo.record_operator_action(
-        session,
-        intent_id=intent.id,
-        action=OPEN_REVIEW,
-        operator=by.name,
-        operator_role=by.role.value,
-        reason=reason,
-        outcome="accepted",
-        at=at,
-        detail=detail,
-    )
+    recorded("accepted", {"kind": kind, "item": item_id, "reopened": str(reopened).lower()})
     record_audit(
         session,
         by=by,

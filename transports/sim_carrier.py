@@ -273,6 +273,13 @@ class ScriptedCarrier(Generic[MessageT]):
         self.scripts[to] = fault or Fault("none")
         self._remaining.pop(to, None)
 
+    def _within_count(self, to: str, fault: Fault | None) -> Fault | None:
+        """`fault`, unless it is a `never_resolves` limited to a count that this
+        destination's submissions have used up (a resend then goes through normally)."""
+        if fault and fault.kind == "never_resolves" and fault.count is not None:
+            return fault if self._take_limited(to, fault) else None
+        return fault
+
     def _take_limited(self, to: str, fault: Fault) -> bool:
         """For count-limited faults: True while this call is one of the first N."""
         left = self._remaining.setdefault(to, fault.count or 0)

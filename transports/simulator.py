@@ -248,11 +248,7 @@ class CarrierSimulator(ScriptedCarrier[SimMessage]):
         refused = self._refused_by_script(to, fault)
         if refused is not None:
             return refused
-        if fault and fault.kind == "never_resolves" and fault.count is not None:
-            # Limited to the first N submissions to this destination: later ones (a
-            # resend) go through normally.
-            if not self._take_limited(to, fault):
-                fault = None
+        fault = self._within_count(to, fault)
 
         now = _now()
         send_at = None

@@ -241,6 +241,7 @@ class TelnyxCarrier(ScriptedCarrier[TelnyxMessage]):
         refused = self._refused_by_script(to, fault)
         if refused is not None:
             return refused
+        fault = self._within_count(to, fault)
 
         message = TelnyxMessage(
             id=str(uuid.uuid4()),

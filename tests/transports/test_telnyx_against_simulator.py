@@ -369,3 +369,18 @@ async def test_a_telnyx_account_with_its_own_number_sends_from_it() -> None:
     await sms.submit(SmsMessage("k:sms:2", NORMAL_TO, "hi", twilio_service, None))
     await client.aclose()
     assert json.loads(seen[0].content)["from"] == "+15550100"
+
+
+async def test_a_never_resolves_fault_limited_to_one_submission_lets_the_resend_through(
+    telnyx: TelnyxSms, telnyx_simulator: TelnyxSimulatorServer, receiver: CallbackReceiver
+) -> None:
+    # The same count rule as the Twilio simulator's (the settled-then-resent story needs
+    # it on either provider): the first submission stays `sent`, the second is delivered.
+    to = "+447400123457"
+    await control(telnyx_simulator, "script", to=to, fault="never_resolves", count=1)
+    first = await telnyx.submit(message(receiver, to))
+    second = await telnyx.submit(message(receiver, to))
+    await receiver.wait_until(lambda: len(events(receiver, second.remote_id)) == 2)
+    assert event_types(receiver, second.remote_id)[-1] == ("message.finalized", "delivered")
+    assert events(receiver, first.remote_id) == []  # no event ever comes for it
+    assert (await telnyx.status(first.remote_id)).raw_status == "sent"

@@ -558,6 +558,8 @@ CSV_COLUMNS = [
     "policy_versions",
     "template_key",
     "template_versions",
+    "awaiting",
+    "awaiting_until",
 ]
 
 
@@ -617,6 +619,8 @@ def csv_rows(session: Session, flt: IntentFilter) -> Any:
                 " ".join(sorted(policies[i.id])),
                 i.template_key,
                 " ".join(str(v) for v in sorted(templates[i.id])),
+                i.awaiting or "",
+                i.awaiting_until.astimezone(UTC).isoformat() if i.awaiting_until else "",
             ]
             writer.writerow([csv_cell(c) for c in cells])
         yield buffer.getvalue()

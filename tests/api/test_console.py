@@ -687,6 +687,12 @@ async def test_the_awaiting_filter_lists_who_waits_for_an_operator_until_when(
     assert "an approve-resend until" in row and f'datetime="{until.isoformat()}"' in row
     assert '<option value="resend" selected>' in pages["resend"]
     assert "/console/intents.csv?awaiting=resend" in pages["resend"]
+    # The CSV of the filtered list says it too (columns appended, so older readers hold).
+    exported = await http.get("/console/intents.csv", params={"awaiting": "resend"})
+    rows = {r["intent_id"]: r for r in csv.DictReader(io.StringIO(exported.text))}
+    assert settling.intent_id not in rows
+    assert rows[resending.intent_id]["awaiting"] == "resend"
+    assert rows[resending.intent_id]["awaiting_until"] == until.isoformat()
     unfiltered = (await http.get("/console/intents")).text
     assert "Waits for an operator until" not in unfiltered
     assert "Waits for an operator until" in pages["any"]

@@ -315,6 +315,64 @@ def plan_for_these_values(session: Session) -> None:
     session.execute(text("SET LOCAL plan_cache_mode = force_custom_plan"))
 
 
+def _past(query: Any, position: tuple[datetime, str], *, older: bool) -> Any:
+    """`query` narrowed to rows strictly older (or newer) than the keyset `position`."""
+    key = func.row(Intent.created_at, Intent.id)
+    bound = func.row(literal(position[0]), position[1])
+    return query.where(key < bound if older else key > bound)
+
+
+@dataclass
+class _Scanned:
+    matched: list[ListedIntent]
+    scanned: int
+    last: IntentRow | None
+    """The last row read (None: none)."""
+    exhausted: bool
+    """Nothing lies beyond `last` in the direction read."""
+
+
+def _scan(
+    session: Session,
+    query: Any,
+    flt: IntentFilter,
+    *,
+    start: tuple[datetime, str] | None,
+    older: bool,
+    size: int,
+    scan_limit: int,
+) -> _Scanned:
+    """Read `query` (ordered in the direction read) past `start` in growing batches, and
+    keep the rows in the filter's state, until `size` match or `scan_limit` were read."""
+    now = datetime.now(UTC)
+    matched: list[ListedIntent] = []
+    scanned = 0
+    last: IntentRow | None = None
+    position = start
+    # With a state filter the SQL narrowing (could_be) lets most rows through: start at
+    # twice the page and grow, rather than reading a large batch for a few rows.
+    batch = size if flt.state is None else size * 2
+    exhausted = False
+    while len(matched) < size and scanned < scan_limit:
+        batch_query = query if position is None else _past(query, position, older=older)
+        rows = list(session.execute(batch_query.limit(batch)))
+        for row in rows:
+            scanned += 1
+            last = row
+            position = (row.created_at, row.id)
+            item = listed_intent(row, now)
+            if flt.state is None or item.state == flt.state:
+                matched.append(item)
+                if len(matched) == size:
+                    break
+        if len(rows) < batch:
+            # Nothing beyond these rows, unless the page filled before the last of them.
+            exhausted = not rows or last is rows[-1]
+            break
+        batch = min(batch * 4, SCAN_BATCH)
+    return _Scanned(matched, scanned, last, exhausted)
+
+
 def list_page(
     session: Session,
     flt: IntentFilter,
@@ -327,38 +385,11 @@ def list_page(
     started_after = encode_cursor_of(after) if after is not None else None
     plan_for_these_values(session)
     query = listed(flt.apply(select(Intent))).order_by(Intent.created_at.desc(), Intent.id.desc())
-    now = datetime.now(UTC)
-    matched: list[ListedIntent] = []
-    scanned = 0
-    last: IntentRow | None = None
-    # With a state filter the SQL narrowing (could_be) lets most rows through: start at
-    # twice the page and grow, rather than reading a large batch for a few rows.
-    batch = size if flt.state is None else size * 2
-    exhausted = False
-    while len(matched) < size and scanned < scan_limit:
-        batch_query = query
-        if after is not None:
-            batch_query = batch_query.where(
-                func.row(Intent.created_at, Intent.id) < func.row(literal(after[0]), after[1])
-            )
-        rows = list(session.execute(batch_query.limit(batch)))
-        for row in rows:
-            scanned += 1
-            last = row
-            after = (row.created_at, row.id)
-            item = listed_intent(row, now)
-            if flt.state is None or item.state == flt.state:
-                matched.append(item)
-                if len(matched) == size:
-                    break
-        if len(rows) < batch:
-            # Nothing beyond these rows, unless the page filled before the last of them.
-            exhausted = not rows or last is rows[-1]
-            break
-        batch = min(batch * 4, SCAN_BATCH)
-    cursor = encode_cursor(last) if last is not None and not exhausted else None
+    read = _scan(session, query, flt, start=after, older=True, size=size, scan_limit=scan_limit)
+    matched, last = read.matched, read.last
+    cursor = encode_cursor(last) if last is not None and not read.exhausted else None
     newer = encode_cursor(matched[0].intent) if started_after and matched else started_after
-    return IntentList(matched, cursor, scanned, newer)
+    return IntentList(matched, cursor, read.scanned, newer)
 
 
 def newer_page(
@@ -373,48 +404,16 @@ def newer_page(
     oldest first from `before`, as `list_page` reads newest first from `after`."""
     plan_for_these_values(session)
     query = listed(flt.apply(select(Intent))).order_by(Intent.created_at.asc(), Intent.id.asc())
-    now = datetime.now(UTC)
-    matched: list[ListedIntent] = []
-    scanned = 0
-    last: IntentRow | None = None
-    since = before
-    exhausted = False
-    batch = size if flt.state is None else size * 2
-    while len(matched) < size and scanned < scan_limit:
-        rows = list(
-            session.execute(
-                query.where(
-                    func.row(Intent.created_at, Intent.id) > func.row(literal(since[0]), since[1])
-                ).limit(batch)
-            )
-        )
-        for row in rows:
-            scanned += 1
-            last = row
-            since = (row.created_at, row.id)
-            item = listed_intent(row, now)
-            if flt.state is None or item.state == flt.state:
-                matched.append(item)
-                if len(matched) == size:
-                    break
-        if len(rows) < batch:
-            exhausted = not rows or last is rows[-1]
-            break
-        batch = min(batch * 4, SCAN_BATCH)
+    read = _scan(session, query, flt, start=before, older=False, size=size, scan_limit=scan_limit)
+    matched, last, exhausted = read.matched, read.last, read.exhausted
     if not exhausted and last is not None:
         # A full page: is there anything newer at all (one index probe)?
-        exhausted = (
-            session.execute(
-                query.where(
-                    func.row(Intent.created_at, Intent.id) > func.row(literal(since[0]), since[1])
-                ).limit(1)
-            ).first()
-            is None
-        )
+        since = (last.created_at, last.id)
+        exhausted = session.execute(_past(query, since, older=False).limit(1)).first() is None
     matched.reverse()
     newer = encode_cursor(last) if last is not None and not exhausted else None
     older = encode_cursor(matched[-1].intent) if matched else encode_cursor_of(before)
-    return IntentList(matched, older, scanned, newer)
+    return IntentList(matched, older, read.scanned, newer)
 
 
 def encode_cursor_of(position: tuple[datetime, str]) -> str:

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -20,11 +21,40 @@ import pytest_asyncio
 from devstack import free_port
 from devstack.processes import ChildProcess
 from domain.principals import Principal, Role
-from ledger import principals
+from domain.requests import NotificationRequest
+from ledger import evidence, principals
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
 SHOTS = os.environ.get("HERALD_CONSOLE_SCREENSHOTS")
+CLASS_VARIABLES = {
+    "class_name": "Spin (c-9081)",
+    "starts_at": "18:30",
+    "hold_until": "18:15",
+    "booking_url": "https://studio.example/c/9081",
+}
+
+
+async def class_opening(stack: Any, member: str, phone: str, business_key: str) -> Any:
+    """The member's SMS consent, then a class-opening intent to `phone` (started)."""
+    with stack.client.sessions.begin() as session:
+        evidence.record_consent(
+            session,
+            recipient_ref=member,
+            channel="sms",
+            purpose="service",
+            source="booking app",
+            at=datetime.now(UTC),
+        )
+    return await stack.client.notify(
+        NotificationRequest(
+            business_key=business_key,
+            recipient_ref=member,
+            template_key="class-opening",
+            phone=phone,
+            variables=CLASS_VARIABLES,
+        )
+    )
 
 
 @dataclass

@@ -18,17 +18,10 @@ import httpx
 import pytest
 
 from domain.requests import NotificationRequest
-from ledger import evidence, reconcile
-from tests.console.conftest import CHROMIUM, shot, sign_in
+from ledger import reconcile
+from tests.console.conftest import CHROMIUM, CLASS_VARIABLES, class_opening, shot, sign_in
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
-
-CLASS_VARIABLES = {
-    "class_name": "Spin (c-9081)",
-    "starts_at": "18:30",
-    "hold_until": "18:15",
-    "booking_url": "https://studio.example/c/9081",
-}
 
 
 async def test_an_operator_and_a_viewer_work_the_console_in_a_browser(stack, console, tmp_path):
@@ -37,24 +30,7 @@ async def test_an_operator_and_a_viewer_work_the_console_in_a_browser(stack, con
     suffix = secrets.token_hex(4)
     member = f"m-1842.{suffix}"
     phone = f"+4474003{secrets.randbelow(100_000):05d}"
-    with stack.client.sessions.begin() as session:
-        evidence.record_consent(
-            session,
-            recipient_ref=member,
-            channel="sms",
-            purpose="service",
-            source="booking app",
-            at=datetime.now(UTC),
-        )
-    opening = await stack.client.notify(
-        NotificationRequest(
-            business_key=f"class-opening:c-9081:{member}",
-            recipient_ref=member,
-            template_key="class-opening",
-            phone=phone,
-            variables=CLASS_VARIABLES,
-        )
-    )
+    opening = await class_opening(stack, member, phone, f"class-opening:c-9081:{member}")
     later = await stack.client.notify(
         NotificationRequest(
             business_key=f"class-opening:c-9082:{member}",
@@ -209,24 +185,7 @@ async def test_an_operator_settles_an_unknown_attempt_from_the_reconciliation_pa
             "/_sim/script", json={"to": phone, "fault": "never_resolves", "count": 1}
         )
         assert scripted.status_code == 200, scripted.text
-    with stack.client.sessions.begin() as session:
-        evidence.record_consent(
-            session,
-            recipient_ref=member,
-            channel="sms",
-            purpose="service",
-            source="booking app",
-            at=datetime.now(UTC),
-        )
-    ref = await stack.client.notify(
-        NotificationRequest(
-            business_key=f"class-opening:c-9084:{member}",
-            recipient_ref=member,
-            template_key="class-opening",
-            phone=phone,
-            variables=CLASS_VARIABLES,
-        )
-    )
+    ref = await class_opening(stack, member, phone, f"class-opening:c-9084:{member}")
     # The demo policy's polling horizon is 60 s; then the intent waits for a settlement.
     deadline = asyncio.get_running_loop().time() + 120
     while True:

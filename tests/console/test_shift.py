@@ -15,19 +15,13 @@ from sqlalchemy import update
 
 from domain.principals import Principal, Role
 from domain.requests import NotificationRequest
-from ledger import evidence, principals
+from ledger import principals
 from ledger.models import ConsoleSession, PrincipalRecord
-from tests.console.conftest import CHROMIUM, shot, sign_in
+from tests.console.conftest import CHROMIUM, CLASS_VARIABLES, class_opening, shot, sign_in
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
 WIDTHS = {"phone": (390, 844), "laptop": (1280, 800)}
-VARIABLES = {
-    "class_name": "Spin (c-9081)",
-    "starts_at": "18:30",
-    "hold_until": "18:15",
-    "booking_url": "https://studio.example/c/9081",
-}
 
 
 async def scheduled(stack: Any, member: str, phone: str) -> Any:
@@ -38,7 +32,7 @@ async def scheduled(stack: Any, member: str, phone: str) -> Any:
             recipient_ref=member,
             template_key="class-opening",
             phone=phone,
-            variables=VARIABLES,
+            variables=CLASS_VARIABLES,
             send_at=datetime.now(UTC) + timedelta(hours=1),
         )
     )
@@ -288,24 +282,8 @@ async def test_a_caller_is_found_by_a_national_number_and_by_the_carriers_sid(st
 
     member = f"m-{secrets.token_hex(3)}"
     phone = f"+4474007{secrets.randbelow(100_000):05d}"
-    with stack.client.sessions.begin() as session:
-        evidence.record_consent(
-            session,
-            recipient_ref=member,
-            channel="sms",
-            purpose="service",
-            source="booking app",
-            at=datetime.now(UTC),
-        )
-    sent = await stack.client.notify(
-        NotificationRequest(
-            business_key=f"class-opening:c-{secrets.token_hex(3)}:{member}",
-            recipient_ref=member,
-            template_key="class-opening",
-            phone=phone,
-            variables=VARIABLES,
-        )
-    )
+    key = f"class-opening:c-{secrets.token_hex(3)}:{member}"
+    sent = await class_opening(stack, member, phone, key)
     await asyncio.wait_for(stack.client.temporal.get_workflow_handle(sent.workflow_id).result(), 60)
     with stack.client.sessions() as session:
         sid = session.execute(

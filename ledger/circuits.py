@@ -51,12 +51,6 @@ _PEEK = select(
 )
 
 
-def _peek(session: Session, provider: str) -> Circuit | None:
-    """The provider's breaker as last committed, read without a lock (None: never used)."""
-    row = session.execute(_PEEK.where(ProviderCircuit.provider == provider)).one_or_none()
-    return _circuit(row) if row is not None else None
-
-
 def _circuit(row: Any) -> Circuit:
     return Circuit(
         row.provider,
@@ -81,7 +75,7 @@ def admit_send(
     session: Session, provider: str, now: datetime, settings: BreakerSettings
 ) -> Admission:
     """May a send go to `provider` now (and is it the half-open probe)?"""
-    seen = _peek(session, provider)
+    seen = current(session, provider)
     if seen is not None:
         admission = admit(seen, now, settings)
         if admission.circuit == seen:
@@ -100,7 +94,7 @@ def note_outcome(
     """Record what one call said about the provider's health; the breaker after it."""
     if outcome == Outcome.NEUTRAL:
         return current(session, provider) or Circuit(provider)
-    seen = _peek(session, provider)
+    seen = current(session, provider)
     if seen is not None and record(seen, outcome, now, settings) == seen:
         return seen  # nothing to write (a success on a healthy provider)
     row = _locked(session, provider, now)
@@ -112,8 +106,12 @@ def note_outcome(
 
 
 def current(session: Session, provider: str) -> Circuit | None:
-    """The provider's breaker, or None if it was never used."""
-    row = session.get(ProviderCircuit, provider)
+    """The provider's breaker as last committed, read without a lock (None: never used).
+
+    A plain row, not an ORM object: a locked read after it in the same session must not be
+    handed this one from the identity map.
+    """
+    row = session.execute(_PEEK.where(ProviderCircuit.provider == provider)).one_or_none()
     return _circuit(row) if row is not None else None
 
 

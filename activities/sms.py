@@ -128,6 +128,11 @@ class _AttemptView:
     content_sha256: str
     provider: str | None = None
 
+    @property
+    def sending_provider(self) -> str:
+        """The provider the attempt goes to (attempts recorded without one: the default)."""
+        return self.provider or channels.SMS.default_providers[0]
+
 
 class SmsActivities:
     def __init__(
@@ -225,8 +230,7 @@ class SmsActivities:
         transport = self._transports.for_alias(view.provider)
         if self._breaker is None:
             return view, True, transport, None
-        provider = view.provider or channels.SMS.default_providers[0]
-        admission = circuits.admit_send(session, provider, now_utc(), self._breaker)
+        admission = circuits.admit_send(session, view.sending_provider, now_utc(), self._breaker)
         if not admission.allowed:
             session.execute(_RELEASE, {"released_token": token})
         return view, True, transport, admission
@@ -259,7 +263,7 @@ class SmsActivities:
         view, sendable, transport, admission = await self._tx(
             lambda s: self._claim_admitted(s, token)
         )
-        provider = view.provider or channels.SMS.default_providers[0]
+        provider = view.sending_provider
         if not sendable:
             if view.remote_id is not None or view.state not in (
                 AttemptState.PREPARED.value,

@@ -840,10 +840,9 @@ async def profile_round(
     from bench.profile import Profiler
 
     size = profiled_size(opts)
-    targets = [
-        ("worker" if n == 0 else f"worker-{n + 1}", pid)
-        for n, pid in enumerate(bench.worker_pids())
-    ]
+    pids = bench.worker_pids()
+    # Named as the CPU figures name them (worker_cpu_parts): "worker", or worker-1..N.
+    targets = [(f"worker-{n}" if len(pids) > 1 else "worker", p) for n, p in enumerate(pids, 1)]
     targets.append(("driver+ingress", os.getpid()))
     log(f"profiled round: {size} Herald intents under py-spy, graphs into {opts.profile} ...")
     await seed_round(bench, f"p{run_id}", offset, size)

@@ -9,9 +9,9 @@ import pytest
 
 from api.console import attention
 from domain.states import AttemptState
-from ledger import settlements
 from ledger import timeline as ledger_timeline
-from tests.ledger.test_settlements import WINDOW, _settle, _unknown_attempt
+from tests.ledger.test_settlements import _settle, _unknown_attempt
+from tests.ledger.test_settlements import _waiting as waiting_for_a_settlement
 
 pytestmark = pytest.mark.ledger
 
@@ -19,16 +19,7 @@ NOW = datetime.now(UTC) + timedelta(hours=1)
 
 
 def _waiting(db, cipher, *, channel="sms"):  # type: ignore[no-untyped-def]
-    intent_id, attempt = _unknown_attempt(db, cipher, channel=channel)
-    settlements.record_waiting(
-        db,
-        intent_id=intent_id,
-        awaiting="settlement",
-        until=WINDOW,
-        tokens=[attempt.token],
-        expired_unsettled=[],
-        at=NOW,
-    )
+    intent_id, attempt, _ = waiting_for_a_settlement(db, cipher, channel=channel, at=NOW)
     return intent_id, attempt
 
 

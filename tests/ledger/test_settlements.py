@@ -61,17 +61,24 @@ def _settle(db, intent_id, token, rule, *, reference="", at=NOW, until=WINDOW): 
     )
 
 
-def test_a_settlement_is_evidence_an_action_and_an_audit_row_and_closes_its_item(db, cipher):
-    intent_id, attempt = _unknown_attempt(db, cipher)
-    settlements.record_waiting(
+def _waiting(db, cipher, *, channel="sms", at=NOW):  # type: ignore[no-untyped-def]
+    """An unknown attempt whose workflow recorded that it waits for a settlement until
+    WINDOW: (intent id, attempt, the rules offered)."""
+    intent_id, attempt = _unknown_attempt(db, cipher, channel=channel)
+    offered = settlements.record_waiting(
         db,
         intent_id=intent_id,
         awaiting="settlement",
         until=WINDOW,
         tokens=[attempt.token],
         expired_unsettled=[],
-        at=NOW,
+        at=at,
     )
+    return intent_id, attempt, offered
+
+
+def test_a_settlement_is_evidence_an_action_and_an_audit_row_and_closes_its_item(db, cipher):
+    intent_id, attempt, _ = _waiting(db, cipher)
     item = db.execute(
         select(ReviewItem).where(ReviewItem.subject == f"attempt:{attempt.id}")
     ).scalar_one()
@@ -175,16 +182,7 @@ def test_a_wrong_settlement_is_corrected_by_a_superseding_one(db, cipher):
 
 
 def test_the_sweep_closes_an_item_whose_attempt_a_late_receipt_settled(db, cipher):
-    intent_id, attempt = _unknown_attempt(db, cipher)
-    settlements.record_waiting(
-        db,
-        intent_id=intent_id,
-        awaiting="settlement",
-        until=WINDOW,
-        tokens=[attempt.token],
-        expired_unsettled=[],
-        at=NOW,
-    )
+    intent_id, attempt, _ = _waiting(db, cipher)
     assert settlements.close_settled_items(db, at=NOW) == []  # still unknown: stays open
     receipt = _observe(db, attempt.token, AttemptState.DELIVERED, at=NOW + timedelta(minutes=1))
     closed = dict(settlements.close_settled_items(db, at=NOW + timedelta(minutes=2)))
@@ -216,32 +214,14 @@ def test_an_expired_window_is_recorded_and_the_intent_no_longer_waits(db, cipher
 
 
 def test_rules_needing_a_lookup_are_not_offered_where_the_provider_has_none(db, cipher):
-    intent_id, attempt = _unknown_attempt(db, cipher, channel="email")
-    offered = settlements.record_waiting(
-        db,
-        intent_id=intent_id,
-        awaiting="settlement",
-        until=WINDOW,
-        tokens=[attempt.token],
-        expired_unsettled=[],
-        at=NOW,
-    )
+    intent_id, attempt, offered = _waiting(db, cipher, channel="email")
     assert offered and all(r.evidence.value != "provider_lookup" for r in offered)
     done = _settle(db, intent_id, attempt.token, "carrier-confirmed-not-delivered")
     assert "has none" in done.refused
 
 
 def test_the_unknown_set_lists_what_waits_for_a_settlement_filtered(db, cipher):
-    intent_id, attempt = _unknown_attempt(db, cipher)
-    settlements.record_waiting(
-        db,
-        intent_id=intent_id,
-        awaiting="settlement",
-        until=WINDOW,
-        tokens=[attempt.token],
-        expired_unsettled=[],
-        at=NOW,
-    )
+    intent_id, attempt, _ = _waiting(db, cipher)
     event_type = db.get(Intent, intent_id).event_type
     members = settlements.unknown_members(db, event_type=event_type)
     assert attempt.token in [m.attempt_token for m in members]

@@ -602,24 +602,28 @@ async def test_resolving_a_review_item_that_does_not_exist_is_404(http, committe
     assert missing.status_code == 404
 
 
-async def test_the_overview_opens_with_what_needs_a_person(http, committed, cipher):
+def _waits_for_a_settlement(session, sent, now):  # type: ignore[no-untyped-def]
+    """The submitted attempt `sent` became unknown and its workflow waits for a settlement
+    for an hour."""
     from ledger import settlements
 
+    session.execute(update(Attempt).where(Attempt.id == sent.attempt_id).values(state="unknown"))
+    settlements.record_waiting(
+        session,
+        intent_id=sent.intent_id,
+        awaiting="settlement",
+        until=now + timedelta(hours=1),
+        tokens=[sent.token],
+        expired_unsettled=[],
+        at=now,
+    )
+
+
+async def test_the_overview_opens_with_what_needs_a_person(http, committed, cipher):
     sent = submitted_attempt(committed, cipher)
     now = datetime.now(UTC)
     with committed.begin() as session:
-        session.execute(
-            update(Attempt).where(Attempt.id == sent.attempt_id).values(state="unknown")
-        )
-        settlements.record_waiting(
-            session,
-            intent_id=sent.intent_id,
-            awaiting="settlement",
-            until=now + timedelta(hours=1),
-            tokens=[sent.token],
-            expired_unsettled=[],
-            at=now,
-        )
+        _waits_for_a_settlement(session, sent, now)
     await sign_in(http, *principal(committed, Role.OPERATOR))
     page = await http.get("/console")
     assert "Needs attention" in page.text
@@ -762,23 +766,10 @@ async def test_a_viewer_cannot_open_a_review_item(http, committed, cipher):
 async def test_the_sweep_runs_on_demand_and_closes_what_a_later_observation_settled(
     http, committed, cipher
 ):
-    from ledger import settlements
-
     sent = submitted_attempt(committed, cipher)
     now = datetime.now(UTC)
     with committed.begin() as session:
-        session.execute(
-            update(Attempt).where(Attempt.id == sent.attempt_id).values(state="unknown")
-        )
-        settlements.record_waiting(
-            session,
-            intent_id=sent.intent_id,
-            awaiting="settlement",
-            until=now + timedelta(hours=1),
-            tokens=[sent.token],
-            expired_unsettled=[],
-            at=now,
-        )
+        _waits_for_a_settlement(session, sent, now)
         # A late receipt settles the attempt (here written directly).
         session.execute(
             update(Attempt).where(Attempt.id == sent.attempt_id).values(state="delivered")

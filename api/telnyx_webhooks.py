@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 from api.deps import IngressDep
 from api.schemas import Problem
 from api.telnyx_signature import TOLERANCE_SECONDS, TelnyxVerifier
-from api.webhooks import record_keyword, wake_workflow
+from api.webhooks import TOKEN_MAX_LENGTH, record_keyword, wake_workflow
 from domain.states import TELNYX_STATUSES, normalize_telnyx_status
 from ledger import repository as repo
 from ledger.repository import ObservationFacts
@@ -153,7 +153,10 @@ async def telnyx_event(
     ingress: IngressDep,
     token: Annotated[
         str | None,
-        Query(max_length=240, description="The attempt token we sent (a hint: unsigned)."),
+        Query(
+            max_length=TOKEN_MAX_LENGTH,
+            description="The attempt token we sent (a hint: unsigned).",
+        ),
     ] = None,
 ) -> Response:
     """Verified before parsing, deduplicated on `data.id`, recorded through the one

@@ -44,7 +44,7 @@ log = logging.getLogger("herald.api")
 
 SIGNAL_TIMEOUT_SECONDS = 5.0
 TOKEN_MAX_LENGTH = 240
-"""The longest `token` query parameter a receipt may carry (Herald's are far shorter)."""
+"""The longest `token` a provider callback may carry (Herald's are far shorter)."""
 _MESSAGE_SID = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
 _ERROR_CODE = re.compile(r"^[A-Za-z0-9_-]{1,20}$")
 

@@ -16,7 +16,6 @@ settlement; the simulator counted one submission per attempt token.
 from __future__ import annotations
 
 from domain.principals import Principal, Role
-from domain.requests import NotificationRequest
 from scenarios.base import DemoContext, expect, random_uk_mobile, suffix
 
 RULE = "carrier-confirmed-not-delivered"
@@ -29,16 +28,7 @@ async def run(ctx: DemoContext) -> None:
     phone = random_uk_mobile()
     operator = Principal("night-ops", Role.OPERATOR)
     await ctx.sim_script(phone, "never_resolves", count=1)
-    ctx.consent(recipient, "sms")
-    ref = await ctx.client.notify(
-        NotificationRequest(
-            business_key=key,
-            recipient_ref=recipient,
-            template_key="demo",
-            phone=phone,
-            variables={"n": 1, "intent_id": key},
-        )
-    )
+    ref = await ctx.send_demo_sms(key, recipient, phone)
     ctx.say(f"intent {ref.intent_id}: the carrier will accept the SMS and never report on it")
     doc = await ctx.wait_for(
         key,

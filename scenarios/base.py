@@ -21,9 +21,10 @@ from typing import Any
 import httpx
 
 from devstack.stack import Addresses
+from domain.requests import NotificationRequest
 from ledger.models import Consent
 from runtime.tables import Clock, timeline_text
-from starter.client import HeraldClient
+from starter.client import HeraldClient, IntentRef
 from transports.smtp_sink import SmtpSink
 from workflows.notification import NotificationWorkflow
 
@@ -94,6 +95,20 @@ class DemoContext:
                     revoked_at=now - timedelta(seconds=1) if revoked else None,
                 )
             )
+
+    async def send_demo_sms(self, key: str, recipient: str, phone: str, n: int = 1) -> IntentRef:
+        """The recipient's SMS consent, then an intent with the `demo` template to `phone`
+        under business key `key` (recorded and started)."""
+        self.consent(recipient, "sms")
+        return await self.client.notify(
+            NotificationRequest(
+                business_key=key,
+                recipient_ref=recipient,
+                template_key="demo",
+                phone=phone,
+                variables={"n": n, "intent_id": key},
+            )
+        )
 
     async def timeline(self, key: str) -> dict[str, Any]:
         return await asyncio.to_thread(self.client.timeline, key)

@@ -29,7 +29,6 @@ from typing import Any
 import httpx
 
 from domain.circuit import CircuitState
-from domain.requests import NotificationRequest
 from ledger import circuits
 from ledger import repository as repo
 from ledger.templates import activate_policy, seed_policy
@@ -108,16 +107,7 @@ def _circuit(ctx: DemoContext) -> CircuitState:
 async def _send(ctx: DemoContext, run_id: str, n: int, phone: str) -> tuple[str, str]:
     key = f"provider-outage:p-{run_id}:{n}"
     recipient = f"outage-member-{run_id}-{n}"
-    ctx.consent(recipient, "sms")
-    ref = await ctx.client.notify(
-        NotificationRequest(
-            business_key=key,
-            recipient_ref=recipient,
-            template_key="demo",
-            phone=phone,
-            variables={"n": n, "intent_id": key},
-        )
-    )
+    ref = await ctx.send_demo_sms(key, recipient, phone, n=n)
     return key, ref.workflow_id
 
 

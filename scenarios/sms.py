@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from domain.requests import NotificationRequest
 from scenarios.base import DemoContext, expect, suffix
 
 DEMO_PHONE = "+447400000100"
@@ -13,16 +12,7 @@ async def run(ctx: DemoContext) -> None:
     run_id = suffix()
     key = f"demo:d-{run_id}"
     recipient = f"demo-member-{run_id}"
-    ctx.consent(recipient, "sms")
-    ref = await ctx.client.notify(
-        NotificationRequest(
-            business_key=key,
-            recipient_ref=recipient,
-            template_key="demo",
-            phone=DEMO_PHONE,
-            variables={"n": 1, "intent_id": key},
-        )
-    )
+    ref = await ctx.send_demo_sms(key, recipient, DEMO_PHONE)
     result = await ctx.result(ref.workflow_id)
     doc = await ctx.timeline(key)
     ctx.show(doc)

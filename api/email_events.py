@@ -312,7 +312,7 @@ def _effect(
         **({"attempt_token": token} if token else {}),
         **({"reason": facts.detail["reason"]} if facts.detail.get("reason") else {}),
     }
-    if meaning.effect == SuppressionEffect.SUPPRESS_CHANNEL:
+    if meaning.effect in (SuppressionEffect.SUPPRESS_CHANNEL, SuppressionEffect.SUPPRESS_CATEGORY):
         evidence.suppress(
             session,
             destination_hmac=lookup,
@@ -320,18 +320,12 @@ def _effect(
             reason=meaning.reason,
             source=meaning.source,
             at=now,
-            evidence=proof,
-        )
-    elif meaning.effect == SuppressionEffect.SUPPRESS_CATEGORY:
-        category = _category_of(session, token, event)
-        evidence.suppress(
-            session,
-            destination_hmac=lookup,
-            channel=channels.EMAIL.name,
-            reason=meaning.reason,
-            source=meaning.source,
-            at=now,
-            category=category,
+            # The channel: every category (None); else the message's own category.
+            category=(
+                _category_of(session, token, event)
+                if meaning.effect == SuppressionEffect.SUPPRESS_CATEGORY
+                else None
+            ),
             evidence=proof,
         )
     elif meaning.effect == SuppressionEffect.LIFT_CATEGORY:

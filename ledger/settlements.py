@@ -147,7 +147,8 @@ def record_settlement(
         window_until=window_until,
     )
     base = {**(detail or {}), "channel": attempt.channel, "attempt": token, "rule": claim.rule}
-    if why is not None:
+
+    def recorded(outcome: str, note: dict[str, Any]) -> None:
         repo.record_operator_action(
             session,
             intent_id=intent_id,
@@ -155,10 +156,13 @@ def record_settlement(
             operator=operator,
             operator_role=operator_role,
             reason=claim.reason,
-            outcome="refused",
+            outcome=outcome,
             at=at,
-            detail={**base, "why": why, "policy_version": version},
+            detail={**base, **note},
         )
+
+    if why is not None:
+        recorded("refused", {"why": why, "policy_version": version})
         return Settled(refused=why, state=current.value, policy_version=version)
     rule = rules.rule(claim.rule)
     assert rule is not None
@@ -197,27 +201,17 @@ def record_settlement(
         attempt.terminal_at = at
         attempt.settled_rule = rule.name
         attempt.settled_resend_allowed = rule.resend_allowed
-    outcome = "accepted" if transition.changed else "refused"
-    note = {
-        **base,
-        "outcome": rule.outcome.value,
-        "state": attempt.state,
-        "resend_allowed": str(rule.resend_allowed).lower(),
-        "policy_version": version,
-        "evidence": rule.evidence.value,
-        "reference": claim.reference,
-        "verdict": transition.verdict.value,
-    }
-    repo.record_operator_action(
-        session,
-        intent_id=intent_id,
-        action=SETTLE,
-        operator=operator,
-        operator_role=operator_role,
-        reason=claim.reason,
-        outcome=outcome,
-        at=at,
-        detail=note,
+    recorded(
+        "accepted" if transition.changed else "refused",
+        {
+            "outcome": rule.outcome.value,
+            "state": attempt.state,
+            "resend_allowed": str(rule.resend_allowed).lower(),
+            "policy_version": version,
+            "evidence": rule.evidence.value,
+            "reference": claim.reference,
+            "verdict": transition.verdict.value,
+        },
     )
     session.add(
         AuditEvent(

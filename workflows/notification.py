@@ -222,7 +222,6 @@ def _channel(name: str) -> Channel:
 class NotificationWorkflow:
     def __init__(self) -> None:
         self._facts: IntentFacts | None = None
-        self._born_with: frozenset[str] = frozenset()
         self._phase = "starting"
         self._cancelled = False
         self._cancel_reason = ""
@@ -440,7 +439,6 @@ class NotificationWorkflow:
             summary="load the intent's facts from the ledger",
         )
         self._facts = facts
-        self._born_with = frozenset(facts.born_with)
         for name in facts.channels:
             _channel(name)
         self._cancelled = self._cancelled or facts.cancelled
@@ -1570,7 +1568,8 @@ class NotificationWorkflow:
         """`workflow.patched`, unless the run was born with the patch (PATCHES): then the
         new path, with no marker and no upsert. Deterministic either way: what a run was
         born with is in its history (the load_intent marker)."""
-        return patch_id in self._born_with or workflow.patched(patch_id)
+        born_with = self._facts.born_with if self._facts is not None else ()
+        return patch_id in born_with or workflow.patched(patch_id)
 
     def _require_facts(self) -> IntentFacts:
         assert self._facts is not None

@@ -106,7 +106,8 @@ class Providers:
         try:
             async with httpx.AsyncClient() as http:
                 await http.get(f"{self.urls[provider]}/_sim/stats")
-        except httpx.ConnectError:
+        except (httpx.ConnectError, httpx.RemoteProtocolError):
+            # Refused, or closed without an answer by a server going down this moment.
             return False
         return True
 

@@ -45,7 +45,6 @@ from domain.providers import provider_task_queue
 from domain.senders import SenderBook
 from ledger.crypto import FieldCipher
 from ledger.engine import ledger_engine
-from ledger.transactions import close_async_twin
 from runtime.logs import configure_logging, core_log_forwarding
 from runtime.loop import run
 from runtime.sandbox import sandbox_runner
@@ -390,7 +389,6 @@ async def main(
         await run_until_signalled(workers.all, background=background)
     finally:
         await workers.http.aclose()
-        await close_async_twin(workers.engine)
         workers.engine.dispose()
     exit_now(0)
 

@@ -24,12 +24,13 @@ from fastapi.dependencies.models import Dependant
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute, iter_route_contexts
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy.orm import Session, sessionmaker
 from starlette.routing import BaseRoute
 
 from api.schemas import Forbidden, Problem
 from domain.principals import BREAK_GLASS_NAME, Access, Principal, Role, roles_for
 from ledger import principals
-from ledger.transactions import Transactions
+from ledger.transactions import in_transaction
 
 BEARER_SCHEME = HTTPBearer(
     auto_error=False,
@@ -71,8 +72,8 @@ GUARDED: dict[int | str, dict[str, Any]] = {
 class Authenticator:
     """Tokens to principals: HERALD_OPERATOR_TOKEN (break-glass admin) or the ledger."""
 
-    def __init__(self, tx: Transactions, *, break_glass_token: str | None) -> None:
-        self._tx = tx
+    def __init__(self, sessions: sessionmaker[Session], *, break_glass_token: str | None) -> None:
+        self._sessions = sessions
         self._break_glass_sha256 = (
             principals.token_hash(break_glass_token) if break_glass_token else None
         )
@@ -97,7 +98,9 @@ class Authenticator:
         if self.is_break_glass(token):
             return Principal(BREAK_GLASS_NAME, Role.ADMIN)
         now = datetime.now(UTC)
-        return await self._tx(lambda s: principals.authenticate(s, token, at=now))
+        return await in_transaction(
+            self._sessions, lambda s: principals.authenticate(s, token, at=now)
+        )
 
     async def principal_of_name(
         self, name: str, token: str, *, allowed: Callable[[Principal], bool] = lambda _: True
@@ -105,7 +108,8 @@ class Authenticator:
         """A sign-in form's name and token, checked against the ledger (constant-time); a
         principal `allowed` refuses is refused before anything is written."""
         now = datetime.now(UTC)
-        return await self._tx(
+        return await in_transaction(
+            self._sessions,
             lambda s: principals.authenticate_name(s, name, token, at=now, allowed=allowed),
         )
 

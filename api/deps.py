@@ -18,6 +18,7 @@ from api import idempotency
 from api.auth import Authenticator
 from api.metrics import build_registry
 from api.telnyx_signature import TelnyxVerifier
+from ledger.transactions import Transactions
 from starter.client import HeraldClient
 
 MAX_BODY_BYTES = 64 * 1024
@@ -57,8 +58,8 @@ class Ingress:
         self.client = client
         self.email_events = email_events or EventsConfig(public_key=None)
         """The email provider's Event Webhook key and tolerance (api.email_events)."""
-        self.tx = client.tx
-        """One transaction of the ledger, awaited on the event loop (ledger.transactions)."""
+        self.tx = Transactions(client.sessions)
+        """One transaction of the ledger, run off the event loop (ledger.transactions)."""
         self.telnyx_verifier = TelnyxVerifier(telnyx_public_key) if telnyx_public_key else None
         """Checks Telnyx's Ed25519 webhooks; without a key its route refuses every event."""
         self.temporal_ui_url = temporal_ui_url
@@ -71,7 +72,7 @@ class Ingress:
         self.validator = RequestValidator(auth_token)
         self.public_base_url = public_base_url.rstrip("/")
         # HERALD_OPERATOR_TOKEN: the break-glass admin (optional in dev).
-        self.auth = Authenticator(self.tx, break_glass_token=operator_token)
+        self.auth = Authenticator(client.sessions, break_glass_token=operator_token)
         self.unsubscribe_secret = unsubscribe_secret
         self.registry, self.counters = build_registry(client.sessions)
         self.idempotency = idempotency.IdempotencyStore(client.sessions)

@@ -1,29 +1,38 @@
 """What a ledger transaction costs in CPU from async code: a thread hop vs SQLAlchemy's asyncio.
 
-    python -m bench.async_ledger [--transactions 3000] [--concurrency 16]
+    python -m bench.async_ledger [--transactions 3000] [--concurrency 16] [--reads 0]
+                                 [--modes thread,async-run_sync,async-native] [--loop uvloop]
 
 Issue 42 named an async ledger path (SQLAlchemy's `AsyncSession` on psycopg's async
 connection, the repository functions through `run_sync`) as the largest lever left on
-the worker and the ingress: every ledger transaction now runs in a thread
-(`ledger.transactions.in_transaction`). Before changing every activity, this measures
-the lever alone, on a throwaway embedded Postgres (loopback, its own data folder, removed
-at the end): the same unit of work (read a row by key, insert a row, update a row: the
-shape of a receipt's `record_observation`) through the same ORM, done `--transactions`
-times with `--concurrency` in flight, three ways:
+the worker and the ingress: every ledger transaction runs in a thread
+(`ledger.transactions.in_transaction`). This measures the lever alone, on a throwaway
+embedded Postgres (loopback, its own data folder, removed at the end): the same unit of
+work (read a row by key, `--reads` more reads, insert a row, update a row: the shape of
+a receipt's `record_observation`) through the same ORM, done `--transactions` times with
+`--concurrency` in flight, each way in turn for `--rounds` rounds:
 
-- `thread`: a sync `Session` in `asyncio.to_thread` (what Herald does);
+- `thread`: a sync `Session` in `asyncio.to_thread` (what Herald does); `thread:N` in an
+  executor of N threads;
 - `async-run_sync`: an `AsyncSession` running the same sync function through `run_sync`
   (the migration path that keeps the repository functions as they are);
 - `async-native`: an `AsyncSession` awaiting each statement (a rewrite of them all).
 
 Printed: this process's CPU (user + system) per transaction, Postgres's CPU per
-transaction, and the wall time. Bounded: the transactions given, then it stops.
+transaction, and the wall time (medians). Bounded: the transactions given, then it stops.
+
+What it showed (docs/bench.md, issue 42): the async session is cheaper only when many
+transactions are in flight at once, where the threads fight over the GIL (16 in flight:
+about 30 % less client CPU); with one or two in flight, which is what Herald's worker and
+ingress run under `herald bench`, it costs as much or more. Herald's transactions stay in
+threads.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import re
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -61,8 +70,15 @@ class _Observation(_Base):
     observed_at: Mapped[datetime]
 
 
+READS = 0
+"""Extra reads per transaction (`--reads`): a worker's transactions run more statements
+than a receipt's three."""
+
+
 def _work(session: Session, ref: str) -> None:
     attempt = session.execute(select(_Attempt).where(_Attempt.provider_ref == ref)).scalar_one()
+    for _ in range(READS):
+        session.execute(select(_Attempt.status).where(_Attempt.id == attempt.id)).scalar_one()
     now = datetime.now(UTC)
     session.add(_Observation(attempt_id=attempt.id, status="delivered", observed_at=now))
     session.execute(
@@ -73,6 +89,9 @@ def _work(session: Session, ref: str) -> None:
 async def _work_native(session: AsyncSession, ref: str) -> None:
     result = await session.execute(select(_Attempt).where(_Attempt.provider_ref == ref))
     attempt = result.scalar_one()
+    for _ in range(READS):
+        read = await session.execute(select(_Attempt.status).where(_Attempt.id == attempt.id))
+        read.scalar_one()
     now = datetime.now(UTC)
     session.add(_Observation(attempt_id=attempt.id, status="delivered", observed_at=now))
     await session.execute(
@@ -181,15 +200,23 @@ def main(argv: list[str] | None = None) -> None:
         default="uvloop",
         help="the event loop (Herald's processes run on uvloop, runtime/loop.py)",
     )
+    parser.add_argument("--reads", type=int, default=0, help="extra reads per transaction")
     args = parser.parse_args(argv)
+    global READS
+    READS = args.reads
     if not 0 < args.transactions <= 100_000:
         parser.error("--transactions must be between 1 and 100000")
+    modes = tuple(args.modes.split(","))
+    for mode in modes:
+        if mode not in ("async-run_sync", "async-native") and not re.fullmatch(
+            r"thread(:[1-9][0-9]?)?", mode
+        ):
+            parser.error(f"unknown mode {mode!r}: thread, thread:N, async-run_sync, async-native")
     with tempfile.TemporaryDirectory(prefix="herald-bench-async-") as tmp:
         pg = EmbeddedPostgres(Path(tmp) / "pg", port=free_port(), fast=True)
         url = pg.start()
         try:
             _seed(url)
-            modes = tuple(args.modes.split(","))
             rows: dict[str, list[tuple[float, float, float]]] = {m: [] for m in modes}
             for _ in range(args.rounds):
                 for mode in modes:
@@ -201,7 +228,7 @@ def main(argv: list[str] | None = None) -> None:
             pg.stop()
             pg.destroy()
     print(
-        f"{args.transactions} transactions (select + insert + update), "
+        f"{args.transactions} transactions (select + {args.reads} reads + insert + update), "
         f"{args.concurrency} in flight, {args.rounds} rounds, {args.loop}; medians"
     )
     print(f"{'mode':<16} {'client CPU us/tx':>17} {'Postgres CPU us/tx':>19} {'wall s':>8}")

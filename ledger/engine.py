@@ -23,38 +23,21 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import URL, Engine, create_engine, event, exc
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy import Engine, create_engine, event, exc
 
 IDLE_PING_SECONDS = 1.0
 _CHECKED_IN = "herald_checked_in"
 
 
 def ledger_engine(
-    url: str | URL,
+    url: str,
     *,
     idle_ping_seconds: float = IDLE_PING_SECONDS,
     clock: Callable[[], float] = time.monotonic,
     **kwargs: Any,
 ) -> Engine:
     """`create_engine(url, **kwargs)` with the idle ping installed on its pool."""
-    return _with_idle_ping(create_engine(url, **kwargs), idle_ping_seconds, clock)
-
-
-def ledger_async_engine(
-    url: str | URL,
-    *,
-    idle_ping_seconds: float = IDLE_PING_SECONDS,
-    clock: Callable[[], float] = time.monotonic,
-    **kwargs: Any,
-) -> AsyncEngine:
-    """`create_async_engine(url, **kwargs)` with the same idle ping (ledger.transactions)."""
-    engine = create_async_engine(url, **kwargs)
-    _with_idle_ping(engine.sync_engine, idle_ping_seconds, clock)
-    return engine
-
-
-def _with_idle_ping(engine: Engine, idle_ping_seconds: float, clock: Callable[[], float]) -> Engine:
+    engine = create_engine(url, **kwargs)
     dialect = engine.dialect
 
     @event.listens_for(engine, "checkin")

@@ -54,7 +54,6 @@ from ledger import repository as repo
 from ledger.crypto import FieldCipher
 from ledger.engine import ledger_engine
 from ledger.models import Intent
-from ledger.transactions import Transactions
 from workflows.notification import (
     APPROVE_RESEND,
     CANCEL,
@@ -152,9 +151,6 @@ class HeraldClient:
     ) -> None:
         self.temporal = temporal
         self.sessions = sessions
-        self.tx = Transactions(sessions)
-        """The ledger's transactions from async code (ledger.transactions); the ingress
-        shares them."""
         self._cipher = cipher
         self._task_queue = task_queue
         self._retention_days = retention_days
@@ -216,12 +212,13 @@ class HeraldClient:
         business key returns the existing intent and starts nothing new.
         """
 
-        def work(session: Session) -> tuple[IntentRef, StartOptions]:
-            # An existing intent with this key has the same payload (or record raised).
-            ref, fields = self._record(session, request)
-            return ref, self._start_options_of(ref.intent_id, fields)
+        def work() -> tuple[IntentRef, StartOptions]:
+            with self.sessions.begin() as session:
+                # An existing intent with this key has the same payload (or record raised).
+                ref, fields = self._record(session, request)
+                return ref, self._start_options_of(ref.intent_id, fields)
 
-        ref, start = await self.tx(work)
+        ref, start = await asyncio.to_thread(work)
         try:
             await self.start(ref.intent_id, ref.workflow_id, start=start)
         except RPCError as err:
@@ -260,7 +257,7 @@ class HeraldClient:
                 return  # the write that just finished carried this row
             batch, self._unmarked = self._unmarked, []
             try:
-                await self.tx(lambda session: self._write_started(session, batch))
+                await asyncio.to_thread(self._write_started, batch)
             except Exception as err:  # noqa: BLE001 - the relay heals an unmarked row
                 log.warning(
                     "%d outbox row(s) not marked started (the relay will): %s",
@@ -268,9 +265,9 @@ class HeraldClient:
                     type(err).__name__,
                 )
 
-    @staticmethod
-    def _write_started(session: Session, intent_ids: list[str]) -> None:
-        repo.mark_outbox_started(session, intent_ids, datetime.now(UTC))
+    def _write_started(self, intent_ids: list[str]) -> None:
+        with self.sessions.begin() as session:
+            repo.mark_outbox_started(session, intent_ids, datetime.now(UTC))
 
     async def start_workflow(
         self,

@@ -22,7 +22,6 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from domain.requests import NotificationRequest
 from ledger.models import Consent, Intent, Outbox
-from ledger.transactions import async_twin
 from starter.relay import FAST_PATH_GRACE, RELAY_EVERY_SECONDS, relay_once
 from tests.conftest import TEST_KEYRING
 
@@ -207,7 +206,7 @@ async def test_starts_that_finish_together_share_one_outbox_write(stack):
         if statement.lstrip().upper().startswith("UPDATE OUTBOX"):
             writes.append(statement)
 
-    engine = (await async_twin(client.sessions.kw["bind"])).sync_engine
+    engine = client.sessions.kw["bind"]
     event.listen(engine, "before_cursor_execute", count)
     try:
         await asyncio.gather(*(client._mark_started(i) for i in ids))
@@ -222,7 +221,7 @@ async def test_a_failed_outbox_write_is_not_the_apps_failure_and_the_relay_heals
 ):
     client = stack.client
 
-    def database_gone(session: object, intent_ids: list[str]) -> None:
+    def database_gone(intent_ids: list[str]) -> None:
         raise OperationalError("UPDATE outbox", {}, Exception("connection refused"))
 
     monkeypatch.setattr(client, "_write_started", database_gone)

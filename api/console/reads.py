@@ -46,7 +46,7 @@ from domain.policy import Outcome
 from domain.provider_errors import meaning
 from domain.settlement import AWAITING_FILTERS
 from domain.states import AttemptState
-from ledger import email_health, reconcile
+from ledger import email_health, reconcile, review_items
 from ledger.email_health import EmailRates
 from ledger.listing import state_of, to_recipient, waiting_for
 from ledger.models import (
@@ -762,6 +762,14 @@ class SetSummary:
 MEMBERS_SHOWN = 50
 
 
+def _opened_by_hand(detail: dict[str, Any]) -> dict[str, Any]:
+    """Who opened an item from an intent's page, and why (ledger.review_items); nothing
+    for the items the sweep found."""
+    if detail.get("filed_by") != review_items.FILED_BY:
+        return {}
+    return {"opened_by": detail.get("opened_by"), "opened_why": detail.get("reason")}
+
+
 def reconciliation(session: Session, now: datetime) -> list[SetSummary]:
     """Each reconciliation set as its open review items: what `ledger.reconcile.find`
     found (the reconcile sweep records every row it finds as a review item, each kind and
@@ -837,6 +845,7 @@ def reconciliation(session: Session, now: datetime) -> list[SetSummary]:
                         "intent_id": detail.get("intent_id"),
                         "business_key": detail.get("business_key"),
                         "channel": detail.get("channel"),
+                        **_opened_by_hand(detail),
                     }
                 )
         oldest = oldest_since or oldest_found

@@ -244,7 +244,8 @@ async def test_resolving_a_review_item_records_who_and_the_note(http, committed,
     csrf = await sign_in(http, name, token)
     before = await open_items_metric(http)
     page = await http.get("/console/reconciliation")
-    assert f"/console/review-items/{item.id}/resolve" in page.text
+    found = _item_article(page.text, item.id)
+    assert "; found " in found and "opened by" not in found  # the sweep's, nobody's by hand
     # The sweep recorded the item's event type and category: the set's exposure.
     assert (item.detail or {}).get("event_type") == "order-created"
     assert f"order-created · {item.detail['category']}: " in page.text  # type: ignore[index]
@@ -740,7 +741,10 @@ async def test_an_operator_opens_a_review_item_from_the_intent_page_and_not_twic
         ).scalars().all() == [item.id]
     assert actions == [("open-review", "accepted", name), ("open-review", "refused", name)]
     recon = (await http.get("/console/reconciliation")).text
-    assert f"/console/review-items/{item.id}/resolve" in recon  # in its set at once
+    # In its set at once, saying who opened it and why (the sweep's items say "found").
+    mine = _item_article(recon, item.id)
+    assert f"opened by <strong>{name}</strong>" in mine
+    assert "the recipient says nothing came" in mine and "; found " not in mine
 
 
 async def test_a_viewer_cannot_open_a_review_item(http, committed, cipher):
@@ -784,3 +788,11 @@ async def test_the_sweep_runs_on_demand_and_closes_what_a_later_observation_sett
             select(ReviewItem).where(ReviewItem.subject == f"attempt:{sent.attempt_id}")
         ).scalar_one()
     assert item.resolved_at is not None and item.resolved_by == "reconciler"
+
+
+def _item_article(page: str, item_id: int) -> str:
+    """The Reconciliation page's entry for one review item (the page lists every open one)."""
+    for article in page.split('<article class="item">')[1:]:
+        if f"/console/review-items/{item_id}/resolve" in article:
+            return article.split("</article>")[0]
+    raise AssertionError(f"review item #{item_id} is not on the page")

@@ -4,7 +4,8 @@ Seeds `--intents` intents (default 100,000) with their policy decisions, attempt
 observations into a fresh embedded Postgres (or `--database-url`), by COPY, spread over
 the last 30 days, then times through the real app (ASGI, the console's own routes and
 templates; the pages never call Temporal) the overview, the list, a filtered list, a
-recipient search, an intent page and the reconciliation page, and prints p50/p95 per page.
+recipient search, an intent page, the reconciliation page and the list of intents waiting
+for an operator (`?awaiting=any`), and prints p50/p95 per page.
 """
 
 from __future__ import annotations
@@ -71,6 +72,18 @@ class Seeded:
     intent_ids: list[str]
 
 
+WAITS = {"unknown": ("settlement", timedelta(days=3)), "failed": ("resend", timedelta(days=1))}
+"""The recent unknown and failed intents still wait for an operator (settle, approve a
+resend) until their horizon, as the workflow records it (the `awaiting` filter's rows)."""
+
+
+def _waiting(outcome: str, created: datetime, now: datetime) -> tuple[str | None, datetime | None]:
+    wait = WAITS.get(outcome)
+    if wait is None or created + wait[1] <= now:
+        return None, None
+    return wait[0], created + wait[1]
+
+
 def _copy(cursor: Any, table: str, columns: list[str], rows: list[tuple[Any, ...]]) -> None:
     with cursor.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
         for row in rows:
@@ -125,6 +138,7 @@ def seed(url: str, cipher: FieldCipher, count: int, rng: random.Random) -> Seede
                 False,
                 created + timedelta(minutes=1) if outcome == "cancelled" else None,
                 created,
+                *_waiting(outcome, created, now),
             )
         )
         decisions.append(
@@ -223,6 +237,8 @@ def seed(url: str, cipher: FieldCipher, count: int, rng: random.Random) -> Seede
                     "legal_hold",
                     "cancelled_at",
                     "created_at",
+                    "awaiting",
+                    "awaiting_until",
                 ],
                 intents,
             )
@@ -350,6 +366,7 @@ async def measure(
             ),
             "intent page": lambda: http.get(f"/console/intents/{rng.choice(seeded.intent_ids)}"),
             "reconciliation": lambda: http.get("/console/reconciliation"),
+            "awaiting list": lambda: http.get("/console/intents", params={"awaiting": "any"}),
         }
         for name, call in pages.items():
             await call()  # warm: templates compiled, pool filled

@@ -434,8 +434,26 @@ class Projection:
     settlements: dict[str, SettlementStanding] = field(default_factory=dict)
 
 
+# --- search attributes (set by workflows/notification.py) ------------------------------
+
+STATE_ATTRIBUTE = "HeraldState"
+"""The intent's coarse phase (pending, scheduled, sending, ...), kept current while it runs."""
+SEARCH_ATTRIBUTES = {
+    STATE_ATTRIBUTE: "Keyword",
+    "HeraldChannel": "Keyword",
+    "HeraldRegion": "Keyword",
+    "HeraldEventType": "Keyword",
+    "HeraldOutcome": "Keyword",
+    "HeraldChannelsUsed": "KeywordList",
+}
+"""Every search attribute the notification workflow sets, with its Temporal type: what a
+namespace must have registered (`herald dev` registers them; docs/operations.md)."""
+
+
 # --- maintenance jobs (workflows/maintenance.py) ---------------------------------------
 
+MAINTENANCE_WORKFLOW = "MaintenanceWorkflow"
+"""The maintenance workflow's type, which the schedules start (runtime.schedules)."""
 RECONCILE = "reconcile"
 PURGE = "purge"
 JOBS = (RECONCILE, PURGE)

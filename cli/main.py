@@ -136,9 +136,10 @@ async def _workflow_phase(client: Any, workflow_id: str) -> tuple[bool, str | No
     """(running, HeraldState) of an intent's workflow; (False, None) when Temporal has
     none (not started yet, or past the namespace's retention)."""
     from temporalio.client import WorkflowExecutionStatus
+    from temporalio.common import SearchAttributeKey
     from temporalio.service import RPCError, RPCStatusCode
 
-    from workflows.notification import STATE
+    from activities.contracts import STATE_ATTRIBUTE
 
     try:
         desc = await client.temporal.get_workflow_handle(workflow_id).describe()
@@ -146,7 +147,9 @@ async def _workflow_phase(client: Any, workflow_id: str) -> tuple[bool, str | No
         if err.status != RPCStatusCode.NOT_FOUND:
             raise
         return False, None
-    return desc.status == WorkflowExecutionStatus.RUNNING, desc.typed_search_attributes.get(STATE)
+    return desc.status == WorkflowExecutionStatus.RUNNING, desc.typed_search_attributes.get(
+        SearchAttributeKey.for_keyword(STATE_ATTRIBUTE)
+    )
 
 
 def _operator_note(doc: dict[str, Any]) -> str:

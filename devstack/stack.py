@@ -22,6 +22,7 @@ from typing import IO, Any
 from sqlalchemy.orm import sessionmaker
 
 import settings as settings_module
+from activities.contracts import SEARCH_ATTRIBUTES
 from api.app import Ingress, create_app
 from api.email_events import EVENTS_PATH
 from api.server import email_events_config
@@ -41,7 +42,6 @@ from transports.sendgrid_sim import SendGridSimulatorServer
 from transports.simulator import LoopbackServer, SimulatorServer
 from transports.smtp_sink import SmtpSink
 from transports.telnyx_simulator import TelnyxSimulatorServer
-from workflows.notification import SEARCH_ATTRIBUTES
 
 
 class AlreadyRunning(RuntimeError):

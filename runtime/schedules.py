@@ -29,8 +29,7 @@ from temporalio.client import (
     ScheduleUpdateInput,
 )
 
-from activities.contracts import PURGE, RECONCILE, MaintenanceInput
-from workflows.maintenance import MaintenanceWorkflow
+from activities.contracts import MAINTENANCE_WORKFLOW, PURGE, RECONCILE, MaintenanceInput
 
 log = logging.getLogger("herald.schedules")
 
@@ -61,7 +60,7 @@ def job_schedules(task_queue: str) -> list[JobSchedule]:
 def desired(task_queue: str, job: JobSchedule) -> Schedule:
     return Schedule(
         action=ScheduleActionStartWorkflow(
-            MaintenanceWorkflow.run,
+            MAINTENANCE_WORKFLOW,
             MaintenanceInput(job.job),
             # Temporal appends the scheduled time to this id for each run.
             id=job.schedule_id,

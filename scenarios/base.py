@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from temporalio.client import WorkflowHandle
 
 from devstack.stack import Addresses
 from domain.requests import NotificationRequest
@@ -26,7 +27,6 @@ from ledger.models import Consent
 from runtime.tables import Clock, timeline_text
 from starter.client import HeraldClient, IntentRef
 from transports.smtp_sink import SmtpSink
-from workflows.notification import NotificationWorkflow
 
 EMAIL_REACHED = ("sent", "delivered")
 """An email that reached the person: `sent` through SMTP (the relay's 250 is the last word),
@@ -138,8 +138,8 @@ class DemoContext:
 
     # --- Temporal --------------------------------------------------------------------
 
-    def handle(self, workflow_id: str):  # type: ignore[no-untyped-def]
-        return self.client.temporal.get_workflow_handle_for(NotificationWorkflow.run, workflow_id)
+    def handle(self, workflow_id: str) -> WorkflowHandle[Any, Any]:
+        return self.client.workflow_handle(workflow_id)
 
     async def result(self, workflow_id: str, timeout: float = 90.0) -> Any:
         try:
@@ -150,8 +150,7 @@ class DemoContext:
             ) from err
 
     async def phase(self, workflow_id: str) -> str:
-        projection = await self.handle(workflow_id).query(NotificationWorkflow.projection)
-        return projection.phase
+        return (await self.client.projection(workflow_id)).phase
 
     async def wait_phase(
         self, workflow_id: str, phases: tuple[str, ...], *, timeout: float = 30.0

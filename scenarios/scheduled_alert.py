@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 
 from temporalio.api.enums.v1 import EventType
 
+from domain.channels import SMS
 from domain.principals import Principal, Role
 from domain.requests import NotificationRequest
 from scenarios.base import (
@@ -24,7 +25,6 @@ from scenarios.base import (
     random_uk_mobile,
     suffix,
 )
-from workflows.notification import POLL_SMS
 
 NEVER_RESOLVES = "+447400000008"
 
@@ -100,7 +100,8 @@ async def _cancelled_after_submission(ctx: DemoContext, seller: str, run_id: str
         if (
             seen_cancel
             and event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-            and event.activity_task_scheduled_event_attributes.activity_type.name == POLL_SMS
+            and event.activity_task_scheduled_event_attributes.activity_type.name
+            == SMS.poll_activity
         ):
             polls_after += 1
     expect(seen_cancel, f"{key}: the cancel update is not in the workflow history")

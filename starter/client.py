@@ -557,6 +557,15 @@ class HeraldClient:
         claim = proof.ActingClaim(action, intent_id, by.name, by.role.value, reason, subject)
         return proof.sign(self._cipher.action_key, claim, now=datetime.now(UTC))
 
+    def workflow_handle(self, workflow_id: str) -> WorkflowHandle[NotificationWorkflow, Any]:
+        """The typed handle of an intent's workflow, for callers that await its result or
+        read its history (the scenarios do)."""
+        return self.temporal.get_workflow_handle_for(NotificationWorkflow.run, workflow_id)
+
+    async def projection(self, workflow_id: str) -> Projection:
+        """What the running workflow says of itself (its `projection` query)."""
+        return await self.workflow_handle(workflow_id).query(NotificationWorkflow.projection)
+
     async def status(self, id_or_key: str) -> Projection | dict[str, Any]:
         _, handle, running = await self._handle(id_or_key)
         if running:

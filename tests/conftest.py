@@ -163,8 +163,8 @@ async def time_env():  # type: ignore[no-untyped-def]
     from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
     from temporalio.testing import WorkflowEnvironment
 
+    from activities.contracts import SEARCH_ATTRIBUTES
     from devstack.binaries import find_binary
-    from workflows.notification import SEARCH_ATTRIBUTES
 
     env = await WorkflowEnvironment.start_time_skipping(
         test_server_existing_path=str(find_binary("temporal-test-server"))

@@ -14,7 +14,13 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.contracts import PURGE, RECONCILE, MaintenanceInput, MaintenanceResult
+    from activities.contracts import (
+        MAINTENANCE_WORKFLOW,
+        PURGE,
+        RECONCILE,
+        MaintenanceInput,
+        MaintenanceResult,
+    )
 
 ACTIVITY_OF_JOB = {RECONCILE: "maintenance_reconcile", PURGE: "maintenance_purge"}
 """Each job's activity, by name (`activities.maintenance.MaintenanceActivities`)."""
@@ -28,7 +34,7 @@ JOB_RETRY = RetryPolicy(
 )
 
 
-@workflow.defn
+@workflow.defn(name=MAINTENANCE_WORKFLOW)
 class MaintenanceWorkflow:
     @workflow.run
     async def run(self, input: MaintenanceInput) -> MaintenanceResult:

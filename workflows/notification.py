@@ -15,6 +15,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import (
         PERMANENT_ERRORS,
+        STATE_ATTRIBUTE,
         AuthorizeInput,
         AuthorizeResult,
         CancelRequest,
@@ -64,7 +65,7 @@ with workflow.unsafe.imports_passed_through():
     from domain.policy import Outcome
     from domain.states import AttemptState
 
-STATE = SearchAttributeKey.for_keyword("HeraldState")
+STATE = SearchAttributeKey.for_keyword(STATE_ATTRIBUTE)
 CHANNEL = SearchAttributeKey.for_keyword("HeraldChannel")
 REGION = SearchAttributeKey.for_keyword("HeraldRegion")
 EVENT_TYPE = SearchAttributeKey.for_keyword("HeraldEventType")
@@ -73,15 +74,6 @@ OUTCOME = SearchAttributeKey.for_keyword("HeraldOutcome")
 cancelled or expired (domain.intents)."""
 CHANNELS_USED = SearchAttributeKey.for_keyword_list("HeraldChannelsUsed")
 """The channels an attempt was prepared on, set when the run ends (empty when none was)."""
-SEARCH_ATTRIBUTES = {
-    "HeraldState": "Keyword",
-    "HeraldChannel": "Keyword",
-    "HeraldRegion": "Keyword",
-    "HeraldEventType": "Keyword",
-    "HeraldOutcome": "Keyword",
-    "HeraldChannelsUsed": "KeywordList",
-}
-
 # Phases as operators filter on them in the Web UI (HeraldState).
 COARSE_STATE = {
     "starting": "pending",

@@ -53,16 +53,10 @@ APP_IMPORTERS = {"api/server.py"}
 """Inside api/, only the server imports the app factory; outside it, what serves the app
 (devstack's `herald dev`, the console benchmark)."""
 
-KNOWN = {
-    "cli/main.py imports workflows.notification": "the STATE search attribute",
-    "devstack/stack.py imports workflows.notification": "SEARCH_ATTRIBUTES to register",
-    "runtime/schedules.py imports workflows.maintenance": "the schedules' workflow type",
-    "scenarios/base.py imports workflows.notification": "the handle's workflow type",
-    "scenarios/scheduled_alert.py imports workflows.notification": "the POLL_SMS name",
-}
-"""Departures still to move (the search attributes and activity names into the
-contracts, the scenarios' handles into starter); each one here must still exist, so an
-entry is dropped when its import is."""
+KNOWN: dict[str, str] = {}
+"""Departures still to move (none now: the search attributes and the maintenance workflow's
+type are in the contracts, the scenarios' handles come from starter); each one here must
+still exist, so an entry is dropped when its import is."""
 
 
 def layer(module: str) -> str | None:

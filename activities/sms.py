@@ -521,7 +521,7 @@ class SmsActivities:
         )
         return PollOutcome(result.state or attempt.state, status.raw_status, status.error_code)
 
-    @activity.defn(name="lookup_sms")
+    @activity.defn(name=channels.SMS.lookup_activity)
     async def lookup_sms(self, input: LookupInput) -> LookupResult:
         """Ask the provider what it holds for an attempt, for an operator about to settle
         it. By remote id when we have one, else by destination, time window and content

@@ -66,9 +66,10 @@ class Channel:
     only where a retried send finds the claim the dead one left."""
     reached: frozenset[AttemptState]
     """The attempt states that count as having reached the person (domain.fallback)."""
-    provider_lookup: bool
-    """Whether the provider can be asked whether it has a message (reconciling an
-    ambiguous send). A channel without lookup never fails over from an ambiguous send."""
+    lookup_activity: str | None
+    """The activity that asks the provider what it holds for an attempt (reconciling an
+    ambiguous send, before a settlement), or None when the provider cannot be asked. A
+    channel without lookup never fails over from an ambiguous send."""
     default_providers: tuple[str, ...]
     """The provider aliases, in order, a policy that names none for the channel uses."""
     handed_to: str
@@ -87,6 +88,11 @@ class Channel:
     """Whether its send activity takes `SubmitInput.failover` and answers with the class
     the failover rules need (domain.failover), so the workflow may move an attempt to
     the next provider of the policy's list."""
+
+    @property
+    def provider_lookup(self) -> bool:
+        """Whether the provider can be asked whether it has a message."""
+        return self.lookup_activity is not None
 
     def task_queue(self, base: str) -> str:
         """The task queue of this channel's send and poll activities, given the worker's."""
@@ -135,7 +141,7 @@ SMS = Channel(
     send_heartbeat=True,
     # Carriers report delivery: `sent` means a carrier took it, not that a handset got it.
     reached=frozenset({AttemptState.DELIVERED}),
-    provider_lookup=True,
+    lookup_activity="lookup_sms",
     default_providers=("twilio",),
     handed_to="carrier",
     mask_placeholder="+•• ••• ••• ••••",
@@ -158,7 +164,7 @@ EMAIL = Channel(
     send_heartbeat=False,
     # SMTP has no delivery receipt: the relay's 250 is the last evidence, so `sent` reaches.
     reached=frozenset({AttemptState.SENT, AttemptState.DELIVERED}),
-    provider_lookup=False,
+    lookup_activity=None,
     default_providers=("smtp",),
     handed_to="mail relay",
     mask_placeholder="•••@•••",

@@ -99,7 +99,6 @@ RECORD_VERDICT = "record_verdict"
 RECORD_OPERATOR_ACTION = "record_operator_action"
 RECORD_SETTLEMENT = "record_settlement"
 RECORD_WAITING = "record_waiting"
-LOOKUP_SMS = "lookup_sms"
 
 EMAIL_SENT_REACHES = "email-sent-reaches"
 """Patch id: an accepted email (`sent`) reaches the person (domain.fallback). Workflows that
@@ -340,9 +339,10 @@ class NotificationWorkflow:
     )
     async def lookup_update(self, request: LookupRequest) -> LookupResult:
         token = self._latest_token(request.channel)
-        assert token is not None
+        lookup = _channel(request.channel).lookup_activity
+        assert token is not None and lookup is not None  # the validator refused the rest
         result = await workflow.execute_activity(
-            LOOKUP_SMS,
+            lookup,
             LookupInput(token, requested_by=request.operator),
             result_type=LookupResult,
             task_queue=_queue_of(_channel(request.channel)),

@@ -73,6 +73,8 @@ def test_default_providers_are_the_adapters_herald_ships() -> None:
     assert channels.SMS.default_providers == ("twilio",)
     assert channels.EMAIL.default_providers == ("smtp",)
     assert channels.SMS.provider_lookup and not channels.EMAIL.provider_lookup
+    # The name is in every recorded history of a lookup: it may not change.
+    assert (channels.SMS.lookup_activity, channels.EMAIL.lookup_activity) == ("lookup_sms", None)
 
 
 def test_every_kind_of_destination_has_a_channel_a_normaliser_and_a_mask() -> None:

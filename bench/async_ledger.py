@@ -45,6 +45,7 @@ from sqlalchemy import ForeignKey, String, create_engine, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
+from bench.harness import cpu_seconds
 from devstack.ports import free_port
 from devstack.postgres import EmbeddedPostgres
 from runtime.loop import run
@@ -111,17 +112,6 @@ async def _drive(n: int, concurrency: int, one: Callable[[str], Awaitable[None]]
     await asyncio.gather(*(lane() for _ in range(concurrency)))
 
 
-def _cpu(procs: list[psutil.Process]) -> float:
-    total = 0.0
-    for proc in procs:
-        try:
-            times = proc.cpu_times()
-        except psutil.NoSuchProcess:
-            continue
-        total += times.user + times.system
-    return total
-
-
 async def _measure(
     mode: str, url: str, pg: EmbeddedPostgres, n: int, concurrency: int
 ) -> tuple[float, float, float]:
@@ -159,10 +149,10 @@ async def _measure(
         close = aengine.dispose
     await _drive(min(n, 4 * concurrency), concurrency, one)  # warm the pool and caches
     pg_procs = pg.processes()
-    mine0, pg0, wall0 = me.cpu_times(), _cpu(pg_procs), time.perf_counter()
+    mine0, pg0, wall0 = me.cpu_times(), cpu_seconds(pg_procs), time.perf_counter()
     await _drive(n, concurrency, one)
     wall = time.perf_counter() - wall0
-    mine1, pg1 = me.cpu_times(), _cpu(pg_procs)
+    mine1, pg1 = me.cpu_times(), cpu_seconds(pg_procs)
     await close()
     used = (mine1.user + mine1.system) - (mine0.user + mine0.system)
     return used / n * 1e6, (pg1 - pg0) / n * 1e6, wall

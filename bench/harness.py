@@ -36,7 +36,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -462,6 +462,18 @@ def worker_cpu_parts(pids: Sequence[int]) -> tuple[Part, dict[str, Part]]:
     return (tuple(pids), True), detail
 
 
+def cpu_seconds(procs: Iterable[psutil.Process]) -> float:
+    """User + system CPU seconds of these processes (one that has gone counts nothing)."""
+    seconds = 0.0
+    for proc in procs:
+        try:
+            t = proc.cpu_times()
+        except psutil.Error:
+            continue
+        seconds += t.user + t.system
+    return seconds
+
+
 class CpuMeter:
     """CPU seconds (user + system) used by each part of the stack, per measured phase.
 
@@ -487,12 +499,7 @@ class CpuMeter:
                 procs = [root, *(root.children(recursive=True) if children else [])]
             except psutil.Error:
                 continue
-            for proc in procs:
-                try:
-                    t = proc.cpu_times()
-                except psutil.Error:
-                    continue
-                seconds += t.user + t.system
+            seconds += cpu_seconds(procs)
         return seconds
 
     def snapshot(self) -> dict[str, float]:

@@ -119,6 +119,23 @@ class Settings(BaseSettings):
     temporal_address: str | None = None
     """Temporal frontend `host:port`. Unset: the dev server started by `herald dev`."""
     temporal_namespace: str = "default"
+    temporal_tls: bool = False
+    """Speak TLS to Temporal, trusting the system's roots (Temporal Cloud with an API key).
+    Any of the three files below turns TLS on by itself."""
+    temporal_tls_cert: Path | None = None
+    """HERALD_TEMPORAL_TLS_CERT: the client certificate (PEM) for mTLS (Temporal Cloud's
+    certificate auth, a self-hosted frontend that requires client certificates)."""
+    temporal_tls_key: Path | None = None
+    """HERALD_TEMPORAL_TLS_KEY: its private key (PEM); required with the certificate."""
+    temporal_tls_ca: Path | None = None
+    """HERALD_TEMPORAL_TLS_CA: the CA (PEM) that signed the frontend's certificate, where
+    it is not one the system trusts."""
+    temporal_tls_server_name: str | None = None
+    """The name the frontend's certificate is checked against, where it is not the
+    address's host."""
+    temporal_api_key: SecretStr | None = None
+    """HERALD_TEMPORAL_API_KEY: sent as a bearer token on every call (Temporal Cloud's API
+    keys); turns TLS on."""
     temporal_port: int = 57233
     temporal_ui_port: int = 58233
     temporal_ui_url: str | None = None
@@ -361,6 +378,18 @@ class Settings(BaseSettings):
                 "HERALD_UNSUBSCRIBE_SECRET is required outside dev; refusing to start"
             )
         return _dev_secret(self.data_path / "unsubscribe.secret", lambda: secrets.token_urlsafe(32))
+
+    @model_validator(mode="after")
+    def _temporal_tls_is_whole(self) -> Settings:
+        """A client certificate comes with its key, and a key with its certificate."""
+        if (self.temporal_tls_cert is None) != (self.temporal_tls_key is None):
+            given, needs = (
+                ("HERALD_TEMPORAL_TLS_CERT", "HERALD_TEMPORAL_TLS_KEY")
+                if self.temporal_tls_key is None
+                else ("HERALD_TEMPORAL_TLS_KEY", "HERALD_TEMPORAL_TLS_CERT")
+            )
+            raise ValueError(f"{given} is set without {needs}: mTLS needs both")
+        return self
 
     @model_validator(mode="after")
     def _production_has_its_secrets(self) -> Settings:

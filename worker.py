@@ -49,6 +49,7 @@ from runtime.logs import configure_logging, core_log_forwarding
 from runtime.loop import run
 from runtime.sandbox import sandbox_runner
 from runtime.schedules import ensure_schedules
+from starter import temporal as starter_temporal
 from starter.client import HeraldClient
 from starter.relay import run_relay
 from transports.artifacts import ArtifactStore
@@ -96,9 +97,7 @@ def ensure_workflow_bytecode() -> bool:
 
 
 async def connect(cfg: settings_module.Settings, *, runtime: Runtime | None = None) -> Client:
-    return await Client.connect(
-        cfg.temporal_target, namespace=cfg.temporal_namespace, runtime=runtime
-    )
+    return await starter_temporal.connect(cfg, runtime=runtime)
 
 
 @dataclass
@@ -422,6 +421,7 @@ if __name__ == "__main__":
         sys.exit(2)
     try:
         run(main(settings))
-    except RuntimeError as err:  # bad sender settings
+    except (RuntimeError, starter_temporal.TemporalSettingError) as err:
+        # Bad sender settings, an unreadable TLS file, Temporal unreachable.
         print(f"herald worker: {err}", file=sys.stderr)
         sys.exit(2)

@@ -71,10 +71,21 @@ async def herald_client(cfg: settings_module.Settings):  # type: ignore[no-untyp
     except RuntimeError as err:
         if "connect" not in str(err).lower():
             raise
-        raise CliError(
-            f"cannot reach Temporal at {cfg.temporal_target} (is `herald dev` "
-            "running, or HERALD_TEMPORAL_ADDRESS set?)"
-        ) from err
+        raise CliError(temporal_unreachable(cfg, err)) from err
+
+
+def temporal_unreachable(cfg: settings_module.Settings, err: BaseException) -> str:
+    """What to say when the Temporal client could not connect. Plain, the address is down
+    (start `herald dev`, or set the address); over TLS it may have been reached and the
+    handshake refused, so the client's own reason is the line to read."""
+    from starter.temporal import connect_options
+
+    if connect_options(cfg)["tls"]:
+        return f"cannot connect to Temporal at {cfg.temporal_target} over TLS: {err}"
+    return (
+        f"cannot reach Temporal at {cfg.temporal_target} (is `herald dev` "
+        "running, or HERALD_TEMPORAL_ADDRESS set?)"
+    )
 
 
 def acting(cfg: settings_module.Settings, access: Any) -> Principal:

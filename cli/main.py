@@ -1089,13 +1089,15 @@ def operational_error(err: BaseException, cfg: settings_module.Settings) -> str 
     from sqlalchemy import exc as sa_exc
     from temporalio.service import RPCError
 
+    from cli.context import temporal_unreachable
     from devstack.binaries import MissingBinary
     from devstack.ports import PortInUse
     from devstack.postgres import PostgresStartError
     from devstack.temporal import TemporalStartError
     from ledger.repository import IntentConflict, NotFound
+    from starter.temporal import TemporalSettingError
 
-    if isinstance(err, NotFound | IntentConflict):
+    if isinstance(err, NotFound | IntentConflict | TemporalSettingError):
         return str(err)
     if isinstance(err, sa_exc.ArgumentError | sa_exc.NoSuchModuleError):
         return f"the ledger database URL is not usable: {_first_line(err)}"
@@ -1110,10 +1112,7 @@ def operational_error(err: BaseException, cfg: settings_module.Settings) -> str 
             f"{_first_line(err.orig or err)} ({hint})"
         )
     if isinstance(err, RuntimeError) and "client connect" in str(err).lower():
-        return (
-            f"cannot reach Temporal at {cfg.temporal_target} (is `herald dev` running, "
-            "or HERALD_TEMPORAL_ADDRESS set?)"
-        )
+        return temporal_unreachable(cfg, err)
     if isinstance(err, RPCError):
         status = err.status.name if err.status else "error"
         return f"Temporal at {cfg.temporal_target} answered {status}: {_first_line(err)}"

@@ -54,6 +54,7 @@ from ledger import repository as repo
 from ledger.crypto import FieldCipher
 from ledger.engine import ledger_engine
 from ledger.models import Intent
+from starter import temporal as temporal_connection
 from workflows.notification import (
     APPROVE_RESEND,
     CANCEL,
@@ -162,7 +163,7 @@ class HeraldClient:
     @classmethod
     async def connect(cls, cfg: settings_module.Settings | None = None) -> HeraldClient:
         cfg = cfg or settings_module.load()
-        temporal = await Client.connect(cfg.temporal_target, namespace=cfg.temporal_namespace)
+        temporal = await temporal_connection.connect(cfg)
         # Idle connections are pinged at checkout, so a Postgres restart does not surface
         # to the app (ledger.engine).
         engine = ledger_engine(cfg.resolved_database_url())

@@ -82,6 +82,34 @@ def test_a_malformed_setting_is_named_in_one_line(tmp_path: Path) -> None:
     assert "fast" not in line  # pydantic's text repeats the value, which may be a secret
 
 
+@pytest.mark.parametrize("args", [["worker"], ["send", *SEND]], ids=lambda args: args[0])
+def test_temporal_tls_settings_that_cannot_be_used_are_one_line(
+    args: list[str], tmp_path: Path
+) -> None:
+    elsewhere = {
+        "HERALD_DATA_DIR": str(tmp_path / "data"),
+        "HERALD_DATABASE_URL": f"postgresql://herald@127.0.0.1:{free_port()}/herald",
+        "HERALD_TEMPORAL_ADDRESS": f"127.0.0.1:{free_port()}",
+    }
+    missing = tmp_path / "worker.pem"
+    unreadable = {
+        "HERALD_TEMPORAL_TLS_CERT": str(missing),
+        "HERALD_TEMPORAL_TLS_KEY": str(tmp_path / "worker.key"),
+    }
+    line = assert_one_line_error(
+        run_installed_herald(*args, settings={**elsewhere, **unreadable}, cwd=tmp_path), args[0]
+    )
+    assert line.endswith(
+        f"HERALD_TEMPORAL_TLS_CERT={missing}: cannot read it (No such file or directory)"
+    )
+    # Nothing listens there: over TLS the cause is given, not the dev-server hint.
+    done = run_installed_herald(
+        *args, settings={**elsewhere, "HERALD_TEMPORAL_TLS": "true"}, cwd=tmp_path
+    )
+    line = assert_one_line_error(done, args[0])
+    assert f"Temporal at {elsewhere['HERALD_TEMPORAL_ADDRESS']} over TLS: " in line, line
+
+
 @pytest.mark.ledger
 def test_show_of_an_unknown_key_is_one_line(cli_ledger: Ledger, tmp_path: Path) -> None:
     settings = {"HERALD_DATABASE_URL": cli_ledger.url, "HERALD_DATA_DIR": str(tmp_path)}

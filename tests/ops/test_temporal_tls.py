@@ -4,8 +4,9 @@ HERALD_TEMPORAL_TLS_* are the ones presented and trusted in a real TLS handshake
 
 No Temporal server here speaks TLS (the dev server has no flag for it), so the frontend
 is a TLS listener on loopback that requires a client certificate signed by its CA and
-records what it was shown; it speaks no gRPC, so the connect fails after the handshake,
-which is all the test needs to see."""
+records what it was shown, down to the headers of the client's first gRPC call (read
+with h2); it answers none, so the connect fails after that, which is all the test needs
+to see."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import h2.config
+import h2.connection
+import h2.events
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -91,16 +95,19 @@ def pki(tmp_path: Path) -> dict[str, Path]:
 
 
 class Frontend:
-    """A TLS listener requiring a client certificate; it records each handshake."""
+    """A TLS listener (requiring a client certificate unless told not to); it records each
+    handshake and the HTTP/2 headers of the first call made over it."""
 
-    def __init__(self, pki: dict[str, Path]) -> None:
+    def __init__(self, pki: dict[str, Path], *, client_cert: bool = True) -> None:
         self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.context.load_cert_chain(pki["server_cert"], pki["server_key"])
         self.context.load_verify_locations(pki["ca"])
-        self.context.verify_mode = ssl.CERT_REQUIRED
+        self.context.verify_mode = ssl.CERT_REQUIRED if client_cert else ssl.CERT_NONE
         self.context.set_alpn_protocols(["h2"])
         self.context.sni_callback = self._sni
         self.seen: list[dict[str, Any]] = []
+        self.calls: list[dict[str, str]] = []
+        """The headers of the first request on each connection (the gRPC call)."""
         self.failed: list[str] = []
         self._names: list[str | None] = []
         self.sock = socket.create_server(("127.0.0.1", 0))
@@ -130,8 +137,20 @@ class Frontend:
                             "alpn": tls.selected_alpn_protocol(),
                         }
                     )
+                    self._first_call(tls)
             except (ssl.SSLError, OSError) as err:
                 self.failed.append(type(err).__name__)
+
+    def _first_call(self, tls: ssl.SSLSocket) -> None:
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
+        conn.initiate_connection()
+        tls.sendall(conn.data_to_send())
+        while data := tls.recv(65535):
+            for event in conn.receive_data(data):
+                if isinstance(event, h2.events.RequestReceived):
+                    self.calls.append({_text(name): _text(value) for name, value in event.headers})
+                    return  # closing the connection fails the call: enough seen
+            tls.sendall(conn.data_to_send())
 
     def __enter__(self) -> Frontend:
         self._thread.start()
@@ -141,6 +160,10 @@ class Frontend:
         self._stop.set()
         self._thread.join(5)
         self.sock.close()
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def _settings(frontend: Frontend, tmp_path: Path, **tls: Any) -> settings_module.Settings:
@@ -165,6 +188,7 @@ async def test_the_client_certificate_and_ca_the_settings_name_are_used_in_the_h
             await temporal.connect(cfg)  # no gRPC behind the handshake
     assert frontend.seen, frontend.failed
     assert frontend.seen[0] == {"client": "herald-worker", "sni": SERVER_NAME, "alpn": "h2"}
+    assert frontend.calls and "authorization" not in frontend.calls[0]  # no key configured
 
 
 async def test_without_the_client_certificate_the_frontend_refuses_the_handshake(
@@ -177,6 +201,26 @@ async def test_without_the_client_certificate_the_frontend_refuses_the_handshake
         with pytest.raises(RuntimeError, match="(?i)client connect"):
             await temporal.connect(cfg)
     assert frontend.seen == [] and frontend.failed  # it asked for one and got none
+
+
+async def test_the_api_key_is_a_bearer_token_on_the_call_over_tls(
+    pki: dict[str, Path], tmp_path: Path
+) -> None:
+    with Frontend(pki, client_cert=False) as frontend:
+        cfg = _settings(
+            frontend,
+            tmp_path,
+            temporal_api_key="key-123",
+            temporal_tls_ca=pki["ca"],
+            temporal_tls_server_name=SERVER_NAME,
+        )
+        with pytest.raises(RuntimeError, match="(?i)client connect"):
+            await temporal.connect(cfg)
+    assert frontend.calls, frontend.failed
+    call = frontend.calls[0]
+    assert call["authorization"] == "Bearer key-123"
+    assert call[":path"].startswith("/temporal.api.workflowservice.v1.WorkflowService/")
+    assert call["content-type"].startswith("application/grpc")
 
 
 def test_plain_by_default_tls_with_an_api_key_and_the_key_sent_as_given(tmp_path: Path) -> None:

@@ -73,8 +73,12 @@ def test_a_two_worker_run_reports_both_workers_and_leaves_nothing_running(
     assert all(ms > 0 for ms in by_worker.values())  # both served
     assert herald["cpu_ms_per_intent"]["worker"] >= sum(by_worker.values()) - 0.2
     assert len(herald["worker_rss"]["peak_mib_by_worker"]) == 2
-    [data_dir] = re.findall(r"embedded stack in (\S+)", done.stderr)
-    assert _processes_on(str(Path(data_dir).resolve())) == []
+    # One stack, or more when a port was taken meanwhile and the bench started again on
+    # other ports (bench.harness.start_bench): none of them may leave a process behind.
+    data_dirs = re.findall(r"embedded stack in (\S+)", done.stderr)
+    assert data_dirs, done.stderr[-3000:]
+    for data_dir in data_dirs:
+        assert _processes_on(str(Path(data_dir).resolve())) == []
 
 
 def test_no_workers_is_refused_in_one_line() -> None:

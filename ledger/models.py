@@ -379,6 +379,9 @@ class ReviewItem(Base):
     resolved_at: Mapped[datetime | None]
     resolved_by: Mapped[str | None] = mapped_column(String(120))
     """The signed-in principal who resolved it (the console)."""
+    intent_id: Mapped[str | None] = mapped_column(String(36), index=True)
+    """The intent it concerns (also in `detail`), for the intent page's list of its items;
+    none for an item about no intent (an orphan observation)."""
     event_type: Mapped[str | None] = mapped_column(String(80))
     """The intent's event type, for the set's exposure (also in `detail`)."""
     category: Mapped[str | None] = mapped_column(String(20))

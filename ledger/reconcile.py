@@ -199,6 +199,7 @@ def record_review_items(session: Session, rows: list[ReviewRow], now: datetime) 
                 "category": exposure.get(row.intent_id or "", (None, None))[1],
             },
             "found_at": now,
+            "intent_id": row.intent_id,
             "event_type": exposure.get(row.intent_id or "", (None, None))[0],
             "category": exposure.get(row.intent_id or "", (None, None))[1],
         }

@@ -726,9 +726,7 @@ def masked_destinations(
 def review_items_of(session: Session, intent_id: str) -> list[ReviewItem]:
     return list(
         session.execute(
-            select(ReviewItem)
-            .where(ReviewItem.detail["intent_id"].as_string() == intent_id)
-            .order_by(ReviewItem.id)
+            select(ReviewItem).where(ReviewItem.intent_id == intent_id).order_by(ReviewItem.id)
         ).scalars()
     )
 

@@ -85,6 +85,7 @@ def test_an_operator_opens_an_unknown_outcome_item_at_once_recorded_under_their_
         intent_id,
     )
     assert item.event_type is not None  # joins its set's exposure like the sweep's items
+    assert item.intent_id == intent_id  # the intent page finds it by this column
     [action] = _actions(db, intent_id)
     assert (action.action, action.outcome, action.operator, action.operator_role) == (
         "open-review",

@@ -12,12 +12,13 @@ from activities.contracts import AuthorizeInput
 from activities.ledger import LedgerActivities
 from ledger.models import Consent
 from tests.activities import intents
+from tests.conftest import key_id
 
 pytestmark = pytest.mark.ledger
 
 
 def _intent(cli_ledger, cipher, recipient: str) -> str:  # type: ignore[no-untyped-def]
-    key = f"order-created:o-{uuid.uuid4().hex[:10]}"
+    key = f"order-created:o-{key_id()}"
     request = intents.demo_request(key, "+447400032001", recipient_ref=recipient)
     return intents.record(cli_ledger.sessions, cipher, request)
 

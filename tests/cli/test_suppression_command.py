@@ -4,14 +4,13 @@ destination is never printed back."""
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 
 from activities.contracts import AuthorizeInput
 from activities.ledger import LedgerActivities
 from ledger.crypto import FieldCipher
 from tests.activities import intents
+from tests.conftest import key_id
 
 pytestmark = pytest.mark.ledger
 
@@ -24,7 +23,7 @@ async def test_a_suppression_from_the_cli_denies_until_it_is_lifted(herald, cli_
     assert empty.returncode == 0, empty.stderr
     assert "no suppression on record" in empty.stdout
     cipher = FieldCipher((cli_ledger.data_dir / "data.key").read_text().strip())
-    key = f"order-created:o-{uuid.uuid4().hex[:10]}"
+    key = f"order-created:o-{key_id()}"
     intent_id = intents.record(
         cli_ledger.sessions, cipher, intents.demo_request(key, PHONE), consent="sms"
     )

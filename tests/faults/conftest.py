@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,7 +18,7 @@ from devstack.processes import ChildProcess
 from devstack.stack import DevStack
 from domain.requests import NotificationRequest
 from ledger.models import Consent
-from tests.conftest import stack_settings
+from tests.conftest import key_id, stack_settings
 from workflows.notification import NotificationWorkflow
 
 VARIABLES = {"n": 1, "intent_id": "x"}
@@ -63,7 +62,7 @@ class Faults:
         return int((await self.stats())["requests_by_token"].get(token, 0))
 
     async def notify(self, phone: str, key: str | None = None):  # type: ignore[no-untyped-def]
-        key = key or f"demo:f-{uuid.uuid4().hex[:10]}"
+        key = key or f"demo:f-{key_id()}"
         recipient = key.replace(":", "-")
 
         def consent() -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -22,7 +21,7 @@ from domain.requests import NotificationRequest
 from ledger import repository as repo
 from ledger.models import Consent
 from ledger.templates import activate_policy, seed_policy
-from tests.conftest import stack_settings
+from tests.conftest import key_id, stack_settings
 from workflows.notification import NotificationWorkflow
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
@@ -127,7 +126,7 @@ class Providers:
         return out
 
     async def notify(self, phone: str, *, expires_at: datetime | None = None) -> tuple[str, str]:
-        key = f"failover:f-{uuid.uuid4().hex[:10]}"
+        key = f"failover:f-{key_id()}"
         recipient = key.replace(":", "-")
         with self.client.sessions.begin() as session:
             session.add(

@@ -14,12 +14,13 @@ from domain.requests import NotificationRequest
 from ledger import evidence, intake
 from ledger import repository as repo
 from ledger.models import Consent, PolicyDecision
+from tests.conftest import key_id
 
 pytestmark = pytest.mark.ledger
 
 
 def _intent(committed, cipher, *, phone: str | None = None, email: str | None = None) -> str:  # type: ignore[no-untyped-def]
-    key = f"order-created:o-{uuid.uuid4().hex[:10]}"
+    key = f"order-created:o-{key_id()}"
     with committed.begin() as session:
         recorded = repo.record_intent(
             session,

@@ -253,3 +253,58 @@ async def test_an_operator_settles_an_unknown_attempt_from_the_reconciliation_pa
     assert [(a["outcome"], a["operator"]) for a in settle] == [("accepted", console.operator[0])]
     [item_doc] = [r for r in doc["review_items"] if r["kind"] == "unknown_outcome"]
     assert item_doc["resolved_at"] is not None
+
+
+async def test_an_operator_opens_a_review_item_from_an_intent_page(stack, console):
+    """A member says nothing came while the SMS is still with the carrier: the operator
+    opens a review item from the intent's page at once, and the Reconciliation page shows
+    it in its set, naming who opened it and why."""
+    from playwright.async_api import async_playwright, expect
+
+    suffix = secrets.token_hex(4)
+    member = f"m-1845.{suffix}"
+    phone = f"+4474005{secrets.randbelow(100_000):05d}"
+    async with httpx.AsyncClient(base_url=stack.addresses.simulator, timeout=10) as sim:
+        scripted = await sim.post(
+            "/_sim/script", json={"to": phone, "fault": "never_resolves", "count": 1}
+        )
+        assert scripted.status_code == 200, scripted.text
+    ref = await class_opening(stack, member, phone, f"class-opening:c-9085:{member}")
+    deadline = asyncio.get_running_loop().time() + 30
+    while True:  # with the carrier, no final word (it never resolves)
+        doc = await asyncio.to_thread(stack.client.timeline, ref.intent_id)
+        if [a["state"] for a in doc["attempts"]] in (["submitted"], ["sent"]):
+            break
+        assert asyncio.get_running_loop().time() < deadline, doc["attempts"]
+        await asyncio.sleep(0.5)
+
+    why = "the member says nothing came"
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=str(CHROMIUM))
+        try:
+            page = await browser.new_page(viewport={"width": 1280, "height": 900})
+            await sign_in(page, console.base, console.operator)
+            await page.goto(f"{console.base}/console/intents/{ref.intent_id}")
+            await page.get_by_role("heading", name=f"Intent {ref.business_key}").wait_for()
+            await page.locator("#review-reason-sms").fill(why)
+            await page.locator("#review-sms").get_by_role("button").click()
+            await expect(page.get_by_text("Opened review item #")).to_be_visible()
+            # Open now: the page offers no second one.
+            await expect(page.locator("#review-open-sms")).to_contain_text("is open")
+            await expect(page.locator("#review-sms")).to_have_count(0)
+
+            await page.get_by_role("link", name="Reconciliation", exact=True).click()
+            item = page.locator("article.item", has_text=ref.business_key)
+            await expect(item).to_contain_text(f"opened by {console.operator[0]}")
+            await expect(item).to_contain_text(why)
+            await item.scroll_into_view_if_needed()
+            await shot(page, "reconciliation-opened")
+            # Nothing to do after all: resolved with a note, it leaves the open list.
+            await item.get_by_label("No action: why").fill("delivered late, member confirmed")
+            await item.get_by_role("button", name="Resolve").click()
+            await expect(page.locator("article.item", has_text=ref.business_key)).to_have_count(0)
+        finally:
+            await browser.close()
+    doc = await asyncio.to_thread(stack.client.timeline, ref.intent_id)
+    opened = [a for a in doc["operator_actions"] if a["action"] == "open-review"]
+    assert [(a["outcome"], a["operator"]) for a in opened] == [("accepted", console.operator[0])]

@@ -57,6 +57,21 @@ async def class_opening(stack: Any, member: str, phone: str, business_key: str) 
     )
 
 
+async def never_resolved_class_opening(
+    stack: Any, member: str, class_id: str, phone_prefix: str
+) -> Any:
+    """A class-opening SMS the carrier simulator takes and never reports on: the attempt
+    stays with the carrier until the policy's polling horizon makes it unknown."""
+    member = f"{member}.{secrets.token_hex(4)}"
+    phone = f"{phone_prefix}{secrets.randbelow(100_000):05d}"
+    async with httpx.AsyncClient(base_url=stack.addresses.simulator, timeout=10) as sim:
+        scripted = await sim.post(
+            "/_sim/script", json={"to": phone, "fault": "never_resolves", "count": 1}
+        )
+        assert scripted.status_code == 200, scripted.text
+    return await class_opening(stack, member, phone, f"class-opening:{class_id}:{member}")
+
+
 @dataclass
 class Console:
     base: str

@@ -14,12 +14,18 @@ import secrets
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import httpx
 import pytest
 
 from domain.requests import NotificationRequest
 from ledger import reconcile
-from tests.console.conftest import CHROMIUM, CLASS_VARIABLES, class_opening, shot, sign_in
+from tests.console.conftest import (
+    CHROMIUM,
+    CLASS_VARIABLES,
+    class_opening,
+    never_resolved_class_opening,
+    shot,
+    sign_in,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
@@ -177,15 +183,7 @@ async def test_an_operator_and_a_viewer_work_the_console_in_a_browser(stack, con
 async def test_an_operator_settles_an_unknown_attempt_from_the_reconciliation_page(stack, console):
     from playwright.async_api import async_playwright, expect
 
-    suffix = secrets.token_hex(4)
-    member = f"m-1843.{suffix}"
-    phone = f"+4474004{secrets.randbelow(100_000):05d}"
-    async with httpx.AsyncClient(base_url=stack.addresses.simulator, timeout=10) as sim:
-        scripted = await sim.post(
-            "/_sim/script", json={"to": phone, "fault": "never_resolves", "count": 1}
-        )
-        assert scripted.status_code == 200, scripted.text
-    ref = await class_opening(stack, member, phone, f"class-opening:c-9084:{member}")
+    ref = await never_resolved_class_opening(stack, "m-1843", "c-9084", "+4474004")
     # The demo policy's polling horizon is 60 s; then the intent waits for a settlement.
     deadline = asyncio.get_running_loop().time() + 120
     while True:
@@ -261,15 +259,7 @@ async def test_an_operator_opens_a_review_item_from_an_intent_page(stack, consol
     it in its set, naming who opened it and why."""
     from playwright.async_api import async_playwright, expect
 
-    suffix = secrets.token_hex(4)
-    member = f"m-1845.{suffix}"
-    phone = f"+4474005{secrets.randbelow(100_000):05d}"
-    async with httpx.AsyncClient(base_url=stack.addresses.simulator, timeout=10) as sim:
-        scripted = await sim.post(
-            "/_sim/script", json={"to": phone, "fault": "never_resolves", "count": 1}
-        )
-        assert scripted.status_code == 200, scripted.text
-    ref = await class_opening(stack, member, phone, f"class-opening:c-9085:{member}")
+    ref = await never_resolved_class_opening(stack, "m-1845", "c-9085", "+4474005")
     deadline = asyncio.get_running_loop().time() + 30
     while True:  # with the carrier, no final word (it never resolves)
         doc = await asyncio.to_thread(stack.client.timeline, ref.intent_id)

@@ -122,9 +122,21 @@ async def console(stack, tmp_path_factory) -> AsyncIterator[Console]:  # type: i
         await asyncio.to_thread(api.stop)
 
 
+async def fits(page: Any) -> None:
+    """Nothing on the page is wider than its window (scrollWidth <= innerWidth)."""
+    # A page answered to a click may still be fetching its stylesheet: measured then, the
+    # unstyled intents table is 487 px wide on a phone (a CI run met it on the search page).
+    await page.wait_for_load_state("load")
+    widths = await page.evaluate(
+        "() => [document.documentElement.scrollWidth, window.innerWidth, location.pathname]"
+    )
+    assert widths[0] <= widths[1], f"{widths[2]} is {widths[0]} px wide in {widths[1]}"
+
+
 async def shot(page, name: str) -> None:  # type: ignore[no-untyped-def]
     if SHOTS:
         Path(SHOTS).mkdir(parents=True, exist_ok=True)
+        await page.wait_for_load_state("load")  # styled, not the bare HTML
         await page.screenshot(path=str(Path(SHOTS) / f"{name}.png"), full_page=True)
 
 

@@ -22,6 +22,7 @@ from tests.console.conftest import (
     CHROMIUM,
     CLASS_VARIABLES,
     class_opening,
+    fits,
     never_resolved_class_opening,
     shot,
     sign_in,
@@ -204,10 +205,7 @@ async def test_an_operator_settles_an_unknown_attempt_from_the_reconciliation_pa
             )
             # With a Needs attention panel and a day of rates: nothing past a laptop's width
             # (the rates' labels once kept their full length and pushed the values out).
-            wide, inner = await page.evaluate(
-                "() => [document.documentElement.scrollWidth, window.innerWidth]"
-            )
-            assert wide <= inner, (wide, inner)
+            await fits(page)
             await shot(page, "overview")
 
             # The waiting count leads to the intents that wait, each with its window's close.

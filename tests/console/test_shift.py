@@ -17,7 +17,14 @@ from domain.principals import Principal, Role
 from domain.requests import NotificationRequest
 from ledger import principals
 from ledger.models import ConsoleSession, PrincipalRecord
-from tests.console.conftest import CHROMIUM, CLASS_VARIABLES, class_opening, shot, sign_in
+from tests.console.conftest import (
+    CHROMIUM,
+    CLASS_VARIABLES,
+    class_opening,
+    fits,
+    shot,
+    sign_in,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
@@ -36,13 +43,6 @@ async def scheduled(stack: Any, member: str, phone: str) -> Any:
             send_at=datetime.now(UTC) + timedelta(hours=1),
         )
     )
-
-
-async def fits(page: Any) -> None:
-    widths = await page.evaluate(
-        "() => [document.documentElement.scrollWidth, window.innerWidth, location.pathname]"
-    )
-    assert widths[0] <= widths[1], f"{widths[2]} is {widths[0]} px wide in {widths[1]}"
 
 
 async def accessible(page: Any) -> None:

@@ -333,6 +333,21 @@ def _ledger_times(
     }
 
 
+def _first_decisions(bench: Bench, keys: Sequence[str]) -> dict[str, float]:
+    """business key -> when `authorize` began its first decision (its `decided_at`, the
+    worker's clock, which on one machine is the server's too), as epoch seconds."""
+    with bench.client.sessions() as session:
+        rows = session.execute(
+            text(
+                "SELECT i.business_key, extract(epoch FROM min(d.decided_at)) "
+                "FROM intent i JOIN policy_decision d ON d.intent_id = i.id "
+                "WHERE i.business_key = ANY(:keys) GROUP BY i.business_key"
+            ),
+            {"keys": list(keys)},
+        ).all()
+    return {key: float(at) for key, at in rows}
+
+
 async def intent_breakdown(
     bench: Bench,
     sample: Sequence[Arrival],
@@ -340,6 +355,7 @@ async def intent_breakdown(
 ) -> list[dict[str, Any]]:
     """Where one intent's time goes, from its workflow history's event timestamps."""
     timelines = []
+    decided = await asyncio.to_thread(_first_decisions, bench, [a.key for a in sample])
     for arrival in sample:
         assert arrival.workflow_id is not None
         history = await bench.client.temporal.get_workflow_handle(
@@ -349,6 +365,9 @@ async def intent_breakdown(
         timeline = [("intended", arrival.intended)]
         if recorded is not None:
             timeline.append(("recorded", recorded))
+        if (began := decided.get(arrival.key)) is not None:
+            # Inside the first workflow task: splits it at the second local activity.
+            timeline.append(("authorize began (ledger)", began))
         timeline += history_timeline(history.events)
         if submitted is not None:
             timeline.append(("carrier accepted (ledger)", submitted))

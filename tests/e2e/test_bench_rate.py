@@ -58,6 +58,9 @@ def test_an_open_loop_run_stops_by_itself_and_writes_its_figures(tmp_path: Path)
     steps = [row["step"] for row in run["breakdown"]]
     assert steps[0] == "intended -> recorded"
     assert any("submit_sms" in step for step in steps)
+    # The ledger's decision time splits the first workflow task at `authorize`.
+    assert "workflow task started -> authorize began (ledger)" in steps
+    assert "authorize began (ledger) -> workflow task completed" in steps
 
 
 def test_an_unbounded_rate_is_refused_in_one_line() -> None:

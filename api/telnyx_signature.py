@@ -26,7 +26,9 @@ class TelnyxVerifier:
 
     def verify(self, body: bytes, signature: str, timestamp: str, *, now: float) -> str | None:
         """None if the event is authentic and fresh, else why not (safe to return)."""
-        if not timestamp.isdigit():
+        # ASCII digits only ("²".isdigit() holds), and no more than a clock can read
+        # (int() refuses over 4,300 digits).
+        if not (timestamp.isascii() and timestamp.isdigit()) or len(timestamp) > 12:
             return "telnyx-timestamp is not unix seconds"
         if abs(now - int(timestamp)) > TOLERANCE_SECONDS:
             return f"telnyx-timestamp is more than {TOLERANCE_SECONDS} s from this server's clock"

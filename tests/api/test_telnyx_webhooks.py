@@ -160,6 +160,19 @@ async def test_herald_accepts_exactly_what_the_official_package_accepts(
     assert attempt_state(committed, sent.attempt_id) == ("sent" if expected else "submitted")
 
 
+@pytest.mark.parametrize("stamp", [b"\xb2", b"9" * 5000, "\u0661\u0667".encode()])
+async def test_a_timestamp_that_is_not_ascii_unix_seconds_is_403(http, committed, cipher, stamp):
+    # "²" and Arabic-Indic digits pass str.isdigit() and int() then raised (a 500 before
+    # any signature check); over 4,300 digits int() refuses too.
+    sent = submitted_attempt(committed, cipher)
+    body, headers = _signed(event("message.sent", sent.remote_id, "sent"))
+    raw = {k.encode(): v.encode() for k, v in headers.items()} | {b"telnyx-timestamp": stamp}
+    answer = await post(http, body, raw)  # type: ignore[arg-type]
+    assert answer.status_code == 403, answer.text
+    assert "telnyx-timestamp is not unix seconds" in answer.text
+    assert attempt_state(committed, sent.attempt_id) == "submitted"
+
+
 def _signed(body: str) -> tuple[str, dict[str, str]]:
     return body, signed_headers(body)
 

@@ -287,14 +287,23 @@ class IntentCreate(BaseModel):
             )
         ),
     ] = {}
-    send_at: Instant | None = None
-    """RFC 3339 with its offset, e.g. `2026-01-31T12:00:00Z`."""
+    send_at: (
+        Annotated[
+            Instant,
+            Field(
+                description="RFC 3339 with its offset, e.g. `2026-01-31T12:00:00Z`. "
+                + _rule("send_at.within_a_year", "at most 366 days from now, either way.")
+            ),
+        ]
+        | None
+    ) = None
     expires_at: (
         Annotated[
             Instant,
             Field(
                 description="RFC 3339 with its offset. "
-                + _rule("expires_at.after_send_at", "later than `send_at` when both are given.")
+                + _rule("expires_at.after_send_at", "later than `send_at` when both are given. ")
+                + _rule("expires_at.within_a_year", "at most 366 days from now, either way.")
             ),
         ]
         | None

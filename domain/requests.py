@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
 from domain import channels
+
+TIME_HORIZON = timedelta(days=366)
+"""How far from now `send_at` and `expires_at` may lie, either way. A year ahead covers
+every scheduled alert the stories name; beyond it (or a year back) is a mistake, and far
+enough out a time is not one the ledger can store and read back (year 9999 overflowed
+the retention date; a moment before year 1 UTC stored as BC and broke every listing)."""
 
 
 class Category(StrEnum):

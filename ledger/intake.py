@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from domain import channels, destinations, key_privacy, keys, templates
 from domain.channels import DestinationKind
-from domain.requests import Category, NotificationRequest, PlanMode
+from domain.requests import TIME_HORIZON, Category, NotificationRequest, PlanMode
 from ledger import repository as repo
 from ledger.crypto import FieldCipher
 from ledger.models import Artifact
@@ -144,6 +144,8 @@ def validate(
     for name, value in (("send_at", request.send_at), ("expires_at", request.expires_at)):
         if value is not None and value.tzinfo is None:
             problems.add(name, "must carry a timezone")
+        elif value is not None and not now - TIME_HORIZON <= value <= now + TIME_HORIZON:
+            problems.add(name, f"must be within {TIME_HORIZON.days} days of now, either way")
     if (
         request.send_at
         and request.expires_at

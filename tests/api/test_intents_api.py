@@ -98,6 +98,33 @@ async def test_an_invalid_request_is_422_naming_the_field(http, committed, overr
     assert intents_with_key(committed, doc["business_key"]) == 0
 
 
+@pytest.mark.parametrize(
+    ("field", "when"),
+    [
+        ("expires_at", "0001-01-01T00:00:00+14:00"),
+        ("send_at", "0001-01-01T00:00:00+14:00"),
+        ("send_at", "9999-12-31T23:59:59Z"),
+    ],
+)
+async def test_a_time_the_ledger_cannot_hold_is_422_and_the_list_still_reads(
+    http, committed, field, when
+):
+    # Once a 201 and a BC date in Postgres that psycopg could not read back: every list
+    # through that row was a 500, for every role (and the relay retried it forever).
+    doc = body(**{field: when})
+    answer = await http.post("/v1/intents", json=doc, headers=BEARER)
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["detail"] == [
+        {
+            "loc": ["body", field],
+            "msg": "must be within 366 days of now, either way",
+            "type": "invalid_request",
+        }
+    ]
+    assert intents_with_key(committed, doc["business_key"]) == 0
+    assert (await http.get("/v1/intents?limit=200", headers=BEARER)).status_code == 200
+
+
 async def test_every_problem_of_a_request_is_named_at_once(http, committed):
     doc = body(
         template_key="class-opening",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from sqlalchemy import func, select
@@ -73,6 +73,40 @@ def test_an_invalid_phone_number_is_refused_naming_the_field(db, cipher):
         fields(db, cipher, unique("order-created:o"), phone="+44 12")
     assert caught.value.field == "phone"
     assert "12" not in caught.value.problem.replace("+44", "")  # the number is not echoed
+
+
+FAR_TIMES = {
+    # Before year 1 in UTC: Postgres stored it as BC and every listing then failed to read.
+    "year 1 at +14:00": datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=14))),
+    # Past the calendar once the retention days are added (an OverflowError, a 500).
+    "year 9999": datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC),
+    "367 days ahead": datetime.now(UTC) + timedelta(days=367),
+    "367 days back": datetime.now(UTC) - timedelta(days=367),
+}
+
+
+@pytest.mark.parametrize("name", ["send_at", "expires_at"])
+@pytest.mark.parametrize("when", FAR_TIMES.values(), ids=FAR_TIMES.keys())
+def test_a_time_more_than_a_year_from_now_is_refused_naming_the_field(db, cipher, name, when):
+    with pytest.raises(InvalidRequest) as caught:
+        fields(db, cipher, unique("order-created:o"), **{name: when})
+    assert caught.value.problems == [(name, "must be within 366 days of now, either way")]
+
+
+def test_a_send_a_year_ahead_and_its_expiry_are_recorded(db, cipher):
+    send_at = datetime.now(UTC) + timedelta(days=365)
+    recorded = repo.record_intent(
+        db,
+        fields(
+            db,
+            cipher,
+            unique("order-created:o"),
+            send_at=send_at,
+            expires_at=send_at + timedelta(hours=23),
+        ),
+    )
+    intent = db.get(Intent, recorded.intent_id)
+    assert intent is not None and intent.send_at == send_at
 
 
 def test_an_unknown_template_is_refused_naming_the_field(db, cipher):

@@ -37,6 +37,7 @@ from api.schemas import (
     ValidationProblem,
     refusal,
 )
+from domain import key_privacy
 from domain.intents import IntentState
 from domain.principals import Principal
 from ledger import listing
@@ -338,6 +339,8 @@ async def cancel(
         result = await ingress.client.cancel(id_or_key, by=by, reason=body.reason)
     except repo.NotFound as err:
         raise _not_found(id_or_key) from err
+    except key_privacy.ContactDataInNote as err:
+        raise _note_refused(err) from err
     return {**asdict(result), "operator": by.name}
 
 
@@ -363,8 +366,17 @@ async def approve_resend(
         )
     except repo.NotFound as err:
         raise _not_found(id_or_key) from err
+    except key_privacy.ContactDataInNote as err:
+        raise _note_refused(err) from err
     return JSONResponse(
         {**asdict(result), "operator": by.name}, status_code=200 if result.accepted else 409
+    )
+
+
+def _note_refused(err: key_privacy.ContactDataInNote) -> HTTPException:
+    """A reason or reference holding contact data: 422 on its field, in the same shape."""
+    return HTTPException(
+        422, [{"loc": ["body", err.field], "msg": str(err), "type": "invalid_request"}]
     )
 
 

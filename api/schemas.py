@@ -555,11 +555,26 @@ class Timeline(BaseModel):
 # --- operator actions --------------------------------------------------------------------
 
 
+NO_CONTACT_DATA = (
+    "no email address and no phone number (in international form, or in national form "
+    "valid in the intent's country): the text goes into the workflow's history and every "
+    "timeline; name the person by their recipient ref."
+)
+
+
 class OperatorBody(BaseModel):
     """Who acts is the authenticated principal: an `operator` field, which older clients
     sent, is ignored (not stored, not compared)."""
 
-    reason: Annotated[Text, Field(min_length=1, max_length=2000)]
+    reason: Annotated[
+        Text,
+        Field(
+            min_length=1,
+            max_length=2000,
+            description="Why, in words (recorded, and shown in every timeline). "
+            + _rule("reason.no_contact_data", NO_CONTACT_DATA),
+        ),
+    ]
 
 
 class ResendBody(OperatorBody):
@@ -593,8 +608,14 @@ class SettleBody(OperatorBody):
     channel: Channel = "sms"
     rule: Annotated[str, Field(min_length=1, max_length=60)]
     """A settlement rule of the active policy (`GET /v1/settlement-rules`)."""
-    reference: Annotated[Text, Field(max_length=200)] = ""
-    """A carrier ticket, or how the recipient gave their word (no contact data)."""
+    reference: Annotated[
+        Text,
+        Field(
+            max_length=200,
+            description="A carrier ticket, or how the recipient gave their word. "
+            + _rule("reference.no_contact_data", NO_CONTACT_DATA),
+        ),
+    ] = ""
 
 
 class SettleOutcome(BaseModel):

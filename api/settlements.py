@@ -18,7 +18,15 @@ from sqlalchemy.orm import Session
 
 from api.auth import GUARDED, GuardedRoute, Operating, ReadingIntents
 from api.deps import IngressDep
-from api.intents import BAD_BODY, INVALID, NOT_FOUND, IdOrKey, _lookupable, _not_found
+from api.intents import (
+    BAD_BODY,
+    INVALID,
+    NOT_FOUND,
+    IdOrKey,
+    _lookupable,
+    _not_found,
+    _note_refused,
+)
 from api.schemas import (
     Channel,
     LookupBody,
@@ -27,6 +35,7 @@ from api.schemas import (
     SettlementRules,
     SettleOutcome,
 )
+from domain import key_privacy
 from ledger import repository as repo
 from ledger import settlements
 
@@ -111,6 +120,8 @@ async def settle(
         )
     except repo.NotFound as err:
         raise _not_found(id_or_key) from err
+    except key_privacy.ContactDataInNote as err:
+        raise _note_refused(err) from err
     return JSONResponse(
         {**asdict(result), "operator": by.name}, status_code=200 if result.accepted else 409
     )

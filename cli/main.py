@@ -1094,10 +1094,11 @@ def operational_error(err: BaseException, cfg: settings_module.Settings) -> str 
     from devstack.ports import PortInUse
     from devstack.postgres import PostgresStartError
     from devstack.temporal import TemporalStartError
+    from domain.key_privacy import ContactDataInNote
     from ledger.repository import IntentConflict, NotFound
     from starter.temporal import TemporalSettingError
 
-    if isinstance(err, NotFound | IntentConflict | TemporalSettingError):
+    if isinstance(err, NotFound | IntentConflict | TemporalSettingError | ContactDataInNote):
         return str(err)
     if isinstance(err, sa_exc.ArgumentError | sa_exc.NoSuchModuleError):
         return f"the ledger database URL is not usable: {_first_line(err)}"

@@ -1,4 +1,4 @@
-"""No contact data in business keys.
+"""No contact data in business keys, nor in an operator's notes.
 
 A business key becomes the workflow id (`notification:<key>`), and so lands in Temporal's
 visibility store, unencrypted and kept for the namespace's retention, in every log line
@@ -48,3 +48,38 @@ def refuse_contact_data(key: str, *, country: str | None) -> None:
             raise ContactDataInKey(
                 f"business key holds a phone number (rule {RULE}): {HOW_TO_BUILD}"
             )
+
+
+class ContactDataInNote(ValueError):
+    """An operator's free text (a reason, a settlement's reference) holds contact data."""
+
+    def __init__(self, field: str, kind: str) -> None:
+        """`field` holds `kind` ("a phone number", "an email address")."""
+        self.field = field
+        self.rule = f"{field}.no_contact_data"
+        super().__init__(
+            f"{field} holds {kind} (rule {self.rule}): name the person by their recipient "
+            "ref, not their phone number or email address; nothing was recorded"
+        )
+
+
+def refuse_contact_data_in_note(text: str, *, field: str, country: str | None) -> None:
+    """Refuse an operator's note that holds an email address or a phone number.
+
+    A cancel, approve-resend or settle carries its reason (and a settlement its
+    reference) into the workflow's history as the update's input, and every timeline
+    shows it to every role: it must hold no more than a business key may. A phone number
+    counts in international form anywhere, and in national form when valid in the
+    intent's `country`; bare digit runs are not read as numbers here (a ticket number is
+    a fair thing to write). The error never echoes the text.
+
+    Raises:
+        ContactDataInNote: naming the field and what it holds.
+    """
+    if _EMAIL.search(text):
+        raise ContactDataInNote(field, "an email address")
+    for region in dict.fromkeys(((country or "").upper() or None, None)):
+        if region is None and "+" not in text:
+            continue
+        if any(True for _ in phonenumbers.PhoneNumberMatcher(text, region)):
+            raise ContactDataInNote(field, "a phone number")

@@ -46,7 +46,7 @@ from activities.contracts import (
     SettleRequest,
     SettleResult,
 )
-from domain import proof
+from domain import key_privacy, proof
 from domain.principals import Principal
 from domain.requests import NotificationRequest
 from ledger import intake, settlements, timeline
@@ -356,13 +356,20 @@ class HeraldClient:
 
     # --- operators -------------------------------------------------------------------
 
-    def _resolve(self, id_or_key: str) -> tuple[str, str]:
+    def _resolve(self, id_or_key: str) -> tuple[str, str, str]:
         with self.sessions() as session:
             intent = repo.get_intent(session, id_or_key)
-            return intent.id, intent.workflow_id
+            return intent.id, intent.workflow_id, intent.country
 
-    async def _handle(self, id_or_key: str) -> tuple[str, WorkflowHandle[Any, Any], bool]:
-        intent_id, workflow_id = await asyncio.to_thread(self._resolve, id_or_key)
+    async def _handle(
+        self, id_or_key: str, **notes: str
+    ) -> tuple[str, WorkflowHandle[Any, Any], bool]:
+        """The intent's id, its workflow's handle and whether it runs, once each of the
+        operator's `notes` (field -> text) is known to hold no contact data: they go into
+        the workflow's history and every timeline (ContactDataInNote otherwise)."""
+        intent_id, workflow_id, country = await asyncio.to_thread(self._resolve, id_or_key)
+        for name, text in notes.items():
+            key_privacy.refuse_contact_data_in_note(text, field=name, country=country)
         handle = self.temporal.get_workflow_handle(workflow_id)
         try:
             desc = await handle.describe()
@@ -374,7 +381,7 @@ class HeraldClient:
     async def cancel(self, id_or_key: str, *, by: Principal, reason: str) -> CancelResult:
         """Close the intent's future work; recorded under `by` (name and role). The one
         cancel path of the API, the CLI and the console."""
-        intent_id, handle, running = await self._handle(id_or_key)
+        intent_id, handle, running = await self._handle(id_or_key, reason=reason)
         if running:
             return await handle.execute_update(
                 CANCEL,
@@ -396,7 +403,7 @@ class HeraldClient:
     ) -> ResendResult:
         """Approve a new attempt (or record why not); recorded under `by`. The one
         approve-resend path of the API, the CLI and the console."""
-        intent_id, handle, running = await self._handle(id_or_key)
+        intent_id, handle, running = await self._handle(id_or_key, reason=reason)
         if not running:
             refusal = "the intent's workflow has finished; record a new intent instead"
         else:
@@ -437,7 +444,9 @@ class HeraldClient:
         """Settle the channel's unknown attempt under a named rule of the active policy
         (or record why not); recorded under `by`. The one settle path of the API, the CLI
         and the console: the workflow's `settle` update, with the proof of `by`."""
-        intent_id, handle, running = await self._handle(id_or_key)
+        intent_id, handle, running = await self._handle(
+            id_or_key, reason=reason, reference=reference
+        )
         if not running:
             refusal = "the intent's workflow has finished; its settlement window is closed"
         else:
@@ -487,6 +496,10 @@ class HeraldClient:
         has changed size since, nothing is settled and the answer says so. With `lookup`,
         each member is looked up at the provider first (rules that need it)."""
 
+        for name, text in (("reason", reason), ("reference", reference)):
+            # Before anything is settled: one refusal for the set, not one per member.
+            key_privacy.refuse_contact_data_in_note(text, field=name, country=None)
+
         def members() -> list[settlements.SetMember]:
             with self.sessions() as session:
                 return settlements.unknown_members(
@@ -507,14 +520,19 @@ class HeraldClient:
             async with gate:
                 if lookup:
                     await self.lookup(member.intent_id, channel=member.channel, by=by)
-                result = await self.settle(
-                    member.intent_id,
-                    channel=member.channel,
-                    rule=rule,
-                    reason=reason,
-                    reference=reference,
-                    by=by,
-                )
+                try:
+                    result = await self.settle(
+                        member.intent_id,
+                        channel=member.channel,
+                        rule=rule,
+                        reason=reason,
+                        reference=reference,
+                        by=by,
+                    )
+                except key_privacy.ContactDataInNote as err:
+                    # A number in the member's own national form: refused for it alone.
+                    done.refused[member.business_key] = str(err)
+                    return
             if result.accepted:
                 done.settled.append(member.business_key)
             else:

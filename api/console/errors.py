@@ -77,6 +77,12 @@ def explain(status: int, detail: str) -> Explained:
             f"{detail[:1].upper()}{detail[1:].rstrip('.')}.",
             "Go back and reload the page: it shows things as they are now.",
         )
+    if status == 422 and "no_contact_data" in detail:
+        return Explained(
+            "The form holds contact data",
+            f"{detail[:1].upper()}{detail[1:].rstrip('.')}.",
+            "Go back, write it without the number or address, and send the form again.",
+        )
     if status == 422:
         return Explained(
             "Something in the form is missing",

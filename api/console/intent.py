@@ -16,7 +16,7 @@ from api.console.deps import Reason, Who, checked
 from api.console.rendering import page
 from api.console.sessions import SignedIn
 from api.deps import Ingress, IngressDep
-from domain import channels
+from domain import channels, key_privacy
 from ledger import repository as repo
 from ledger import review_items, timeline
 from ledger.models import ReviewItem, intent_destination
@@ -111,6 +111,8 @@ async def cancel(
         await ingress.client.cancel(intent_id, by=who.principal, reason=reason)
     except repo.NotFound as err:
         raise HTTPException(404, "no such intent") from err
+    except key_privacy.ContactDataInNote as err:
+        raise HTTPException(422, str(err)) from err
     return RedirectResponse(f"/console/intents/{quote(intent_id)}?done=cancel", 303)
 
 
@@ -130,6 +132,8 @@ async def approve_resend(
         )
     except repo.NotFound as err:
         raise HTTPException(404, "no such intent") from err
+    except key_privacy.ContactDataInNote as err:
+        raise HTTPException(422, str(err)) from err
     return RedirectResponse(f"/console/intents/{quote(intent_id)}?done=approve-resend", 303)
 
 
@@ -159,6 +163,8 @@ async def settle(
         )
     except repo.NotFound as err:
         raise HTTPException(404, "no such intent") from err
+    except key_privacy.ContactDataInNote as err:
+        raise HTTPException(422, str(err)) from err
     log.info("console settle by %s: accepted=%s", who.principal.name, result.accepted)
     if back == "reconciliation":
         return RedirectResponse("/console/reconciliation#unknown_outcome", 303)

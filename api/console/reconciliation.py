@@ -15,6 +15,7 @@ from api.console import reads, sessions
 from api.console.deps import Reason, Who, checked
 from api.console.rendering import page
 from api.deps import IngressDep
+from domain import key_privacy
 from ledger import reconcile, settlements
 from ledger.models import ReviewItem
 from ledger.principals import record_audit
@@ -83,14 +84,17 @@ async def settle_set(
     """Settle every member of the unknown-outcome set under one rule, each through its
     workflow; `confirm` is the count the operator saw (a changed set settles nothing)."""
     checked(who, csrf, act=True)
-    done = await ingress.client.settle_set(
-        rule=rule,
-        reason=reason,
-        reference=reference,
-        by=who.principal,
-        confirm=confirm,
-        lookup=lookup,
-    )
+    try:
+        done = await ingress.client.settle_set(
+            rule=rule,
+            reason=reason,
+            reference=reference,
+            by=who.principal,
+            confirm=confirm,
+            lookup=lookup,
+        )
+    except key_privacy.ContactDataInNote as err:
+        raise HTTPException(422, str(err)) from err
     if done.refused_all:
         outcome = done.refused_all
     else:

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from domain.principals import Role
 from ledger.crypto import FieldCipher
-from ledger.models import PrincipalRecord
+from ledger.models import OperatorAction, PrincipalRecord
 from tests.api.conftest import BEARER, submitted_attempt
 from tests.api.test_console import principal, sign_in
 
@@ -63,6 +63,34 @@ async def test_a_form_without_its_reason_answers_a_page_naming_the_field(
         f"/console/intents/{sent.intent_id}/cancel", data={"reason": "", "csrf": csrf}
     )
     a_page(missing, 422, "Something in the form is missing", "a reason")
+
+
+async def test_a_reason_holding_contact_data_answers_a_page_and_records_nothing(
+    http: httpx.AsyncClient, committed: sessionmaker[Session], cipher: FieldCipher
+) -> None:
+    sent = submitted_attempt(committed, cipher)
+    csrf = await sign_in(http, *principal(committed, Role.OPERATOR))
+    for action, extra in (
+        ("cancel", {}),
+        ("approve-resend", {"channel": "sms"}),
+        ("settle", {"rule": "carrier-confirmed-delivered"}),
+    ):
+        refused = await http.post(
+            f"/console/intents/{sent.intent_id}/{action}",
+            data={"reason": "she asked on +44 7400 000777", "csrf": csrf, **extra},
+        )
+        a_page(
+            refused,
+            422,
+            "The form holds contact data",
+            "rule reason.no_contact_data",
+            "nothing was recorded",
+            "recipient ref",
+        )
+        assert "000777" not in refused.text
+    with committed() as session:
+        recorded = session.query(OperatorAction).filter_by(intent_id=sent.intent_id).count()
+    assert recorded == 0
 
 
 async def test_unknown_intents_pages_and_methods_answer_pages(

@@ -337,6 +337,51 @@ async def test_read_returns_the_timeline_and_unknown_is_404(http, committed, cip
     assert missing.status_code == 404
 
 
+@pytest.mark.parametrize(
+    ("route", "extra", "field", "text"),
+    [
+        ("cancel", {}, "reason", "member asked by phone +447400000777"),
+        ("cancel", {}, "reason", "mail carol.q@example.net instead"),
+        ("cancel", {}, "reason", "called her on 07400 000777"),  # national, in the intent's GB
+        ("approve-resend", {"channel": "sms"}, "reason", "resend to +1 415 555 2671"),
+        ("settle", {"rule": "carrier-confirmed-delivered"}, "reason", "she wrote from a@b.io"),
+        (
+            "settle",
+            {"rule": "carrier-confirmed-delivered", "reason": "ok"},
+            "reference",
+            "+447400000777",
+        ),
+    ],
+)
+async def test_an_operator_note_holding_contact_data_is_422_and_nothing_is_recorded(
+    http, committed, cipher, temporal, route, extra, field, text
+):
+    # The reason (and a settlement's reference) is the update's input in Temporal's history
+    # and shows in every timeline, to viewers too.
+    sent = submitted_attempt(committed, cipher)
+    answer = await http.post(
+        f"/v1/intents/{sent.intent_id}/{route}",
+        json={"reason": "x", **extra, field: text},
+        headers=BEARER,
+    )
+    assert answer.status_code == 422, answer.text
+    [issue] = answer.json()["detail"]
+    assert issue["loc"] == ["body", field] and issue["type"] == "invalid_request"
+    assert (
+        f"rule {field}.no_contact_data" in issue["msg"] and "nothing was recorded" in issue["msg"]
+    )
+    assert "7400" not in answer.text and "@" not in answer.text and "2671" not in answer.text
+    doc = (await http.get(f"/v1/intents/{sent.intent_id}", headers=BEARER)).json()
+    assert doc["operator_actions"] == [] and doc["intent"]["state"] == "sending"
+    # A ticket number and a date are fine in a note.
+    fine = await http.post(
+        f"/v1/intents/{sent.intent_id}/cancel",
+        json={"reason": "carrier ticket 1234567890 of 2026-12-07"},
+        headers=BEARER,
+    )
+    assert fine.status_code == 200, fine.text
+
+
 async def test_cancel_of_a_finished_intent_is_recorded_and_resend_refused(http, committed, cipher):
     sent = submitted_attempt(committed, cipher)
     operator = {"operator": "ops@example.org", "reason": "customer called"}

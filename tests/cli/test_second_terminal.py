@@ -214,9 +214,15 @@ def test_send_show_list_cancel_and_a_refused_resend_from_another_terminal(dev: S
     later = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
     scheduled = f"class-opening:c-9082:{recipient}"
     dev.herald("send", "--key", scheduled, *send, "--send-at", later).json()
+    # A reason holding contact data never reaches the workflow's history: one line, exit 2.
+    leaked = dev.herald("cancel", scheduled, "--reason", "she asked on +44 7400 000777")
+    assert leaked.returncode == 2 and leaked.stderr.count("\n") == 1, leaked.stderr
+    assert "reason.no_contact_data" in leaked.stderr and "000777" not in leaked.stderr
     cancel = dev.herald("cancel", scheduled, "--reason", "seat filled")
     assert cancel.returncode == 0 and cancel.stdout.strip() == "future work closed", cancel
-    assert _show(dev, scheduled)["intent"]["state"] == "cancelled"
+    shown = _show(dev, scheduled)
+    assert shown["intent"]["state"] == "cancelled"
+    assert [a["reason"] for a in shown["operator_actions"]] == ["seat filled"]
 
     listed = {i["business_key"]: i["state"] for i in dev.herald("list", "--json").json()["items"]}
     assert listed[key] == "delivered" and listed[scheduled] == "cancelled"

@@ -132,11 +132,15 @@ class BodyLimit:
     async def _refuse(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
         app = scope.get("app")
         ingress = getattr(getattr(app, "state", None), "ingress", None)
-        if ingress is not None:
+        if ingress is not None and scope.get("path", "").startswith(WEBHOOK_PREFIXES):
+            # The metric counts refused webhooks; an app's or operator's 413 is theirs.
             ingress.counters.rejected.labels("too_large").inc()
         response = JSONResponse({"detail": f"body larger than {limit} bytes"}, 413)
         await response(scope, receive, send)
 
+
+WEBHOOK_PREFIXES = ("/v1/receipts/", "/v1/webhooks/", "/v1/inbound/")
+"""The providers' routes, which `herald_api_webhooks_rejected_total` counts."""
 
 HTTP_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 

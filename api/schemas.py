@@ -115,6 +115,16 @@ def refusal(error: Mapping[str, Any]) -> dict[str, Any]:
         kind = "invalid_request"
         for prefix in _PREFIXES:
             msg = msg.removeprefix(prefix)
+    elif (
+        kind in ("too_long", "too_short")
+        and (ctx := error.get("ctx") or {}).get("field_type") == "Value"
+    ):
+        # A text field checked after its own validator (`Text`): pydantic counts "items".
+        if kind == "too_long":
+            msg = f"String should have at most {ctx['max_length']} characters"
+        else:
+            n = ctx["min_length"]
+            msg = f"String should have at least {n} character{'' if n == 1 else 's'}"
     elif kind == "string_pattern_mismatch":
         pattern = str((error.get("ctx") or {}).get("pattern", ""))
         msg = PATTERN_WORDS.get(pattern, "is not in the form the API document declares for it")
@@ -266,8 +276,9 @@ class IntentCreate(BaseModel):
         list[Channel],
         Field(
             max_length=len(CHANNEL_NAMES),
-            description="Order of channels; empty means sms then email, for whichever "
-            "destinations are given. "
+            json_schema_extra={"uniqueItems": True},
+            description="Order of channels, each at most once; empty means sms then email, "
+            "for whichever destinations are given. "
             + _rule(
                 "channels.destinations",
                 "a phone number, an email address or both, one for each channel named.",

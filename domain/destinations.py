@@ -74,6 +74,17 @@ def _digit_count(raw: str) -> int:
     return sum(ch.isdigit() for ch in raw)
 
 
+_PARSE_ERRORS = {
+    phonenumbers.NumberParseException.INVALID_COUNTRY_CODE: "no such country calling code",
+    phonenumbers.NumberParseException.NOT_A_NUMBER: "not a phone number",
+    phonenumbers.NumberParseException.TOO_SHORT_AFTER_IDD: "too short after the "
+    "international prefix",
+    phonenumbers.NumberParseException.TOO_SHORT_NSN: "too short",
+    phonenumbers.NumberParseException.TOO_LONG: "too long",
+}
+"""The parser's error types in words (its own message is an enum number to a client)."""
+
+
 def normalize_phone(raw: str, default_region: str | None = None) -> PhoneDestination:
     """Normalize a phone number to E.164 and check it can receive an SMS.
 
@@ -94,9 +105,10 @@ def normalize_phone(raw: str, default_region: str | None = None) -> PhoneDestina
         number = phonenumbers.parse(raw, region)
     except phonenumbers.NumberParseException as exc:
         # The library's message does not contain the number; its error type is useful.
+        why = _PARSE_ERRORS.get(exc.error_type, "not a phone number")
         raise InvalidDestination(
-            f"invalid phone number: could not parse ({_digit_count(raw)} digits, "
-            f"default region {region or 'none'}): {exc.error_type!r}"
+            f"invalid phone number: {why} ({_digit_count(raw)} digits, "
+            f"default region {region or 'none'})"
         ) from None
     country = phonenumbers.region_code_for_number(number)
     if not phonenumbers.is_valid_number(number):

@@ -96,7 +96,9 @@ def validate(
     for name in plan:
         if name not in channels.REGISTRY:
             problems.add("channels", f"unknown channel {name!r}")
-    plan = tuple(c for c in plan if c in channels.REGISTRY)
+    for name in dict.fromkeys(c for c in plan if plan.count(c) > 1):
+        problems.add("channels", f"{name} is named more than once")
+    plan = tuple(dict.fromkeys(c for c in plan if c in channels.REGISTRY))
     kinds = {channels.get(c).destination for c in plan}
     found: dict[DestinationKind, destinations.PhoneDestination | destinations.EmailDestination]
     found = {}

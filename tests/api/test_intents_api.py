@@ -88,6 +88,7 @@ async def test_the_same_business_key_with_another_payload_is_409(http):
         ({"category": "spam"}, "category"),
         ({"locale": "x" * 40}, "locale"),
         ({"surprise": 1}, "surprise"),
+        ({"channels": ["sms", "sms"]}, "channels"),
     ],
 )
 async def test_an_invalid_request_is_422_naming_the_field(http, committed, overrides, field):
@@ -466,6 +467,27 @@ async def test_a_pattern_refusal_says_what_the_field_must_be_not_the_regex(http,
     assert issue["loc"] == ["body", "phone"]
     assert issue["msg"].startswith("must be a phone number in E.164 form: + and 7 to 15 digits")
     assert "should match pattern" not in answer.text and "^" not in answer.text
+
+
+async def test_a_text_of_the_wrong_length_is_counted_in_characters(http, committed, cipher):
+    # Text fields are checked after their own validator, where pydantic says "items".
+    long_ref = await http.post("/v1/intents", json=body(recipient_ref="r" * 121), headers=BEARER)
+    [issue] = long_ref.json()["detail"]
+    assert (issue["loc"], issue["msg"], issue["type"]) == (
+        ["body", "recipient_ref"],
+        "String should have at most 120 characters",
+        "too_long",
+    )
+    sent = submitted_attempt(committed, cipher)
+    empty = await http.post(
+        f"/v1/intents/{sent.intent_id}/cancel", json={"reason": ""}, headers=BEARER
+    )
+    [issue] = empty.json()["detail"]
+    assert (issue["loc"], issue["msg"]) == (
+        ["body", "reason"],
+        "String should have at least 1 character",
+    )
+    assert "item" not in long_ref.text + empty.text
 
 
 async def test_an_unknown_time_zone_names_the_field_not_the_value(http, committed):

@@ -128,3 +128,17 @@ async def test_each_providers_circuit_state_is_a_metric(http, committed):
     found = samples((await http.get("/metrics")).text)
     assert value(found, "herald_provider_circuit", provider=provider, state="open") == 1
     assert value(found, "herald_provider_circuit", provider=provider, state="closed") == 0
+
+
+async def test_only_a_providers_oversized_body_counts_as_a_rejected_webhook(http):
+    async def rejected() -> float:
+        scraped = samples((await http.get("/metrics")).text)
+        return value(scraped, "herald_api_webhooks_rejected_total", reason="too_large")
+
+    before = await rejected()
+    big = b"x" * 70_000
+    for path in ("/v1/intents", "/v1/consents"):  # an app's or operator's 413 is theirs
+        assert (await http.post(path, content=big)).status_code == 413
+    assert await rejected() == before
+    assert (await http.post("/v1/receipts/sms", content=big)).status_code == 413
+    assert await rejected() == before + 1

@@ -88,3 +88,18 @@ def test_regions_cover_us_the_27_eu_states_za_and_the_rest() -> None:
     assert region_of("GB") == "default"
     assert region_of("CA") == "default"
     assert region_of("") == "default"
+
+
+@pytest.mark.parametrize(
+    ("raw", "why"),
+    [
+        ("+999999999999", "no such country calling code"),
+        ("+4412345678901234567890", "too long"),
+        ("call me", "not a phone number"),
+    ],
+)
+def test_an_unparsable_number_says_why_in_words_not_the_parsers_code(raw: str, why: str) -> None:
+    with pytest.raises(InvalidDestination) as refused:
+        normalize_phone(raw)
+    assert str(refused.value).startswith(f"invalid phone number: {why} (")
+    assert not str(refused.value).rstrip(")").endswith(tuple("0123456789"))

@@ -69,7 +69,23 @@ class Rendered:
 
 # Autoescape stays off: every body is text/plain (SMS, plain-text email), and HTML
 # escaping would turn "Tom & Jerry" into "Tom &amp; Jerry" on a phone screen.
-_ENV = SandboxedEnvironment(undefined=StrictUndefined, autoescape=False)
+class _NotPrintable(TypeError):
+    """A value a message must not print as it is: null, a list or an object."""
+
+
+def _printable(value: object) -> object:
+    """Jinja's `finalize`: every printed value is text, a number or a boolean.
+
+    A null, list or object would reach the person as `None`, `[1, 2]` or `{'a': 1}`. A
+    template that wants one uses a filter (`{{ items | join(", ") }}`, `| default("")`).
+    """
+    if value is None or isinstance(value, list | tuple | dict | set):
+        kind = "null" if value is None else "a list" if not isinstance(value, dict) else "an object"
+        raise _NotPrintable(f"a printed variable is {kind}, not text or a number")
+    return value
+
+
+_ENV = SandboxedEnvironment(undefined=StrictUndefined, autoescape=False, finalize=_printable)
 
 
 def _locale_chain(locale: str) -> list[str]:
@@ -184,6 +200,16 @@ def _render_source(source: str, variables: Mapping[str, object], where: str) -> 
         raise TemplateError(f"{where}: missing variable: {exc.message}") from None
     except SecurityError as exc:
         raise TemplateError(f"{where}: unsafe template operation: {exc}") from None
+    except _NotPrintable as exc:
+        raise TemplateError(f"{where}: {exc}") from None
+    except (TypeError, ValueError, ArithmeticError, LookupError, AttributeError) as exc:
+        # A variable of another shape than the template uses (a number where it loops, a
+        # text where it does arithmetic). The exception's text may quote a value: not
+        # repeated, only its kind.
+        raise TemplateError(
+            f"{where}: a variable does not have the type the template uses it as "
+            f"({type(exc).__name__})"
+        ) from None
 
 
 _UNDEFINED = re.compile(r"'([^']+)' is undefined")

@@ -89,6 +89,8 @@ async def test_the_same_business_key_with_another_payload_is_409(http):
         ({"locale": "x" * 40}, "locale"),
         ({"surprise": 1}, "surprise"),
         ({"channels": ["sms", "sms"]}, "channels"),
+        ({"variables": {"order_id": None}}, "variables"),  # "None" in the SMS, once
+        ({"variables": {"order_id": {"n": 77}}}, "variables"),
     ],
 )
 async def test_an_invalid_request_is_422_naming_the_field(http, committed, overrides, field):

@@ -224,3 +224,31 @@ def test_missing_variables_names_every_one_a_render_needs_not_only_the_first():
     assert missing_variables(t, {"a": 1, "c": True}) == ["b", "d", "f"]
     assert missing_variables(t, {"a": 1, "b": 2, "c": False, "f": 3}) == []
     assert variables_of(t) == ["a", "b", "c", "d", "e", "f"]
+
+
+@pytest.mark.parametrize(
+    ("variables", "problem"),
+    [
+        ({"items": 7}, "a variable does not have the type the template uses it as (TypeError)"),
+        ({"items": ["a"], "total": None}, "a printed variable is null, not text or a number"),
+        ({"items": [{"sku": 1}]}, "a printed variable is an object, not text or a number"),
+        ({"items": [["a", "b"]]}, "a printed variable is a list, not text or a number"),
+    ],
+)
+def test_a_variable_of_the_wrong_shape_is_refused_in_words_not_printed_raw(
+    variables: dict[str, object], problem: str
+) -> None:
+    # Once a TypeError out of `render` (a traceback in the CLI, a 500 in the API), or the
+    # person got `None` and `{'sku': 1}` in their message.
+    template = TemplateVersion(
+        "order",
+        1,
+        "email",
+        "en",
+        "Total {{ total }}.\n{% for i in items %}- {{ i }}\n{% endfor %}",
+        subject="Order",
+    )
+    with pytest.raises(TemplateError) as refused:
+        render(template, {"total": "£10", **variables})
+    assert str(refused.value).endswith(problem)
+    assert render(template, {"total": 10, "items": ["a", 2]}).body.startswith("Total 10.")

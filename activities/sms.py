@@ -42,6 +42,7 @@ from transports.sms import (
     ProviderStatus,
     SmsAmbiguousError,
     SmsMessage,
+    SmsNotFound,
     SmsPermanentError,
     SmsTransientError,
     SmsTransport,
@@ -534,8 +535,13 @@ class SmsActivities:
         matches = 0
         attempt = await self._tx(lambda s: repo.attempt_by_token(s, token))
         if attempt.remote_id is not None:
-            status = await self._transports.for_alias(attempt.provider).status(attempt.remote_id)
-            matches = 1
+            try:
+                status = await self._transports.for_alias(attempt.provider).status(
+                    attempt.remote_id
+                )
+                matches = 1
+            except SmsNotFound:
+                status = None  # the provider's own answer: it holds no such message
         elif attempt.destination_ct is not None:
             to = self._cipher.decrypt(attempt.destination_ct, context=token)
             started = attempt.send_started_at or attempt.prepared_at

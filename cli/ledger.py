@@ -210,6 +210,10 @@ async def cmd_reconcile(args: argparse.Namespace, cfg: settings_module.Settings)
     from ledger import reconcile, settlements
 
     now = _when(args.now, "--now") or datetime.now(UTC)
+    if args.record:
+        from domain.principals import Access
+
+        acting(cfg, Access.OPERATE)  # filing review items is an operator's act; reading is not
     with _session(cfg, write=args.record) as session:
         rows = reconcile.find(
             session,

@@ -118,7 +118,7 @@ async def cmd_show(args: argparse.Namespace, cfg: settings_module.Settings) -> i
         if args.json:
             _print_json(api_document(Timeline, doc))
         else:
-            print(_ending(doc, finished))
+            print(_ending(doc, finished, clock))
         return 0
     # An unknown key or an unreachable ledger is reported by `operational_error`.
     with ledger_sessions(cfg)() as session:
@@ -195,6 +195,8 @@ async def _awaiting_operator_note(cfg: settings_module.Settings, doc: dict[str, 
 
     if doc["intent"]["state"] not in ("failed", "undelivered", "unknown"):
         return ""
+    if doc["intent"].get("cancelled_at"):
+        return ""  # a cancel closed the operator's window: nothing left to approve
     try:
         client = await asyncio.wait_for(herald_client(cfg), timeout=5)
         _, phase = await asyncio.wait_for(
@@ -250,12 +252,14 @@ async def _watch(
         await asyncio.sleep(FOLLOW_EVERY)
 
 
-def _ending(doc: dict[str, Any], finished: str) -> str:
+def _ending(doc: dict[str, Any], finished: str, clock: Clock) -> str:
     from ledger import timeline
 
     lines = ["  " + line for line in timeline.summary(doc)]
     if finished == AWAITING_OPERATOR:
-        lines.append(_operator_note(doc))
+        # What the ledger says the run waits for (a settlement of an unknown attempt is
+        # not an approve-resend); the approve-resend line only for runs that record nothing.
+        lines.append(_waiting_note(doc, clock) or _operator_note(doc))
     else:
         lines.append(
             f"  {doc['intent']['state']}"
@@ -332,14 +336,17 @@ def _send_request(args: argparse.Namespace) -> Any:
 
 async def cmd_send(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
     from api.schemas import IntentCreated, Timeline
+    from domain.principals import Access
     from ledger.intake import InvalidRequest
 
     if args.timeout <= 0:
         raise CliError("--timeout: must be more than 0 seconds")
     request = _send_request(args)
-    client = await herald_client(cfg)
+    client = await herald_client(cfg)  # an unusable ledger or Temporal is named first
+    # As the API: an app or an admin records intents, and the intent names who did.
+    by = acting(cfg, Access.CREATE_INTENTS)
     try:
-        ref = await client.notify(request)
+        ref = await client.notify(request, created_by=by.name)
     except InvalidRequest as err:
         raise CliError(
             "invalid request: "
@@ -366,7 +373,7 @@ async def cmd_send(args: argparse.Namespace, cfg: settings_module.Settings) -> i
     if args.json:
         _print_json(api_document(Timeline, doc))
     else:
-        print(_ending(doc, finished))
+        print(_ending(doc, finished, clock))
     return 0 if doc["intent"]["state"] in REACHED else 1
 
 
@@ -547,6 +554,11 @@ async def cmd_consent(args: argparse.Namespace, cfg: settings_module.Settings) -
     from domain.principals import Access
     from ledger import evidence
 
+    if args.target == ["list"]:
+        # "list" alone is the listing missing its recipient, not a recipient named "list".
+        raise CliError(
+            "list: give the recipient whose grants to list (`herald consent list RECIPIENT`)"
+        )
     listing = len(args.target) == 2 and args.target[0] == "list"
     if len(args.target) > 1 and not listing:
         raise CliError(
@@ -555,6 +567,8 @@ async def cmd_consent(args: argparse.Namespace, cfg: settings_module.Settings) -
         )
     recipient = args.target[-1]
     problems = []
+    if args.purpose is not None and not args.purpose:
+        problems.append("--purpose: give one, or leave the option out (default: service)")
     for name, value, most in (
         ("recipient", recipient, 120),
         ("--purpose", args.purpose or "service", 40),

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import settings as settings_module
-from cli.context import CliError, herald_client
+from cli.context import CliError, acting, herald_client
 from cli.main import action
 
 if TYPE_CHECKING:
@@ -175,6 +175,11 @@ async def _trigger(client: Any, cfg: settings_module.Settings, job: str, wait: b
 
 
 async def cmd_schedules(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
+    if args.schedules_command == "trigger":
+        from domain.principals import Access
+
+        # Running a job now is what the job's own command needs (`herald purge`: admin).
+        acting(cfg, Access.ADMINISTER if args.job == "purge" else Access.OPERATE)
     client = await _connected(cfg)
     if args.schedules_command == "list":
         rows = await _schedules_list(client, cfg)

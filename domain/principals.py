@@ -24,7 +24,7 @@ class Access(StrEnum):
     OPERATE = "act on intents and evidence"
     """Cancel, approve a resend, resolve a review item, revoke or grant consent, add or
     lift a suppression."""
-    ADMINISTER = "manage principals and purge"
+    ADMINISTER = "administer Herald (principals, purge, legal holds, policy and template versions)"
 
 
 class Role(StrEnum):

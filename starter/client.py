@@ -30,7 +30,7 @@ from temporalio.common import (
     WorkflowIDConflictPolicy,
     WorkflowIDReusePolicy,
 )
-from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.exceptions import ActivityError, TimeoutError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
 import settings as settings_module
@@ -206,17 +206,20 @@ class HeraldClient:
         )
         return ref, fields
 
-    async def notify(self, request: NotificationRequest) -> IntentRef:
+    async def notify(
+        self, request: NotificationRequest, *, created_by: str | None = None
+    ) -> IntentRef:
         """Record the intent in its own transaction, then start its workflow at once.
 
         A crash between the two is healed by the outbox relay; a second call with the same
-        business key returns the existing intent and starts nothing new.
+        business key returns the existing intent and starts nothing new. `created_by` is
+        the principal recording it, when one signed in (`herald send` passes it).
         """
 
         def work() -> tuple[IntentRef, StartOptions]:
             with self.sessions.begin() as session:
                 # An existing intent with this key has the same payload (or record raised).
-                ref, fields = self._record(session, request)
+                ref, fields = self._record(session, request, created_by=created_by)
                 return ref, self._start_options_of(ref.intent_id, fields)
 
         ref, start = await asyncio.to_thread(work)
@@ -622,6 +625,14 @@ class HeraldClient:
 
 
 def _update_refusal(err: WorkflowUpdateFailedError) -> str:
-    """The reason a validator or handler gave, without the exception's type name."""
+    """The reason a validator or handler gave, without the exception's type name; for an
+    activity the handler waited on (a lookup), what became of it."""
     cause = err.cause
+    if isinstance(cause, ActivityError):
+        inner = cause.cause
+        last = inner.cause if isinstance(inner, TimeoutError) else inner
+        said = getattr(last, "message", "") or "no answer"
+        if isinstance(inner, TimeoutError):
+            return f"the provider did not answer in time (last: {said}); try again later"
+        return f"the provider could not be asked: {said}"
     return str(cause.message if hasattr(cause, "message") else cause)

@@ -158,6 +158,22 @@ class SmsAmbiguousError(SmsError):
     kind = "ambiguous"
 
 
+class SmsNotFound(SmsError):
+    """The provider answered, in its own error body, that it holds no such message (Twilio
+    20404, Telnyx 10005 on a 404). Only that: a 404 without the provider's own code (a
+    proxy's page, a wrong base URL) stays an error, since "not found" is evidence an
+    operator may settle on."""
+
+    kind = "not_found"
+
+
+def not_found(err: SmsError, *, code: str) -> SmsError:
+    """`err` as SmsNotFound when it is a 404 carrying the provider's not-found `code`."""
+    if err.http_status == 404 and err.code == code:
+        return SmsNotFound(err.reason, err.code, http_status=404, about=err.about)
+    return err
+
+
 class SmsLookupUnavailable(SmsError):
     """The provider offers no lookup by destination: a lost create cannot be placed."""
 

@@ -33,6 +33,7 @@ from transports.sms import (
     SmsSubmitted,
     SmsTransientError,
     answer_body,
+    not_found,
     refusal,
     unanswered,
     unreadable,
@@ -153,7 +154,11 @@ class TelnyxSms:
         return submitted
 
     async def status(self, remote_id: str) -> ProviderStatus:
-        data = (await self._call("GET", f"/v2/messages/{remote_id}")).get("data")
+        try:
+            answer = await self._call("GET", f"/v2/messages/{remote_id}")
+        except SmsError as err:
+            raise not_found(err, code="10005") from err
+        data = answer.get("data")
         if not isinstance(data, dict) or not data.get("id"):
             raise SmsTransientError("retrieve: answered without a message", "bad_response")
         return provider_status(data)

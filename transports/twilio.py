@@ -25,6 +25,7 @@ from transports.sms import (
     SmsMessage,
     SmsSubmitted,
     answer_body,
+    not_found,
     refusal,
     unanswered,
     unreadable,
@@ -170,7 +171,10 @@ class TwilioSms:
         return submitted
 
     async def status(self, remote_id: str) -> ProviderStatus:
-        data = await self._call("GET", f"{self._messages_path}/{remote_id}.json")
+        try:
+            data = await self._call("GET", f"{self._messages_path}/{remote_id}.json")
+        except SmsError as err:
+            raise not_found(err, code="20404") from err
         return self._provider_status(data)
 
     async def find(

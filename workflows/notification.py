@@ -133,6 +133,10 @@ definitive provider-side refusal (or a lost create the lookup found absent) move
 next provider as the next attempt (domain.failover). Runs that started before it never
 asked; an attempt with one provider never asks either, so its history is unchanged."""
 
+LOOKUP_WINDOW = timedelta(minutes=2)
+"""How long an operator's lookup keeps asking a provider that fails (timeouts, 5xx)
+before the `lookup` update fails with the reason."""
+
 ALL_REFUSED_WAIT = timedelta(minutes=1)
 """How long to wait before trying the providers again when every one refused for its own
 reasons and none said when it would take work again (an open circuit says)."""
@@ -347,6 +351,10 @@ class NotificationWorkflow:
             result_type=LookupResult,
             task_queue=_queue_of(_channel(request.channel)),
             start_to_close_timeout=timedelta(seconds=30),
+            # An operator waits on this answer: a provider that keeps failing is a refusal
+            # after LOOKUP_WINDOW (the update fails; the client records why), not a wait
+            # without end.
+            schedule_to_close_timeout=LOOKUP_WINDOW,
             retry_policy=LEDGER_RETRY,
             summary=f"look {request.channel} up at the provider before a settlement",
         )

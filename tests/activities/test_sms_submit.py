@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
-from activities.contracts import PollInput, SubmitInput
+from activities.contracts import LookupInput, PollInput, SubmitInput
 from activities.ledger import LedgerActivities
 from activities.sms import SmsActivities
 from ledger import repository as repo
@@ -250,3 +250,23 @@ async def test_an_attempt_prepared_before_senders_were_kept_resolves_its_alias_a
     assert simulator.sim.messages[outcome.remote_id].from_ == "+15005550006"
     with committed() as session:
         assert repo.attempt_by_token(session, token).sender_address == "+15005550006"
+
+
+async def test_a_lookup_of_a_message_the_provider_does_not_hold_answers_not_found(
+    acts, simulator, committed, cipher
+):
+    # Twilio's 404 (code 20404) once read as transient: the lookup activity retried it for
+    # ever and the operator's `herald settle --lookup` waited with it.
+    ledger, sms = acts
+    token = await prepared(committed, cipher, phone(11002), ledger=ledger)
+    await sms.submit_sms(SubmitInput(token))
+    with committed.begin() as session:
+        attempt = repo.attempt_by_token(session, token)
+        attempt.remote_id = "SM" + "0" * 32  # a message this account does not hold
+    result = await sms.lookup_sms(LookupInput(token, requested_by="ops"))
+    assert (result.found, result.raw_status) == (False, "not_found")
+    assert result.message == "the provider holds nothing for it"
+    with committed() as session:
+        attempt = repo.attempt_by_token(session, token)
+        seen = [(o.source, o.raw_status) for o in repo.observations_of(session, attempt.id)]
+    assert ("lookup", "not_found") in seen

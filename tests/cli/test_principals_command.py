@@ -131,3 +131,36 @@ def test_the_last_admin_stays_and_rotating_the_files_token_rewrites_the_file(
     assert _herald(cli_ledger, "principals", "add", other, "--role", "app").returncode == 0
     assert _herald(cli_ledger, "principals", "rotate", other).returncode == 0
     assert token_file.read_text() == new
+
+
+def test_commands_that_record_act_as_the_tokens_principal_and_its_role(cli_ledger: Ledger) -> None:
+    # Once `reconcile --record` and `schedules trigger` ran whatever the token said (`send`
+    # too: tests/cli/test_second_terminal_long.py, it needs a Temporal).
+    viewer = _herald(
+        cli_ledger, "principals", "add", f"vi-{uuid.uuid4().hex[:8]}", "--role", "viewer",
+        "--json",
+    ).json()  # fmt: skip
+    operator = _herald(
+        cli_ledger, "principals", "add", f"op-{uuid.uuid4().hex[:8]}", "--role", "operator",
+        "--json",
+    ).json()  # fmt: skip
+    record = _herald(cli_ledger, "reconcile", "--record", HERALD_TOKEN=viewer["token"])
+    assert "needs the operator role" in assert_one_line_error(record, "reconcile")
+    assert _herald(cli_ledger, "reconcile", HERALD_TOKEN=viewer["token"]).returncode == 0
+    purge = _herald(cli_ledger, "schedules", "trigger", "purge", HERALD_TOKEN=operator["token"])
+    assert "needs the admin role" in assert_one_line_error(purge, "schedules")
+
+
+def test_consent_list_without_a_recipient_is_refused_not_recorded_for_list(
+    cli_ledger: Ledger,
+) -> None:
+    # Once `consent list --channel sms` recorded a grant for a recipient named "list".
+    for args in (("consent", "list", "--channel", "sms"), ("consent", "list")):
+        refused = _herald(cli_ledger, *args)
+        assert "give the recipient whose grants to list" in assert_one_line_error(
+            refused, "consent"
+        )
+    listed = _herald(cli_ledger, "consent", "list", "list", "--json")
+    assert listed.returncode == 0 and listed.json()["items"] == [], listed.stdout
+    empty = _herald(cli_ledger, "consent", "m-1", "--channel", "sms", "--purpose", "")
+    assert "--purpose: give one" in assert_one_line_error(empty, "consent")

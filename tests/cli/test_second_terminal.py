@@ -518,7 +518,9 @@ def test_a_retryable_failure_is_shown_waiting_for_an_operator(dev: Stack, member
     )  # fmt: skip
     assert done.returncode == 1, done.stdout + done.stderr
     note = f"herald approve-resend {key} --channel sms --reason TEXT"
-    assert "waiting for an operator's approve-resend (sms)" in done.stdout and note in done.stdout
+    # The ledger's own record of the window: until when it waits.
+    assert "waiting for an operator's approve-resend until " in done.stdout
+    assert f"(sms): {note}" in done.stdout
     shown = dev.herald("show", key)
     assert shown.returncode == 0 and note in shown.stdout, shown.stdout + shown.stderr
 

@@ -152,6 +152,17 @@ def test_principals_from_another_terminal_add_use_over_http_revoke(dev: Stack) -
     )
     assert "needs the operator role" in assert_one_line_error(as_viewer, "cancel")
     after_printed += [as_viewer.stdout, as_viewer.stderr]
+    # Nor record an intent, as over HTTP (`send` once ran whatever the token said).
+    key = f"order-created:o-{uuid.uuid4().hex[:8]}"
+    viewer_send = run_installed_herald(
+        *("send", "--key", key, "--recipient", "m-1", "--template", "order-created"),
+        *("--phone", "+447400000100", "--vars", '{"order_id": "o-1"}'),
+        settings={"HERALD_DATA_DIR": str(dev.data), "HERALD_TOKEN": token},
+        cwd=dev.home,
+    )
+    assert "create intents needs the app role" in assert_one_line_error(viewer_send, "send")
+    assert dev.herald("show", key).returncode == 2  # nothing was recorded
+    after_printed += [viewer_send.stdout, viewer_send.stderr]
 
     listed = dev.herald("principals", "list")
     assert listed.returncode == 0 and name in listed.stdout

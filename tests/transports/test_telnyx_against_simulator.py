@@ -29,6 +29,7 @@ from transports.sms import (
     SmsAmbiguousError,
     SmsLookupUnavailable,
     SmsMessage,
+    SmsNotFound,
     SmsPermanentError,
     SmsTransientError,
     SmsTransport,
@@ -384,3 +385,10 @@ async def test_a_never_resolves_fault_limited_to_one_submission_lets_the_resend_
     assert event_types(receiver, second.remote_id)[-1] == ("message.finalized", "delivered")
     assert events(receiver, first.remote_id) == []  # no event ever comes for it
     assert (await telnyx.status(first.remote_id)).raw_status == "sent"
+
+
+async def test_a_message_telnyx_does_not_hold_is_not_found(telnyx: TelnyxSms) -> None:
+    # Telnyx's own 404 (code 10005) is the answer a lookup records.
+    with pytest.raises(SmsNotFound) as missing:
+        await telnyx.status(str(uuid.uuid4()))
+    assert (missing.value.http_status, missing.value.code) == (404, "10005")

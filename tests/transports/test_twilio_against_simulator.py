@@ -24,6 +24,7 @@ from transports.sms import (
     SmsAmbiguousError,
     SmsError,
     SmsMessage,
+    SmsNotFound,
     SmsPermanentError,
     SmsSubmitted,
     SmsTransientError,
@@ -444,3 +445,22 @@ async def test_the_simulator_refuses_a_scripted_http_status_that_is_not_a_4xx(
             simulator, to="+33600000003", fault="api_error:21408", http_status=bad
         )
         assert answer.status_code == 400
+
+
+async def test_a_message_twilio_does_not_hold_is_not_found_and_a_bare_404_is_not(
+    sms: TwilioSms, simulator: SimulatorServer
+) -> None:
+    # Twilio's own 404 (code 20404) is an answer a lookup records; it once read as a
+    # transient error and the operator's `settle --lookup` retried without end.
+    with pytest.raises(SmsNotFound) as missing:
+        await sms.status("SM" + "0" * 32)
+    assert (missing.value.http_status, missing.value.code) == (404, "20404")
+    # A 404 from something that is not Twilio (a wrong base URL) is no such evidence.
+    elsewhere = TwilioSms(
+        base_url=f"{simulator.url}/no-such-prefix",
+        account_sid=ACCOUNT_SID,
+        auth_token=AUTH_TOKEN,
+    )
+    with pytest.raises(SmsError) as refused:
+        await elsewhere.status("SM" + "0" * 32)
+    assert not isinstance(refused.value, SmsNotFound)

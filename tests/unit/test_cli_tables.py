@@ -200,3 +200,19 @@ def test_the_send_example_gives_every_variable_its_template_needs():
     assert versions
     for template in versions:
         assert missing_variables(template, variables) == []
+
+
+def test_a_run_waiting_for_a_settlement_ends_naming_settle_not_approve_resend():
+    # `send --wait` and `show --follow` once ended on an unknown SMS with the approve-resend
+    # line, which the workflow then refused ("settle it first").
+    from cli.main import AWAITING_OPERATOR, _ending
+
+    doc = copy.deepcopy(resent_intent())
+    doc["attempts"] = doc["attempts"][:1]
+    doc["attempts"][0]["state"] = "unknown"
+    doc["intent"].update(state="unknown", awaiting="settlement", awaiting_until=at(3600))
+    ending = _ending(doc, AWAITING_OPERATOR, Clock.for_args(True))
+    assert "herald settle demo:k-1 --lookup" in ending and "approve-resend" not in ending
+    # A run recorded before runs said what they wait for still gets the approve-resend line.
+    doc["intent"].update(awaiting=None, awaiting_until=None)
+    assert "herald approve-resend demo:k-1" in _ending(doc, AWAITING_OPERATOR, Clock.for_args(True))

@@ -215,3 +215,42 @@ async def test_a_long_settlement_wait_continues_as_new_and_keeps_its_window(harn
     assert result.outcome == "delivered"
     windows = {c[1].until for c in world.calls if c[0] == "record_waiting" and c[1].awaiting}
     assert len([w for w in windows if w is not None]) >= 1
+
+
+async def test_a_lookup_the_provider_never_answers_fails_after_its_window(harness, queue):
+    # Once retried without end: the operator's `settle --lookup` waited with it.
+    from temporalio.client import WorkflowUpdateStage
+    from temporalio.exceptions import ActivityError, TimeoutError
+
+    from workflows.notification import LOOKUP_WINDOW
+
+    def provider_down(token: str) -> LookupResult:
+        raise RuntimeError("the provider answered 503")
+
+    world = unknown_world()
+    async with harness.worker(world, queue):
+        handle = await harness.start(world, queue)
+        await past_the_horizon(harness, handle)
+        world.lookup = provider_down
+        asked = await handle.start_update(
+            NotificationWorkflow.lookup_update,
+            LookupRequest("sms", "ops"),
+            wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+        )
+        await harness.env.sleep(LOOKUP_WINDOW.total_seconds() + 30)
+        with pytest.raises(WorkflowUpdateFailedError) as failed:
+            await asked.result()
+        # The window closes during a backoff (the server then gives the last failure) or
+        # during a try (a timeout): either way the operator has an answer.
+        assert isinstance(failed.value.cause, ActivityError)
+        last = failed.value.cause.cause
+        assert isinstance(last, TimeoutError) or "answered 503" in str(last)
+        tries = [c for c in world.calls if c[0] == "lookup_sms"]
+        assert 1 < len(tries) < 20
+        # The run still waits for its settlement, and a later lookup is answered.
+        world.lookup = lambda token: LookupResult(False, "not_found")
+        looked = await handle.execute_update(
+            NotificationWorkflow.lookup_update, LookupRequest("sms", "ops")
+        )
+        assert looked.raw_status == "not_found"
+        await phase_is(handle, "awaiting-operator")

@@ -347,6 +347,17 @@ async def cmd_send(args: argparse.Namespace, cfg: settings_module.Settings) -> i
     by = acting(cfg, Access.CREATE_INTENTS)
     try:
         ref = await client.notify(request, created_by=by.name)
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        # Ctrl-C between the ledger's commit and the answer: the intent may be recorded
+        # (and the relay then starts it). Say so rather than nothing.
+        quoted = shlex.quote(request.business_key)
+        print(
+            f"herald send: interrupted; the intent may have been recorded and will then go "
+            f"ahead: `herald show {quoted}` says",
+            file=sys.stderr,
+            flush=True,
+        )
+        raise
     except InvalidRequest as err:
         raise CliError(
             "invalid request: "
@@ -1101,6 +1112,7 @@ def operational_error(err: BaseException, cfg: settings_module.Settings) -> str 
     `cfg` is the command's settings after it adopted a running `herald dev`, so the URL
     and address named are the ones actually tried."""
     from sqlalchemy import exc as sa_exc
+    from temporalio.client import WorkflowUpdateRPCTimeoutOrCancelledError
     from temporalio.service import RPCError
 
     from cli.context import temporal_unreachable
@@ -1114,6 +1126,12 @@ def operational_error(err: BaseException, cfg: settings_module.Settings) -> str 
 
     if isinstance(err, NotFound | IntentConflict | TemporalSettingError | ContactDataInNote):
         return str(err)
+    if isinstance(err, WorkflowUpdateRPCTimeoutOrCancelledError):
+        # Ctrl-C (or the RPC deadline) while an update such as `settle --lookup` was asked.
+        return (
+            "stopped waiting for the workflow's answer; what it did is recorded: "
+            "`herald show INTENT` says"
+        )
     if isinstance(err, sa_exc.ArgumentError | sa_exc.NoSuchModuleError):
         return f"the ledger database URL is not usable: {_first_line(err)}"
     if isinstance(err, sa_exc.OperationalError | sa_exc.InterfaceError | sa_exc.ProgrammingError):

@@ -216,3 +216,16 @@ def test_a_run_waiting_for_a_settlement_ends_naming_settle_not_approve_resend():
     # A run recorded before runs said what they wait for still gets the approve-resend line.
     doc["intent"].update(awaiting=None, awaiting_until=None)
     assert "herald approve-resend demo:k-1" in _ending(doc, AWAITING_OPERATOR, Clock.for_args(True))
+
+
+def test_an_update_interrupted_by_ctrl_c_is_one_line_not_a_traceback():
+    # Ctrl-C during `herald settle --lookup` once ended in two chained tracebacks: the SDK
+    # turns the cancelled wait into WorkflowUpdateRPCTimeoutOrCancelledError.
+    from temporalio.client import WorkflowUpdateRPCTimeoutOrCancelledError
+
+    import settings
+    from cli.main import operational_error
+
+    line = operational_error(WorkflowUpdateRPCTimeoutOrCancelledError(), settings.Settings())
+    assert line is not None and "\n" not in line
+    assert line.startswith("stopped waiting for the workflow's answer")

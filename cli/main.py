@@ -1073,6 +1073,15 @@ DEMO_SCENARIOS = (
 a second and a half, too long to build the parser of every command."""
 
 
+WORDED_REASONS = ("cancel", "approve-resend", "settle", "legal-hold")
+"""Commands whose `--reason` is a person's words, recorded with the action (a
+suppression's is a machine word, checked by its command)."""
+
+
+def _worded(reason: str) -> bool:
+    return bool(reason.strip()) and len(reason) <= 2000 and "\x00" not in reason
+
+
 def main(argv: list[str] | None = None) -> int:
     import argcomplete
 
@@ -1085,6 +1094,14 @@ def main(argv: list[str] | None = None) -> int:
     except (RuntimeError, ValueError) as err:
         # A missing production secret or a malformed HERALD_* value: say which, no traceback.
         print(f"herald {args.command}: settings: {settings_module.problem(err)}", file=sys.stderr)
+        return 2
+    reason = getattr(args, "reason", None)
+    if args.command in WORDED_REASONS and reason is not None and not _worded(reason):
+        # As the API and the console refuse it: the timeline would say nothing of why.
+        print(
+            f"herald {args.command}: --reason: say why in words (1 to 2000 characters)",
+            file=sys.stderr,
+        )
         return 2
     try:
         return run(COMMANDS[args.command](args, cfg))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import uuid
 
+import pytest
 from sqlalchemy import select
 
 from ledger.models import AuditEvent
@@ -164,3 +165,21 @@ def test_consent_list_without_a_recipient_is_refused_not_recorded_for_list(
     assert listed.returncode == 0 and listed.json()["items"] == [], listed.stdout
     empty = _herald(cli_ledger, "consent", "m-1", "--channel", "sms", "--purpose", "")
     assert "--purpose: give one" in assert_one_line_error(empty, "consent")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("cancel", "order-created:o-1"),
+        ("approve-resend", "order-created:o-1"),
+        ("settle", "order-created:o-1", "--rule", "carrier-confirmed-delivered"),
+        ("legal-hold", "order-created:o-1", "--on"),
+    ],
+    ids=lambda args: args[0],
+)
+@pytest.mark.parametrize("reason", ["", "   "])
+def test_an_empty_reason_is_refused_as_the_api_refuses_it(
+    cli_ledger: Ledger, args: tuple[str, ...], reason: str
+) -> None:
+    refused = _herald(cli_ledger, *args, "--reason", reason)
+    assert "--reason: say why in words" in assert_one_line_error(refused, args[0])

@@ -55,6 +55,7 @@ from domain.email_events import (
     without_addresses,
 )
 from domain.policy import fallback_for, load_policy
+from domain.requests import Category
 from domain.states import AttemptState, is_terminal
 from ledger import evidence
 from ledger import repository as repo
@@ -242,6 +243,9 @@ def _event_facts(event: dict[str, Any], now: datetime) -> tuple[ObservationFacts
     )
 
 
+CATEGORIES = frozenset(c.value for c in Category)
+
+
 def _category_of(session: Session, token: str | None, event: dict[str, Any]) -> str | None:
     """The message's category: its intent's, else the first category the event echoes."""
     if token is not None:
@@ -255,7 +259,10 @@ def _category_of(session: Session, token: str | None, event: dict[str, Any]) -> 
     echoed = event.get("category")
     if isinstance(echoed, list) and echoed:
         echoed = echoed[0]
-    return _text(echoed, 20) or None
+    # Only one of Herald's own categories places it; anything else (a category some other
+    # sender set, an object) is a message Herald cannot place: None, the whole channel.
+    text = _text(echoed, 20)
+    return text if text in CATEGORIES else None
 
 
 def _destination_hmac(

@@ -238,6 +238,26 @@ async def test_a_spam_report_suppresses_the_intents_category_only(http, committe
     assert (row.reason, row.source, row.category) == ("complaint", "spamreport", "operational")
 
 
+@pytest.mark.parametrize(
+    ("echoed", "held_for"),
+    [("promotional", "promotional"), ("newsletter", None), ({"x": 1}, None), (None, None)],
+)
+async def test_a_complaint_about_a_message_herald_cannot_place_holds_for_the_channel(
+    http, committed, cipher, echoed, held_for
+):
+    # No attempt matches: only an echoed category of Herald's own places it. Anything else
+    # holds for every email category, as SendGrid's own spam-report list holds for the
+    # whole account; a category nobody sends in would have suppressed nothing.
+    address = f"p-{secrets.token_hex(4)}@example.org"
+    report = event("no-such-token", address, "spamreport", sg_message_id="unknown.filter-1")
+    report.pop(TOKEN_ARG)
+    if echoed is not None:
+        report["category"] = echoed
+    assert (await post(http, [report])).status_code == 204
+    (row,) = suppressions(committed, address, cipher)
+    assert (row.reason, row.category) == ("complaint", held_for)
+
+
 async def test_the_recipients_console_page_shows_the_complaint_for_its_category(
     http, committed, cipher
 ):

@@ -215,7 +215,7 @@ class DevStack:
             self._lock.close()
             self._lock = None
             raise AlreadyRunning(
-                f"herald dev is already running on {cfg.data_path}; "
+                f"already running on {cfg.data_path}; "
                 f"its addresses are in {state_file(cfg)}"
             ) from err
         try:

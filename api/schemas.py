@@ -575,7 +575,17 @@ NO_CONTACT_DATA = (
 
 class OperatorBody(BaseModel):
     """Who acts is the authenticated principal: an `operator` field, which older clients
-    sent, is ignored (not stored, not compared)."""
+    sent, is ignored (not stored, not compared); any other unknown field is 422."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    operator: Annotated[
+        str | None,
+        Field(
+            max_length=200,
+            description="Ignored: older clients sent it. Who acts is the token's principal.",
+        ),
+    ] = None
 
     reason: Annotated[
         Text,
@@ -643,6 +653,8 @@ class SettleOutcome(BaseModel):
 
 
 class LookupBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     channel: Channel = "sms"
 
 

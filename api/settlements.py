@@ -79,14 +79,16 @@ async def settlement_rules(
     responses={**NOT_FOUND, **BAD_BODY},
 )
 async def lookup(
-    id_or_key: IdOrKey, body: LookupBody, by: Operating, ingress: IngressDep
+    id_or_key: IdOrKey, by: Operating, ingress: IngressDep, body: LookupBody | None = None
 ) -> dict[str, Any]:
     """Runs where the transports live (a worker activity, through the intent's workflow);
-    a rule that needs a provider lookup needs one from the last 30 minutes."""
+    a rule that needs a provider lookup needs one from the last 30 minutes. The body may
+    be left out: every field has a default (`{"channel": "sms"}`)."""
     if not _lookupable(id_or_key):
         raise _not_found(id_or_key)
+    channel = (body or LookupBody()).channel
     try:
-        result = await ingress.client.lookup(id_or_key, channel=body.channel, by=by)
+        result = await ingress.client.lookup(id_or_key, channel=channel, by=by)
     except repo.NotFound as err:
         raise _not_found(id_or_key) from err
     return asdict(result)

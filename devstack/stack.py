@@ -215,8 +215,7 @@ class DevStack:
             self._lock.close()
             self._lock = None
             raise AlreadyRunning(
-                f"already running on {cfg.data_path}; "
-                f"its addresses are in {state_file(cfg)}"
+                f"already running on {cfg.data_path}; its addresses are in {state_file(cfg)}"
             ) from err
         try:
             return await self._start_all()

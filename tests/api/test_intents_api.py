@@ -385,6 +385,25 @@ async def test_an_operator_note_holding_contact_data_is_422_and_nothing_is_recor
     assert fine.status_code == 200, fine.text
 
 
+async def test_an_operator_body_refuses_unknown_fields_but_takes_the_old_operator_field(
+    http, committed, cipher
+):
+    sent = submitted_attempt(committed, cipher)
+    surprise = await http.post(
+        f"/v1/intents/{sent.intent_id}/cancel",
+        json={"reason": "x", "resaon": "typo"},
+        headers=BEARER,
+    )
+    assert surprise.status_code == 422, surprise.text
+    [issue] = surprise.json()["detail"]
+    assert (issue["loc"], issue["type"]) == (["body", "resaon"], "extra_forbidden")
+    doc = (await http.get(f"/v1/intents/{sent.intent_id}", headers=BEARER)).json()
+    assert doc["operator_actions"] == []
+    # A lookup's body may be left out: its one field has a default.
+    looked = await http.post(f"/v1/intents/{sent.intent_id}/lookup", headers=BEARER)
+    assert looked.status_code == 200 and looked.json()["found"] is False, looked.text
+
+
 async def test_cancel_of_a_finished_intent_is_recorded_and_resend_refused(http, committed, cipher):
     sent = submitted_attempt(committed, cipher)
     operator = {"operator": "ops@example.org", "reason": "customer called"}

@@ -131,8 +131,15 @@ def create(session: Session, name: str, role: Role, *, by: Principal, at: dateti
     """
     check_name(name)
     role = Role(role)
-    if session.execute(select(PrincipalRecord.id).where(PrincipalRecord.name == name)).first():
-        raise PrincipalExists(f"a principal named {name!r} exists (names are not reused)")
+    # Names differ by more than case: `Root` beside `root` would read as one person in
+    # every timeline and audit trail.
+    taken = session.execute(
+        select(PrincipalRecord.name).where(func.lower(PrincipalRecord.name) == name.lower())
+    ).scalar()
+    if taken is not None:
+        raise PrincipalExists(
+            f"a principal named {taken!r} exists (names are not reused, whatever their case)"
+        )
     token = new_token()
     session.add(
         PrincipalRecord(

@@ -159,3 +159,11 @@ def test_two_admins_revoking_each_other_at_once_leave_one(pg_url):
     finally:
         first_engine.dispose()
         second_engine.dispose()
+
+
+def test_a_name_that_differs_only_by_case_is_taken(db):
+    # `Root` beside `root` would read as one person in every timeline and audit trail.
+    name = _name()
+    principals.create(db, name, Role.VIEWER, by=ADMIN, at=NOW)
+    with pytest.raises(principals.PrincipalExists, match=f"named '{name}' exists"):
+        principals.create(db, name.upper(), Role.ADMIN, by=ADMIN, at=NOW)

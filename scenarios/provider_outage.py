@@ -90,7 +90,9 @@ class Outage:
     async def primary_listening(self) -> bool:
         try:
             await self._call(self.primary, "GET", "/_sim/stats")
-        except httpx.ConnectError:
+        except httpx.TransportError:
+            # Refused, or cut while it read the request (a fresh-clone run met a ReadError
+            # as the listener closed): either way it no longer answers.
             return False
         return True
 

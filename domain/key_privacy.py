@@ -12,6 +12,7 @@ The error names the rule and never echoes the key (it holds the very data to kee
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 import phonenumbers
 
@@ -30,6 +31,17 @@ class ContactDataInKey(InvalidKey):
     """The key holds a phone number or an email address."""
 
 
+def _holds_phone_number(text: str, region: str | None) -> bool:
+    """Whether `text` holds a phone number valid in `region`.
+
+    In national or international form; with no region, in international form only (only
+    a `+` can start one).
+    """
+    if region is None and "+" not in text:
+        return False
+    return any(True for _ in phonenumbers.PhoneNumberMatcher(text, region))
+
+
 def refuse_contact_data(key: str, *, country: str | None) -> None:
     """Refuse a business key that holds contact data.
 
@@ -42,9 +54,7 @@ def refuse_contact_data(key: str, *, country: str | None) -> None:
     # mobile in E.164 whatever the intent's country.
     international = _DIGIT_RUN.sub(lambda m: " +" + m.group(0), key)
     for text, region in ((key, (country or "").upper() or None), (international, None)):
-        if region is None and "+" not in text:
-            continue
-        if any(True for _ in phonenumbers.PhoneNumberMatcher(text, region)):
+        if _holds_phone_number(text, region):
             raise ContactDataInKey(
                 f"business key holds a phone number (rule {RULE}): {HOW_TO_BUILD}"
             )
@@ -63,23 +73,23 @@ class ContactDataInNote(ValueError):
         )
 
 
-def refuse_contact_data_in_note(text: str, *, field: str, country: str | None) -> None:
-    """Refuse an operator's note that holds an email address or a phone number.
+def refuse_contact_data_in_notes(notes: Mapping[str, str], *, country: str | None) -> None:
+    """Refuse the first of an operator's notes (field -> text) holding contact data.
 
-    A cancel, approve-resend or settle carries its reason (and a settlement its
-    reference) into the workflow's history as the update's input, and every timeline
-    shows it to every role: it must hold no more than a business key may. A phone number
-    counts in international form anywhere, and in national form when valid in the
-    intent's `country`; bare digit runs are not read as numbers here (a ticket number is
-    a fair thing to write). The error never echoes the text.
+    Contact data is an email address or a phone number. A cancel, approve-resend or
+    settle carries its reason (and a settlement its reference) into the workflow's
+    history as the update's input, and every timeline shows it to every role: it must
+    hold no more than a business key may. A phone number counts in international form
+    anywhere, and in national form when valid in the intent's `country`; bare digit runs
+    are not read as numbers here (a ticket number is a fair thing to write). The error
+    never echoes the text.
 
     Raises:
         ContactDataInNote: naming the field and what it holds.
     """
-    if _EMAIL.search(text):
-        raise ContactDataInNote(field, "an email address")
-    for region in dict.fromkeys(((country or "").upper() or None, None)):
-        if region is None and "+" not in text:
-            continue
-        if any(True for _ in phonenumbers.PhoneNumberMatcher(text, region)):
+    regions = dict.fromkeys(((country or "").upper() or None, None))
+    for field, text in notes.items():
+        if _EMAIL.search(text):
+            raise ContactDataInNote(field, "an email address")
+        if any(_holds_phone_number(text, region) for region in regions):
             raise ContactDataInNote(field, "a phone number")

@@ -30,7 +30,8 @@ from temporalio.common import (
     WorkflowIDConflictPolicy,
     WorkflowIDReusePolicy,
 )
-from temporalio.exceptions import ActivityError, TimeoutError, WorkflowAlreadyStartedError
+from temporalio.exceptions import ActivityError, WorkflowAlreadyStartedError
+from temporalio.exceptions import TimeoutError as ActivityTimeout
 from temporalio.service import RPCError
 
 import settings as settings_module
@@ -371,8 +372,7 @@ class HeraldClient:
         operator's `notes` (field -> text) is known to hold no contact data: they go into
         the workflow's history and every timeline (ContactDataInNote otherwise)."""
         intent_id, workflow_id, country = await asyncio.to_thread(self._resolve, id_or_key)
-        for name, text in notes.items():
-            key_privacy.refuse_contact_data_in_note(text, field=name, country=country)
+        key_privacy.refuse_contact_data_in_notes(notes, country=country)
         handle = self.temporal.get_workflow_handle(workflow_id)
         try:
             desc = await handle.describe()
@@ -499,9 +499,10 @@ class HeraldClient:
         has changed size since, nothing is settled and the answer says so. With `lookup`,
         each member is looked up at the provider first (rules that need it)."""
 
-        for name, text in (("reason", reason), ("reference", reference)):
-            # Before anything is settled: one refusal for the set, not one per member.
-            key_privacy.refuse_contact_data_in_note(text, field=name, country=None)
+        # Before anything is settled: one refusal for the set, not one per member.
+        key_privacy.refuse_contact_data_in_notes(
+            {"reason": reason, "reference": reference}, country=None
+        )
 
         def members() -> list[settlements.SetMember]:
             with self.sessions() as session:
@@ -630,9 +631,9 @@ def _update_refusal(err: WorkflowUpdateFailedError) -> str:
     cause = err.cause
     if isinstance(cause, ActivityError):
         inner = cause.cause
-        last = inner.cause if isinstance(inner, TimeoutError) else inner
+        last = inner.cause if isinstance(inner, ActivityTimeout) else inner
         said = getattr(last, "message", "") or "no answer"
-        if isinstance(inner, TimeoutError):
+        if isinstance(inner, ActivityTimeout):
             return f"the provider did not answer in time (last: {said}); try again later"
         return f"the provider could not be asked: {said}"
     return str(cause.message if hasattr(cause, "message") else cause)

@@ -11,7 +11,7 @@ import secrets
 from datetime import timedelta
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import (
     BaseModel,
@@ -26,6 +26,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from domain.circuit import BreakerSettings
 from domain.senders import DEV_EMAIL_SENDER, DEV_SMS_SENDER, SenderBook
+
+if TYPE_CHECKING:
+    from domain.policy import Policy
 
 SIMULATOR_AUTH_TOKEN = "simulator-auth-token"
 SIMULATOR_SENDGRID_KEY = "SG.simulator-api-key"
@@ -289,7 +292,8 @@ class Settings(BaseSettings):
     """Base64 AES-256 key (or `kid:base64,kid:base64` for rotation; first encrypts)."""
     pii_retention_days: int = 30
     policy_name: str = "default"
-    """Packaged policy file activated at migration time (`demo` compresses durations)."""
+    """The policy activated at migration time: a packaged one (`demo` compresses
+    durations) or the path of a policy file in the packaged format (policies/)."""
 
     @cached_property
     def data_path(self) -> Path:
@@ -438,14 +442,9 @@ class Settings(BaseSettings):
         public key (without it every event is refused, and bounces and complaints never
         suppress)."""
         from domain.channels import EMAIL
-        from domain.policy import load_policy
-        from policies import load_packaged
 
         used = {self.resolved_email_provider}
-        try:
-            packaged = load_policy(load_packaged(self.policy_name))
-        except FileNotFoundError:
-            packaged = None
+        packaged = self.named_policy()
         if packaged is not None:
             for (_, channel), aliases in packaged.providers.items():
                 if channel == EMAIL.name:
@@ -461,6 +460,18 @@ class Settings(BaseSettings):
                     f"HERALD_SENDGRID_EVENT_PUBLIC_KEY (email provider {alias!r} is SendGrid)"
                 )
         return problems
+
+    def named_policy(self) -> Policy | None:
+        """The policy `policy_name` names (packaged, or a policy file), parsed; None when
+        it names none (a policy loaded by other means: nothing to check against)."""
+        import policies
+        from domain.policy import load_policy
+
+        try:
+            _, document = policies.load(self.policy_name)
+        except FileNotFoundError:
+            return None
+        return load_policy(document)
 
     def provider_settings(self) -> dict[str, AnyProvider]:
         """Every configured provider account by alias: `twilio` and `smtp` from the flat
@@ -494,14 +505,11 @@ class Settings(BaseSettings):
         """Every provider alias the packaged policy `policy_name` routes to is configured
         with an adapter for its channel. Raises RuntimeError with one line naming the
         alias; the worker calls it before it starts."""
-        from domain.policy import load_policy
         from domain.providers import ProviderError, check_routes
-        from policies import load_packaged
 
-        try:
-            packaged = load_policy(load_packaged(self.policy_name))
-        except FileNotFoundError:
-            return  # a policy loaded by other means; nothing packaged to check
+        packaged = self.named_policy()
+        if packaged is None:
+            return  # a policy loaded by other means; nothing named to check
         configured = {alias: p.kind for alias, p in self.provider_settings().items()}
         try:
             check_routes(packaged.providers, configured)
@@ -512,9 +520,7 @@ class Settings(BaseSettings):
         """The real sender of every policy alias, checked against the packaged policy
         `policy_name`. Raises RuntimeError with one line naming the bad alias; the worker
         and the API call it before they start."""
-        from domain.policy import load_policy
         from domain.senders import SenderError
-        from policies import load_packaged
 
         try:
             book = SenderBook.build(
@@ -523,10 +529,7 @@ class Settings(BaseSettings):
                 email_default=self.email_sender,
                 email=self.email_senders,
             )
-            try:
-                packaged = load_policy(load_packaged(self.policy_name))
-            except FileNotFoundError:
-                packaged = None  # a policy loaded by other means; nothing packaged to check
+            packaged = self.named_policy()  # None: loaded by other means, nothing to check
             if packaged is not None:
                 book.check(packaged)
         except SenderError as err:

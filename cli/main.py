@@ -21,7 +21,8 @@ from collections.abc import Callable, Coroutine
 from dataclasses import asdict, is_dataclass
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import settings as settings_module
 from cli.context import CliError, acting, herald_client, ledger_sessions
@@ -34,6 +35,8 @@ from runtime.tables import Clock, table, timeline_head, timeline_lines, timeline
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
+
+T = TypeVar("T")
 
 AWAITING_OPERATOR = "awaiting-operator"
 """The workflow's HeraldState while it waits for an operator's approve-resend."""
@@ -67,7 +70,7 @@ async def cmd_dev(args: argparse.Namespace, cfg: settings_module.Settings) -> in
     from devstack.stack import AlreadyRunning, DevStack
 
     if args.policy is not None:
-        cfg.policy_name = args.policy
+        cfg.policy_name = _policy_spec(args.policy)
     try:
         cfg.sender_book()  # the worker it starts would refuse them: say so before starting
     except RuntimeError as err:
@@ -458,7 +461,11 @@ async def cmd_settle(args: argparse.Namespace, cfg: settings_module.Settings) ->
     client = await herald_client(cfg)
     docs: dict[str, Any] = {}
     if args.lookup:
-        looked = await client.lookup(args.intent, channel=args.channel, by=by)
+        looked = await _saying_once_while_waiting(
+            client.lookup(args.intent, channel=args.channel, by=by),
+            f"herald settle: still asking the provider (it may take up to {_lookup_window()}); "
+            f"to follow the intent instead, Ctrl-C and `herald show {args.intent} --follow`",
+        )
         docs["lookup"] = api_document(LookupOutcome, looked)
         if not args.json:
             print(f"lookup: {looked.message}")
@@ -481,6 +488,26 @@ async def cmd_settle(args: argparse.Namespace, cfg: settings_module.Settings) ->
     if args.json:
         _print_json(docs)
     return code
+
+
+STILL_WAITING_AFTER = 3.0
+"""Seconds a command waits on the provider in silence before saying once that it still is."""
+
+
+async def _saying_once_while_waiting(work: Coroutine[Any, Any, T], notice: str) -> T:
+    """Await `work`; if it has not answered within STILL_WAITING_AFTER seconds, print
+    `notice` once on stderr (stdout stays the answer, `--json` included)."""
+    task = asyncio.ensure_future(work)
+    done, _ = await asyncio.wait({task}, timeout=STILL_WAITING_AFTER)
+    if not done:
+        print(notice, file=sys.stderr, flush=True)
+    return await task
+
+
+def _lookup_window() -> str:
+    from workflows.notification import LOOKUP_WINDOW
+
+    return f"{int(LOOKUP_WINDOW.total_seconds() // 60)} minutes"
 
 
 async def _settle_set(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
@@ -824,9 +851,11 @@ def parser() -> argparse.ArgumentParser:
     dev.add_argument("--headless", action="store_true", help="no Temporal Web UI")
     dev.add_argument(
         "--policy",
-        choices=_policy_names(),
-        help="the packaged policy the stack runs (default: HERALD_POLICY_NAME, else "
-        "default); demo compresses the durations `herald demo` needs",
+        metavar="NAME|FILE",
+        help="the policy the stack runs (default: HERALD_POLICY_NAME, else default): a "
+        f"packaged one ({', '.join(_policy_names())}; demo compresses the durations "
+        "`herald demo` needs) or a policy file of your own in their format (a path ending "
+        "in .toml), recorded and activated as it starts",
     )
     demo = add(
         "demo",
@@ -1056,6 +1085,20 @@ def _policy_names() -> list[str]:
     import policies
 
     return policies.packaged_names()
+
+
+def _policy_spec(spec: str) -> str:
+    """A packaged policy's name, or a policy file's absolute path (the worker and a second
+    terminal run elsewhere), once it is known to read and parse; CliError in one line."""
+    import policies
+    from domain.policy import PolicyError, load_policy
+
+    try:
+        _, document = policies.load(spec)
+        load_policy(document)
+    except (FileNotFoundError, PolicyError) as err:
+        raise CliError(f"--policy: {err}") from None
+    return str(Path(spec).expanduser().resolve()) if policies.is_file(spec) else spec
 
 
 DEMO_SCENARIOS = (

@@ -172,9 +172,14 @@ def activate_policy(session: Session, version: str) -> None:
 def seed_packaged(session: Session, policy_name: str, *, switch: bool = False) -> None:
     """Load the packaged policies and templates; activate `policy_name` if none is active.
 
-    With `switch`, also replace an active policy of another packaged name (how the
-    embedded stack moves between `default` and `demo` timings). `herald migrate` never
-    switches: an operator's `herald policy activate` choice stands.
+    `policy_name` is a packaged name or a policy file's path; a file is recorded too.
+    With `switch`, also replace an active policy of another name, or of another version of
+    a policy file (how the embedded stack moves between `default` and `demo` timings,
+    or onto an edited file). `herald migrate` never switches: an operator's `herald policy
+    activate` choice stands.
+
+    Raises:
+        FileNotFoundError: `policy_name` is neither packaged nor a readable file.
     """
     import policies
     import templates as packaged_templates
@@ -183,6 +188,12 @@ def seed_packaged(session: Session, policy_name: str, *, switch: bool = False) -
     active = session.execute(
         select(PolicyVersion).where(PolicyVersion.active.is_(True))
     ).scalar_one_or_none()
+    chosen_name, chosen = policies.load(policy_name)
     for name in policies.packaged_names():
-        wanted = name == policy_name and (active is None or (switch and active.name != policy_name))
-        seed_policy(session, policies.load_packaged(name), name=name, activate=wanted)
+        seed_policy(session, policies.load_packaged(name), name=name, activate=False)
+    version = seed_policy(session, chosen, name=chosen_name, activate=False)
+    moved = active is not None and (
+        active.name != chosen_name or (policies.is_file(policy_name) and active.version != version)
+    )
+    if active is None or (switch and moved):
+        activate_policy(session, version)

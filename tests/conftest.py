@@ -4,14 +4,15 @@ whole embedded stack (dev server, worker process, simulator, SMTP sink) for e2e 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import os
 import re
 import secrets
 import string
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import pytest_asyncio
@@ -23,6 +24,24 @@ from ledger.crypto import FieldCipher
 from transports.smtp_sink import SmtpSink
 
 TEST_KEYRING = "t1:" + base64.b64encode(b"k" * 32).decode()
+
+T = TypeVar("T")
+
+
+async def until(
+    reached: Callable[[], Awaitable[T]], *, within: float = 30.0, what: str = "the condition"
+) -> T:
+    """Wait for an async condition with a deadline (no sleeps that hope): `reached()` is
+    asked every 0.1 s until it returns something truthy, which is returned. The deadline
+    is a bound on a broken system, not a guess at a working one's speed."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while not (value := await reached()):
+        if loop.time() > deadline:
+            raise AssertionError(f"{what} not reached within {within:g} s")
+        await asyncio.sleep(0.1)
+    return value
+
 
 PYTHON_REPR = re.compile(r"datetime\.datetime\(|\bNone\b|\['|\b[A-Z]\w*\(\w+=")
 """What a person should never read from `herald`: a datetime, None, a list or a dataclass

@@ -30,6 +30,7 @@ FAULTS = (
     "rate_limit",
     "unavailable",
     "slow_response",
+    "slow_lookup",
     "delayed_receipt",
     "duplicate_receipts",
     "out_of_order",
@@ -337,6 +338,13 @@ class ScriptedCarrier(Generic[MessageT]):
             await self._pause(
                 fault.seconds if fault and fault.seconds else self.delays.slow_response
             )
+
+    async def read_delay(self, to: str | None) -> None:
+        """Slow a read of a message to `to` (a fetch or a list by ``To``): ``slow_lookup``
+        answers after ``seconds`` (default ``delays.slow_response``)."""
+        fault = self.fault_for(to) if to else None
+        if fault and fault.kind == "slow_lookup":
+            await self._pause(fault.seconds or self.delays.slow_response)
 
     # -- the carrier ------------------------------------------------------------
 

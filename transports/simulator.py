@@ -445,6 +445,7 @@ def create_simulator_app(
             return _error(401, 20003)
         if request.method == "POST":
             return await sim.create(await _form(request))
+        await sim.read_delay(request.query_params.get("To"))
         return JSONResponse(sim.list(list(request.query_params.multi_items())))
 
     async def message(request: Request) -> Response:
@@ -458,6 +459,7 @@ def create_simulator_app(
             if form.get("Status") == "canceled":
                 return sim.cancel(found)
             return _error(400, 21218, "Only Status=canceled is supported by the simulator")
+        await sim.read_delay(found.to)
         return JSONResponse(found.resource(sim.account_sid))
 
     prefix = f"/{API_VERSION}/Accounts/{{account}}"

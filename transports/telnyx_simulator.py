@@ -389,6 +389,7 @@ def create_telnyx_app(
         if request.method == "DELETE":
             # Only a scheduled message can be cancelled; the simulator schedules none.
             return _error(400, 10015, "Only a scheduled message can be cancelled.")
+        await sim.read_delay(found.to)
         return JSONResponse({"data": found.resource()})
 
     async def key(request: Request) -> Response:

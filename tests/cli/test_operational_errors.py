@@ -265,3 +265,23 @@ def test_in_the_folder_of_a_stopped_stack_the_hint_is_to_start_it(
     line = assert_one_line_error(done, args[0])
     assert f"`herald dev` is not running on {data.resolve()}: start it" in line
     assert "run this in the folder" not in line
+
+
+@pytest.mark.parametrize(
+    ("policy", "says"),
+    [
+        ("nope", "--policy: no packaged policy named 'nope' (packaged: default, demo;"),
+        ("absent.toml", "--policy: cannot read the policy file absent.toml: No such file"),
+        ("bad.toml", "--policy: policy is not valid TOML: "),
+    ],
+    ids=["unknown-name", "missing-file", "not-toml"],
+)
+def test_herald_dev_with_a_policy_it_cannot_use_is_one_line(
+    policy: str, says: str, tmp_path: Path
+) -> None:
+    (tmp_path / "bad.toml").write_text("version = \n")
+    done = run_installed_herald(
+        "dev", "--policy", policy, settings={"HERALD_DATA_DIR": str(tmp_path / "d")}, cwd=tmp_path
+    )
+    assert says in assert_one_line_error(done, "dev")
+    assert not (tmp_path / "d" / "dev.json").exists()  # nothing was started

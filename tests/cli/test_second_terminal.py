@@ -14,6 +14,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -106,10 +107,16 @@ def _stop(stack: Stack) -> None:
 
 @pytest.fixture(scope="module")
 def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    home = tmp_path_factory.mktemp("terminal")
+    # The demo policy, which `herald demo` needs of a running stack (`--policy demo`).
+    with running_dev(tmp_path_factory.mktemp("terminal"), "demo") as stack:
+        yield stack
+
+
+@contextmanager
+def running_dev(home: Path, policy: str) -> Iterator[Stack]:
+    """The first terminal: `herald dev --policy POLICY` in `home`, on its own ports (so no
+    other stack on this machine is in the way), stopped and removed on leaving."""
     data = home / "data"
-    # The first terminal: its own ports (so no other stack on this machine is in the way)
-    # and the demo policy, which `herald demo` needs of a running stack (`--policy demo`).
     settings = {
         "HERALD_DATA_DIR": str(data),
         **{
@@ -129,7 +136,7 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HERALD_")} | settings
     log = open(home / "dev.out", "w")  # a file, not a pipe nobody drains
     process = subprocess.Popen(
-        [str(HERALD), "dev", "--policy", "demo"],
+        [str(HERALD), "dev", "--policy", policy],
         cwd=home,
         env=env,
         stdout=log,

@@ -13,29 +13,51 @@ import signal
 import subprocess
 import time
 import uuid
+from collections.abc import Iterator
 
 import httpx
 import pytest
 
+from cli.main import STILL_WAITING_AFTER
 from domain.principals import local_principal_name
 from tests.cli.conftest import HERALD, assert_one_line_error, run_installed_herald
-from tests.cli.test_second_terminal import (  # the module-scoped stack: one per module
+from tests.cli.test_second_terminal import (
+    ROOT,
     VARIABLES,
     Stack,
     _show,
     _wait_for_state,
     _wait_for_text,
-    dev,  # noqa: F401
-    member,  # noqa: F401
+    member,  # noqa: F401 - the module-scoped recipient, on this module's stack
+    running_dev,
 )
 
 pytestmark = pytest.mark.e2e
+
+HORIZON = 10
+"""Seconds of delivery polling in this module's policy: the demo policy's 60 s, which these
+stories would wait out, shortened in a policy file as an adopter writes one."""
+SHORT_HORIZON = "short-horizon-2026-12-07.1"
+
+
+@pytest.fixture(scope="module")
+def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """`herald dev --policy FILE`: the demo policy with a polling horizon of HORIZON s."""
+    home = tmp_path_factory.mktemp("terminal-long")
+    demo = (ROOT / "policies" / "demo.toml").read_text()
+    short = demo.replace('version = "demo-2026-12-07.1"', f'version = "{SHORT_HORIZON}"')
+    short = short.replace("sms_poll_horizon_seconds = 60", f"sms_poll_horizon_seconds = {HORIZON}")
+    assert short.count(SHORT_HORIZON) == 1 and f"= {HORIZON}\n" in short
+    policy = home / "short-horizon.toml"
+    policy.write_text(short)
+    with running_dev(home, str(policy)) as stack:
+        yield stack
 
 
 def test_settle_from_another_terminal_then_resend(dev: Stack, member: str) -> None:
     # `herald settle --help` lists the running stack's active policy's rules.
     helped = dev.herald("settle", "--help")
-    assert "settlement rules (active policy demo-2026-12-07.1;" in helped.stdout, helped.stdout
+    assert f"settlement rules (active policy {SHORT_HORIZON};" in helped.stdout, helped.stdout
     assert "carrier-confirmed-not-delivered" in helped.stdout
     phone = f"+4474005{uuid.uuid4().int % 100_000:05d}"
     scripted = httpx.post(
@@ -52,18 +74,31 @@ def test_settle_from_another_terminal_then_resend(dev: Stack, member: str) -> No
     rule = "carrier-confirmed-not-delivered"
     refused = dev.herald("settle", key, "--rule", rule, "--reason", "r")
     assert refused.returncode == 3 and "refused: " in refused.stdout, refused.stdout
-    # Past the demo policy's 60 s polling horizon the intent waits for a settlement.
+    # Past the policy's polling horizon the intent waits for a settlement.
     deadline = time.monotonic() + 120
     while _show(dev, key)["intent"]["awaiting"] != "settlement":
         assert time.monotonic() < deadline, "the intent never waited for a settlement"
         time.sleep(1)
     shown = dev.herald("show", key).stdout
     assert "waiting for a settlement of the unknown sms attempt until" in shown, shown
+    # The carrier takes its time to answer the lookup: the command says once that it is
+    # still asking, and how to follow the intent instead (the answer cannot come sooner).
+    slow = STILL_WAITING_AFTER + 3
+    scripted = httpx.post(
+        f"{dev.addresses['simulator']}/_sim/script",
+        json={"to": phone, "fault": "slow_lookup", "seconds": slow},
+        timeout=10,
+    )
+    assert scripted.status_code == 200, scripted.text
     settled = dev.herald(
         "settle", key, "--lookup", "--rule", "carrier-confirmed-not-delivered",
         "--reason", "carrier holds it stuck at sent",
     )  # fmt: skip
     assert settled.returncode == 0, settled.stdout + settled.stderr
+    assert settled.stderr.splitlines() == [
+        "herald settle: still asking the provider (it may take up to 2 minutes); to follow "
+        f"the intent instead, Ctrl-C and `herald show {key} --follow`"
+    ]
     assert "lookup: the provider holds it as sent" in settled.stdout
     assert "settled: settled as undelivered under carrier-confirmed-not-delivered" in (
         settled.stdout

@@ -20,6 +20,7 @@ import pytest
 from devstack import free_port
 from domain.requests import NotificationRequest
 from ledger.models import Consent
+from tests.conftest import until
 from workflows.notification import NotificationWorkflow
 
 pytestmark = pytest.mark.e2e
@@ -98,11 +99,19 @@ async def test_a_lost_send_response_settles_by_receipt_with_exactly_one_submissi
     """The 18:00:00 race: accepted, response lost, receipt first, late `unknown` kept."""
     ref, handle = await notify(stack, TIMEOUT_PHONE)
     result = await asyncio.wait_for(handle.result(), 90)
-    doc = stack.client.timeline(ref.business_key)
-    token = doc["attempts"][0]["token"]
     assert result.outcome == "delivered"
-    assert (await sim_stats(stack))["by_token"][token] == 1
+
+    # The receipt settled the attempt while the send still waited for its answer; the send
+    # gives up at its read timeout (10 s) and records `unknown`, which must not apply.
+    async def with_late_unknown() -> dict | None:  # type: ignore[type-arg]
+        doc = stack.client.timeline(ref.business_key)
+        seen = any(o["normalized_status"] == "unknown" for o in doc["observations"])
+        return doc if seen else None
+
+    doc = await until(with_late_unknown, within=60, what="the send's late unknown")
     unknown = [o for o in doc["observations"] if o["normalized_status"] == "unknown"]
+    token = doc["attempts"][0]["token"]
+    assert (await sim_stats(stack))["by_token"][token] == 1
     assert unknown and all(not o["applied"] for o in unknown)
     assert doc["attempts"][0]["state"] == "delivered"
 

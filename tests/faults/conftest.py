@@ -18,7 +18,7 @@ from devstack.processes import ChildProcess
 from devstack.stack import DevStack
 from domain.requests import NotificationRequest
 from ledger.models import Consent
-from tests.conftest import key_id, stack_settings
+from tests.conftest import key_id, stack_settings, until
 from workflows.notification import NotificationWorkflow
 
 VARIABLES = {"n": 1, "intent_id": "x"}
@@ -101,11 +101,7 @@ class Faults:
 
     async def until(self, predicate, *, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
         """Wait for an async condition with a deadline (no sleeps that hope)."""
-        deadline = asyncio.get_running_loop().time() + timeout
-        while not await predicate():
-            if asyncio.get_running_loop().time() > deadline:
-                raise AssertionError("condition not reached before the deadline")
-            await asyncio.sleep(0.1)
+        await until(predicate, within=timeout)
 
     async def until_submitted(self, token: str) -> None:
         """The provider has created the message for this token."""

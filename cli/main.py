@@ -505,7 +505,7 @@ async def _saying_once_while_waiting(work: Coroutine[Any, Any, T], notice: str) 
 
 
 def _lookup_window() -> str:
-    from workflows.notification import LOOKUP_WINDOW
+    from domain.settlement import LOOKUP_WINDOW
 
     return f"{int(LOOKUP_WINDOW.total_seconds() // 60)} minutes"
 

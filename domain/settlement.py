@@ -68,6 +68,10 @@ AWAITING_FILTERS = (AWAITING_ANY, *(a.value for a in Awaiting))
 LOOKUP_FRESH_FOR = timedelta(minutes=30)
 """How long a provider lookup stands as evidence for a settlement."""
 
+LOOKUP_WINDOW = timedelta(minutes=2)
+"""How long an operator's lookup keeps asking a provider that fails (timeouts, 5xx)
+before the `lookup` update fails with the reason."""
+
 DEFAULT_WINDOW_SECONDS = 86_400
 """The settlement window when a policy names none: a day after the unknown verdict."""
 

@@ -133,9 +133,7 @@ definitive provider-side refusal (or a lost create the lookup found absent) move
 next provider as the next attempt (domain.failover). Runs that started before it never
 asked; an attempt with one provider never asks either, so its history is unchanged."""
 
-LOOKUP_WINDOW = timedelta(minutes=2)
-"""How long an operator's lookup keeps asking a provider that fails (timeouts, 5xx)
-before the `lookup` update fails with the reason."""
+LOOKUP_WINDOW = settlement.LOOKUP_WINDOW
 
 ALL_REFUSED_WAIT = timedelta(minutes=1)
 """How long to wait before trying the providers again when every one refused for its own

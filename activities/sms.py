@@ -57,6 +57,11 @@ NO_LOOKUP_REASON = (
     "never sent again, never failed over"
 )
 
+NOT_SEEN_REASON = (
+    "reconciled: not listed at the provider, whose lookup cannot see a message still queued "
+    "or scheduled: unknown until a person settles it; never failed over"
+)
+
 _ATTEMPTS = cast(Table, Attempt.__table__)
 _ATTEMPT = _ATTEMPTS.c
 _SENDABLE = (AttemptState.PREPARED.value, AttemptState.UNKNOWN.value)
@@ -465,12 +470,15 @@ class SmsActivities:
                 type=ErrorType.RECONCILE_PENDING,
                 category=ApplicationErrorCategory.BENIGN,
             )
+        lookup = failover.found_nothing(sees_every_state=transport.lookup_sees_every_state)
         return await self._stays_unknown(
             view,
             provider,
             now,
-            failover.Lookup.NOT_FOUND,
-            "reconciled: not found at the provider; an operator may approve a resend",
+            lookup,
+            "reconciled: not found at the provider; an operator may approve a resend"
+            if lookup == failover.Lookup.NOT_FOUND
+            else NOT_SEEN_REASON,
         )
 
     async def _stays_unknown(
@@ -482,8 +490,9 @@ class SmsActivities:
         reason: str,
     ) -> SubmitOutcome:
         """Reconciling placed nothing: the attempt stays unknown, with why as evidence
-        (``no_lookup`` when the provider cannot look, ``not_found`` when it looked)."""
-        raw = "no_lookup" if lookup == failover.Lookup.UNAVAILABLE else "not_found"
+        (``no_lookup`` when the provider cannot look, ``not_found`` or ``not_seen`` when it
+        looked)."""
+        raw = "no_lookup" if lookup == failover.Lookup.UNAVAILABLE else lookup.value
         await self._record(
             view.token,
             ObservationFacts(

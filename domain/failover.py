@@ -10,8 +10,9 @@ reconciliation with the same provider found.
 
 The invariant (property-tested): per intent and channel, at most one submission that a
 provider could have accepted, until a reconciliation or a person says otherwise. Only a
-*definitive* non-acceptance (nothing was created) or a lookup that found nothing lets
-another provider try; a message that may exist is never sent again elsewhere.
+*definitive* non-acceptance (nothing was created), or a lookup that sees every state a lost
+create could have left (queued and scheduled included) and found nothing, lets another
+provider try; a message that may exist is never sent again elsewhere.
 """
 
 from __future__ import annotations
@@ -48,7 +49,11 @@ class Lookup(StrEnum):
 
     FOUND = "found"
     NOT_FOUND = "not_found"
-    """Not there after the grace: nothing was created."""
+    """Not there after the grace, by a lookup that sees every state (queued and scheduled
+    included): nothing was created."""
+    NOT_SEEN = "not_seen"
+    """Not listed after the grace by a lookup that cannot see every state (Twilio's
+    ``DateSent`` list skips a message still queued or scheduled): it may exist."""
     PENDING = "pending"
     """Not looked up yet, or not visible yet (inside the grace)."""
     UNAVAILABLE = "unavailable"
@@ -132,6 +137,12 @@ AFTER_LOOKUP: dict[Lookup, Rule] = {
         Move.UNKNOWN,
         "not there after the grace: nothing was created",
     ),
+    Lookup.NOT_SEEN: Rule(
+        Answer.AMBIGUOUS,
+        Move.UNKNOWN,
+        Move.UNKNOWN,
+        "the lookup cannot see a queued or scheduled message: not listed is not absent",
+    ),
     Lookup.UNAVAILABLE: Rule(
         Answer.AMBIGUOUS,
         Move.UNKNOWN,
@@ -139,6 +150,15 @@ AFTER_LOOKUP: dict[Lookup, Rule] = {
         "the provider has no lookup: nobody can say it is not there",
     ),
 }
+
+
+def found_nothing(*, sees_every_state: bool) -> Lookup:
+    """What a lookup that found nothing after the grace says.
+
+    ``NOT_FOUND`` only when it sees every state a lost create could have left (queued and
+    scheduled included), else ``NOT_SEEN``.
+    """
+    return Lookup.NOT_FOUND if sees_every_state else Lookup.NOT_SEEN
 
 
 @dataclass(frozen=True)
@@ -202,7 +222,7 @@ def may_be_accepted(answer: Answer, lookup: Lookup = Lookup.PENDING) -> bool:
     """Whether a provider could hold the message after this answer.
 
     What the invariant counts. Only a definitive refusal, a busy answer, or a lookup
-    that found nothing says it does not.
+    that sees every state and found nothing says it does not.
     """
     if answer == Answer.ACCEPTED:
         return True
@@ -296,5 +316,6 @@ __all__ = [
     "Rule",
     "classify_answer",
     "decide",
+    "found_nothing",
     "may_be_accepted",
 ]

@@ -213,7 +213,9 @@ def normalize_provider_status(raw: str) -> AttemptState | None:
 # Telnyx Messaging v2's per-recipient `to[].status` words. `delivery_unconfirmed` is
 # Telnyx's last word when no handset receipt came: a carrier took it, nothing more is
 # known, exactly Twilio's `sent`. `sending_failed` never left Telnyx (`failed`);
-# `delivery_failed` left and did not arrive (`undelivered`).
+# `delivery_failed` left and did not arrive (`undelivered`). `expired` ran out of its
+# validity before a carrier took it (Twilio says `failed`, 30036); `read` is a read receipt,
+# past delivery.
 _TELNYX_STATUS: dict[str, AttemptState | None] = {
     "scheduled": AttemptState.SUBMITTED,
     "queued": AttemptState.SUBMITTED,
@@ -224,6 +226,8 @@ _TELNYX_STATUS: dict[str, AttemptState | None] = {
     "delivered": AttemptState.DELIVERED,
     "sending_failed": AttemptState.FAILED,
     "delivery_failed": AttemptState.UNDELIVERED,
+    "expired": AttemptState.FAILED,
+    "read": AttemptState.DELIVERED,
     "received": None,
     "webhook_delivered": None,
 }

@@ -177,6 +177,9 @@ class SendGridEmail:
     async def send(self, spec: EmailMessageSpec) -> EmailSubmitted:
         if not parseaddr(spec.sender)[1] or not parseaddr(spec.to)[1]:
             raise EmailPermanentError("sender or recipient is not an email address")
+        # Mail Send requires a subject and each content value of one character or more.
+        if not spec.subject or not spec.text or spec.html == "":
+            raise EmailPermanentError("the subject or a body is empty (SendGrid refuses it)")
         message_id = message_id_for(spec.token, self.message_id_domain)
         payload = json.dumps(
             mail_send_body(spec, message_id_domain=self.message_id_domain)

@@ -27,6 +27,7 @@ from starlette.routing import Route
 
 FAULTS = (
     "accept_then_timeout",
+    "queued_then_timeout",
     "rate_limit",
     "unavailable",
     "slow_response",
@@ -330,9 +331,10 @@ class ScriptedCarrier(Generic[MessageT]):
         self._spawn(lifecycle)
 
     async def _answer_delay(self, fault: Fault | None) -> None:
-        """Withhold (``accept_then_timeout``) or slow (``slow_response``) a create's answer."""
+        """Withhold (``accept_then_timeout``, ``queued_then_timeout``) or slow
+        (``slow_response``) a create's answer."""
         kind = fault.kind if fault else None
-        if kind == "accept_then_timeout":
+        if kind in ("accept_then_timeout", "queued_then_timeout"):
             await self._pause(fault.seconds if fault and fault.seconds else self.delays.hang)
         elif kind == "slow_response":
             await self._pause(
@@ -374,6 +376,9 @@ class ScriptedCarrier(Generic[MessageT]):
         d = self.delays
         if not await self._due(m):
             return
+        if kind == "queued_then_timeout":
+            # Held queued (no date_sent: a DateSent list skips it) as long as the answer is.
+            await asyncio.sleep(fault.seconds if fault and fault.seconds else d.hang)
         await asyncio.sleep(d.sent)
         if kind == "failed":
             if self._set(m, self.failed_status, code):

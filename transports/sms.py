@@ -294,6 +294,10 @@ class SmsTransport(Protocol):
     """Whether :meth:`find` can look a message up by destination, time and content: only
     such a provider can answer "not there" after an ambiguous create. One that cannot
     (Telnyx) ends such an attempt ``unknown`` for a person to settle, never resending."""
+    lookup_sees_every_state: ClassVar[bool]
+    """Whether :meth:`find` lists a message in every state a lost create could have left
+    it (queued and scheduled included). Only then does "not found" mean nothing was
+    created and let another provider try; otherwise it is "not seen" (``unknown``)."""
     webhook_path: ClassVar[str]
     """Herald's ingress path for this provider's signed receipts (``/v1/receipts/sms``);
     the caller builds ``status_callback`` from it with ``?token=<attempt token>``."""

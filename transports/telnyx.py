@@ -81,6 +81,7 @@ class TelnyxSms:
     """:class:`transports.sms.SmsTransport` over Telnyx's Messaging API v2."""
 
     finds_lost_creates: ClassVar[bool] = False
+    lookup_sees_every_state: ClassVar[bool] = False
     """Telnyx has no lookup by destination: a lost create ends ``unknown``."""
     webhook_path: ClassVar[str] = WEBHOOK_PATH
 
@@ -135,8 +136,7 @@ class TelnyxSms:
         if msg.status_callback:
             payload["webhook_url"] = msg.status_callback
             payload["use_profile_webhooks"] = False
-        if msg.validity_seconds is not None:
-            payload["validity_period_secs"] = msg.validity_seconds
+        # No validity period: Telnyx's send takes none (its SDK knows no such parameter).
         if msg.send_at is not None:
             payload["send_at"] = msg.send_at.astimezone(UTC).isoformat().replace("+00:00", "Z")
         data = (await self._call("POST", "/v2/messages", json=payload, creates=True)).get("data")

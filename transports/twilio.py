@@ -91,6 +91,9 @@ class TwilioSms:
 
     finds_lost_creates: ClassVar[bool] = True
     """Twilio lists messages by `To` and `DateSent`: a lost create can be placed."""
+    lookup_sees_every_state: ClassVar[bool] = False
+    """The `DateSent` list skips a message still queued or scheduled (no `date_sent`):
+    not listed is not absent."""
     webhook_path: ClassVar[str] = "/v1/receipts/sms"
     """Herald's ingress route for Twilio's signed status callbacks."""
 

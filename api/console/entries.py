@@ -166,6 +166,11 @@ def _observation(o: dict[str, Any], attempts: dict[str, dict[str, Any]]) -> Entr
         said = f"{carrier.capitalize()} refused our send request for {name}."
     elif o["source"] == "reconcile" and raw == "not_found":
         said = f"A reconciliation check found no trace of {name} at {carrier}."
+    elif o["source"] == "reconcile" and raw == "not_seen":
+        said = (
+            f"A reconciliation check did not see {name} at {carrier}, whose list leaves out "
+            "a message still queued or scheduled: it may still be sent."
+        )
     else:
         source = SOURCE_WORDS.get(o["source"], f"An observation ({o['source']})").format(
             carrier=carrier

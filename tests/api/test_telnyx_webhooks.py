@@ -10,11 +10,13 @@ import json
 import secrets
 import time
 import uuid
+from typing import get_args
 
 import pytest
 from nacl.signing import SigningKey
 from telnyx import Telnyx
 
+from domain.states import TELNYX_STATUSES
 from ledger import repository as repo
 from tests.api.conftest import (
     TELNYX_PUBLIC_KEY,
@@ -250,6 +252,24 @@ async def test_a_token_for_another_message_is_not_trusted(http, committed, ciphe
     assert attempt_state(committed, sent.attempt_id) == "submitted"
     (orphan,) = observations_of(committed, remote_id=stranger)
     assert orphan.attempt_id is None
+
+
+def test_every_status_the_official_package_documents_has_a_meaning() -> None:
+    from telnyx.types.outbound_message_payload import To
+
+    documented = set(get_args(get_args(To.model_fields["status"].annotation)[0]))
+    assert {"expired", "read", "delivered"} <= documented
+    assert documented <= TELNYX_STATUSES, documented - TELNYX_STATUSES
+
+
+@pytest.mark.parametrize(("status", "state"), [("expired", "failed"), ("read", "delivered")])
+async def test_an_expired_or_read_message_is_recorded_as_what_it_means(
+    http, committed, cipher, status, state
+):
+    sent = submitted_attempt(committed, cipher)
+    body = event("message.finalized", sent.remote_id, status)
+    assert (await post(http, body, signed_headers(body))).status_code == 204
+    assert attempt_state(committed, sent.attempt_id) == state
 
 
 async def test_an_unknown_status_word_is_400(http, committed, cipher):

@@ -21,7 +21,7 @@ from domain.requests import NotificationRequest
 from ledger import repository as repo
 from ledger.models import Consent
 from ledger.templates import activate_policy, seed_policy
-from tests.conftest import key_id, stack_settings
+from tests.conftest import key_id, stack_settings, until
 from workflows.notification import NotificationWorkflow
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
@@ -195,6 +195,30 @@ async def test_primary_times_out_after_accepting_no_failover_until_the_lookup(pr
     assert [(a["provider"], a["created"]) for a in attempts] == [
         ("twilio", {"twilio": 1, "telnyx": 0})
     ]
+
+
+async def test_a_lost_create_still_queued_is_never_sent_again_elsewhere(providers):
+    # Twilio holds the message queued (no date_sent) past the lost answer and the lookup's
+    # grace: its DateSent list does not show it, and that is no proof it is not there.
+    phone = za()
+    held = 25  # seconds queued: past the 10 s read timeout and the 5 s grace, with room
+    await providers._post(
+        "twilio", "/_sim/script", {"to": phone, "fault": "queued_then_timeout", "seconds": held}
+    )
+    key, _ = await providers.notify(phone)
+
+    async def delivered_by_its_receipt() -> bool:
+        attempts = providers.client.timeline(key)["attempts"]
+        return [a["state"] for a in attempts] == ["delivered"]
+
+    # The receipt comes once Twilio sends it (`held` s); the intent never failed over.
+    await until(delivered_by_its_receipt, within=held + 60, what="the receipt's delivered")
+    attempts = await providers.sent_once(key)
+    assert [(a["provider"], a["created"]) for a in attempts] == [
+        ("twilio", {"twilio": 1, "telnyx": 0})
+    ]
+    observations = providers.client.timeline(key)["observations"]
+    assert ("reconcile", "not_seen") in {(o["source"], o["raw_status"]) for o in observations}
 
 
 async def test_a_destination_refusal_never_fails_over(providers):

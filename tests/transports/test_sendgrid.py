@@ -7,6 +7,7 @@ import asyncio
 import base64
 import json
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -150,6 +151,17 @@ async def test_an_error_body_is_a_definitive_refusal_without_the_address(email, 
     assert caught.value.code == 400
     assert "@" not in str(caught.value)
     assert provider.sim.stats()["total"] == 0
+
+
+@pytest.mark.parametrize(
+    "empty", [{"subject": ""}, {"text": ""}, {"html": ""}], ids=["subject", "text", "html"]
+)
+async def test_an_empty_subject_or_body_is_refused_before_any_request(email, provider, empty):
+    # Mail Send's document requires one character or more in each: nothing is sent.
+    values = {"subject": "Your order", "text": "It shipped.", **empty}
+    with pytest.raises(EmailPermanentError, match="empty"):
+        await email.send(replace(spec("ada@example.com"), **values))
+    assert provider.sim.stats()["requests_total"] == 0
 
 
 async def test_a_rate_limit_is_transient_with_the_wait(email, provider):

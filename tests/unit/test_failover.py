@@ -20,6 +20,7 @@ from domain.failover import (
     Move,
     classify_answer,
     decide,
+    found_nothing,
     may_be_accepted,
 )
 from domain.provider_errors import Cause, ErrorKind, classify
@@ -62,6 +63,7 @@ def test_a_refused_connection_is_definitive_and_a_busy_provider_is_not() -> None
         (Answer.AMBIGUOUS, Lookup.PENDING, Move.RECONCILE),
         (Answer.AMBIGUOUS, Lookup.FOUND, Move.OBSERVE),
         (Answer.AMBIGUOUS, Lookup.NOT_FOUND, Move.NEXT_PROVIDER),
+        (Answer.AMBIGUOUS, Lookup.NOT_SEEN, Move.UNKNOWN),
         (Answer.AMBIGUOUS, Lookup.UNAVAILABLE, Move.UNKNOWN),
         (Answer.ACCEPTED, Lookup.PENDING, Move.OBSERVE),
     ],
@@ -130,32 +132,37 @@ def test_a_finished_channel_takes_no_more_answers() -> None:
 class World:
     """What really happened at the providers (hidden from Herald)."""
 
-    has_lookup: dict[str, bool]
+    lookup: dict[str, str]
+    """Each provider's lookup: `none` (Telnyx), `every_state`, or `sent_only` (Twilio's
+    DateSent list, which skips a message still queued or scheduled)."""
     created: dict[str, int] = field(default_factory=dict)
 
 
 answers = st.sampled_from(["accept", "refuse_provider", "refuse_destination", "busy", "lost"])
+lookups = st.sampled_from(["none", "every_state", "sent_only"])
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=1500, deadline=None)
 @given(
     providers=st.lists(
-        st.tuples(st.sampled_from(["a", "b", "c", "d"]), st.booleans()),
+        st.tuples(st.sampled_from(["a", "b", "c", "d"]), lookups),
         min_size=1,
         max_size=4,
         unique_by=lambda p: p[0],
     ),
-    script=st.lists(st.tuples(answers, st.booleans(), st.booleans()), min_size=1, max_size=12),
+    script=st.lists(
+        st.tuples(answers, st.booleans(), st.booleans(), st.booleans()), min_size=1, max_size=12
+    ),
     failover_allowed=st.booleans(),
 )
 def test_at_most_one_submission_that_may_have_been_accepted_per_channel(
-    providers: list[tuple[str, bool]],
-    script: list[tuple[str, bool, bool]],
+    providers: list[tuple[str, str]],
+    script: list[tuple[str, bool, bool, bool]],
     failover_allowed: bool,
 ) -> None:
-    world = World(has_lookup=dict(providers))
+    world = World(lookup=dict(providers))
     run = ChannelRun([p for p, _ in providers], failover_allowed=failover_allowed)
-    for what, lost_after_creating, visible_yet in script:
+    for what, lost_after_creating, visible_yet, held_queued in script:
         if run.finished is not None:
             break
         provider = run.current.provider
@@ -163,20 +170,26 @@ def test_at_most_one_submission_that_may_have_been_accepted_per_channel(
             world.created[provider] = world.created.get(provider, 0) + 1
             decision = run.step(Answer.ACCEPTED)
         elif what == "lost":
-            # The answer was lost: maybe after the provider created it.
+            # The answer was lost: maybe after the provider created it, which may hold it
+            # queued (or scheduled) for longer than the lookup's grace.
             if lost_after_creating:
                 world.created[provider] = world.created.get(provider, 0) + 1
             decision = run.step(Answer.AMBIGUOUS)
             while decision.move == Move.RECONCILE:
-                # The lookup tells the truth once the message is visible (after the grace).
-                if not world.has_lookup[provider]:
+                # The lookup tells what it can see once the grace has passed.
+                kind = world.lookup[provider]
+                listed = world.created.get(provider, 0) > 0 and not (
+                    held_queued and kind == "sent_only"
+                )
+                if kind == "none":
                     lookup = Lookup.UNAVAILABLE
-                elif world.created.get(provider):
-                    lookup = Lookup.FOUND if visible_yet else Lookup.PENDING
-                else:
-                    lookup = Lookup.NOT_FOUND if visible_yet else Lookup.PENDING
-                if lookup == Lookup.PENDING:
+                elif not visible_yet:
+                    lookup = Lookup.PENDING
                     visible_yet = True  # the grace passes
+                elif listed:
+                    lookup = Lookup.FOUND
+                else:
+                    lookup = found_nothing(sees_every_state=kind == "every_state")
                 decision = run.step(Answer.AMBIGUOUS, lookup)
         else:
             answer = {
@@ -191,6 +204,7 @@ def test_at_most_one_submission_that_may_have_been_accepted_per_channel(
         assert sum(t.may_be_accepted for t in run.tries) <= 1
         for earlier in run.tries[:-1]:
             assert not earlier.may_be_accepted, "moved on from a try that may exist"
+            assert not world.created.get(earlier.provider), "moved on from a provider holding it"
 
 
 def test_may_be_accepted_is_false_only_for_what_created_nothing() -> None:
@@ -198,5 +212,11 @@ def test_may_be_accepted_is_false_only_for_what_created_nothing() -> None:
     assert may_be_accepted(Answer.AMBIGUOUS) and may_be_accepted(Answer.AMBIGUOUS, Lookup.FOUND)
     assert may_be_accepted(Answer.AMBIGUOUS, Lookup.UNAVAILABLE)
     assert not may_be_accepted(Answer.AMBIGUOUS, Lookup.NOT_FOUND)
+    assert may_be_accepted(Answer.AMBIGUOUS, Lookup.NOT_SEEN)
+
+
+def test_only_a_lookup_that_sees_every_state_can_say_not_found() -> None:
+    assert found_nothing(sees_every_state=True) == Lookup.NOT_FOUND
+    assert found_nothing(sees_every_state=False) == Lookup.NOT_SEEN
     for answer in (Answer.REFUSED_BY_PROVIDER, Answer.REFUSED_FOR_DESTINATION, Answer.BUSY):
         assert not may_be_accepted(answer)

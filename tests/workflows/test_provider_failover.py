@@ -117,6 +117,23 @@ async def test_a_lost_answer_the_lookup_says_is_not_there_lets_the_next_provider
     assert "does not hold it" in sms.reason
 
 
+async def test_a_lost_answer_a_sent_only_lookup_does_not_list_never_fails_over(harness, queue):
+    # Twilio's DateSent list skips a message it still holds queued: not listed is not absent.
+    def submit(channel: str, token: str) -> SubmitOutcome:
+        return SubmitOutcome(
+            "unknown", None, reconciled=True, lookup="not_seen", answer="ambiguous",
+            reason="reconciled: not listed at the provider",
+        )  # fmt: skip
+
+    world = World(facts(channels=["sms"]), decide=routed(), submit=submit)
+    async with harness.worker(world, queue):
+        handle = await harness.start(world, queue)
+        result = await handle.result()
+    sms = {r.channel: r for r in result.channels}["sms"]
+    assert (sms.state, sms.attempts) == ("unknown", 1)
+    assert len(sms_calls(world, "submit_sms")) == 1
+
+
 async def test_an_ambiguous_send_through_a_provider_without_lookup_ends_unknown(harness, queue):
     def submit(channel: str, token: str) -> SubmitOutcome:
         if channel == "email":

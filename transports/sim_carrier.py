@@ -239,6 +239,11 @@ class ScriptedCarrier(Generic[MessageT]):
         for task in list(self._tasks):
             task.cancel()
 
+    def resume(self) -> None:
+        """Serve again after :meth:`abort` (the server is back after an outage): withheld
+        responses are withheld again instead of answered at once."""
+        self._aborted.clear()
+
     async def aclose(self) -> None:
         self.abort()
         if self._tasks:
@@ -485,6 +490,7 @@ def carrier_app(sim: ScriptedCarrier[Any], routes: list[Route]) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        sim.resume()  # bound again after an outage, whose shutdown aborted it
         yield
         await sim.aclose()
 

@@ -353,6 +353,13 @@ async def test_an_outage_refuses_connections_then_the_same_port_answers_again() 
             await asyncio.sleep(0.05)
         assert server.port == port
         assert server.sim.stats.requests_total == 0  # nothing reached it while it was down
+        # Back up, its faults hold again: a withheld answer is withheld, not answered at
+        # once because the outage's shutdown aborted the waits of the time before.
+        await control(server, "script", to=NORMAL_TO, fault="accept_then_timeout")
+        async with TelnyxSms(base_url=server.url, api_key=TELNYX_API_KEY, read_timeout=0.5) as sms:
+            with pytest.raises(SmsAmbiguousError) as lost:
+                await sms.submit(SmsMessage("k:sms:2", NORMAL_TO, "hi", SENDER, None))
+        assert lost.value.code == "timeout"
 
 
 async def test_a_telnyx_account_with_its_own_number_sends_from_it() -> None:

@@ -6,7 +6,7 @@ a route. Routers import this module, never `api.app`.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Annotated, Any
@@ -18,6 +18,7 @@ from api import idempotency
 from api.auth import Authenticator
 from api.metrics import build_registry
 from api.telnyx_signature import TelnyxVerifier
+from ledger.repository import Through
 from ledger.transactions import Transactions
 from starter.client import HeraldClient
 
@@ -26,6 +27,14 @@ MAX_BODY_BYTES = 64 * 1024
 DEFAULT_EVENT_TOLERANCE_SECONDS = 26 * 3600
 """How old an email event batch's signed timestamp may be: SendGrid's 24 hours of retries,
 and two to spare (api.email_events)."""
+
+
+INGRESS_OF: dict[str, tuple[str, str]] = {
+    "twilio": ("Twilio status callbacks", "sms"),
+    "telnyx": ("Telnyx message events", "sms"),
+    "sendgrid": ("SendGrid events", "email"),
+}
+"""Each provider kind with an ingress: how operators know it, and the channel it serves."""
 
 
 @dataclass(frozen=True)
@@ -54,8 +63,16 @@ class Ingress:
         console_session_lifetime: timedelta = timedelta(hours=12),
         default_country: str = "GB",
         telnyx_public_key: str | None = None,
+        provider_kinds: Mapping[str, str] | None = None,
     ) -> None:
         self.client = client
+        kinds = dict(provider_kinds or {kind: kind for kind in INGRESS_OF})
+        self.through = {
+            kind: Through(name, channel, frozenset(a for a, k in kinds.items() if k == kind))
+            for kind, (name, channel) in INGRESS_OF.items()
+        }
+        """What each provider's ingress speaks for (`ledger.repository.Through`), by the
+        provider's kind: its channel and every alias of that kind (HERALD_PROVIDERS)."""
         self.email_events = email_events or EventsConfig(public_key=None)
         """The email provider's Event Webhook key and tolerance (api.email_events)."""
         self.tx = Transactions(client.sessions)

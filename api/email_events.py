@@ -381,9 +381,12 @@ def record_event(
 ) -> _Recorded:
     """One event in one transaction: the observation (deduplicated), then its effect."""
     facts, token = _event_facts(event, now)
-    result = repo.record_observation(session, facts, token=token)
+    through = ingress.through["sendgrid"]
+    result = repo.record_observation(session, facts, token=token, through=through)
     if result.verdict != "duplicate":
-        _effect(session, ingress, event, facts, result.token or token, now)
+        # The attempt it moved, if any: a token naming another channel's attempt places
+        # nothing (its category and destination are not this message's).
+        _effect(session, ingress, event, facts, result.token, now)
     return _Recorded(result, facts.provider_code)
 
 

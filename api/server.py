@@ -36,6 +36,7 @@ def build(cfg: settings_module.Settings, client: HeraldClient) -> FastAPI:
             console_session_lifetime=timedelta(hours=cfg.console_session_hours),
             default_country=cfg.default_country,
             telnyx_public_key=cfg.telnyx_public_key,
+            provider_kinds={alias: p.kind for alias, p in cfg.provider_settings().items()},
         )
     )
 

@@ -214,7 +214,9 @@ async def telnyx_event(
 
     def work(session: Session) -> repo.ObservationResult:
         trusted = _token_for(session, token, remote_id)
-        return repo.record_observation(session, facts, token=trusted)
+        return repo.record_observation(
+            session, facts, token=trusted, through=ingress.through["telnyx"]
+        )
 
     result = await ingress.tx(work)
     ingress.counters.receipts.labels(result.verdict).inc()

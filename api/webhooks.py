@@ -311,7 +311,10 @@ async def receive_sms_receipt(request: Request, ingress: Ingress, token: str | N
         provider_code=code,
         remote_id=sid,
     )
-    result = await ingress.tx(lambda s: repo.record_observation(s, facts, token=token))
+    through = ingress.through["twilio"]
+    result = await ingress.tx(
+        lambda s: repo.record_observation(s, facts, token=token, through=through)
+    )
     ingress.counters.receipts.labels(result.verdict).inc()
     if result.verdict == "duplicate":
         ingress.counters.duplicates.labels("webhook_redelivery").inc()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, cast
 
@@ -420,26 +420,68 @@ class ObservationFacts:
     (domain.states.apply)."""
 
 
+@dataclass(frozen=True)
+class Through:
+    """The ingress an observation came through.
+
+    The channel and the provider aliases it speaks for: it may move only an attempt of
+    that channel sent through one of them.
+    """
+
+    name: str
+    """How an operator knows the ingress (``SendGrid events``)."""
+    channel: str
+    providers: frozenset[str]
+
+    def refusal(self, channel: str, provider: str | None) -> str | None:
+        """Why an attempt of `channel` sent through `provider` is not this ingress's to move.
+
+        None when it is (an attempt recorded before providers were data names none).
+        """
+        if channel != self.channel:
+            return f"names a {channel} attempt; {self.name} speak only for {self.channel}"
+        if provider is not None and provider not in self.providers:
+            return f"names an attempt sent through {provider}; {self.name} do not speak for it"
+        return None
+
+
 def record_observation(
-    session: Session, facts: ObservationFacts, *, token: str | None = None
+    session: Session,
+    facts: ObservationFacts,
+    *,
+    token: str | None = None,
+    through: Through | None = None,
 ) -> ObservationResult:
     """Append one observation (deduplicated) and apply it to its attempt by compare-and-set.
 
     The attempt is found by `token`, else by `facts.remote_id`; if neither finds one the
-    observation is kept as orphan evidence for reconciliation, never dropped.
+    observation is kept as orphan evidence for reconciliation, never dropped. An ingress
+    says what it came `through`: one naming an attempt of another channel or provider is
+    kept the same way, unattached, with the reason in its detail, and moves nothing.
 
     Core statements on plain rows throughout (this runs for every receipt, poll and send
     answer). The observation is inserted with the verdict the attempt's state as read a
     moment ago gives; only when the compare-and-set finds that state moved (a concurrent
     writer) is the verdict decided again and the row updated.
     """
+    refused: list[str] = []
+
+    def ours(row: Any) -> Any:
+        why = through.refusal(row.channel, row.provider) if row and through else None
+        if why is not None:
+            refused.append(why)
+            return None
+        return row
+
     found = None
     if token is not None:
-        found = session.execute(_OBSERVED_BY_TOKEN, {"token": token}).one_or_none()
+        found = ours(session.execute(_OBSERVED_BY_TOKEN, {"token": token}).one_or_none())
     if found is None and facts.remote_id:
-        found = session.execute(
-            _OBSERVED_BY_REMOTE_ID, {"remote_id": facts.remote_id}
-        ).one_or_none()
+        found = ours(
+            session.execute(_OBSERVED_BY_REMOTE_ID, {"remote_id": facts.remote_id}).one_or_none()
+        )
+    if found is None and refused:
+        facts = replace(facts, detail={**facts.detail, "not_applied": refused[0]})
     attempt = _SeenAttempt.of(found) if found is not None else None
     expected = (
         states.apply(
@@ -542,6 +584,7 @@ _OBSERVED_ATTEMPT = select(
     _ATTEMPT.channel,
     _ATTEMPT.template_key,
     _ATTEMPT.template_version,
+    _ATTEMPT.provider,
     *_ATTEMPT_STATE_COLUMNS,
     _INTENT.workflow_id,
     _INTENT.region,

@@ -224,6 +224,18 @@ def submitted_attempt(
         return SentAttempt(recorded.intent_id, recorded.workflow_id, token, remote_id, attempt.id)
 
 
+def sent_through(sessions: sessionmaker[Session], attempt_id: int, provider: str) -> None:
+    """Record that the attempt went through the provider alias `provider`."""
+    with sessions.begin() as session:
+        attempt = session.get(Attempt, attempt_id)
+        assert attempt is not None
+        attempt.provider = provider
+
+
+def webhook_observations(sessions: sessionmaker[Session], remote_id: str) -> list[Observation]:
+    return [o for o in observations_of(sessions, remote_id=remote_id) if o.source == "webhook"]
+
+
 def observations_of(sessions: sessionmaker[Session], *, remote_id: str) -> list[Observation]:
     with sessions() as session:
         return list(

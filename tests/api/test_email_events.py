@@ -30,6 +30,8 @@ from tests.api.conftest import (
     EVENT_PUBLIC_KEY,
     StubTemporal,
     attempt_state,
+    random_mobile,
+    submitted_attempt,
 )
 from tests.api.test_console import principal, sign_in
 from tests.api.test_metrics import samples, value
@@ -315,6 +317,28 @@ async def test_a_dropped_event_ends_undelivered_with_the_reason(http, committed,
     await post(http, [event(token, address, "dropped", reason="Bounced Address")])
     assert attempt_state(committed, attempt_id) == "undelivered"
     assert stored(committed, token)[0].detail["reason"] == "Bounced Address"
+
+
+async def test_an_event_naming_an_sms_attempt_moves_nothing_and_suppresses_nothing(
+    http, committed, cipher, temporal
+):
+    # Tokens follow from business keys: anyone sending through the same SendGrid account
+    # can name an SMS attempt's in custom_args.
+    phone = random_mobile()
+    sms = submitted_attempt(committed, cipher, phone=phone)
+    bounce = event(sms.token, "x@example.com", "bounce")
+    answer = await post(http, [bounce])
+    assert answer.status_code == 204
+    assert attempt_state(committed, sms.attempt_id) == "submitted"
+    with committed() as session:
+        kept = session.execute(
+            select(Observation).where(Observation.dedupe_key == f"sendgrid:{bounce['sg_event_id']}")
+        ).scalar_one()
+        on_the_phone = Suppression.destination_hmac == cipher.lookup_hmac(phone)
+        held = session.execute(select(Suppression).where(on_the_phone)).scalars().all()
+    assert (kept.attempt_id, kept.applied) == (None, False)
+    assert kept.detail["not_applied"] == "names a sms attempt; SendGrid events speak only for email"
+    assert held == [] and temporal.signals == []
 
 
 async def test_a_body_that_is_not_an_array_of_objects_is_400_after_the_signature(

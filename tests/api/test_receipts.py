@@ -17,8 +17,10 @@ from tests.api.conftest import (
     observation_count,
     observations_of,
     post_signed,
+    sent_through,
     sign,
     submitted_attempt,
+    webhook_observations,
 )
 
 pytestmark = pytest.mark.ledger
@@ -63,6 +65,22 @@ async def test_a_signed_receipt_is_recorded_applied_and_signalled(
     assert [(wid, name, arg.state) for wid, name, arg in temporal.signals] == [
         (sent.workflow_id, "receipt", "delivered")
     ]
+
+
+async def test_a_receipt_naming_an_attempt_of_another_provider_is_kept_and_moves_nothing(
+    http, committed, cipher, temporal
+):
+    sent = submitted_attempt(committed, cipher)
+    sent_through(committed, sent.attempt_id, "telnyx")
+    answer = await post_signed(http, path_for(sent.token), receipt(sent.remote_id, "delivered"))
+    assert answer.status_code == 204
+    assert attempt_state(committed, sent.attempt_id) == "submitted"
+    (kept,) = webhook_observations(committed, sent.remote_id)
+    assert (kept.attempt_id, kept.applied) == (None, False)
+    assert kept.detail["not_applied"] == (
+        "names an attempt sent through telnyx; Twilio status callbacks do not speak for it"
+    )
+    assert temporal.signals == []
 
 
 async def test_the_signature_covers_the_public_url_not_the_internal_one(http, committed, cipher):

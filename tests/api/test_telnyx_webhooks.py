@@ -24,7 +24,9 @@ from tests.api.conftest import (
     attempt_state,
     observations_of,
     random_mobile,
+    sent_through,
     submitted_attempt,
+    webhook_observations,
 )
 
 pytestmark = pytest.mark.ledger
@@ -270,6 +272,21 @@ async def test_an_expired_or_read_message_is_recorded_as_what_it_means(
     body = event("message.finalized", sent.remote_id, status)
     assert (await post(http, body, signed_headers(body))).status_code == 204
     assert attempt_state(committed, sent.attempt_id) == state
+
+
+async def test_an_event_naming_an_attempt_sent_through_twilio_moves_nothing(
+    http, committed, cipher, temporal
+):
+    sent = submitted_attempt(committed, cipher)
+    sent_through(committed, sent.attempt_id, "twilio")
+    body = event("message.finalized", sent.remote_id, "delivery_failed", code="40008")
+    answer = await post(http, body, signed_headers(body), token=sent.token)
+    assert answer.status_code == 204
+    assert attempt_state(committed, sent.attempt_id) == "submitted"
+    (kept,) = webhook_observations(committed, sent.remote_id)
+    assert (kept.attempt_id, kept.applied) == (None, False)
+    assert "sent through twilio; Telnyx message events" in kept.detail["not_applied"]
+    assert temporal.signals == []
 
 
 async def test_an_unknown_status_word_is_400(http, committed, cipher):

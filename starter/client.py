@@ -12,10 +12,11 @@ notification commits or rolls back with the business change; the outbox relay st
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio.client import (
@@ -69,6 +70,7 @@ from workflows.notification import (
 )
 
 log = logging.getLogger("herald.client")
+T = TypeVar("T")
 
 BULK_CONCURRENCY = 8
 """Settlements of one bulk settle in flight at once (each is a workflow update)."""
@@ -381,21 +383,40 @@ class HeraldClient:
             running = False
         return intent_id, handle, running
 
+    async def _update(
+        self, handle: WorkflowHandle[Any, Any], name: str, request: Any, result_type: type[T]
+    ) -> T:
+        """The workflow's update `name`; FinishedMeanwhile when the workflow closed between
+        the look that found it running and the update ("already completed", "aborted by
+        closing workflow"), so the caller answers as for a finished workflow."""
+        try:
+            return await handle.execute_update(name, request, result_type=result_type)
+        except RPCError as err:
+            try:
+                still = (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
+            except RPCError:
+                still = False
+            if still:
+                raise
+            raise FinishedMeanwhile from err
+
     async def cancel(self, id_or_key: str, *, by: Principal, reason: str) -> CancelResult:
         """Close the intent's future work; recorded under `by` (name and role). The one
         cancel path of the API, the CLI and the console."""
         intent_id, handle, running = await self._handle(id_or_key, reason=reason)
         if running:
-            return await handle.execute_update(
-                CANCEL,
-                CancelRequest(
-                    by.name,
-                    reason,
-                    operator_role=by.role.value,
-                    proof=self._prove("cancel", intent_id, by, reason),
-                ),
-                result_type=CancelResult,
-            )
+            with contextlib.suppress(FinishedMeanwhile):
+                return await self._update(
+                    handle,
+                    CANCEL,
+                    CancelRequest(
+                        by.name,
+                        reason,
+                        operator_role=by.role.value,
+                        proof=self._prove("cancel", intent_id, by, reason),
+                    ),
+                    CancelResult,
+                )
         # The workflow has finished: nothing is pending, and nothing already sent is recalled.
         message = "the intent had already finished; nothing pending to close, nothing recalled"
         await self._record_action(intent_id, "cancel", by, reason, "accepted", {"note": message})
@@ -407,11 +428,11 @@ class HeraldClient:
         """Approve a new attempt (or record why not); recorded under `by`. The one
         approve-resend path of the API, the CLI and the console."""
         intent_id, handle, running = await self._handle(id_or_key, reason=reason)
-        if not running:
-            refusal = "the intent's workflow has finished; record a new intent instead"
-        else:
+        refusal = "the intent's workflow has finished; record a new intent instead"
+        if running:
             try:
-                return await handle.execute_update(
+                return await self._update(
+                    handle,
                     APPROVE_RESEND,
                     ResendRequest(
                         channel,
@@ -420,10 +441,12 @@ class HeraldClient:
                         operator_role=by.role.value,
                         proof=self._prove("approve-resend", intent_id, by, reason, channel),
                     ),
-                    result_type=ResendResult,
+                    ResendResult,
                 )
             except WorkflowUpdateFailedError as err:
                 refusal = _update_refusal(err)
+            except FinishedMeanwhile:
+                pass
         await self._record_action(
             intent_id,
             "approve-resend",
@@ -450,11 +473,11 @@ class HeraldClient:
         intent_id, handle, running = await self._handle(
             id_or_key, reason=reason, reference=reference
         )
-        if not running:
-            refusal = "the intent's workflow has finished; its settlement window is closed"
-        else:
+        refusal = "the intent's workflow has finished; its settlement window is closed"
+        if running:
             try:
-                return await handle.execute_update(
+                return await self._update(
+                    handle,
                     SETTLE,
                     SettleRequest(
                         channel,
@@ -467,10 +490,12 @@ class HeraldClient:
                             "settle", intent_id, by, reason, f"{channel}|{rule}|{reference}"
                         ),
                     ),
-                    result_type=SettleResult,
+                    SettleResult,
                 )
             except WorkflowUpdateFailedError as err:
                 refusal = _update_refusal(err)
+            except FinishedMeanwhile:
+                pass
         await self._record_action(
             intent_id,
             "settle",
@@ -549,29 +574,28 @@ class HeraldClient:
         """Ask the provider what it holds for the channel's latest attempt, through the
         intent's workflow (the lookup runs where the transports live, and is recorded)."""
         intent_id, handle, running = await self._handle(id_or_key)
-        if not running:
-            refusal = "the intent's workflow has finished; there is nothing left to settle"
-            await self._record_action(
-                intent_id, "lookup", by, "", "refused", {"why": refusal, "channel": channel}
-            )
-            return LookupResult(False, message=refusal)
-        try:
-            return await handle.execute_update(
-                LOOKUP,
-                LookupRequest(
-                    channel,
-                    by.name,
-                    by.role.value,
-                    proof=self._prove("lookup", intent_id, by, "", channel),
-                ),
-                result_type=LookupResult,
-            )
-        except WorkflowUpdateFailedError as err:
-            refusal = _update_refusal(err)
-            await self._record_action(
-                intent_id, "lookup", by, "", "refused", {"why": refusal, "channel": channel}
-            )
-            return LookupResult(False, message=refusal)
+        refusal = "the intent's workflow has finished; there is nothing left to settle"
+        if running:
+            try:
+                return await self._update(
+                    handle,
+                    LOOKUP,
+                    LookupRequest(
+                        channel,
+                        by.name,
+                        by.role.value,
+                        proof=self._prove("lookup", intent_id, by, "", channel),
+                    ),
+                    LookupResult,
+                )
+            except WorkflowUpdateFailedError as err:
+                refusal = _update_refusal(err)
+            except FinishedMeanwhile:
+                pass
+        await self._record_action(
+            intent_id, "lookup", by, "", "refused", {"why": refusal, "channel": channel}
+        )
+        return LookupResult(False, message=refusal)
 
     def _prove(
         self, action: str, intent_id: str, by: Principal, reason: str, subject: str = ""
@@ -623,6 +647,10 @@ class HeraldClient:
                 )
 
         await asyncio.to_thread(work)
+
+
+class FinishedMeanwhile(Exception):
+    """The workflow closed between the look that found it running and an update to it."""
 
 
 def _update_refusal(err: WorkflowUpdateFailedError) -> str:

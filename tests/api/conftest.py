@@ -13,6 +13,7 @@ import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from types import SimpleNamespace
 from typing import Any
 from urllib.parse import urlencode
 
@@ -26,6 +27,7 @@ from nacl.signing import SigningKey
 from sqlalchemy import func, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
+from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 from twilio.request_validator import RequestValidator
 
@@ -74,8 +76,16 @@ class StubHandle:
             raise RPCError("temporal is down", RPCStatusCode.UNAVAILABLE, b"")
 
     async def describe(self) -> Any:
-        # No worker runs here: every workflow reads as not running.
+        # No worker runs here: every workflow reads as not running, unless a test races
+        # an update against the workflow's end (running until the update is asked).
+        if self.temporal.closes_at_update and self.workflow_id not in self.temporal.closed:
+            return SimpleNamespace(status=WorkflowExecutionStatus.RUNNING)
         raise RPCError("workflow not found", RPCStatusCode.NOT_FOUND, b"")
+
+    async def execute_update(self, name: str, arg: Any, **_: Any) -> Any:
+        # The workflow closes as the update reaches it (what the server then answers).
+        self.temporal.closed.add(self.workflow_id)
+        raise RPCError("workflow execution already completed", RPCStatusCode.NOT_FOUND, b"")
 
 
 @dataclass
@@ -106,6 +116,9 @@ class StubTemporal:
     fail_signals: bool = False
     start_gate: asyncio.Event | None = None
     start_entered: asyncio.Event = field(default_factory=asyncio.Event)
+    closes_at_update: bool = False
+    """Workflows read as running until an update is asked; then they have closed."""
+    closed: set[str] = field(default_factory=set)
 
     def get_workflow_handle(self, workflow_id: str, **_: Any) -> StubHandle:
         return StubHandle(self, workflow_id)

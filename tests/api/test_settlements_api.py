@@ -3,6 +3,8 @@ the intent's workflow (here none runs, so it is refused with the reason and reco
 
 from __future__ import annotations
 
+import pytest
+
 from tests.api.conftest import BEARER, submitted_attempt
 from tests.api.test_principals_api import tokens  # noqa: F401 - the fixture
 
@@ -30,6 +32,26 @@ async def test_a_settlement_when_the_workflow_has_finished_is_409_and_recorded(
     [action] = doc["operator_actions"]
     assert (action["action"], action["outcome"]) == ("settle", "refused")
     assert action["operator"] == refused["operator"]
+
+
+@pytest.mark.parametrize(
+    ("action", "body", "says"),
+    [
+        ("settle", {"rule": "carrier-ticket-not-delivered", "reason": "r"}, "window is closed"),
+        ("approve-resend", {"reason": "r"}, "record a new intent instead"),
+        ("cancel", {"reason": "r"}, "already finished"),
+    ],
+)
+async def test_an_action_racing_the_workflows_end_answers_as_for_a_finished_one(
+    http, committed, cipher, temporal, action, body, says
+):
+    # Running when looked at, closed when the update reaches it ("already completed").
+    temporal.closes_at_update = True
+    sent = submitted_attempt(committed, cipher)
+    answer = await http.post(f"/v1/intents/{sent.intent_id}/{action}", json=body, headers=BEARER)
+    assert answer.status_code in (200, 409), answer.text
+    assert says in answer.json()["message"]
+    assert sent.workflow_id in temporal.closed  # the update was asked: the race happened
 
 
 async def test_a_viewer_and_an_app_cannot_settle_or_look_up(http, tokens):  # noqa: F811

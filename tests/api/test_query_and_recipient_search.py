@@ -58,6 +58,24 @@ async def test_the_unfiltered_list_is_never_the_answer_to_an_unknown_filter(http
     assert phone[1:] not in answer.text
 
 
+@pytest.mark.parametrize("name", ["state", "awaiting", "channel"])
+async def test_a_single_valued_filter_given_twice_is_refused_naming_it(http, name):
+    # `?state=sent&state=delivered` once listed only delivered: the last silently won.
+    values = {"state": ("sent", "delivered"), "awaiting": ("settlement", "resend")}
+    first, second = values.get(name, ("sms", "email"))
+    answer = await http.get(
+        "/v1/intents", params=[(name, first), (name, second), ("limit", "5")], headers=BEARER
+    )
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["detail"] == [
+        {
+            "loc": ["query", name],
+            "msg": "is given 2 times; it takes one value; nothing was done",
+            "type": "repeated_parameter",
+        }
+    ]
+
+
 async def test_every_v1_route_refuses_an_unknown_query_parameter(app: FastAPI, http):
     checked = []
     for method, path, _route in app_routes(app):

@@ -44,6 +44,7 @@ from sqlalchemy.orm import Session
 from activities.contracts import ReceiptSignal
 from api.deps import EventsConfig, Ingress, IngressDep
 from api.schemas import Problem
+from api.webhooks import require_media_type
 from domain import channels, email_events
 from domain.destinations import InvalidDestination, normalize_email
 from domain.email_events import (
@@ -411,6 +412,7 @@ async def sendgrid_events(request: Request, ingress: IngressDep) -> Response:
         raise HTTPException(
             404, "email events are not configured (HERALD_SENDGRID_EVENT_PUBLIC_KEY)"
         )
+    require_media_type(request, ingress, "application/json")
     body = await request.body()
     now = datetime.now(UTC)
     problem = verified_body(request.headers, body, config, now)

@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 from api.deps import IngressDep
 from api.schemas import Problem
 from api.telnyx_signature import TOLERANCE_SECONDS, TelnyxVerifier
-from api.webhooks import TOKEN_MAX_LENGTH, record_keyword, wake_workflow
+from api.webhooks import TOKEN_MAX_LENGTH, record_keyword, require_media_type, wake_workflow
 from domain.states import TELNYX_STATUSES, normalize_telnyx_status
 from ledger import repository as repo
 from ledger.repository import ObservationFacts
@@ -162,6 +162,7 @@ async def telnyx_event(
     """Verified before parsing, deduplicated on `data.id`, recorded through the one
     transition (`message.sent`, `message.finalized`), or read for STOP/START
     (`message.received`). Other event types are acknowledged and ignored."""
+    require_media_type(request, ingress, "application/json")
     body = await request.body()
     verifier = ingress.telnyx_verifier
     signature = request.headers.get(SIGNATURE_HEADER)

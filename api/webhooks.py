@@ -84,13 +84,19 @@ def _media_type(request: Request) -> str:
     return request.headers.get("Content-Type", "").partition(";")[0].strip().lower()
 
 
+def require_media_type(request: Request, ingress: Ingress, media_type: str) -> None:
+    """400 before the signature is looked at when the body is not sent as the provider
+    sends it (a form for Twilio, JSON for Telnyx and SendGrid), whatever it contains."""
+    if _media_type(request) != media_type:
+        raise _bad(ingress, f"Content-Type must be {media_type}")
+
+
 async def signed_form(request: Request, ingress: Ingress) -> SignedForm:
     """The form parameters of a provider webhook, once its signature is verified.
 
     Only a form is a form: a body sent as `text/plain`, JSON or with no Content-Type is
     400 before its signature is even looked at, whatever it contains."""
-    if _media_type(request) != FORM:
-        raise _bad(ingress, f"Content-Type must be {FORM}")
+    require_media_type(request, ingress, FORM)
     body = await request.body()
     try:
         pairs = parse_qsl(body.decode("utf-8"), keep_blank_values=True, strict_parsing=bool(body))

@@ -341,6 +341,20 @@ async def test_an_event_naming_an_sms_attempt_moves_nothing_and_suppresses_nothi
     assert held == [] and temporal.signals == []
 
 
+@pytest.mark.parametrize("media_type", ["text/plain", "application/x-www-form-urlencoded"])
+async def test_a_signed_batch_not_sent_as_json_is_400_and_changes_nothing(
+    http, committed, cipher, media_type
+):
+    token, _, attempt_id, address = email_attempt(committed, cipher)
+    body, headers = signed([event(token, address, "delivered")])
+    answer = await http.post(
+        EVENTS_PATH, content=body, headers={**headers, "Content-Type": media_type}
+    )
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["detail"] == "Content-Type must be application/json"
+    assert attempt_state(committed, attempt_id) == "submitted" and stored(committed, token) == []
+
+
 async def test_a_body_that_is_not_an_array_of_objects_is_400_after_the_signature(
     http, committed, cipher
 ):

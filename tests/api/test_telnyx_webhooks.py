@@ -289,6 +289,18 @@ async def test_an_event_naming_an_attempt_sent_through_twilio_moves_nothing(
     assert temporal.signals == []
 
 
+@pytest.mark.parametrize("media_type", ["text/plain", "application/x-www-form-urlencoded", ""])
+async def test_a_signed_event_not_sent_as_json_is_400_and_changes_nothing(
+    http, committed, cipher, media_type
+):
+    sent = submitted_attempt(committed, cipher)
+    body = event("message.finalized", sent.remote_id, "delivered")
+    answer = await post(http, body, {**signed_headers(body), "content-type": media_type})
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["detail"] == "Content-Type must be application/json"
+    assert attempt_state(committed, sent.attempt_id) == "submitted"
+
+
 async def test_an_unknown_status_word_is_400(http, committed, cipher):
     sent = submitted_attempt(committed, cipher)
     body = event("message.sent", sent.remote_id, "teleported")

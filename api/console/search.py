@@ -35,6 +35,14 @@ class Found:
     """Recipient refs of a phone number or an address."""
 
 
+def _message_ids(text: str) -> tuple[str, ...]:
+    """An email's Message-ID as the ledger keeps it (`<...>`), whether given with its angle
+    brackets (as a mail client shows the header) or without (as a person copies it)."""
+    if text.startswith("<") and text.endswith(">"):
+        return (text,)
+    return (text, f"<{text}>") if "@" in text else (text,)
+
+
 def _digits(text: str) -> int:
     return sum(c.isdigit() for c in text)
 
@@ -56,7 +64,11 @@ def find(session: Session, text: str, *, country: str, lookup: Callable[[str], s
     ids |= set(
         session.execute(
             select(Attempt.intent_id).where(
-                or_(Attempt.token == text, Attempt.remote_id == text, Attempt.message_id == text)
+                or_(
+                    Attempt.token == text,
+                    Attempt.remote_id == text,
+                    Attempt.message_id.in_(_message_ids(text)),
+                )
             )
         ).scalars()
     )
@@ -67,7 +79,8 @@ def find(session: Session, text: str, *, country: str, lookup: Callable[[str], s
         try:
             address = normalize_email(text).address
         except ValueError:
-            words.append("an email address that is not valid (not shown)")
+            if not ids:  # a Message-ID in its brackets is no address, and was found
+                words.append("an email address that is not valid (not shown)")
         else:
             exact, folded = lookup(address), lookup(search_form(address))
             by_destination |= set(

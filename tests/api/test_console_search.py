@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from api.console.search import find
 from ledger import repository as repo
 from ledger.crypto import FieldCipher
-from ledger.models import Intent
+from ledger.models import Attempt, Intent
 from ledger.search_lookups import backfill_email_search
 from tests.api.conftest import random_mobile, submitted_attempt
 from tests.conftest import unique
@@ -38,6 +38,22 @@ def test_ids_keys_tokens_and_provider_message_ids_find_their_intent(
         for text in (sent.intent_id, key, sent.token, sent.remote_id, f"  {sent.remote_id} "):
             assert found_ids(session, text, cipher) == {sent.intent_id}, text
         assert found_ids(session, "SM" + secrets.token_hex(16), cipher) == set()
+
+
+def test_an_email_message_id_is_found_with_or_without_its_brackets(
+    committed: sessionmaker[Session], cipher: FieldCipher
+) -> None:
+    sent = submitted_attempt(committed, cipher)
+    message_id = f"<{sent.token}.{secrets.token_hex(4)}@herald.example>"
+    with committed.begin() as session:
+        session.execute(
+            update(Attempt).where(Attempt.id == sent.attempt_id).values(message_id=message_id)
+        )
+    with committed() as session:
+        for text in (message_id, message_id[1:-1]):
+            assert found_ids(session, text, cipher) == {sent.intent_id}, text
+        answer = find(session, message_id, country="GB", lookup=cipher.lookup_hmac)
+    assert "not valid" not in answer.searched, answer.searched
 
 
 def test_a_phone_number_in_national_form_is_read_in_the_chosen_country(

@@ -12,18 +12,19 @@ from __future__ import annotations
 import logging
 import math
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from api.console import sessions
-from domain.principals import BREAK_GLASS_NAME, Principal, Role, check_name
+from domain.principals import BREAK_GLASS_NAME, Principal, Role
 from domain.sign_in_throttle import CounterKind
 from ledger import sign_in_throttle as throttle
-from ledger.models import AuditEvent
-from ledger.principals import token_hash
+from ledger.models import AuditEvent, PrincipalRecord
 
 if TYPE_CHECKING:
     from api.deps import Ingress
@@ -59,17 +60,26 @@ def _issued_at(token: str) -> datetime | None:
     return datetime.fromtimestamp(int(stamp), UTC)
 
 
-def as_claimed(name: str) -> str:
+def as_claimed(name: str, *, known: bool, keyed: Callable[[str], str]) -> str:
     """A claimed name as the throttle's counter, the audit row and the log line keep it:
-    the name itself when it could be a principal's (no `@`, no `+`, no spaces), otherwise
-    a hash of it, so a phone number or an address typed into the name box is kept nowhere
-    readable."""
-    if name == BREAK_GLASS_NAME:
+    the name itself when it is a principal's (`known`) or the break-glass name, otherwise
+    a keyed hash of it (`keyed`, the ledger's lookup HMAC), so a token, a phone number or
+    an address typed into the name box is kept nowhere readable."""
+    if name == BREAK_GLASS_NAME or known:
         return name
-    try:
-        return check_name(name)
-    except ValueError:
-        return "not-a-name:" + token_hash(name)[:16]
+    return "not-a-name:" + keyed(name)[:16]
+
+
+def claimed_name(ingress: Ingress, name: str) -> Callable[[Session], str]:
+    """The transaction work that says how `name` is kept (as_claimed)."""
+
+    def work(session: Session) -> str:
+        known = session.execute(
+            select(PrincipalRecord.id).where(PrincipalRecord.name == name)
+        ).first()
+        return as_claimed(name, known=known is not None, keyed=ingress.client.lookup_hmac)
+
+    return work
 
 
 def wait_in_words(seconds: int) -> str:
@@ -116,7 +126,7 @@ async def answer(
 ) -> Answer:
     """The answer to one posted sign-in form from client `address`."""
     now = sessions.now()
-    claimed = as_claimed(name)
+    claimed = await ingress.tx(claimed_name(ingress, name))
     keys = [(CounterKind.NAME, claimed), (CounterKind.ADDRESS, address)]
 
     async def refuse(reason: str, answer: Answer, *, count: bool) -> Answer:

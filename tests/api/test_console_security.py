@@ -331,13 +331,30 @@ async def test_the_session_lifetime_is_a_setting(
         assert (await http.get("/console")).status_code == 303
 
 
+async def test_a_token_typed_as_a_name_is_kept_only_as_a_keyed_hash(
+    committed: sessionmaker[Session], cipher: FieldCipher
+) -> None:
+    # A token has the shape of a name: only a principal's name is kept as typed.
+    _, ingress = build_app(committed, cipher, StubTemporal())
+    name, token = principal(committed, Role.VIEWER)
+    assert (await post(ingress, token, "x", unique("10.8"))).status == 401
+    assert (await post(ingress, name, "wrong", unique("10.8"))).status == 401
+    with committed() as session:
+        subjects = set(session.execute(select(AuditEvent.subject)).scalars())
+        counters = {k for (_, k) in session.execute(select(SignInCounter.kind, SignInCounter.key))}
+    assert f"principal:{name}" in subjects and name in counters  # a principal's name: as is
+    assert not any(token in s for s in subjects) and token not in counters
+    hashed = "not-a-name:" + cipher.lookup_hmac(token)[:16]
+    assert f"principal:{hashed}" in subjects and hashed in counters
+
+
 async def test_contact_data_typed_as_a_name_is_kept_nowhere_readable(
     committed: sessionmaker[Session], cipher: FieldCipher
 ) -> None:
     _, ingress = build_app(committed, cipher, StubTemporal())
     typed = f"{unique('ann')}@example.com"
     assert (await post(ingress, typed, "x", unique("10.7"))).status == 401
-    claimed = console_sign_in.as_claimed(typed)
+    claimed = await ingress.tx(console_sign_in.claimed_name(ingress, typed))
     assert claimed.startswith("not-a-name:") and "@" not in claimed
     with committed() as session:
         rows = list(

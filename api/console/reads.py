@@ -38,7 +38,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, aggregate_order_by, array_agg
 from sqlalchemy.orm import Session
 
-from api.console.entries import Entry, entries_of
+from api.console.entries import Entry, channel_word, entries_of
 from domain import channels
 from domain.destinations import masked
 from domain.intents import IntentState, derive_intent_state
@@ -645,13 +645,12 @@ def outcome_sentence(doc: dict[str, Any]) -> str:
     by_state = {a["state"]: a for a in attempts}
     delivered = by_state.get("delivered")
     if delivered:
-        parts.append(
-            f"Delivered by {delivered['channel'].upper()} at {when(delivered['terminal_at'])}."
-        )
+        by = channel_word(delivered["channel"])
+        parts.append(f"Delivered by {by} at {when(delivered['terminal_at'])}.")
     elif "sent" in by_state:
         sent = by_state["sent"]
         parts.append(
-            f"Sent by {sent['channel'].upper()} at "
+            f"Sent by {channel_word(sent['channel'])} at "
             f"{when(sent['submitted_at'])}; no delivery receipt yet."
         )
     elif "unknown" in by_state:
@@ -688,8 +687,9 @@ def outcome_sentence(doc: dict[str, Any]) -> str:
         if handed:
             first = handed[0]
             to = channels.get(first["channel"]).handed_to
+            what = channel_word(first["channel"])
             cancelled += (
-                f": no further attempts; the {first['channel'].upper()} was handed to the {to} "
+                f": no further attempts; the {what} was handed to the {to} "
                 f"at {when(first['submitted_at'])} and cannot be recalled."
             )
         else:

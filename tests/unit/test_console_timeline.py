@@ -263,6 +263,19 @@ def test_a_blocked_sms_an_email_fallback_and_a_cancel_after_it_was_handed_on():
     ]
 
 
+def test_the_outcome_names_the_channel_as_people_write_it():
+    sms = attempt("sms", 1, "failed", "09:00:00.200", None, error_code="30004")
+    email = attempt("email", 1, "delivered", "09:00:02.100", "09:00:02.900")
+    delivered = doc("delivered", [], [sms, {**email, "terminal_at": at("09:00:04.000")}], [], [])
+    assert outcome_sentence(delivered).startswith("Delivered by email at ")
+    sent = doc("sent", [], [{**email, "state": "sent"}], [], [])
+    assert outcome_sentence(sent).startswith("Sent by email at ")
+    cancelled = doc(
+        "cancelled", [], [{**email, "state": "sent"}], [], [], cancelled=at("09:01:00.000")
+    )
+    assert "the email was handed to the " in outcome_sentence(cancelled)
+
+
 def test_a_settlement_and_an_expired_window_are_told_in_words():
     story = doc(
         "delivered",

@@ -18,6 +18,8 @@ from fastapi.responses import PlainTextResponse, Response
 from fastapi.templating import Jinja2Templates
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from api.console.headers import CONSOLE_HEADERS
+
 log = logging.getLogger("herald.console")
 
 Handler = Callable[[Request, Exception], Awaitable[Response]]
@@ -112,7 +114,10 @@ def _validation_detail(exc: RequestValidationError) -> str:
     fields = []
     for error in exc.errors():
         name = str(error.get("loc", ("", ""))[-1])
-        fields.append(FIELD_NAMES.get(name, name.replace("_", " ")))
+        label = FIELD_NAMES.get(name, name.replace("_", " "))
+        if "reason.worded" in str(error.get("msg", "")):
+            label += " in words (the one given has no visible character)"
+        fields.append(label)
     listed = ", ".join(dict.fromkeys(fields)) or "a field"
     return f"The form needs {listed} (given and not too long)"
 
@@ -153,7 +158,11 @@ def install(app: FastAPI, templates: Jinja2Templates) -> None:
         log.error(
             "console error on %s %s: %s", request.method, request.url.path, type(exc).__name__
         )
-        return page(request, 500, "")
+        crashed = page(request, 500, "")
+        # Answered outside every middleware (Starlette's ServerErrorMiddleware), so the
+        # headers SecurityHeaders gives every other console answer are set here.
+        crashed.headers.update(CONSOLE_HEADERS)
+        return crashed
 
     app.add_exception_handler(StarletteHTTPException, on_http)
     # A handler by status code comes before one by class: the 405's is wrapped too.

@@ -9,10 +9,11 @@ import pytest
 from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
+from api.console.headers import CONSOLE_HEADERS
 from domain.principals import Role
 from ledger.crypto import FieldCipher
 from ledger.models import OperatorAction, PrincipalRecord
-from tests.api.conftest import BEARER, submitted_attempt
+from tests.api.conftest import BEARER, build_app, submitted_attempt
 from tests.api.test_console import principal, sign_in
 
 pytestmark = pytest.mark.ledger
@@ -65,6 +66,20 @@ async def test_a_form_without_its_reason_answers_a_page_naming_the_field(
     a_page(missing, 422, "Something in the form is missing", "a reason")
 
 
+async def test_a_reason_of_invisible_characters_answers_a_page_and_records_nothing(
+    http: httpx.AsyncClient, committed: sessionmaker[Session], cipher: FieldCipher
+) -> None:
+    sent = submitted_attempt(committed, cipher)
+    csrf = await sign_in(http, *principal(committed, Role.OPERATOR))
+    refused = await http.post(
+        f"/console/intents/{sent.intent_id}/cancel", data={"reason": "\u200b ", "csrf": csrf}
+    )
+    a_page(refused, 422, "a reason in words (the one given has no visible character)")
+    with committed() as session:
+        recorded = session.query(OperatorAction).filter_by(intent_id=sent.intent_id).count()
+    assert recorded == 0
+
+
 async def test_a_reason_holding_contact_data_answers_a_page_and_records_nothing(
     http: httpx.AsyncClient, committed: sessionmaker[Session], cipher: FieldCipher
 ) -> None:
@@ -115,3 +130,36 @@ async def test_the_json_api_keeps_its_json_errors(http: httpx.AsyncClient) -> No
     assert wrong.json() == {"detail": "Method Not Allowed"}
     invalid = await http.get("/v1/intents", params={"limit": "many"}, headers=BEARER)
     assert invalid.status_code == 422 and isinstance(invalid.json()["detail"], list)
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["key_prefix=%00", "event_type=a%00b", "region=%0A", "after=x%1B"],
+)
+async def test_a_control_character_in_a_filter_is_a_400_page_with_the_security_headers(
+    http: httpx.AsyncClient, committed: sessionmaker[Session], query: str
+) -> None:
+    await sign_in(http, *principal(committed, Role.VIEWER))
+    answer = await http.get(f"/console/intents?{query}")
+    name = query.partition("=")[0]
+    a_page(answer, 400, f"{name}: holds a control character")
+    assert answer.headers["Content-Security-Policy"] == CONSOLE_HEADERS["Content-Security-Policy"]
+
+
+async def test_a_crash_is_a_500_page_with_the_security_headers(
+    committed: sessionmaker[Session], cipher: FieldCipher, temporal, monkeypatch
+) -> None:
+    from api.console import reads
+
+    def broken(*_args, **_kwargs):  # type: ignore[no-untyped-def]
+        raise RuntimeError("a bug")
+
+    app, _ = build_app(committed, cipher, temporal)
+    monkeypatch.setattr(reads, "list_page", broken)
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False, client=("9.9.9.9", 1))
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+        await sign_in(http, *principal(committed, Role.VIEWER))
+        answer = await http.get("/console/intents")
+    a_page(answer, 500)
+    for name, value in CONSOLE_HEADERS.items():
+        assert answer.headers[name] == value, name

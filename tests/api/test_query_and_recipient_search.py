@@ -76,6 +76,19 @@ async def test_a_single_valued_filter_given_twice_is_refused_naming_it(http, nam
     ]
 
 
+@pytest.mark.parametrize("query", ["event_type=a%00b", "region=%0Aeu", "since=2026%1B"])
+async def test_a_control_character_in_a_parameter_is_422_naming_it(http, query):
+    answer = await http.get(f"/v1/intents?{query}", headers=BEARER)
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["detail"] == [
+        {
+            "loc": ["query", query.partition("=")[0]],
+            "msg": "holds a control character; nothing was done",
+            "type": "control_character",
+        }
+    ]
+
+
 async def test_every_v1_route_refuses_an_unknown_query_parameter(app: FastAPI, http):
     checked = []
     for method, path, _route in app_routes(app):

@@ -339,7 +339,7 @@ async def cancel(
         result = await ingress.client.cancel(id_or_key, by=by, reason=body.reason)
     except repo.NotFound as err:
         raise _not_found(id_or_key) from err
-    except key_privacy.ContactDataInNote as err:
+    except key_privacy.NoteRefused as err:
         raise _note_refused(err) from err
     return {**asdict(result), "operator": by.name}
 
@@ -366,14 +366,14 @@ async def approve_resend(
         )
     except repo.NotFound as err:
         raise _not_found(id_or_key) from err
-    except key_privacy.ContactDataInNote as err:
+    except key_privacy.NoteRefused as err:
         raise _note_refused(err) from err
     return JSONResponse(
         {**asdict(result), "operator": by.name}, status_code=200 if result.accepted else 409
     )
 
 
-def _note_refused(err: key_privacy.ContactDataInNote) -> HTTPException:
+def _note_refused(err: key_privacy.NoteRefused) -> HTTPException:
     """A reason or reference holding contact data: 422 on its field, in the same shape."""
     return HTTPException(
         422, [{"loc": ["body", err.field], "msg": str(err), "type": "invalid_request"}]

@@ -573,6 +573,12 @@ NO_CONTACT_DATA = (
 )
 
 
+WORDED = (
+    "at least one visible character (a letter, digit, punctuation or symbol): spaces and "
+    "invisible characters such as U+200B say nothing."
+)
+
+
 class OperatorBody(BaseModel):
     """Who acts is the authenticated principal: an `operator` field, which older clients
     sent, is ignored (not stored, not compared); any other unknown field is 422."""
@@ -593,7 +599,9 @@ class OperatorBody(BaseModel):
             min_length=1,
             max_length=2000,
             description="Why, in words (recorded, and shown in every timeline). "
-            + _rule("reason.no_contact_data", NO_CONTACT_DATA),
+            + _rule("reason.no_contact_data", NO_CONTACT_DATA)
+            + " "
+            + _rule("reason.worded", WORDED),
         ),
     ]
 

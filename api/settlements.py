@@ -122,7 +122,7 @@ async def settle(
         )
     except repo.NotFound as err:
         raise _not_found(id_or_key) from err
-    except key_privacy.ContactDataInNote as err:
+    except key_privacy.NoteRefused as err:
         raise _note_refused(err) from err
     return JSONResponse(
         {**asdict(result), "operator": by.name}, status_code=200 if result.accepted else 409

@@ -1122,7 +1122,9 @@ suppression's is a machine word, checked by its command)."""
 
 
 def _worded(reason: str) -> bool:
-    return bool(reason.strip()) and len(reason) <= 2000 and "\x00" not in reason
+    from domain.key_privacy import is_worded
+
+    return is_worded(reason) and len(reason) <= 2000 and "\x00" not in reason
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1180,11 +1182,11 @@ def operational_error(err: BaseException, cfg: settings_module.Settings) -> str 
     from devstack.ports import PortInUse
     from devstack.postgres import PostgresStartError
     from devstack.temporal import TemporalStartError
-    from domain.key_privacy import ContactDataInNote
+    from domain.key_privacy import NoteRefused
     from ledger.repository import IntentConflict, NotFound
     from starter.temporal import TemporalSettingError
 
-    if isinstance(err, NotFound | IntentConflict | TemporalSettingError | ContactDataInNote):
+    if isinstance(err, NotFound | IntentConflict | TemporalSettingError | NoteRefused):
         return str(err)
     if isinstance(err, WorkflowUpdateRPCTimeoutOrCancelledError):
         # Ctrl-C (or the RPC deadline) while an update such as `settle --lookup` was asked.

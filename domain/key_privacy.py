@@ -12,6 +12,7 @@ The error names the rule and never echoes the key (it holds the very data to kee
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Mapping
 
 import phonenumbers
@@ -60,20 +61,60 @@ def refuse_contact_data(key: str, *, country: str | None) -> None:
             )
 
 
-class ContactDataInNote(ValueError):
-    """An operator's free text (a reason, a settlement's reference) holds contact data."""
+class NoteRefused(ValueError):
+    """An operator's free text (a reason, a settlement's reference) that is not recorded.
+
+    `field` names it and `rule` the rule it breaks.
+    """
+
+    def __init__(self, field: str, rule: str, message: str) -> None:
+        """`field` breaks `rule`; `message` says so in words, never echoing the text."""
+        self.field = field
+        self.rule = rule
+        super().__init__(message)
+
+
+class ContactDataInNote(NoteRefused):
+    """An operator's free text holds contact data."""
 
     def __init__(self, field: str, kind: str) -> None:
         """`field` holds `kind` ("a phone number", "an email address")."""
-        self.field = field
-        self.rule = f"{field}.no_contact_data"
+        rule = f"{field}.no_contact_data"
         super().__init__(
-            f"{field} holds {kind} (rule {self.rule}): name the person by their recipient "
-            "ref, not their phone number or email address; nothing was recorded"
+            field,
+            rule,
+            f"{field} holds {kind} (rule {rule}): name the person by their recipient "
+            "ref, not their phone number or email address; nothing was recorded",
         )
 
 
-def refuse_contact_data_in_notes(notes: Mapping[str, str], *, country: str | None) -> None:
+class UnwordedNote(NoteRefused):
+    """A reason with no visible character (spaces, or only invisible ones such as U+200B)."""
+
+    def __init__(self, field: str) -> None:
+        """`field` holds nothing a person can read."""
+        rule = f"{field}.worded"
+        super().__init__(
+            field,
+            rule,
+            f"{field} has no visible character (rule {rule}): say why in words; nothing "
+            "was recorded",
+        )
+
+
+_VISIBLE = frozenset("LNPS")
+"""Unicode's letters, numbers, punctuation and symbols: what a reader sees."""
+
+
+def is_worded(text: str) -> bool:
+    """Whether `text` holds at least one character a person can read.
+
+    Spaces, marks alone and format characters (U+200B, U+2060, U+FEFF) say nothing.
+    """
+    return any(unicodedata.category(c)[0] in _VISIBLE for c in text)
+
+
+def refuse_unfit_notes(notes: Mapping[str, str], *, country: str | None) -> None:
     """Refuse the first of an operator's notes (field -> text) holding contact data.
 
     Contact data is an email address or a phone number. A cancel, approve-resend or
@@ -84,11 +125,17 @@ def refuse_contact_data_in_notes(notes: Mapping[str, str], *, country: str | Non
     are not read as numbers here (a ticket number is a fair thing to write). The error
     never echoes the text.
 
+    A `reason` must also say something: one without a visible character is refused
+    (rule `reason.worded`).
+
     Raises:
         ContactDataInNote: naming the field and what it holds.
+        UnwordedNote: a reason with nothing a person can read.
     """
     regions = dict.fromkeys(((country or "").upper() or None, None))
     for field, text in notes.items():
+        if field == "reason" and not is_worded(text):
+            raise UnwordedNote(field)
         if _EMAIL.search(text):
             raise ContactDataInNote(field, "an email address")
         if any(_holds_phone_number(text, region) for region in regions):

@@ -362,6 +362,10 @@ class HeraldClient:
 
     # --- operators -------------------------------------------------------------------
 
+    def _cancelled(self, intent_id: str) -> bool:
+        with self.sessions() as session:
+            return repo.get_intent(session, intent_id).cancelled_at is not None
+
     def _resolve(self, id_or_key: str) -> tuple[str, str, str]:
         with self.sessions() as session:
             intent = repo.get_intent(session, id_or_key)
@@ -372,9 +376,9 @@ class HeraldClient:
     ) -> tuple[str, WorkflowHandle[Any, Any], bool]:
         """The intent's id, its workflow's handle and whether it runs, once each of the
         operator's `notes` (field -> text) is known to hold no contact data: they go into
-        the workflow's history and every timeline (ContactDataInNote otherwise)."""
+        the workflow's history and every timeline (NoteRefused otherwise)."""
         intent_id, workflow_id, country = await asyncio.to_thread(self._resolve, id_or_key)
-        key_privacy.refuse_contact_data_in_notes(notes, country=country)
+        key_privacy.refuse_unfit_notes(notes, country=country)
         handle = self.temporal.get_workflow_handle(workflow_id)
         try:
             desc = await handle.describe()
@@ -417,7 +421,11 @@ class HeraldClient:
                     ),
                     CancelResult,
                 )
-        # The workflow has finished: nothing is pending, and nothing already sent is recalled.
+        # The workflow has finished. Cancelled already: said so, and nothing new recorded
+        # (a form posted twice, a retry), as the running workflow answers a second cancel.
+        if await asyncio.to_thread(self._cancelled, intent_id):
+            return CancelResult(True, [], [], "already cancelled")
+        # Otherwise nothing is pending, and nothing already sent is recalled.
         message = "the intent had already finished; nothing pending to close, nothing recalled"
         await self._record_action(intent_id, "cancel", by, reason, "accepted", {"note": message})
         return CancelResult(True, [], [], message)
@@ -525,9 +533,7 @@ class HeraldClient:
         each member is looked up at the provider first (rules that need it)."""
 
         # Before anything is settled: one refusal for the set, not one per member.
-        key_privacy.refuse_contact_data_in_notes(
-            {"reason": reason, "reference": reference}, country=None
-        )
+        key_privacy.refuse_unfit_notes({"reason": reason, "reference": reference}, country=None)
 
         def members() -> list[settlements.SetMember]:
             with self.sessions() as session:
@@ -558,7 +564,7 @@ class HeraldClient:
                         reference=reference,
                         by=by,
                     )
-                except key_privacy.ContactDataInNote as err:
+                except key_privacy.NoteRefused as err:
                     # A number in the member's own national form: refused for it alone.
                     done.refused[member.business_key] = str(err)
                     return

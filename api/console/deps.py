@@ -9,13 +9,23 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import Depends, Form, HTTPException, Request
+from pydantic import AfterValidator
 from sqlalchemy.orm import Session
 
 from api.console import sessions
 from api.console.sessions import SignedIn
 from api.deps import IngressDep
+from domain import key_privacy
 
-Reason = Annotated[str, Form(min_length=1, max_length=500)]
+
+def _worded(reason: str) -> str:
+    if not key_privacy.is_worded(reason):
+        raise ValueError("has no visible character (rule reason.worded): say why in words")
+    return reason
+
+
+Reason = Annotated[str, Form(min_length=1, max_length=500), AfterValidator(_worded)]
+"""An operator's reason, in words: one with no visible character is refused."""
 
 
 class SignInNeeded(Exception):

@@ -111,7 +111,7 @@ async def cancel(
         await ingress.client.cancel(intent_id, by=who.principal, reason=reason)
     except repo.NotFound as err:
         raise HTTPException(404, "no such intent") from err
-    except key_privacy.ContactDataInNote as err:
+    except key_privacy.NoteRefused as err:
         raise HTTPException(422, str(err)) from err
     return RedirectResponse(f"/console/intents/{quote(intent_id)}?done=cancel", 303)
 
@@ -132,7 +132,7 @@ async def approve_resend(
         )
     except repo.NotFound as err:
         raise HTTPException(404, "no such intent") from err
-    except key_privacy.ContactDataInNote as err:
+    except key_privacy.NoteRefused as err:
         raise HTTPException(422, str(err)) from err
     return RedirectResponse(f"/console/intents/{quote(intent_id)}?done=approve-resend", 303)
 
@@ -163,7 +163,7 @@ async def settle(
         )
     except repo.NotFound as err:
         raise HTTPException(404, "no such intent") from err
-    except key_privacy.ContactDataInNote as err:
+    except key_privacy.NoteRefused as err:
         raise HTTPException(422, str(err)) from err
     log.info("console settle by %s: accepted=%s", who.principal.name, result.accepted)
     if back == "reconciliation":

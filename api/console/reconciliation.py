@@ -93,7 +93,7 @@ async def settle_set(
             confirm=confirm,
             lookup=lookup,
         )
-    except key_privacy.ContactDataInNote as err:
+    except key_privacy.NoteRefused as err:
         raise HTTPException(422, str(err)) from err
     if done.refused_all:
         outcome = done.refused_all

@@ -340,6 +340,25 @@ async def test_read_returns_the_timeline_and_unknown_is_404(http, committed, cip
     assert missing.status_code == 404
 
 
+@pytest.mark.parametrize("route", ["cancel", "approve-resend", "settle"])
+@pytest.mark.parametrize("blank", ["   ", "\u200b\u200b", " \u2060\ufeff\t"])
+async def test_a_reason_without_a_visible_character_is_422_and_nothing_is_recorded(
+    http, committed, cipher, temporal, route, blank
+):
+    sent = submitted_attempt(committed, cipher)
+    extra = {"channel": "sms"} if route == "approve-resend" else {}
+    if route == "settle":
+        extra = {"rule": "carrier-confirmed-delivered"}
+    answer = await http.post(
+        f"/v1/intents/{sent.intent_id}/{route}", json={"reason": blank, **extra}, headers=BEARER
+    )
+    assert answer.status_code == 422, answer.text
+    [issue] = answer.json()["detail"]
+    assert issue["loc"] == ["body", "reason"] and "rule reason.worded" in issue["msg"]
+    doc = (await http.get(f"/v1/intents/{sent.intent_id}", headers=BEARER)).json()
+    assert doc["operator_actions"] == [] and doc["intent"]["state"] == "sending"
+
+
 @pytest.mark.parametrize(
     ("route", "extra", "field", "text"),
     [
@@ -419,6 +438,22 @@ async def test_cancel_of_a_finished_intent_is_recorded_and_resend_refused(http, 
     assert [(a["action"], a["outcome"]) for a in actions["operator_actions"]] == [
         ("cancel", "accepted"),
         ("approve-resend", "refused"),
+    ]
+
+
+async def test_a_second_cancel_says_already_cancelled_and_records_nothing(http, committed, cipher):
+    # One form posted twice, then once more replayed: one accepted cancel on record.
+    sent = submitted_attempt(committed, cipher)
+    body = {"reason": "customer called"}
+    first = await http.post(f"/v1/intents/{sent.intent_id}/cancel", json=body, headers=BEARER)
+    assert first.status_code == 200 and first.json()["accepted"] is True
+    for _ in range(2):
+        again = await http.post(f"/v1/intents/{sent.intent_id}/cancel", json=body, headers=BEARER)
+        assert again.status_code == 200, again.text
+        assert again.json()["message"] == "already cancelled"
+    doc = (await http.get(f"/v1/intents/{sent.intent_id}", headers=BEARER)).json()
+    assert [(a["action"], a["outcome"]) for a in doc["operator_actions"]] == [
+        ("cancel", "accepted")
     ]
 
 

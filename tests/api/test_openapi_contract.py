@@ -46,6 +46,7 @@ EVERY_CHECK = settings(
 )
 DOMAIN_TYPES = {"invalid_request", "invalid_destination"}
 """The 422 types of rules checked after the schema."""
+REASON_RULES = ("reason.no_contact_data", "reason.worded")
 DOMAIN_RULES: dict[tuple[str, str], tuple[str, ...]] = {
     ("/v1/intents", "business_key"): ("business_key.no_contact_data",),
     ("/v1/intents", "template_key"): ("template.exists",),
@@ -58,9 +59,12 @@ DOMAIN_RULES: dict[tuple[str, str], tuple[str, ...]] = {
     ("/v1/intents", "send_at"): ("send_at.within_a_year",),
     ("/v1/intents", "expires_at"): ("expires_at.after_send_at", "expires_at.within_a_year"),
     ("/v1/intents", "artifact_sha256"): ("artifact.registered", "artifact.email_only"),
-    ("/v1/intents/{id_or_key}/cancel", "reason"): ("reason.no_contact_data",),
-    ("/v1/intents/{id_or_key}/approve-resend", "reason"): ("reason.no_contact_data",),
-    ("/v1/intents/{id_or_key}/settle", "reason"): ("reason.no_contact_data",),
+    ("/v1/intents/{id_or_key}/cancel", "reason"): ("reason.no_contact_data", "reason.worded"),
+    ("/v1/intents/{id_or_key}/approve-resend", "reason"): (
+        "reason.no_contact_data",
+        "reason.worded",
+    ),
+    ("/v1/intents/{id_or_key}/settle", "reason"): ("reason.no_contact_data", "reason.worded"),
     ("/v1/intents/{id_or_key}/settle", "reference"): ("reference.no_contact_data",),
     ("/v1/suppressions", "destination"): ("destination.valid",),
     ("/v1/suppressions/search", "destination"): ("destination.valid",),

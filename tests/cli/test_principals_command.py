@@ -177,7 +177,7 @@ def test_consent_list_without_a_recipient_is_refused_not_recorded_for_list(
     ],
     ids=lambda args: args[0],
 )
-@pytest.mark.parametrize("reason", ["", "   "])
+@pytest.mark.parametrize("reason", ["", "   ", "\u200b\u2060"])
 def test_an_empty_reason_is_refused_as_the_api_refuses_it(
     cli_ledger: Ledger, args: tuple[str, ...], reason: str
 ) -> None:

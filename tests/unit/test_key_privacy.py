@@ -46,3 +46,30 @@ def test_a_key_holding_an_email_address_is_refused_without_echoing_it(key) -> No
 )
 def test_keys_built_from_the_business_s_own_ids_pass(key, country) -> None:
     refuse_contact_data(key, country=country)
+
+
+@pytest.mark.parametrize(
+    ("text", "worded"),
+    [
+        ("", False),
+        ("   \t\n", False),
+        ("\u200b\u200b", False),  # zero-width space
+        ("\u2060\ufeff\u00a0", False),  # word joiner, BOM, no-break space
+        ("\u0301", False),  # a combining mark alone
+        ("ok", True),
+        ("?", True),
+        ("7", True),
+        ("\u200b\u2713", True),  # a check mark beside an invisible one
+        ("été", True),
+    ],
+)
+def test_a_reason_is_worded_only_with_a_visible_character(text: str, worded: bool) -> None:
+    from domain.key_privacy import UnwordedNote, is_worded, refuse_unfit_notes
+
+    assert is_worded(text) is worded
+    if worded:
+        refuse_unfit_notes({"reason": text}, country=None)
+    else:
+        with pytest.raises(UnwordedNote, match="rule reason.worded"):
+            refuse_unfit_notes({"reason": text}, country=None)
+    refuse_unfit_notes({"reference": text}, country=None)  # a reference may be empty

@@ -23,6 +23,7 @@ from api.deps import IngressDep
 from api.schemas import Problem
 from api.telnyx_signature import TOLERANCE_SECONDS, TelnyxVerifier
 from api.webhooks import TOKEN_MAX_LENGTH, record_keyword, require_media_type, wake_workflow
+from domain.clocks import parse_iso_utc
 from domain.states import TELNYX_STATUSES, normalize_telnyx_status
 from ledger import repository as repo
 from ledger.repository import ObservationFacts
@@ -191,7 +192,12 @@ async def telnyx_event(
         if not isinstance(number, str) or not isinstance(text, str) or "\x00" in text:
             ingress.counters.rejected.labels("malformed").inc()
             raise HTTPException(400, "'payload.from.phone_number' and 'payload.text' needed")
-        await record_keyword(ingress, number, text)
+        # Kept once by the event id (a redelivery repeats it), ordered by Telnyx's time.
+        stamp = payload.get("received_at")
+        at = parse_iso_utc(stamp) if isinstance(stamp, str) else None
+        await record_keyword(
+            ingress, number, text, provider="telnyx", provider_id=event_id, provider_at=at
+        )
         return Response(status_code=204)
     if event_type not in RECEIPT_EVENTS:
         return Response(status_code=204)

@@ -19,7 +19,8 @@ from urllib.parse import parse_qsl
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 from fastapi.responses import HTMLResponse
-from sqlalchemy import update
+from sqlalchemy import select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
 from activities.contracts import ReceiptSignal
@@ -37,7 +38,7 @@ from domain.states import (
 from domain.unsubscribe import verify_unsubscribe_token
 from ledger import evidence
 from ledger import repository as repo
-from ledger.models import Suppression
+from ledger.models import InboundKeyword, Suppression
 from ledger.repository import ObservationFacts
 
 log = logging.getLogger("herald.api")
@@ -223,11 +224,23 @@ async def wake_workflow(ingress: Ingress, result: repo.ObservationResult, code: 
         log.info("receipt recorded but the workflow was not signalled: %s", type(err).__name__)
 
 
-async def record_keyword(ingress: Ingress, sender: str, body: str) -> None:
+async def record_keyword(
+    ingress: Ingress,
+    sender: str,
+    body: str,
+    *,
+    provider: str,
+    provider_id: str,
+    provider_at: datetime | None = None,
+) -> None:
     """An inbound SMS through any provider: STOP words suppress SMS to the sender, START
     words lift an opt-out, anything else is ignored. The suppression is per destination
     and channel, never per provider, so an opt-out received through one provider holds
-    for every provider (failover never bypasses it)."""
+    for every provider (failover never bypasses it).
+
+    Each keyword is kept once by the provider's own id (`provider_id`): a replay, however
+    late, changes nothing. One whose provider time is older than the destination's latest
+    keyword is kept and not applied (a STOP delayed past the START that followed it)."""
     kind = keywords.classify_keyword(body)
     if kind is None:
         return
@@ -239,7 +252,36 @@ async def record_keyword(ingress: Ingress, sender: str, body: str) -> None:
     word = body.strip().rstrip(".!?;,").strip().upper()
     sms = channels.SMS.name
 
-    def work(session: Session) -> None:
+    def work(session: Session) -> str:
+        newer = (
+            session.execute(
+                select(InboundKeyword.provider_id).where(
+                    InboundKeyword.destination_hmac == lookup,
+                    InboundKeyword.provider_at > provider_at,
+                )
+            ).first()
+            if provider_at is not None
+            else None
+        )
+        kept = session.execute(
+            pg_insert(InboundKeyword)
+            .values(
+                provider=provider,
+                provider_id=provider_id[:120],
+                destination_hmac=lookup,
+                kind=kind,
+                word=word[:20],
+                provider_at=provider_at,
+                received_at=datetime.now(UTC),
+                applied=newer is None,
+            )
+            .on_conflict_do_nothing()
+            .returning(InboundKeyword.provider_id)
+        ).first()
+        if kept is None:
+            return "a replay, not applied"
+        if newer is not None:
+            return "older than the latest keyword, not applied"
         if kind == "opt_out":
             _suppress(session, lookup, sms, "opted_out", f"keyword:{word}")
         else:
@@ -253,9 +295,10 @@ async def record_keyword(ingress: Ingress, sender: str, body: str) -> None:
                 )
                 .values(lifted_at=datetime.now(UTC), lifted_source=f"keyword:{word}"[:60])
             )
+        return "applied"
 
-    await ingress.tx(work)
-    log.info("inbound keyword %s recorded (%s)", word, kind)
+    outcome = await ingress.tx(work)
+    log.info("inbound keyword %s recorded (%s): %s", word, kind, outcome)
 
 
 router = APIRouter(tags=["provider webhooks"])
@@ -339,10 +382,13 @@ async def inbound_sms(request: Request, ingress: IngressDep) -> Response:
     """STOP, STOPALL, UNSUBSCRIBE, CANCEL, END, QUIT suppress SMS to the sender;
     START, YES, UNSTOP lift it. Anything else is acknowledged and ignored."""
     params = (await signed_form(request, ingress)).params
-    sender, body = params.get("From"), params.get("Body")
-    if not sender or body is None:
-        raise _bad(ingress, "From and Body are required")
-    await record_keyword(ingress, sender, body)
+    sender, body, sid = params.get("From"), params.get("Body"), params.get("MessageSid")
+    if not sender or body is None or not sid:
+        raise _bad(ingress, "From, Body and MessageSid are required")
+    if not _MESSAGE_SID.match(sid):
+        raise _bad(ingress, "MessageSid is not a message id (letters and digits, <= 80)")
+    # Twilio's inbound webhook carries no time: its MessageSid alone orders nothing.
+    await record_keyword(ingress, sender, body, provider="twilio", provider_id=sid)
     return Response("<Response/>", media_type="application/xml")
 
 

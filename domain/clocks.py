@@ -25,6 +25,28 @@ def iso_utc(moment: datetime | None) -> str | None:
     return moment.astimezone(UTC).isoformat() if moment is not None else None
 
 
+def parse_iso_utc(value: str | None) -> datetime | None:
+    """A provider's ISO 8601 time (``2019-01-23T18:10:02.574Z``) in UTC.
+
+    None when absent or not a time; a time without an offset is read as UTC.
+
+    Args:
+        value: The text the provider sent.
+
+    Returns:
+        The moment in UTC, or None.
+    """
+    if not value:
+        return None
+    try:
+        when = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when.astimezone(UTC)
+
+
 # A schedule longer than this is a configuration mistake (a tiny initial delay against
 # a long horizon); cap it rather than build an enormous list.
 MAX_POLLS = 1000

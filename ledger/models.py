@@ -425,6 +425,27 @@ class SignInCounter(Base):
     blocked_until: Mapped[datetime | None]
 
 
+class InboundKeyword(Base):
+    """An inbound STOP or START, once per provider message (its id).
+
+    With the provider's time where it gives one: a replay changes nothing, and a keyword
+    older than the destination's latest is kept but not applied.
+    """
+
+    __tablename__ = "inbound_keyword"
+
+    provider: Mapped[str] = mapped_column(String(20), primary_key=True)
+    provider_id: Mapped[str] = mapped_column(String(120), primary_key=True)
+    """Twilio's MessageSid, Telnyx's event id."""
+    destination_hmac: Mapped[str] = mapped_column(String(64), index=True)
+    kind: Mapped[str] = mapped_column(String(10))
+    """`opt_out` or `opt_in` (domain.keywords)."""
+    word: Mapped[str] = mapped_column(String(20))
+    provider_at: Mapped[datetime | None]
+    received_at: Mapped[datetime]
+    applied: Mapped[bool]
+
+
 class UsedSignInForm(Base):
     """A sign-in form's CSRF token once it has been posted: each is good for one use."""
 

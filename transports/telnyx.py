@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 
 import httpx
 
+from domain.clocks import parse_iso_utc
 from domain.keys import content_sha256
 from domain.provider_errors import TELNYX_ERRORS, Cause
 from domain.states import normalize_telnyx_status
@@ -46,17 +47,8 @@ WEBHOOK_PATH = "/v1/webhooks/telnyx"
 """Herald's ingress route for Telnyx's signed message events (receipts and inbound)."""
 
 
-def parse_telnyx_time(value: str | None) -> datetime | None:
-    """Telnyx times are ISO 8601 (``2019-01-23T18:10:02.574Z``); returned in UTC."""
-    if not value:
-        return None
-    try:
-        when = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return when.astimezone(UTC)
+parse_telnyx_time = parse_iso_utc
+"""Telnyx times are ISO 8601 (``2019-01-23T18:10:02.574Z``); returned in UTC."""
 
 
 def first_error_code(errors: Any) -> str | None:

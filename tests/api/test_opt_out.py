@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import secrets
+
 import pytest
 from sqlalchemy import select
 
@@ -18,9 +20,9 @@ from tests.api.conftest import (
 pytestmark = pytest.mark.ledger
 
 
-def inbound(sender: str, body: str) -> dict[str, str]:
+def inbound(sender: str, body: str, sid: str | None = None) -> dict[str, str]:
     return {
-        "MessageSid": "SM" + "b" * 32,
+        "MessageSid": sid or "SM" + secrets.token_hex(16),
         "AccountSid": "AC00000000000000000000000000000000",
         "From": sender,
         "To": "+15005550006",
@@ -54,11 +56,30 @@ async def test_an_opt_out_keyword_suppresses_sms_to_the_sender(http, committed, 
 
 async def test_a_redelivered_stop_adds_no_second_suppression(http, committed, cipher):
     phone = random_mobile()
+    stop = inbound(phone, "STOP")
     for _ in range(3):
-        assert (
-            await post_signed(http, "/v1/inbound/sms", inbound(phone, "STOP"))
-        ).status_code == 200
+        assert (await post_signed(http, "/v1/inbound/sms", stop)).status_code == 200
     assert len(suppressions(committed, cipher.lookup_hmac(phone), "sms")) == 1
+
+
+async def test_a_stop_replayed_after_start_opts_nobody_out_again(http, committed, cipher):
+    # Twilio's signature carries no time: the same signed STOP, posted again after the
+    # START that lifted it, is the same message (its MessageSid), and changes nothing.
+    phone = random_mobile()
+    stop = inbound(phone, "STOP")
+    for params in (stop, inbound(phone, "START"), stop, stop):
+        assert (await post_signed(http, "/v1/inbound/sms", params)).status_code == 200
+    lookup = cipher.lookup_hmac(phone)
+    with committed() as session:
+        assert repo.suppressions_for(session, lookup, "sms") == []
+    assert len(suppressions(committed, lookup, "sms")) == 1  # the first, lifted
+
+
+async def test_an_inbound_without_its_message_sid_is_400(http):
+    params = inbound(random_mobile(), "STOP")
+    del params["MessageSid"]
+    answer = await post_signed(http, "/v1/inbound/sms", params)
+    assert answer.status_code == 400 and "MessageSid" in answer.json()["detail"]
 
 
 async def test_start_lifts_the_opt_out_and_keeps_it_as_history(http, committed, cipher):

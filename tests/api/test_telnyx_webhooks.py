@@ -14,10 +14,12 @@ from typing import get_args
 
 import pytest
 from nacl.signing import SigningKey
+from sqlalchemy import select
 from telnyx import Telnyx
 
 from domain.states import TELNYX_STATUSES
 from ledger import repository as repo
+from ledger.models import InboundKeyword
 from tests.api.conftest import (
     TELNYX_PUBLIC_KEY,
     TELNYX_SIGNING_KEY,
@@ -336,6 +338,32 @@ async def test_start_through_telnyx_lifts_an_opt_out_received_through_twilio(
     assert (await post(http, body, signed_headers(body))).status_code == 204
     with committed() as session:
         assert repo.suppressions_for(session, cipher.lookup_hmac(phone), "sms") == []
+
+
+async def test_a_stop_replayed_or_delayed_past_a_start_opts_nobody_out_again(
+    http, committed, cipher
+):
+    phone = random_mobile()
+    lookup = cipher.lookup_hmac(phone)
+
+    def keyword(word: str, at: str) -> str:
+        document = json.loads(inbound(phone, word))
+        document["data"]["payload"]["received_at"] = at
+        return json.dumps(document)
+
+    stop, start = keyword("STOP", "2026-12-07T10:00:00Z"), keyword("START", "2026-12-07T10:01:00Z")
+    late_stop = keyword("STOP", "2026-12-07T10:00:30Z")  # sent before the START, came after
+    for body in (stop, start, stop, late_stop):
+        # Each signed afresh, as a redelivery (or a replay inside the 300 s) would be.
+        assert (await post(http, body, signed_headers(body))).status_code == 204
+    with committed() as session:
+        assert repo.suppressions_for(session, lookup, "sms") == []
+        kept = session.execute(
+            select(InboundKeyword.word, InboundKeyword.applied)
+            .where(InboundKeyword.destination_hmac == lookup)
+            .order_by(InboundKeyword.received_at)
+        ).all()
+    assert [tuple(k) for k in kept] == [("STOP", True), ("START", True), ("STOP", False)]
 
 
 async def test_without_a_configured_key_every_event_is_refused(committed, cipher, temporal):

@@ -22,6 +22,7 @@ from api import idempotency
 from api.auth import GUARDED, CreatingIntents, GuardedRoute, Operating, ReadingIntents
 from api.deps import Ingress, IngressDep
 from api.schemas import (
+    NO_CONTROL,
     AwaitingFilter,
     CancelOutcome,
     Channel,
@@ -58,7 +59,10 @@ RETENTION_NOTE = (
 )
 
 IdOrKey = Annotated[
-    str, Path(description="Intent id or business key.", min_length=1, max_length=240)
+    str,
+    Path(
+        description="Intent id or business key.", min_length=1, max_length=240, pattern=NO_CONTROL
+    ),
 ]
 NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": Problem}}
 INVALID: dict[int | str, dict[str, Any]] = {

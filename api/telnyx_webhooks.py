@@ -20,7 +20,7 @@ from fastapi import APIRouter, HTTPException, Query, Request, Response
 from sqlalchemy.orm import Session
 
 from api.deps import IngressDep
-from api.schemas import Problem
+from api.schemas import NO_CONTROL, Problem
 from api.telnyx_signature import TOLERANCE_SECONDS, TelnyxVerifier
 from api.webhooks import TOKEN_MAX_LENGTH, record_keyword, require_media_type, wake_workflow
 from domain.clocks import parse_iso_utc
@@ -156,6 +156,7 @@ async def telnyx_event(
         str | None,
         Query(
             max_length=TOKEN_MAX_LENGTH,
+            pattern=NO_CONTROL,
             description="The attempt token we sent (a hint: unsigned).",
         ),
     ] = None,

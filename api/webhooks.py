@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 from urllib.parse import parse_qsl
 
-from fastapi import APIRouter, HTTPException, Query, Request, Response
+from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
 from fastapi.responses import HTMLResponse
 from sqlalchemy import select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 from activities.contracts import ReceiptSignal
 from api.deps import MAX_BODY_BYTES, Ingress, IngressDep
 from api.intents import INVALID
-from api.schemas import Problem, Unsubscribed
+from api.schemas import NO_CONTROL, Problem, Unsubscribed
 from domain import channels, keywords
 from domain.destinations import phone_e164
 from domain.states import (
@@ -317,7 +317,12 @@ async def sms_receipt(
     request: Request,
     ingress: IngressDep,
     token: Annotated[
-        str | None, Query(max_length=TOKEN_MAX_LENGTH, description="The attempt token we sent.")
+        str | None,
+        Query(
+            max_length=TOKEN_MAX_LENGTH,
+            pattern=NO_CONTROL,
+            description="The attempt token we sent.",
+        ),
     ] = None,
 ) -> Response:
     """Verified, deduplicated, recorded through the one transition, then signalled.
@@ -400,6 +405,9 @@ UNKNOWN_LINK: dict[int | str, dict[str, Any]] = {
 }
 
 
+LinkValue = Annotated[str, Path(pattern=NO_CONTROL, description="The signed link's value.")]
+
+
 def verified(ingress: Ingress, value: str) -> str:
     # A link Herald signed is ASCII; anything else is not one (and hmac refuses it).
     token = (
@@ -426,7 +434,7 @@ def verified(ingress: Ingress, value: str) -> str:
     },
     summary="The confirmation page (changes nothing: link scanners fetch it)",
 )
-async def unsubscribe_page(value: str, ingress: IngressDep) -> HTMLResponse:
+async def unsubscribe_page(value: LinkValue, ingress: IngressDep) -> HTMLResponse:
     verified(ingress, value)
     return HTMLResponse(
         "<!doctype html><html><head><meta charset='utf-8'><title>Unsubscribe</title>"
@@ -442,7 +450,7 @@ async def unsubscribe_page(value: str, ingress: IngressDep) -> HTMLResponse:
     responses=UNKNOWN_LINK,
     summary="RFC 8058 one-click unsubscribe",
 )
-async def unsubscribe(value: str, ingress: IngressDep) -> dict[str, str]:
+async def unsubscribe(value: LinkValue, ingress: IngressDep) -> dict[str, str]:
     """Suppress email to the attempt's destination (idempotent)."""
     token = verified(ingress, value)
 

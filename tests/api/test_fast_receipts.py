@@ -64,3 +64,14 @@ async def test_an_unusual_query_goes_on_to_the_route(http, committed, cipher, se
     assert long_token.status_code == 422
     assert served_fast == []
     assert attempt_state(committed, sent.attempt_id) == "submitted"
+
+
+async def test_a_token_with_a_control_character_is_refused_by_the_route(
+    http, committed, cipher, served_fast
+):
+    # A NUL would reach Postgres on the fast path (a DataError, a 500): the route says why.
+    sent = submitted_attempt(committed, cipher)
+    answer = await post_signed(http, path_for(sent.token + "\x00"), receipt(sent.remote_id, "sent"))
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["detail"][0]["type"] == "control_character"
+    assert served_fast == [] and attempt_state(committed, sent.attempt_id) == "submitted"

@@ -79,6 +79,12 @@ async def test_random_receipts_never_yield_a_server_error(http, sent, data):  # 
     )
     answer = await http.post(path, content=content, headers=headers)
     event(f"status {answer.status_code}")
+    if answer.status_code == 422:
+        # Only a token holding a control character is refused as a parameter.
+        assert [(i["loc"], i["type"]) for i in answer.json()["detail"]] == [
+            (["query", "token"], "control_character")
+        ], answer.text
+        return
     assert answer.status_code in (204, 400, 403, 413), answer.text
     if answer.status_code == 400:
         assert answer.json()["detail"]

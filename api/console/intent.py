@@ -77,6 +77,8 @@ async def render_intent(
         if last:
             notice = last[-1]
     open_states = ("pending", "scheduled", "deferred", "sending", "sent")
+    # Open, or waiting for an operator: a settle or a resend from elsewhere may land.
+    live = intent["state"] in open_states or intent.get("awaiting") is not None
     return page(
         request,
         "intent.html",
@@ -93,7 +95,7 @@ async def render_intent(
         review=review,
         actions=actions,
         set_titles=reads.SET_TITLES,
-        refresh=revealed is None and intent["state"] in open_states,
+        refresh=revealed is None and live,
         temporal_url=_workflow_url(ingress, intent["workflow_id"]),
     )
 

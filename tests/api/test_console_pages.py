@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import html
 import re
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
+from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.console import reads
 from domain.destinations import masked
 from domain.principals import Role
 from ledger.crypto import FieldCipher
-from ledger.models import Intent
+from ledger.models import Attempt, Intent
 from tests.api.conftest import random_mobile, submitted_attempt
 from tests.api.test_console import principal, sign_in
 
@@ -72,3 +74,27 @@ async def test_the_list_offers_choices_from_the_data_presets_paging_back_and_the
     prev = html.unescape(re.search(r'rel="prev" href="([^"]+)"', older).group(1))  # type: ignore[union-attr]
     newer = (await http.get(prev)).text
     assert sent[1].intent_id in newer and 'rel="prev"' not in newer
+
+
+async def test_an_intent_waiting_for_an_operator_refreshes_itself_and_a_settled_one_does_not(
+    http: httpx.AsyncClient, committed: sessionmaker[Session], cipher: FieldCipher
+) -> None:
+    # A settle or a resend from the CLI may land while the page is open on a waiting intent.
+    sent = submitted_attempt(committed, cipher)
+    with committed.begin() as session:
+        session.execute(
+            update(Attempt).where(Attempt.id == sent.attempt_id).values(state="unknown")
+        )
+        session.execute(
+            update(Intent)
+            .where(Intent.id == sent.intent_id)
+            .values(awaiting="settlement", awaiting_until=datetime.now(UTC) + timedelta(hours=1))
+        )
+    await sign_in(http, *principal(committed, Role.OPERATOR))
+    waiting = await http.get(f"/console/intents/{sent.intent_id}")
+    assert waiting.status_code == 200
+    assert 'data-refresh="' in waiting.text and 'id="actions" data-live' in waiting.text
+    with committed.begin() as session:
+        session.execute(update(Intent).where(Intent.id == sent.intent_id).values(awaiting=None))
+    settled = await http.get(f"/console/intents/{sent.intent_id}")
+    assert 'data-refresh="' not in settled.text and 'id="rendered"' in settled.text

@@ -6,6 +6,7 @@ violation; /docs and /redoc start under their own policy."""
 
 from __future__ import annotations
 
+import re
 import secrets
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -45,6 +46,13 @@ async def scheduled(stack: Any, member: str, phone: str) -> Any:
     )
 
 
+def _moment(text: str) -> datetime:
+    """The first time a console text shows (UTC, to the second)."""
+    found = re.search(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}", text)
+    assert found, text
+    return datetime.strptime(found.group(), "%Y-%m-%d %H:%M:%S")
+
+
 async def accessible(page: Any) -> None:
     from axe_playwright_python.async_playwright import Axe
 
@@ -72,6 +80,8 @@ async def test_an_open_intents_page_shows_a_change_that_lands_while_it_is_open(s
             assert "Last updated" in first
             timeline = page.locator("#timeline")
             await expect(timeline).not_to_contain_text("cancelled the intent")
+            cancel_button = page.get_by_role("button", name="Cancel intent")
+            await expect(cancel_button).to_have_count(1)
             # Someone else cancels it (the JSON API's path), while this page stays open.
             await stack.client.cancel(
                 intent.intent_id, by=Principal("ops-bot", Role.OPERATOR), reason="class moved"
@@ -81,7 +91,13 @@ async def test_an_open_intents_page_shows_a_change_that_lands_while_it_is_open(s
             )
             await expect(page.locator("#outcome")).to_contain_text("Cancelled at")
             await expect(page.locator("#announce")).to_contain_text("Updated.")
-            assert await page.locator("#updated").inner_text() != first
+            # What it offers comes with what it shows: no Cancel on a cancelled intent, and
+            # the stamp is no older than the change the page shows.
+            await expect(cancel_button).to_have_count(0)
+            await expect(page.locator("#updated")).not_to_have_text(first)
+            stamp = await page.locator("#updated").inner_text()
+            shown = (await page.locator("#outcome").inner_text()).split("Cancelled at", 1)[1]
+            assert _moment(stamp) >= _moment(shown), (stamp, shown)
             assert page.url.endswith(intent.intent_id)  # in place, not reloaded
 
             # A session that ends while the page refreshes itself leads to the sign-in page.

@@ -110,6 +110,18 @@
   var pause = document.getElementById("pause");
   var timer = null;
 
+  function beingFilled(region) {
+    if (region.contains(document.activeElement) && document.activeElement !== document.body) return true;
+    var fields = region.querySelectorAll("input:not([type=hidden]), select, textarea");
+    for (var i = 0; i < fields.length; i++) {
+      var f = fields[i];
+      if (f.tagName === "SELECT") {
+        for (var j = 0; j < f.options.length; j++) if (f.options[j].selected !== f.options[j].defaultSelected) return true;
+      } else if (f.value !== f.defaultValue) return true;
+    }
+    return false;
+  }
+
   function summary(doc) {
     var first = doc.querySelector("[data-announce]");
     return first ? first.textContent.trim() : "";
@@ -131,19 +143,29 @@
         if (!html) return;
         var doc = new DOMParser().parseFromString(html, "text/html");
         var changed = false;
+        var held = false;
         document.querySelectorAll("[data-live]").forEach(function (region) {
           var fresh = doc.getElementById(region.id);
           if (fresh && fresh.innerHTML !== served[region.id]) {
+            // Forms (the actions) follow the page too, unless one is being filled in:
+            // then they wait for the next tick, and the stamp does not claim them.
+            if (region.hasAttribute("data-live-form") && beingFilled(region)) { held = true; return; }
             served[region.id] = fresh.innerHTML;
             region.innerHTML = fresh.innerHTML;
             changed = true;
           }
         });
+        // The stamp is the time of the answer every region now shows (a settled page
+        // has no live stamp of its own: its render time says it).
         var stamp = doc.getElementById("updated");
-        if (stamp && updated) updated.innerHTML = stamp.innerHTML;
+        var rendered = doc.getElementById("rendered");
+        if (updated && !held) {
+          if (stamp) updated.innerHTML = stamp.innerHTML;
+          else if (rendered) updated.innerHTML = "Last updated " + rendered.innerHTML + ".";
+        }
         showTimes(document);
         if (changed && announce) announce.textContent = "Updated. " + summary(document);
-        if (!doc.body.dataset.refresh) {
+        if (!doc.body.dataset.refresh && !held) {
           stop();
           if (updated) updated.appendChild(document.createTextNode(" No further updates: it has settled."));
           if (pause) pause.hidden = true;

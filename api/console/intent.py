@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from typing import Annotated, Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from fastapi import APIRouter, Form, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -169,7 +169,12 @@ async def settle(
         raise HTTPException(422, str(err)) from err
     log.info("console settle by %s: accepted=%s", who.principal.name, result.accepted)
     if back == "reconciliation":
-        return RedirectResponse("/console/reconciliation#unknown_outcome", 303)
+        # Answered on the page it was sent from, accepted and refused told apart.
+        said = {
+            "row": f"intent {intent_id}: {result.message}",
+            "outcome": "accepted" if result.accepted else "refused",
+        }
+        return RedirectResponse(f"/console/reconciliation?{urlencode(said)}#unknown_outcome", 303)
     return RedirectResponse(f"/console/intents/{quote(intent_id)}?done=settle", 303)
 
 

@@ -47,6 +47,10 @@ async def reconciliation(request: Request, who: Who, ingress: IngressDep) -> HTM
         rules=rules,
         settleable=settleable,
         bulk=request.query_params.get("bulk"),
+        row=request.query_params.get("row"),
+        row_outcome=(
+            "accepted" if request.query_params.get("outcome") == "accepted" else "refused"
+        ),
     )
 
 

@@ -98,3 +98,31 @@ async def test_an_intent_waiting_for_an_operator_refreshes_itself_and_a_settled_
         session.execute(update(Intent).where(Intent.id == sent.intent_id).values(awaiting=None))
     settled = await http.get(f"/console/intents/{sent.intent_id}")
     assert 'data-refresh="' not in settled.text and 'id="rendered"' in settled.text
+
+
+async def test_a_row_settled_on_the_reconciliation_page_is_answered_there_when_refused(
+    http: httpx.AsyncClient, committed: sessionmaker[Session], cipher: FieldCipher
+) -> None:
+    # No workflow runs here: the settlement is refused, and the page says so, as a refusal.
+    sent = submitted_attempt(committed, cipher)
+    csrf = await sign_in(http, *principal(committed, Role.OPERATOR))
+    answer = await http.post(
+        f"/console/intents/{sent.intent_id}/settle",
+        data={
+            "rule": "carrier-ticket-not-delivered",
+            "reason": "carrier ticket",
+            "back": "reconciliation",
+            "csrf": csrf,
+        },
+        follow_redirects=True,
+    )
+    assert answer.status_code == 200 and answer.url.path == "/console/reconciliation"
+    notice = re.search(
+        r'<p class="notice (\w+)" role="status" id="row-notice">([^<]*)</p>', answer.text
+    )
+    assert notice is not None, answer.text[:2000]
+    assert notice.group(1) == "refused"
+    assert html.unescape(notice.group(2)) == (
+        f"Refused: intent {sent.intent_id}: the intent's workflow has finished; its "
+        "settlement window is closed."
+    )

@@ -236,6 +236,10 @@ async def test_an_operator_settles_an_unknown_attempt_from_the_reconciliation_pa
             await item.get_by_label("Reason").fill("carrier ticket: message lost in transit")
             await shot(page, "reconciliation-settle")
             await item.get_by_role("button", name="Settle", exact=True).click()
+            # Answered where it was sent, as an accepted notice, not a refused one.
+            notice = page.locator("#row-notice")
+            await expect(notice).to_contain_text(f"Settled: intent {ref.intent_id}: ")
+            await expect(notice).to_have_class("notice accepted")
             await expect(page.locator("article.item", has_text=ref.business_key)).to_have_count(0)
         finally:
             await browser.close()

@@ -131,6 +131,16 @@ async def fits(page: Any) -> None:
         "() => [document.documentElement.scrollWidth, window.innerWidth, location.pathname]"
     )
     assert widths[0] <= widths[1], f"{widths[2]} is {widths[0]} px wide in {widths[1]}"
+    # Nor does a form's field stick out of the box that holds it (a filter input at 390 px
+    # once did by its own padding and border: the page was no wider, the box was).
+    out = await page.evaluate(
+        """() => Array.from(document.querySelectorAll("form input, form select"))
+            .filter((el) => el.type !== "hidden" && el.offsetParent !== null)
+            .map((el) => [el.name || el.id, el.getBoundingClientRect().right,
+                          el.parentElement.getBoundingClientRect().right])
+            .filter(([, right, box]) => right > box + 0.5)"""
+    )
+    assert not out, f"{widths[2]}: fields past their box (name, right, box): {out}"
 
 
 async def shot(page, name: str) -> None:  # type: ignore[no-untyped-def]

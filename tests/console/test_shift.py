@@ -164,6 +164,8 @@ async def test_every_page_fits_a_phone_and_a_laptop_and_passes_axe(stack, consol
                     await fits(page)
                     await accessible(page)
                 if label == "phone":
+                    await page.goto(f"{console.base}/console/intents")
+                    await shot(page, "intents-phone")
                     await page.goto(f"{console.base}/console")
                     await shot(page, "overview-phone")
                     await page.goto(f"{console.base}/console/intents/{intent.intent_id}")

@@ -148,7 +148,26 @@ SOURCE_WORDS = {
 }
 
 
-def _observation(o: dict[str, Any], attempts: dict[str, dict[str, Any]]) -> Entry:
+def _known_before(observations: list[dict[str, Any]]) -> dict[int, str]:
+    """For each observation (by its place in the list), the state its attempt had by then:
+    that of the last observation applied to it earlier. A timeline entry says what was
+    true at its time, not what the attempt came to later."""
+    order = sorted(range(len(observations)), key=lambda i: moment(observations[i]["observed_at"]))
+    state: dict[str, str] = {}
+    known: dict[int, str] = {}
+    for i in order:
+        o = observations[i]
+        token = o["attempt"] or ""
+        if token in state:
+            known[i] = state[token]
+        if o["applied"] and o["normalized_status"]:
+            state[token] = o["normalized_status"]
+    return known
+
+
+def _observation(
+    o: dict[str, Any], attempts: dict[str, dict[str, Any]], known_then: str | None = None
+) -> Entry:
     attempt = attempts.get(o["attempt"] or "")
     channel = attempt["channel"] if attempt else None
     name = (
@@ -190,10 +209,14 @@ def _observation(o: dict[str, Any], attempts: dict[str, dict[str, Any]]) -> Entr
             said += " It settled the earlier unknown outcome."
     else:
         flag = "kept as evidence, not applied (stale)"
-        known = state_words(attempt["state"], channel) if attempt else "a later state"
+        known = (
+            f"the attempt was then {state_words(known_then, channel)}"
+            if known_then
+            else "a later state was on record"
+        )
         said += (
-            f" It changed nothing: by then Herald already knew more (the attempt is now "
-            f"{known}); it is kept as evidence."
+            f" It changed nothing: by then Herald already knew more ({known}); it is kept "
+            "as evidence."
         )
     detail = [
         ("source", o["source"]),
@@ -291,7 +314,10 @@ def entries_of(doc: dict[str, Any]) -> list[Entry]:
     entries: list[Entry] = [_decision(d) for d in doc["decisions"]]
     for a in doc["attempts"]:
         entries.extend(_attempt(a))
-    entries.extend(_observation(o, attempts) for o in doc["observations"])
+    known = _known_before(doc["observations"])
+    entries.extend(
+        _observation(o, attempts, known.get(i)) for i, o in enumerate(doc["observations"])
+    )
     placed: dict[int, datetime] = {}
     for a in doc["operator_actions"]:
         entry = _operator(a)

@@ -151,8 +151,35 @@ def test_delivered_and_then_our_send_request_timed_out():
         "attempt #1 was delivered.",
         "2026-12-07 20:05:00 UTC observation: Our send request for SMS attempt #1 timed out: "
         "it does not tell whether the carrier took the message. It changed nothing: by then "
-        "Herald already knew more (the attempt is now delivered); it is kept as evidence.",
+        "Herald already knew more (the attempt was then delivered); it is kept as evidence.",
     ]
+
+
+def test_a_stale_entry_says_what_was_known_then_not_what_the_attempt_came_to():
+    # A lookup kept as stale while the attempt was unknown; settled undelivered later.
+    story = doc(
+        "undelivered",
+        [decision("10:00:00.000", "sms")],
+        [attempt("sms", 1, "undelivered", "10:00:00.100", "10:00:00.200", remote_id="SM7")],
+        [
+            seen("10:00:00.300", "tok-sms-1", "send", "queued", "submitted"),
+            seen("10:01:00.000", "tok-sms-1", "poll", "unknown", "unknown"),
+            seen(
+                "10:02:00.000",
+                "tok-sms-1",
+                "lookup",
+                "sent",
+                "sent",
+                applied=False,
+                verdict="stale",
+            ),
+            seen("10:03:00.000", "tok-sms-1", "operator", "settled", "undelivered"),
+        ],
+        [],
+    )
+    [lookup] = [line for line in told(story) if "10:02:00" in line]
+    assert "(the attempt was then of unknown outcome)" in lookup, lookup
+    assert "undelivered" not in lookup and "not delivered" not in lookup
 
 
 def test_an_unreachable_handset_then_an_approved_resend_that_was_delivered():

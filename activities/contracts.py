@@ -263,6 +263,10 @@ class OperatorActionInput:
     is recorded as an unauthenticated Temporal caller, the operator kept as claimed."""
     subject: str = ""
     """What the proof covers beyond the intent (domain.proof.ActingClaim.subject)."""
+    requested_at: str = ""
+    """When the workflow took the request (ISO 8601, its clock): the action's time in the
+    ledger, so it reads before what it caused (a lookup's answer, a resend's decision).
+    Empty in histories recorded before: the time it is recorded, as then."""
 
 
 @dataclass

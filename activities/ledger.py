@@ -33,6 +33,7 @@ from activities.contracts import (
     WaitingInput,
 )
 from domain import channels, keys, policy, proof, settlement, templates
+from domain.clocks import parse_iso_utc
 from domain.senders import SenderBook
 from domain.states import AttemptState
 from ledger import metrics, settlements
@@ -424,7 +425,7 @@ class LedgerActivities:
 
     @activity.defn(name="record_operator_action")
     async def record_operator_action(self, input: OperatorActionInput) -> None:
-        now = now_utc()
+        now = parse_iso_utc(input.requested_at) or now_utc()
         claimed: dict[str, str] = {}
         operator, role = input.operator, input.operator_role or None
         if input.requested_in_temporal:

@@ -340,6 +340,7 @@ class NotificationWorkflow:
         'settling it; the lookup and its answer are recorded. {"channel": "sms"}',
     )
     async def lookup_update(self, request: LookupRequest) -> LookupResult:
+        asked_at = workflow.now()  # the request reads before the answer it brought
         token = self._latest_token(request.channel)
         lookup = _channel(request.channel).lookup_activity
         assert token is not None and lookup is not None  # the validator refused the rest
@@ -370,6 +371,7 @@ class NotificationWorkflow:
             role=request.operator_role,
             proof=request.proof,
             subject=request.channel,
+            at=asked_at,
         )
         return result
 
@@ -1423,7 +1425,11 @@ class NotificationWorkflow:
         role: str = "",
         proof: str = "",
         subject: str = "",
+        at: datetime | None = None,
     ) -> None:
+        """Record an operator's action in the ledger at `at` (default now, in workflow
+        time: when the request was taken, before what it causes runs)."""
+        requested_at = (at or workflow.now()).isoformat()
         await workflow.wait_condition(lambda: self._facts is not None)
         await workflow.execute_activity(
             RECORD_OPERATOR_ACTION,
@@ -1438,6 +1444,7 @@ class NotificationWorkflow:
                 operator_role=role,
                 proof=proof,
                 subject=subject,
+                requested_at=requested_at,
             ),
             start_to_close_timeout=timedelta(seconds=30),
             retry_policy=LEDGER_RETRY,

@@ -185,3 +185,15 @@ async def test_a_settlement_through_temporal_without_proof_is_recorded_as_unauth
     (action,) = [a for a in actions(committed, intent_id) if a.action == "settle"]
     assert action.operator == proof.UNAUTHENTICATED and action.operator_role is None
     assert action.detail["claimed_operator"] == "root" and action.detail["proof"] == "none"
+
+
+async def test_an_action_is_recorded_at_the_time_the_workflow_took_it(committed, cipher):  # type: ignore[no-untyped-def]
+    intent_id = recorded(committed, cipher)
+    taken = datetime(2026, 12, 7, 14, 58, 14, 250_000, tzinfo=UTC)
+    await LedgerActivities(committed, cipher).record_operator_action(
+        OperatorActionInput(
+            intent_id, "lookup", "ops-1", "", "accepted", requested_at=taken.isoformat()
+        )
+    )
+    (action,) = actions(committed, intent_id)
+    assert action.at == taken

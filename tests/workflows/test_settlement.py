@@ -3,7 +3,7 @@ window, the `settle` and `lookup` updates and their validator, and resend after 
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -17,7 +17,7 @@ from activities.contracts import (
     SettleRequest,
 )
 from tests.workflows.conftest import World, facts, keep_history
-from tests.workflows.test_notification_workflow import phase_is, states_are
+from tests.workflows.test_notification_workflow import at, phase_is, states_are
 from workflows.notification import NotificationWorkflow
 
 pytestmark = pytest.mark.workflow
@@ -95,6 +95,14 @@ async def test_an_unknown_attempt_waits_is_settled_after_a_lookup_and_then_resen
     assert [c[1].attempt_number for c in world.calls if c[0] == "authorize"] == [1, 2]
     recorded = next(c[1] for c in world.calls if c[0] == "record_settlement")
     assert (recorded.attempt_token, recorded.rule) == (token, "carrier-confirmed-not-delivered")
+    # Each action is recorded at the time the workflow took it, so it reads before what it
+    # caused: the lookup before its answer, the approval before the new attempt's decision.
+    actions = {c[1].action: c[1] for c in world.calls if c[0] == "record_operator_action"}
+    looked_up_at = at(world, "lookup_sms")
+    assert datetime.fromisoformat(actions["lookup"].requested_at) <= looked_up_at
+    assert datetime.fromisoformat(actions["approve-resend"].requested_at) <= at(
+        world, "authorize", 1
+    )
     assert recorded.window_until == waiting[0][1].until
     # The run said in the ledger when it stopped waiting.
     assert [c[1].awaiting for c in world.calls if c[0] == "record_waiting"][-1] is None

@@ -215,6 +215,8 @@ class ScriptedCarrier(Generic[MessageT]):
         self._reset_state()
 
     def _reset_state(self) -> None:
+        self._released: dict[str, asyncio.Event] = {}
+        """`queued_then_timeout`: a destination's queued messages go once this is set."""
         self.messages: dict[str, MessageT] = {}
         self.scripts: dict[str, Fault] = {}
         self._remaining: dict[str, int] = {}
@@ -238,6 +240,14 @@ class ScriptedCarrier(Generic[MessageT]):
         self._aborted.set()
         for task in list(self._tasks):
             task.cancel()
+
+    def released(self, to: str) -> asyncio.Event:
+        """The event that lets `to`'s held (queued) messages go."""
+        return self._released.setdefault(to, asyncio.Event())
+
+    def to_of(self, message: MessageT) -> str:
+        """The destination of a message this carrier holds."""
+        return str(getattr(message, "to", ""))
 
     def resume(self) -> None:
         """Serve again after :meth:`abort` (the server is back after an outage): withheld
@@ -382,8 +392,13 @@ class ScriptedCarrier(Generic[MessageT]):
         if not await self._due(m):
             return
         if kind == "queued_then_timeout":
-            # Held queued (no date_sent: a DateSent list skips it) as long as the answer is.
-            await asyncio.sleep(fault.seconds if fault and fault.seconds else d.hang)
+            # Held queued (no date_sent: a DateSent list skips it) as long as the answer
+            # is, or until released (`POST /_sim/release`), whichever comes first.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    self.released(self.to_of(m)).wait(),
+                    timeout=fault.seconds if fault and fault.seconds else d.hang,
+                )
         await asyncio.sleep(d.sent)
         if kind == "failed":
             if self._set(m, self.failed_status, code):
@@ -471,6 +486,14 @@ def control_routes(
         sim.reset()
         return JSONResponse({"reset": True})
 
+    async def release(request: Request) -> Response:
+        payload = await request.json()
+        to = payload.get("to") if isinstance(payload, dict) else None
+        if not isinstance(to, str) or not to:
+            return JSONResponse({"error": "'to' is the destination to release"}, status_code=400)
+        sim.released(to).set()
+        return JSONResponse({"released": to})
+
     async def outage(request: Request) -> Response:
         return await start_outage(request, sim.outage)
 
@@ -480,6 +503,7 @@ def control_routes(
         Route("/_sim/callbacks", callbacks, methods=["GET"]),
         Route("/_sim/inbound", inbound, methods=["POST"]),
         Route("/_sim/reset", reset, methods=["POST"]),
+        Route("/_sim/release", release, methods=["POST"]),
         Route("/_sim/outage", outage, methods=["POST"]),
     ]
 

@@ -23,6 +23,7 @@ from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.deps import Ingress
+from api.query_params import has_control_character
 from api.webhooks import TOKEN_MAX_LENGTH, receive_sms_receipt
 
 PATH = "/v1/receipts/sms"
@@ -38,7 +39,7 @@ def _token_if_ordinary(query: bytes) -> tuple[bool, str | None]:
         return False, None
     if len(pairs) != 1 or pairs[0][0] != "token" or len(pairs[0][1]) > TOKEN_MAX_LENGTH:
         return False, None
-    if any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in pairs[0][1]):
+    if has_control_character(pairs[0][1]):
         return False, None  # the app's parameter check refuses it in words
     return True, pairs[0][1]
 

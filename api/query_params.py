@@ -50,7 +50,8 @@ UNKNOWN = "unknown_parameter"
 CONTROL = "control_character"
 
 
-def _has_control_character(text: str) -> bool:
+def has_control_character(text: str) -> bool:
+    """Whether `text` holds a control character (Unicode Cc: U+0000-001F, U+007F-009F)."""
     return any(unicodedata.category(c) == "Cc" for c in text)
 
 
@@ -67,12 +68,10 @@ async def refuse_unknown_query_parameters(request: Request) -> None:
     path = request.url.path
     given = Counter(name for name, _ in request.query_params.multi_items())
     controlled = sorted(
-        {n for n, value in request.query_params.multi_items() if _has_control_character(value)}
+        {n for n, value in request.query_params.multi_items() if has_control_character(value)}
     )
     in_path = sorted(
-        n
-        for n, v in request.path_params.items()
-        if isinstance(v, str) and _has_control_character(v)
+        n for n, v in request.path_params.items() if isinstance(v, str) and has_control_character(v)
     )
     if path.startswith(CONSOLE_PREFIX) and (controlled or in_path):
         names = ", ".join(n[:MAX_NAME_SHOWN] for n in [*in_path, *controlled])

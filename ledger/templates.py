@@ -188,12 +188,19 @@ def seed_packaged(session: Session, policy_name: str, *, switch: bool = False) -
     active = session.execute(
         select(PolicyVersion).where(PolicyVersion.active.is_(True))
     ).scalar_one_or_none()
+    versions = {
+        name: seed_policy(session, policies.load_packaged(name), name=name, activate=False)
+        for name in policies.packaged_names()
+    }
+    from_file = policies.is_file(policy_name)
     chosen_name, chosen = policies.load(policy_name)
-    for name in policies.packaged_names():
-        seed_policy(session, policies.load_packaged(name), name=name, activate=False)
-    version = seed_policy(session, chosen, name=chosen_name, activate=False)
+    version = (
+        seed_policy(session, chosen, name=chosen_name, activate=False)
+        if from_file
+        else versions[chosen_name]
+    )
     moved = active is not None and (
-        active.name != chosen_name or (policies.is_file(policy_name) and active.version != version)
+        active.name != chosen_name or (from_file and active.version != version)
     )
     if active is None or (switch and moved):
         activate_policy(session, version)

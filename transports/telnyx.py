@@ -47,10 +47,6 @@ WEBHOOK_PATH = "/v1/webhooks/telnyx"
 """Herald's ingress route for Telnyx's signed message events (receipts and inbound)."""
 
 
-parse_telnyx_time = parse_iso_utc
-"""Telnyx times are ISO 8601 (``2019-01-23T18:10:02.574Z``); returned in UTC."""
-
-
 def first_error_code(errors: Any) -> str | None:
     """The first ``errors[].code`` of a Telnyx body or message, as a string."""
     if isinstance(errors, list):
@@ -138,7 +134,7 @@ class TelnyxSms:
         submitted = SmsSubmitted(
             remote_id=str(data["id"]),
             raw_status=raw,
-            provider_at=parse_telnyx_time(data.get("received_at")),
+            provider_at=parse_iso_utc(data.get("received_at")),
             segments=_int_or_none(data.get("parts")),
             state=normalize_telnyx_status(raw),
         )
@@ -248,21 +244,21 @@ def provider_status(data: dict[str, Any]) -> ProviderStatus:
     raw = recipient_status(data)
     text = data.get("text")
     updated = (
-        parse_telnyx_time(data.get("completed_at"))
-        or parse_telnyx_time(data.get("sent_at"))
-        or parse_telnyx_time(data.get("received_at"))
+        parse_iso_utc(data.get("completed_at"))
+        or parse_iso_utc(data.get("sent_at"))
+        or parse_iso_utc(data.get("received_at"))
     )
     return ProviderStatus(
         remote_id=str(data["id"]),
         raw_status=raw,
         error_code=first_error_code(data.get("errors")),
         provider_at=updated,
-        sent_at=parse_telnyx_time(data.get("sent_at")),
-        created_at=parse_telnyx_time(data.get("received_at")),
+        sent_at=parse_iso_utc(data.get("sent_at")),
+        created_at=parse_iso_utc(data.get("received_at")),
         body_sha256=content_sha256(text) if isinstance(text, str) else None,
         segments=_int_or_none(data.get("parts")),
         state=normalize_telnyx_status(raw),
     )
 
 
-__all__ = ["WEBHOOK_PATH", "TelnyxSms", "parse_telnyx_time", "provider_status"]
+__all__ = ["WEBHOOK_PATH", "TelnyxSms", "provider_status"]

@@ -334,6 +334,7 @@ async def _start_bench_once(
         api_port=api_port,
         smtp_port=0,  # any free port, bound at once (the sink reports which)
         email_simulator_port=0,  # the SendGrid simulator too
+        telnyx_simulator_port=0,  # and the Telnyx one (58082 may be another stack's)
         sms_base_url=carrier.url,
         policy_name="demo",
         data_key=None,

@@ -8,8 +8,11 @@ any number of workers share one budget.
 
 Beside the workers, each process runs the outbox relay (`starter.relay`), makes sure the
 maintenance schedules exist (`runtime.schedules`), logs one JSON object per line
-(`runtime.logs`) and touches `<data_dir>/worker.alive` for healthchecks
-(`python worker.py --healthcheck`). SIGTERM shuts it down gracefully.
+(`runtime.logs`) and touches `<data_dir>/worker.alive`. SIGTERM shuts it down gracefully.
+
+`python -m worker --healthcheck` (the container's healthcheck) says in one line whether a
+worker here can work: its liveness file is fresh, Temporal describes the namespace and the
+ledger answers `SELECT 1`, each within `HEALTH_TIMEOUT_SECONDS`; exit 0 or 1.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import signal
 import sys
 import time
@@ -29,6 +33,7 @@ from typing import NoReturn, TypeVar
 import httpx
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import NullPool
 from temporalio.client import Client
 from temporalio.runtime import Runtime
 from temporalio.service import RPCError
@@ -73,6 +78,9 @@ SCHEDULES_AT_START = True
 """Every worker creates or updates the maintenance schedules at start-up (idempotent)."""
 ALIVE_EVERY_SECONDS = 5.0
 ALIVE_MAX_AGE_SECONDS = 30.0
+HEALTH_TIMEOUT_SECONDS = 3.0
+"""The healthcheck's bound on each question (Temporal, the ledger): both together stay
+inside the compose healthcheck's own timeout."""
 
 
 def ensure_workflow_bytecode() -> bool:
@@ -343,6 +351,87 @@ def healthy(path: Path, *, max_age: float = ALIVE_MAX_AGE_SECONDS) -> bool:
         return False
 
 
+async def health_problem(
+    cfg: settings_module.Settings, *, timeout: float = HEALTH_TIMEOUT_SECONDS
+) -> str | None:
+    """None when a worker here can work, else what stops it, in one line.
+
+    A fresh liveness file alone said "healthy" for a worker that had lost Temporal or
+    Postgres, whose every task then failed: the check also asks each of them a cheap
+    question (the namespace's description, `SELECT 1`) from this process, on the worker's
+    own settings, each bounded by `timeout`.
+    """
+    if not healthy(alive_file(cfg)):
+        return (
+            f"the worker process is not running here ({alive_file(cfg)} is missing or older "
+            f"than {ALIVE_MAX_AGE_SECONDS:g} s)"
+        )
+    problem = await _answers(_describe_namespace(cfg, timeout), timeout)
+    if problem is not None:
+        return f"Temporal at {cfg.temporal_target}: {problem}"
+    problem = await _answers(asyncio.to_thread(_select_one, cfg, timeout), timeout)
+    if problem is not None:
+        return f"the ledger database: {problem}"
+    return None
+
+
+async def _answers(question: Awaitable[object], timeout: float) -> str | None:
+    try:
+        await asyncio.wait_for(question, timeout=timeout)
+    except TimeoutError:
+        return f"no answer within {timeout:g} s"
+    except Exception as err:  # noqa: BLE001 - any failure is the answer
+        cause = getattr(err, "orig", None) or err  # SQLAlchemy's wrapper adds only noise
+        text = str(cause).strip()
+        # The SDK's connect error nests the OS's reason deep in a Rust debug string.
+        reason = re.search(r'message: "([^"]+)"', text)
+        lines = text.splitlines()
+        said = reason.group(1) if reason else (lines[0][:200] if lines else "no detail")
+        return f"{type(cause).__name__}: {said}"
+    return None
+
+
+async def _describe_namespace(cfg: settings_module.Settings, timeout: float) -> None:
+    from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
+
+    client = await connect(cfg)
+    await client.workflow_service.describe_namespace(
+        DescribeNamespaceRequest(namespace=cfg.temporal_namespace),
+        timeout=timedelta(seconds=timeout),
+    )
+
+
+def _select_one(cfg: settings_module.Settings, timeout: float) -> None:
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(
+        cfg.resolved_database_url(),
+        poolclass=NullPool,
+        connect_args={"connect_timeout": max(1, round(timeout))},
+    )
+    try:
+        with engine.connect() as connection:
+            connection.execute(text("SELECT 1"))
+    finally:
+        engine.dispose()
+
+
+def healthcheck() -> int:
+    """`python -m worker --healthcheck`: one line, exit 0 when healthy, 1 otherwise."""
+    try:
+        cfg = settings_module.load()
+    except (RuntimeError, ValueError) as err:
+        said = settings_module.problem(err)
+        print(f"herald worker: unhealthy: settings: {said}", file=sys.stderr)
+        return 1
+    problem = run(health_problem(cfg))
+    if problem is not None:
+        print(f"herald worker: unhealthy: {problem}", file=sys.stderr)
+        return 1
+    print("herald worker: healthy")
+    return 0
+
+
 async def main(
     cfg: settings_module.Settings | None = None,
     *,
@@ -412,7 +501,8 @@ def alive_file(cfg: settings_module.Settings) -> Path:
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["--healthcheck"]:
-        sys.exit(0 if healthy(alive_file(settings_module.Settings())) else 1)
+        # No interpreter teardown after a Temporal client (see exit_now).
+        exit_now(healthcheck())
     try:
         # A malformed HERALD_* value or production without its secrets: one line, no traceback.
         settings = settings_module.load()

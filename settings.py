@@ -162,8 +162,13 @@ class Settings(BaseSettings):
 
     api_host: str = "127.0.0.1"
     api_port: int = 58080
+    ingress_port: int | None = None
+    """HERALD_INGRESS_PORT: `herald api` also serves the public ingress here (the provider
+    webhooks and the unsubscribe link alone), the one port a proxy exposes to the internet.
+    Unset: none (`herald dev` serves everything on one origin)."""
     public_base_url: str | None = None
-    """The URL the SMS provider calls (signature checks need it exactly, behind proxies too)."""
+    """The URL the SMS provider calls (signature checks need it exactly, behind proxies too):
+    the public ingress's origin. Unset: the ingress port's local URL, else the API's."""
     trusted_proxies: list[str] = []
     """HERALD_TRUSTED_PROXIES, a JSON list of addresses or networks (`["10.0.0.0/8"]`) whose
     X-Forwarded-For names the client. Empty (the default): the client is the socket peer,
@@ -305,7 +310,11 @@ class Settings(BaseSettings):
 
     @property
     def callback_base_url(self) -> str:
-        return (self.public_base_url or self.api_url).rstrip("/")
+        if self.public_base_url:
+            return self.public_base_url.rstrip("/")
+        if self.ingress_port is not None:
+            return f"http://{self.api_host}:{self.ingress_port}"
+        return self.api_url
 
     @property
     def temporal_target(self) -> str:

@@ -5,6 +5,12 @@ The app factory: the routes live in their modules (`api/webhooks.py`, `api/inten
 `api/evidence.py`, `api/principals.py`, `api/console/`) and take what they share from
 `api/deps.py`; this module adds the body limit, the error handlers, health and metrics.
 Every request body is bounded (`MAX_BODY_BYTES`), chunked ones included.
+
+Two apps from the one factory and the one router list: the full app (`herald api`'s
+private listener, and `herald dev`'s single origin) and the public ingress
+(`create_app(..., public=True)`, served on HERALD_INGRESS_PORT): only what providers and
+recipients call (`PUBLIC_ROUTERS`) and `/healthz`, so a proxy can expose it alone
+(docs/operations.md, "What the internet reaches").
 """
 
 from __future__ import annotations
@@ -162,16 +168,44 @@ async def method_not_allowed(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
-def create_app(ingress: Ingress) -> FastAPI:
-    # `/docs` and `/redoc` with Swagger UI's and ReDoc's JS/CSS served by the app itself
-    # (packaged by fastapi-offline), so they work with no network: never a CDN.
-    app = FastAPIOffline(
-        title="Herald",
-        version="0.1.0",
-        description=DESCRIPTION,
-        # Every /v1/ route: a query parameter it does not declare is 422, not ignored.
-        dependencies=[Depends(refuse_unknown_query_parameters)],
-    )
+PUBLIC_ROUTERS = (webhook_routes, email_event_routes, telnyx_routes, unsubscribe_routes)
+"""What providers and recipients call, each request authenticated by a signature (the
+provider's, or Herald's in the unsubscribe link): the public ingress serves only these."""
+PRIVATE_ROUTERS = (
+    recipient_routes,
+    intents_routes,
+    evidence_routes,
+    principals_routes,
+    settlement_routes,
+)
+"""The apps' and operators' API (bearer token, role checked by the routers' route class,
+before the body is even parsed); with the console, `/docs`, `/readyz` and `/metrics`,
+never on the public ingress."""
+
+
+def create_app(ingress: Ingress, *, public: bool = False) -> FastAPI:
+    """The full app; with `public`, the provider ingress alone (`PUBLIC_ROUTERS` and
+    `/healthz`: no API, console, OpenAPI document, `/readyz` or `/metrics`)."""
+    app: FastAPI
+    if public:
+        app = FastAPI(
+            title="Herald ingress",
+            version="0.1.0",
+            docs_url=None,
+            redoc_url=None,
+            openapi_url=None,
+            dependencies=[Depends(refuse_unknown_query_parameters)],
+        )
+    else:
+        # `/docs` and `/redoc` with Swagger UI's and ReDoc's JS/CSS served by the app
+        # itself (packaged by fastapi-offline), so they work with no network: never a CDN.
+        app = FastAPIOffline(
+            title="Herald",
+            version="0.1.0",
+            description=DESCRIPTION,
+            # Every /v1/ route: a query parameter it does not declare is 422, not ignored.
+            dependencies=[Depends(refuse_unknown_query_parameters)],
+        )
     app.state.ingress = ingress
     app.state.authenticator = ingress.auth
     # The ordinary SMS receipt skips the rest of the stack (api.fast_receipts), inside the
@@ -186,6 +220,12 @@ def create_app(ingress: Ingress) -> FastAPI:
     async def healthz() -> dict[str, str]:
         """Liveness: the process answers. It touches neither the ledger nor Temporal."""
         return {"status": "ok"}
+
+    for router in PUBLIC_ROUTERS:
+        app.include_router(router)
+    if public:
+        check_every_route_declared(app)
+        return app
 
     @app.get(
         "/readyz",
@@ -221,16 +261,8 @@ def create_app(ingress: Ingress) -> FastAPI:
         body = await asyncio.to_thread(generate_latest, ingress.registry)
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 
-    app.include_router(webhook_routes)
-    app.include_router(email_event_routes)
-    app.include_router(telnyx_routes)
-    app.include_router(unsubscribe_routes)
-    # Token and role checked by the routers' route class, before the body is even parsed.
-    app.include_router(recipient_routes)
-    app.include_router(intents_routes)
-    app.include_router(evidence_routes)
-    app.include_router(principals_routes)
-    app.include_router(settlement_routes)
+    for router in PRIVATE_ROUTERS:
+        app.include_router(router)
     mount_console(app)
     check_every_route_declared(app)
     return app

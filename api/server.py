@@ -1,7 +1,10 @@
 """The API on its own (`herald api`): uvicorn over the app, built from settings.
 
 `herald dev` serves the same app inside its own process (`devstack.stack`); this is the
-production shape: one or more API processes beside the workers, behind a proxy.
+production shape: one or more API processes beside the workers, behind a proxy. With
+HERALD_INGRESS_PORT (or `--ingress-port`) the process also serves the public ingress
+(`create_app(..., public=True)`: the provider webhooks and the unsubscribe link alone) on
+that port, over the same Ingress, so its counters are in the private listener's /metrics.
 """
 
 from __future__ import annotations
@@ -9,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import timedelta
 
 import uvicorn
@@ -24,20 +27,22 @@ from starter.client import HeraldClient
 
 def build(cfg: settings_module.Settings, client: HeraldClient) -> FastAPI:
     """The app with every secret taken from settings (generated in dev, required elsewhere)."""
-    return create_app(
-        Ingress(
-            client,
-            auth_token=cfg.sms_auth_token.get_secret_value(),
-            public_base_url=cfg.callback_base_url,
-            operator_token=cfg.resolved_operator_token(),
-            unsubscribe_secret=cfg.resolved_unsubscribe_secret(),
-            temporal_ui_url=cfg.temporal_ui_url,
-            email_events=email_events_config(cfg),
-            console_session_lifetime=timedelta(hours=cfg.console_session_hours),
-            default_country=cfg.default_country,
-            telnyx_public_key=cfg.telnyx_public_key,
-            provider_kinds={alias: p.kind for alias, p in cfg.provider_settings().items()},
-        )
+    return create_app(build_ingress(cfg, client))
+
+
+def build_ingress(cfg: settings_module.Settings, client: HeraldClient) -> Ingress:
+    return Ingress(
+        client,
+        auth_token=cfg.sms_auth_token.get_secret_value(),
+        public_base_url=cfg.callback_base_url,
+        operator_token=cfg.resolved_operator_token(),
+        unsubscribe_secret=cfg.resolved_unsubscribe_secret(),
+        temporal_ui_url=cfg.temporal_ui_url,
+        email_events=email_events_config(cfg),
+        console_session_lifetime=timedelta(hours=cfg.console_session_hours),
+        default_country=cfg.default_country,
+        telnyx_public_key=cfg.telnyx_public_key,
+        provider_kinds={alias: p.kind for alias, p in cfg.provider_settings().items()},
     )
 
 
@@ -53,25 +58,47 @@ def email_events_config(cfg: settings_module.Settings) -> EventsConfig:
 
 class _Server(uvicorn.Server):
     """Stops gracefully on SIGINT/SIGTERM and exits 0 (uvicorn re-raises the signal after
-    its shutdown, which makes `docker stop` and supervisors report a crash)."""
+    its shutdown, which makes `docker stop` and supervisors report a crash). A process with
+    two listeners stops both on the one signal: `together` are the others."""
+
+    def __init__(self, config: uvicorn.Config, together: Sequence[uvicorn.Server] = ()) -> None:
+        super().__init__(config)
+        self.together = together
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:  # type: ignore[override]
         loop = asyncio.get_running_loop()
         signals = (signal.SIGINT, signal.SIGTERM)
         for sig in signals:
-            loop.add_signal_handler(sig, self.handle_exit, sig, None)
+            loop.add_signal_handler(sig, self.stop_all, sig)
         try:
             yield
         finally:
             for sig in signals:
                 loop.remove_signal_handler(sig)
 
+    def stop_all(self, sig: int) -> None:
+        for server in (self, *self.together):
+            server.handle_exit(sig, None)
+
+
+class _Companion(uvicorn.Server):
+    """The second listener: the first one's signal handlers stop it."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:  # type: ignore[override]
+        yield
+
 
 async def serve(
-    cfg: settings_module.Settings, *, host: str | None = None, port: int | None = None
+    cfg: settings_module.Settings,
+    *,
+    host: str | None = None,
+    port: int | None = None,
+    ingress_port: int | None = None,
 ) -> None:
-    """Connect to Temporal and the ledger, then serve until SIGINT or SIGTERM."""
+    """Connect to Temporal and the ledger, then serve until SIGINT or SIGTERM: the full app
+    on `port`, and the public ingress on `ingress_port` (HERALD_INGRESS_PORT) when set."""
     from runtime.logs import configure_logging
 
     configure_logging()  # one JSON object per line, uvicorn's access log included
@@ -79,11 +106,26 @@ async def serve(
     # same sender settings are checked here, before anything connects.
     cfg.sender_book()
     client = await HeraldClient.connect(cfg)
-    app = build(cfg, client)
+    ingress = build_ingress(cfg, client)
+    host = host or cfg.api_host
+    ingress_port = ingress_port if ingress_port is not None else cfg.ingress_port
+    companions: list[uvicorn.Server] = []
+    if ingress_port is not None:
+        public = create_app(ingress, public=True)
+        companions.append(_Companion(server_config(cfg, public, host=host, port=ingress_port)))
     config = server_config(
-        cfg, app, host=host or cfg.api_host, port=port if port is not None else cfg.api_port
+        cfg,
+        create_app(ingress),
+        host=host,
+        port=port if port is not None else cfg.api_port,
     )
-    await _Server(config).serve()
+    servers = [_Server(config, together=companions), *companions]
+    running = [asyncio.create_task(server.serve()) for server in servers]
+    # One listener ending (a signal, or a port it could not bind) ends the other.
+    await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+    for server in servers:
+        server.should_exit = True
+    await asyncio.gather(*running)
 
 
 def server_config(

@@ -34,20 +34,28 @@ def no_stack_found(cfg: settings_module.Settings) -> CliError:
     )
 
 
-def adopt_running(cfg: settings_module.Settings) -> None:
+def adopt_dev_stack(cfg: settings_module.Settings) -> bool:
     """Use the addresses of a `herald dev` running on this data folder for whatever settings
-    leave unset; with neither that nor a configured database, stop (reading commands too:
-    the default port may be another stack's Postgres, or some other program's)."""
-    running = None
-    if (cfg.data_path / "dev.json").exists():
-        # Only then import devstack (Temporal, the API: a second).
-        from devstack.stack import read_running
+    leave unset; False when none runs there."""
+    if not (cfg.data_path / "dev.json").exists():
+        # Only then import devstack: it takes a second (Temporal, the API), and the
+        # production image has none (the `dev-stack` extra).
+        return False
+    from devstack.stack import read_running
 
-        running = read_running(cfg)
-    if running is not None:
-        cfg.temporal_address = cfg.temporal_address or running.temporal
-        cfg.database_url = cfg.database_url or running.postgres
-    elif cfg.database_url is None:
+    running = read_running(cfg)
+    if running is None:
+        return False
+    cfg.temporal_address = cfg.temporal_address or running.temporal
+    cfg.database_url = cfg.database_url or running.postgres
+    return True
+
+
+def adopt_running(cfg: settings_module.Settings) -> None:
+    """`adopt_dev_stack`; with neither a running stack nor a configured database, stop
+    (reading commands too: the default port may be another stack's Postgres, or some other
+    program's)."""
+    if not adopt_dev_stack(cfg) and cfg.database_url is None:
         raise no_stack_found(cfg)
 
 

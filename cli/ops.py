@@ -10,19 +10,15 @@ import settings as settings_module
 
 
 async def cmd_api(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
-    from cli.context import CliError
+    from cli.context import CliError, adopt_dev_stack
     from cli.main import operational_error
-    from devstack.stack import read_running
 
     # Beside a running `herald dev`, reuse its Temporal and Postgres (like `herald show`).
-    running = read_running(cfg)
-    if running is not None:
-        cfg.temporal_address = cfg.temporal_address or running.temporal
-        cfg.database_url = cfg.database_url or running.postgres
+    adopt_dev_stack(cfg)
     from api.server import serve
 
     try:
-        await serve(cfg, host=args.host, port=args.port)
+        await serve(cfg, host=args.host, port=args.port, ingress_port=args.ingress_port)
     except RuntimeError as err:  # missing production secrets, Temporal unreachable
         raise CliError(operational_error(err, cfg) or str(err)) from err
     return 0
@@ -38,4 +34,10 @@ def register(add: Callable[..., argparse.ArgumentParser]) -> dict[str, Any]:
     )
     api.add_argument("--host", help="bind address (default: HERALD_API_HOST, 127.0.0.1)")
     api.add_argument("--port", type=int, help="port (default: HERALD_API_PORT, 58080)")
+    api.add_argument(
+        "--ingress-port",
+        type=int,
+        help="also serve the public ingress (provider webhooks and unsubscribe links only) "
+        "on this port, the one a proxy exposes (default: HERALD_INGRESS_PORT, none)",
+    )
     return {"api": cmd_api}

@@ -1,5 +1,11 @@
 # The Herald image: one image for the worker, the API and one-shot commands (`herald migrate`).
 # Built by docker-compose.yml; the command picks the role.
+#
+# Reproducible: the dependencies come from requirements.lock (every version pinned, every
+# file's hash checked; `make lock` writes it), then Herald itself without resolving
+# anything. Only the runtime packages are copied: no dev stack, bench or scenarios, and
+# none of the `dev-stack` extra (the embedded Postgres and Temporal binaries); `herald dev`
+# here says so in one line. .dockerignore admits nothing else into the build context.
 FROM python:3.12-slim
 
 ENV PYTHONUNBUFFERED=1 \
@@ -9,6 +15,10 @@ ENV PYTHONUNBUFFERED=1 \
     HERALD_DATA_DIR=/var/lib/herald
 
 WORKDIR /app
+# Its own layer: a change to Herald's code does not reinstall the dependencies.
+COPY requirements.lock ./
+RUN pip install --require-hashes --no-deps -r requirements.lock
+
 COPY pyproject.toml README.md settings.py worker.py ./
 COPY domain ./domain
 COPY workflows ./workflows
@@ -16,15 +26,13 @@ COPY activities ./activities
 COPY starter ./starter
 COPY cli ./cli
 COPY runtime ./runtime
-COPY devstack ./devstack
-COPY scenarios ./scenarios
-COPY bench ./bench
 COPY ledger ./ledger
 COPY transports ./transports
 COPY api ./api
 COPY policies ./policies
 COPY templates ./templates
-RUN pip install . \
+# The build backend (setuptools) is in the lock too: nothing is fetched here.
+RUN pip install --no-deps --no-build-isolation . \
     && useradd --system --create-home --home-dir /var/lib/herald herald \
     && mkdir -p /var/lib/herald/artifacts \
     && chown -R herald /var/lib/herald

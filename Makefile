@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-busy test-fast lint dev clean chromium
+.PHONY: demo test test-busy test-fast lint dev clean chromium lock
 
 # The browser tier (tests/console) drives Debian's Chromium through Playwright;
 # `playwright install` is never run (it downloads a browser build). Root on every machine
@@ -54,6 +54,17 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy $(TYPED)
+
+# requirements.lock, the production image's dependencies (Dockerfile): pyproject's runtime
+# dependencies and its build backend, no extras, every version pinned with the hashes of its
+# files, resolved for the image's Python on any platform. Run after changing a dependency
+# in pyproject.toml; tests/ops/test_production_image.py fails until you do.
+LOCK_PYTHON := 3.12
+lock: $(STAMP)
+	$(BIN)/python -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['build-system']['requires'], sep='\n')" \
+	  | $(BIN)/uv pip compile pyproject.toml - --universal --python-version $(LOCK_PYTHON) \
+	    --generate-hashes --no-emit-index-url --custom-compile-command 'make lock' \
+	    --quiet -o requirements.lock
 
 clean:
 	rm -rf $(VENV) .herald

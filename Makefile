@@ -55,16 +55,19 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy $(TYPED)
 
-# requirements.lock, the production image's dependencies (Dockerfile): pyproject's runtime
-# dependencies and its build backend, no extras, every version pinned with the hashes of its
-# files, resolved for the image's Python on any platform. Run after changing a dependency
-# in pyproject.toml; tests/ops/test_production_image.py fails until you do.
+# The production image's dependencies (Dockerfile), every version pinned with the hashes of
+# its files, resolved for the image's Python on any platform: requirements.lock (pyproject's
+# runtime dependencies, no extras) and requirements-build.lock (its build backend, which
+# builds Herald and the one sdist-only dependency, dkimpy, with no isolated fetch). Run
+# after changing a dependency in pyproject.toml; tests/ops/test_production_image.py fails
+# until you do.
 LOCK_PYTHON := 3.12
+LOCK := $(BIN)/uv pip compile --universal --python-version $(LOCK_PYTHON) --generate-hashes \
+	--no-emit-index-url --custom-compile-command 'make lock' --quiet
 lock: $(STAMP)
+	$(LOCK) pyproject.toml -o requirements.lock
 	$(BIN)/python -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['build-system']['requires'], sep='\n')" \
-	  | $(BIN)/uv pip compile pyproject.toml - --universal --python-version $(LOCK_PYTHON) \
-	    --generate-hashes --no-emit-index-url --custom-compile-command 'make lock' \
-	    --quiet -o requirements.lock
+	  | $(LOCK) - -o requirements-build.lock
 
 clean:
 	rm -rf $(VENV) .herald

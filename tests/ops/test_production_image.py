@@ -22,6 +22,7 @@ from cli.main import DEV_STACK_MODULES
 ROOT = Path(__file__).resolve().parents[2]
 HERALD = str(Path(sys.executable).with_name("herald"))
 LOCK = ROOT / "requirements.lock"
+BUILD_LOCK = ROOT / "requirements-build.lock"
 DOCKERFILE = ROOT / "Dockerfile"
 DEV_ONLY_TREES = {"devstack", "bench", "scenarios", "tests"}
 
@@ -32,17 +33,16 @@ def pins(lock_text: str) -> dict[str, str]:
     return {canonicalize_name(name): version for name, version in _PINNED.findall(lock_text)}
 
 
-def unlocked(pyproject: dict, lock_text: str) -> list[str]:  # type: ignore[type-arg]
-    """Runtime dependencies (and the build backend) the lock does not pin to a version they
-    allow: each is a dependency added or raised without `make lock`."""
+def unlocked(wanted: list[str], lock_text: str) -> list[str]:
+    """Requirements the lock does not pin to a version they allow: each is a dependency
+    added or raised without `make lock`."""
     pinned = pins(lock_text)
-    wanted = [*pyproject["project"]["dependencies"], *pyproject["build-system"]["requires"]]
     problems = []
     for line in wanted:
         requirement = Requirement(line)
         version = pinned.get(canonicalize_name(requirement.name))
         if version is None:
-            problems.append(f"{requirement.name} is not in requirements.lock")
+            problems.append(f"{requirement.name} is not in the lock")
         elif not requirement.specifier.contains(version, prereleases=True):
             problems.append(f"{requirement.name}=={version} does not satisfy {requirement}")
     return problems
@@ -52,22 +52,24 @@ def pyproject() -> dict:  # type: ignore[type-arg]
     return tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 
-def test_the_lock_pins_every_runtime_dependency_and_the_build_backend():
-    assert unlocked(pyproject(), LOCK.read_text()) == []
+def test_the_locks_pin_every_runtime_dependency_and_the_build_backend():
+    assert unlocked(pyproject()["project"]["dependencies"], LOCK.read_text()) == []
+    assert unlocked(pyproject()["build-system"]["requires"], BUILD_LOCK.read_text()) == []
 
 
 def test_a_dependency_added_without_relocking_is_found():
-    project = pyproject()
-    project["project"]["dependencies"].append("tenacity>=8")
-    project["project"]["dependencies"][0] = "temporalio>=99"
-    problems = unlocked(project, LOCK.read_text())
-    assert "tenacity is not in requirements.lock" in problems
+    wanted = [*pyproject()["project"]["dependencies"], "tenacity>=8"]
+    wanted[0] = "temporalio>=99"
+    problems = unlocked(wanted, LOCK.read_text())
+    assert "tenacity is not in the lock" in problems
     assert any(p.startswith("temporalio==") for p in problems)
 
 
-def test_every_pin_in_the_lock_carries_hashes():
-    blocks = re.split(r"\n(?=[A-Za-z0-9])", LOCK.read_text().split("\n", 2)[2])
-    assert len(blocks) == len(pins(LOCK.read_text())) > 20
+@pytest.mark.parametrize("lock", [LOCK, BUILD_LOCK], ids=lambda p: p.name)
+def test_every_pin_in_the_locks_carries_hashes(lock):
+    text = lock.read_text()
+    blocks = re.split(r"\n(?=[A-Za-z0-9])", text.split("\n", 2)[2])
+    assert len(blocks) == len(pins(text)) >= 1
     for block in blocks:
         assert "--hash=sha256:" in block, block.splitlines()[0]
 
@@ -90,7 +92,10 @@ def dockerfile_copies() -> set[str]:
 
 def test_the_image_installs_from_the_lock_then_herald_without_resolving():
     text = DOCKERFILE.read_text()
-    assert "pip install --require-hashes --no-deps -r requirements.lock" in text
+    build = "pip install --require-hashes --no-deps -r requirements-build.lock"
+    runtime = "pip install --require-hashes --no-deps --no-build-isolation -r requirements.lock"
+    assert build in text and runtime in text
+    assert text.index(build) < text.index(runtime)
     assert "pip install --no-deps --no-build-isolation ." in text
     # The lock is installed before Herald's code is copied (its own cached layer).
     assert text.index("-r requirements.lock") < text.index("COPY domain")

@@ -168,7 +168,8 @@ class Settings(BaseSettings):
     Unset: none (`herald dev` serves everything on one origin)."""
     public_base_url: str | None = None
     """The URL the SMS provider calls (signature checks need it exactly, behind proxies too):
-    the public ingress's origin. Unset: the ingress port's local URL, else the API's."""
+    the public ingress's origin. Unset: the API's own URL, which serves the provider routes
+    too (`herald dev`, a local `herald api`)."""
     trusted_proxies: list[str] = []
     """HERALD_TRUSTED_PROXIES, a JSON list of addresses or networks (`["10.0.0.0/8"]`) whose
     X-Forwarded-For names the client. Empty (the default): the client is the socket peer,
@@ -310,11 +311,7 @@ class Settings(BaseSettings):
 
     @property
     def callback_base_url(self) -> str:
-        if self.public_base_url:
-            return self.public_base_url.rstrip("/")
-        if self.ingress_port is not None:
-            return f"http://{self.api_host}:{self.ingress_port}"
-        return self.api_url
+        return (self.public_base_url or self.api_url).rstrip("/")
 
     @property
     def temporal_target(self) -> str:

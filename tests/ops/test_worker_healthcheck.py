@@ -92,6 +92,15 @@ async def test_a_worker_that_lost_the_ledger_is_unhealthy(stack, closed_port):
     assert "secret" not in said
 
 
+async def test_a_temporal_that_never_answers_fails_within_the_bound(stack, silent_port):
+    await worker_is_up(stack)
+    address = f"127.0.0.1:{silent_port}"
+    done, took = healthcheck({**stack.env(), "HERALD_TEMPORAL_ADDRESS": address})
+    assert done.returncode == 1
+    assert one_line(done).startswith(f"herald worker: unhealthy: Temporal at {address}:")
+    assert took < worker.HEALTH_TIMEOUT_SECONDS + 8, took
+
+
 async def test_a_ledger_that_never_answers_fails_within_the_bound(stack, silent_port):
     await worker_is_up(stack)
     url = f"postgresql+psycopg://herald@127.0.0.1:{silent_port}/herald"

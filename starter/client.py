@@ -33,7 +33,7 @@ from temporalio.common import (
 )
 from temporalio.exceptions import ActivityError, WorkflowAlreadyStartedError
 from temporalio.exceptions import TimeoutError as ActivityTimeout
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 import settings as settings_module
 from activities.contracts import (
@@ -383,7 +383,11 @@ class HeraldClient:
         try:
             desc = await handle.describe()
             running = desc.status == WorkflowExecutionStatus.RUNNING
-        except RPCError:
+        except RPCError as err:
+            # Only "no such workflow" says it does not run. Temporal unreachable says
+            # nothing: raised (the API answers 503), never recorded as "had finished".
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
             running = False
         return intent_id, handle, running
 
@@ -398,7 +402,9 @@ class HeraldClient:
         except RPCError as err:
             try:
                 still = (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
-            except RPCError:
+            except RPCError as gone:
+                if gone.status != RPCStatusCode.NOT_FOUND:
+                    raise
                 still = False
             if still:
                 raise

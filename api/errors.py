@@ -63,6 +63,8 @@ def unavailable_dependency(exc: BaseException) -> str | None:
             return "Temporal"
         if isinstance(current, WorkflowUpdateRPCTimeoutOrCancelledError):
             return "Temporal"
+        if isinstance(current, RuntimeError) and "client connect" in str(current).lower():
+            return "Temporal"  # a lazy client's first call ("Failed client connect: ...")
         current = current.__cause__ or current.__context__
     return None
 

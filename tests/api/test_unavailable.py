@@ -27,6 +27,7 @@ from api.console.sessions import COOKIE
 from ledger.crypto import FieldCipher
 from ledger.engine import ledger_engine
 from ledger.models import OperatorAction
+from starter.client import DESCRIBE_TIMEOUT
 from tests.api.conftest import (
     BEARER,
     INTERNAL_BASE,
@@ -47,8 +48,13 @@ def _closed_port() -> int:
 
 
 class DownHandle:
-    async def describe(self) -> Any:
-        raise RPCError("connection refused", RPCStatusCode.UNAVAILABLE, b"")
+    failure: Exception = RPCError("connection refused", RPCStatusCode.UNAVAILABLE, b"")
+
+    asked: dict[str, Any] = {}
+
+    async def describe(self, **options: Any) -> Any:
+        DownHandle.asked = options
+        raise self.failure
 
     async def signal(self, *_: Any) -> None:
         raise RPCError("connection refused", RPCStatusCode.UNAVAILABLE, b"")
@@ -136,8 +142,21 @@ async def test_the_console_answers_with_its_page_not_json(down: httpx.AsyncClien
 
 
 @pytest.mark.ledger
+@pytest.mark.parametrize(
+    "failure",
+    [
+        RPCError("connection refused", RPCStatusCode.UNAVAILABLE, b""),
+        # A frontend that takes the connection and never answers (DESCRIBE_TIMEOUT).
+        RPCError("deadline exceeded", RPCStatusCode.DEADLINE_EXCEEDED, b""),
+        RuntimeError("Failed client connect: Server connection error"),
+    ],
+    ids=["unavailable", "no-answer", "never-connected"],
+)
 async def test_with_temporal_down_a_cancel_is_503_and_records_nothing(
-    committed: sessionmaker[Any], cipher: FieldCipher
+    committed: sessionmaker[Any],
+    cipher: FieldCipher,
+    failure: Exception,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Postgres answers, Temporal does not: the cancel cannot know whether the workflow
     runs, so it is refused with 503, never recorded as "the intent had already finished"."""
@@ -148,6 +167,7 @@ async def test_with_temporal_down_a_cancel_is_503_and_records_nothing(
         created = await http.post("/v1/intents", headers=BEARER, json=body())
         assert created.status_code == 201, created.text
         key, intent_id = created.json()["business_key"], created.json()["intent_id"]
+    monkeypatch.setattr(DownHandle, "failure", failure)
     app, _ = build_app(committed, cipher, DownTemporal())
     async with httpx.AsyncClient(
         transport=httpx.ASGITransport(app=app), base_url=INTERNAL_BASE
@@ -158,6 +178,8 @@ async def test_with_temporal_down_a_cancel_is_503_and_records_nothing(
         assert answer.status_code == 503
         assert answer.headers["Retry-After"] == str(errors.RETRY_AFTER_SECONDS)
         assert answer.json()["detail"].startswith("Temporal is unavailable")
+        # Bounded: a frontend that never answers is a deadline, not a hung request.
+        assert DownHandle.asked == {"rpc_timeout": DESCRIBE_TIMEOUT}
     with committed() as session:
         actions = session.scalars(
             select(OperatorAction).where(OperatorAction.intent_id == intent_id)

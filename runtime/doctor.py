@@ -180,7 +180,9 @@ async def connect_temporal(cfg: settings_module.Settings) -> Any:
     try:
         return await connect(cfg)
     except RuntimeError as err:
-        raise CheckFailed(f"cannot connect to {cfg.temporal_target}: {_one_line(err)}") from err
+        # The SDK's text nests the transport's errors ("tonic::transport::Error(...)").
+        why = "connection refused" if "connection refused" in str(err).lower() else _one_line(err)
+        raise CheckFailed(f"cannot connect to {cfg.temporal_target}: {why}") from err
 
 
 async def check_namespace(client: Any, cfg: settings_module.Settings) -> str:
@@ -345,57 +347,82 @@ def _thread(work: Callable[[], str]) -> Callable[[], Awaitable[str]]:
     return lambda: asyncio.to_thread(work)
 
 
-async def run_checks(
-    cfg: settings_module.Settings, *, also_providers: frozenset[str] = frozenset()
-) -> list[Finding]:
-    """Every check, in the order a deployment needs them; one Finding each."""
-    findings = [await _bounded("settings", _thread(lambda: check_settings(cfg)))]
+def _not_checked(whats: tuple[str, ...], why: str) -> list[Finding]:
+    return [Finding(what, False, f"not checked: {why}") for what in whats]
+
+
+async def _ledger_checks(cfg: settings_module.Settings) -> list[Finding]:
+    """Reachable, then migrated, then what only a migrated ledger can say."""
     where = where_is_the_ledger(cfg)
-    engine = ledger_engine_for_checks(cfg)
+    try:
+        engine = ledger_engine_for_checks(cfg)
+    except Exception as err:  # noqa: BLE001 - its message may hold the URL's password
+        return [
+            Finding("ledger", False, f"HERALD_DATABASE_URL is not usable ({type(err).__name__})"),
+            *_not_checked(("migrations", "data key", "policy"), "the ledger is not reachable"),
+        ]
     try:
         ledger = await _bounded("ledger", _thread(lambda: check_ledger(engine, where)))
-        findings.append(ledger)
+        if not ledger.ok:
+            return [
+                ledger,
+                *_not_checked(("migrations", "data key", "policy"), "the ledger is not reachable"),
+            ]
         url = cfg.resolved_database_url()
-        migrated = Finding("migrations", False, "not checked: the ledger is not reachable")
-        if ledger.ok:
-            migrated = await _bounded("migrations", _thread(lambda: check_migrations(engine, url)))
-        findings.append(migrated)
-        after = "the ledger is not reachable" if not ledger.ok else "the ledger is not migrated"
-        for what, check in (
-            ("data key", lambda: check_data_key(engine, cfg)),
-            ("policy", lambda: check_policy(engine)),
-        ):
-            if migrated.ok:
-                findings.append(await _bounded(what, _thread(check)))
-            else:
-                findings.append(Finding(what, False, f"not checked: {after}"))
+        migrated = await _bounded("migrations", _thread(lambda: check_migrations(engine, url)))
+        if not migrated.ok:
+            return [
+                ledger,
+                migrated,
+                *_not_checked(("data key", "policy"), "the ledger is not migrated"),
+            ]
+        return [
+            ledger,
+            migrated,
+            await _bounded("data key", _thread(lambda: check_data_key(engine, cfg))),
+            await _bounded("policy", _thread(lambda: check_policy(engine))),
+        ]
     finally:
         engine.dispose()
 
+
+async def _temporal_checks(cfg: settings_module.Settings) -> list[Finding]:
     client: Any = None
 
-    async def temporal() -> str:
+    async def namespace() -> str:
         nonlocal client
         client = await connect_temporal(cfg)
         return await check_namespace(client, cfg)
 
-    namespace = await _bounded("temporal", temporal)
-    findings.append(namespace)
-    if namespace.ok:
-        findings.append(
-            await _bounded("search attributes", lambda: check_search_attributes(client, cfg))
-        )
-    else:
-        findings.append(
-            Finding("search attributes", False, "not checked: the namespace is not usable")
-        )
-    for alias in providers_in_use(cfg, also_providers):
-        findings.append(
-            await _bounded(f"provider {alias}", functools.partial(check_provider, cfg, alias))
-        )
-    findings.append(
-        await _bounded(
-            "callback URL", _thread(lambda: check_callback_url(cfg.callback_base_url, env=cfg.env))
-        )
-    )
-    return findings
+    found = await _bounded("temporal", namespace)
+    if not found.ok:
+        return [found, *_not_checked(("search attributes",), "the namespace is not usable")]
+    return [
+        found,
+        await _bounded("search attributes", lambda: check_search_attributes(client, cfg)),
+    ]
+
+
+async def _provider_checks(cfg: settings_module.Settings, also: frozenset[str]) -> list[Finding]:
+    try:
+        aliases = providers_in_use(cfg, also)
+    except Exception as err:  # noqa: BLE001 - a policy that does not load; settings name it
+        return [Finding("providers", False, f"not checked: {type(err).__name__}: {_one_line(err)}")]
+    return [
+        await _bounded(f"provider {alias}", functools.partial(check_provider, cfg, alias))
+        for alias in aliases
+    ]
+
+
+async def run_checks(
+    cfg: settings_module.Settings, *, also_providers: frozenset[str] = frozenset()
+) -> list[Finding]:
+    """Every check, in the order a deployment needs them; one Finding each."""
+    url_check = functools.partial(check_callback_url, cfg.callback_base_url, env=cfg.env)
+    return [
+        await _bounded("settings", _thread(lambda: check_settings(cfg))),
+        *await _ledger_checks(cfg),
+        *await _temporal_checks(cfg),
+        *await _provider_checks(cfg, also_providers),
+        await _bounded("callback URL", _thread(url_check)),
+    ]

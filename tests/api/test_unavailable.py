@@ -213,3 +213,40 @@ async def test_a_fault_is_500_in_the_same_shape_without_a_traceback(
     doc = app.openapi()["paths"]["/v1/boom"]["get"]["responses"]
     assert {"500", "503"} <= set(doc)
     assert "Retry-After" in doc["503"]["headers"]
+
+
+async def test_no_v1_operation_answers_500_with_the_ledger_down(down: httpx.AsyncClient) -> None:
+    """Every operation of the document, with a token and a well-formed body where one is
+    easy to make: refused before the ledger (4xx), or 503 JSON with Retry-After."""
+    doc = (await down.get("/openapi.json")).json()
+    bodies = {
+        "/v1/intents": body(),
+        "/v1/consents": {"recipient_ref": "m-1", "channel": "sms"},
+    }
+    statuses = {}
+    for path, operations in doc["paths"].items():
+        if not path.startswith("/v1/"):
+            continue
+        for method in operations:
+            url = path.replace("{id_or_key}", "class-opening:c-1:m-1")
+            url = url.replace("{", "").replace("}", "")
+            answer = await down.request(
+                method.upper(),
+                url,
+                headers=BEARER,
+                json=bodies.get(path, {"reason": "seat filled", "channel": "sms"}),
+            )
+            statuses[f"{method.upper()} {path}"] = answer.status_code
+            assert answer.status_code != 500, (method, path, answer.text)
+            if answer.status_code >= 500:
+                _is_503_problem(answer)
+    unavailable = {operation for operation, status in statuses.items() if status == 503}
+    assert {
+        "POST /v1/intents",
+        "GET /v1/intents",
+        "GET /v1/intents/{id_or_key}",
+        "POST /v1/intents/{id_or_key}/approve-resend",
+        "POST /v1/consents",
+        "GET /v1/principals",
+        "GET /v1/settlement-rules",
+    } <= unavailable, statuses

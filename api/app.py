@@ -67,7 +67,9 @@ Herald's HTTP ingress.
 - `/healthz` (liveness), `/readyz` (ledger and Temporal reachable), `/metrics`
   (Prometheus text format) and this document need nothing.
 
-Bodies larger than {MAX_BODY_BYTES} bytes are refused with 413.
+Bodies larger than {MAX_BODY_BYTES} bytes are refused with 413. With the ledger
+(Postgres) or Temporal unavailable, every `/v1` route answers 503 `{{"detail": ...}}`
+naming which, with `Retry-After` (seconds); a fault in Herald is 500 in the same shape.
 
 {RETENTION_NOTE}
 """

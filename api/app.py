@@ -3,7 +3,8 @@ the operator and app API (bearer token), metrics, health and the OpenAPI documen
 
 The app factory: the routes live in their modules (`api/webhooks.py`, `api/intents.py`,
 `api/evidence.py`, `api/principals.py`, `api/console/`) and take what they share from
-`api/deps.py`; this module adds the body limit, the error handlers, health and metrics.
+`api/deps.py`; this module adds the body limit, the error handlers (`api/errors.py`),
+health and metrics.
 Every request body is bounded (`MAX_BODY_BYTES`), chunked ones included.
 
 Two apps from the one factory and the one router list: the full app (`herald api`'s
@@ -33,6 +34,7 @@ from api.console import mount_console
 from api.deps import MAX_BODY_BYTES, Ingress
 from api.email_events import EVENTS_PATH, MAX_BATCH_BYTES
 from api.email_events import router as email_event_routes
+from api.errors import install_error_answers
 from api.evidence import router as evidence_routes
 from api.fast_receipts import FastReceipts
 from api.intent_search import router as recipient_routes
@@ -71,7 +73,9 @@ Herald's HTTP ingress.
 - `/healthz` (liveness), `/readyz` (ledger and Temporal reachable), `/metrics`
   (Prometheus text format) and this document need nothing.
 
-Bodies larger than {MAX_BODY_BYTES} bytes are refused with 413.
+Bodies larger than {MAX_BODY_BYTES} bytes are refused with 413. With the ledger
+(Postgres) or Temporal unavailable, every `/v1` route answers 503 `{{"detail": ...}}`
+naming which, with `Retry-After` (seconds); a fault in Herald is 500 in the same shape.
 
 {RETENTION_NOTE}
 """
@@ -215,6 +219,9 @@ def create_app(ingress: Ingress, *, public: bool = False) -> FastAPI:
     # Every route's 422 names the problem without echoing what was sent.
     app.add_exception_handler(RequestValidationError, validation_problem)
     app.add_exception_handler(405, method_not_allowed)
+    # A dependency that is down is a 503 with Retry-After, a fault a 500, both JSON
+    # (api.errors); before the console, which answers its own paths with pages.
+    install_error_answers(app)
 
     @app.get("/healthz", response_model=Health, tags=["health"])
     async def healthz() -> dict[str, str]:

@@ -757,6 +757,7 @@ COMMAND_MODULES = [
     "cli.bench",
     "cli.maint",
     "cli.principals",
+    "cli.doctor",
 ]
 
 
@@ -1153,6 +1154,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = settings_module.load()
     except (RuntimeError, ValueError) as err:
+        if args.command == "doctor":  # its first check, reported as its others are
+            from cli.doctor import settings_refused
+
+            return settings_refused(err)
         # A missing production secret or a malformed HERALD_* value: say which, no traceback.
         print(f"herald {args.command}: settings: {settings_module.problem(err)}", file=sys.stderr)
         return 2

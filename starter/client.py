@@ -33,7 +33,7 @@ from temporalio.common import (
 )
 from temporalio.exceptions import ActivityError, WorkflowAlreadyStartedError
 from temporalio.exceptions import TimeoutError as ActivityTimeout
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 import settings as settings_module
 from activities.contracts import (
@@ -74,6 +74,9 @@ T = TypeVar("T")
 
 BULK_CONCURRENCY = 8
 """Settlements of one bulk settle in flight at once (each is a workflow update)."""
+DESCRIBE_TIMEOUT = timedelta(seconds=5)
+"""How long an operator action waits to learn whether the workflow runs: a Temporal that
+does not answer is then DEADLINE_EXCEEDED (the API's 503), not a request that hangs."""
 
 
 @dataclass
@@ -381,9 +384,13 @@ class HeraldClient:
         key_privacy.refuse_unfit_notes(notes, country=country)
         handle = self.temporal.get_workflow_handle(workflow_id)
         try:
-            desc = await handle.describe()
+            desc = await handle.describe(rpc_timeout=DESCRIBE_TIMEOUT)
             running = desc.status == WorkflowExecutionStatus.RUNNING
-        except RPCError:
+        except RPCError as err:
+            # Only "no such workflow" says it does not run. Temporal unreachable says
+            # nothing: raised (the API answers 503), never recorded as "had finished".
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
             running = False
         return intent_id, handle, running
 
@@ -397,8 +404,11 @@ class HeraldClient:
             return await handle.execute_update(name, request, result_type=result_type)
         except RPCError as err:
             try:
-                still = (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
-            except RPCError:
+                desc = await handle.describe(rpc_timeout=DESCRIBE_TIMEOUT)
+                still = desc.status == WorkflowExecutionStatus.RUNNING
+            except RPCError as gone:
+                if gone.status != RPCStatusCode.NOT_FOUND:
+                    raise
                 still = False
             if still:
                 raise

@@ -26,6 +26,7 @@ from typing import Protocol
 import aiosmtplib
 from aiosmtplib import errors as smtp_errors
 
+from transports.accounts import AccountCheckFailed
 from transports.artifacts import ArtifactRef, ArtifactStore
 
 log = logging.getLogger(__name__)
@@ -284,6 +285,43 @@ class SmtpEmail:
         self.password = password
         self.timeout = timeout
         self.message_id_domain = message_id_domain
+
+    async def check_account(self, *, timeout: float = 5.0) -> str:
+        """Connect, EHLO, STARTTLS where set, AUTH where a username is set, then QUIT: the
+        whole session up to the point where a message would begin, and no further."""
+        smtp = aiosmtplib.SMTP(
+            hostname=self.host,
+            port=self.port,
+            timeout=timeout,
+            use_tls=self.use_tls,
+            start_tls=self.starttls if not self.use_tls else False,
+            username=self.username,
+            password=self.password,
+        )
+        where = f"{self.host}:{self.port}"
+        try:
+            await smtp.connect()
+        except smtp_errors.SMTPAuthenticationError as exc:
+            raise AccountCheckFailed(f"{where} refused the login (SMTP {exc.code})") from exc
+        except smtp_errors.SMTPResponseException as exc:
+            raise AccountCheckFailed(f"{where} answered SMTP {exc.code}") from exc
+        except (
+            smtp_errors.SMTPConnectError,
+            smtp_errors.SMTPServerDisconnected,
+            smtp_errors.SMTPTimeoutError,
+            OSError,
+        ) as exc:
+            raise AccountCheckFailed(f"cannot reach {where} ({type(exc).__name__})") from exc
+        except smtp_errors.SMTPException as exc:  # e.g. AUTH or STARTTLS not offered
+            raise AccountCheckFailed(f"{where}: {str(exc).strip().rstrip('.')}") from exc
+        try:
+            await smtp.quit()
+        except (smtp_errors.SMTPException, OSError):
+            smtp.close()
+        steps = ["EHLO"]
+        steps += ["STARTTLS"] if self.starttls else []
+        steps += ["AUTH"] if self.username else []
+        return f"{where} {', '.join(steps)} ok"
 
     async def send(self, spec: EmailMessageSpec) -> EmailSubmitted:
         msg = build_message(spec, message_id_domain=self.message_id_domain)

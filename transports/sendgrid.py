@@ -39,6 +39,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from domain.email_events import ADDRESS, TOKEN_ARG, without_addresses
+from transports.accounts import AccountCheckFailed, authenticated_read
 from transports.email import (
     DEFAULT_MESSAGE_ID_DOMAIN,
     EmailAmbiguousError,
@@ -173,6 +174,21 @@ class SendGridEmail:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+    async def check_account(self, *, timeout: float = 5.0) -> str:
+        """Read the key's scopes (`GET /v3/scopes`): proves the key, and that it may send
+        (`mail.send`), without sending."""
+        body = await authenticated_read(
+            self._client,
+            f"{self._base}/v3/scopes",
+            headers={"Authorization": f"Bearer {self._api_key}"},
+            timeout=httpx.Timeout(timeout),
+            code_of=lambda _: None,  # SendGrid's errors carry a message, no code
+        )
+        scopes = body.get("scopes") if isinstance(body, dict) else None
+        if not isinstance(scopes, list) or "mail.send" not in scopes:
+            raise AccountCheckFailed("the API key lacks the mail.send scope")
+        return "API key accepted, mail.send allowed"
 
     async def send(self, spec: EmailMessageSpec) -> EmailSubmitted:
         if not parseaddr(spec.sender)[1] or not parseaddr(spec.to)[1]:

@@ -1,6 +1,7 @@
 """A SendGrid-compatible email provider simulator: Mail Send plus signed Event Webhook batches.
 
-It speaks the subset Herald uses (``POST /v3/mail/send``, bearer key), and after each
+It speaks the subset Herald uses (``POST /v3/mail/send``, bearer key; ``GET /v3/scopes``,
+the key's permissions, for ``herald doctor``), and after each
 accepted message plays the events a real provider would report to the event URL, batched,
 signed with a P-256 key pair generated per simulator (``public_key`` is what Herald's
 ``HERALD_SENDGRID_EVENT_PUBLIC_KEY`` must hold). What a message does is scripted by its
@@ -84,6 +85,8 @@ SCRIPTS: dict[str, list[tuple[str, dict[str, Any]]]] = {
 """Per scripted local part, the events played after acceptance, one step apart."""
 
 API_FAULTS = ("timeout", "error500", "refuse", "ratelimit")
+SCOPES = ("mail.send", "user.scheduled_sends.read", "user.webhooks.event.settings.read")
+"""What `GET /v3/scopes` lists for the simulator's key: a restricted key that may send."""
 NOT_IN_A_MAILBOX = frozenset({"bounce", "block", "drop", "refuse", "ratelimit"})
 """Scripts whose message never reaches a mailbox (nothing is relayed)."""
 
@@ -188,6 +191,13 @@ class SendGridSimulator:
             return self.scripts[address]
         local = address.partition("@")[0].partition("+")[0]
         return local if local in SCRIPTS or local in API_FAULTS else "deliver"
+
+    async def scopes(self, request: Request) -> Response:
+        """`GET /v3/scopes`: the key's permissions, SendGrid's cheapest authenticated read
+        (`herald doctor` asks it, and looks for `mail.send`)."""
+        if request.headers.get("Authorization") != f"Bearer {self.api_key}":
+            return _errors(401, "The provided authorization grant is invalid, expired, or revoked")
+        return JSONResponse({"scopes": list(SCOPES)})
 
     async def mail_send(self, request: Request) -> Response:
         self.requests_total += 1
@@ -426,6 +436,7 @@ def create_sendgrid_app(
     app = Starlette(
         routes=[
             Route("/v3/mail/send", sim.mail_send, methods=["POST"]),
+            Route("/v3/scopes", sim.scopes, methods=["GET"]),
             Route("/_sim/email/script", script, methods=["POST"]),
             Route("/_sim/email/stats", stats, methods=["GET"]),
             Route("/_sim/email/batches", batches, methods=["GET"]),

@@ -6,7 +6,9 @@ signed exactly like Twilio (``X-Twilio-Signature`` through ``twilio``'s
 ``RequestValidator``, plus a stable ``I-Twilio-Idempotency-Token``), and misbehaves on
 purpose for the destinations in :data:`FAULT_NUMBERS` or any destination scripted at run
 time through ``POST /_sim/script``. It counts every create request it receives, including
-the one whose response it withholds. See ``docs/simulator.md``.
+the one whose response it withholds. ``GET /2010-04-01/Accounts/{sid}.json`` answers the
+Account resource to the account's credentials (what ``herald doctor`` reads). See
+``docs/simulator.md``.
 
 Control endpoints (not part of Twilio's API):
 
@@ -462,8 +464,33 @@ def create_simulator_app(
         await sim.read_delay(found.to)
         return JSONResponse(found.resource(sim.account_sid))
 
+    started = _now()
+
+    async def account(request: Request) -> Response:
+        """The Account resource (`GET /2010-04-01/Accounts/{sid}.json`), Twilio's cheapest
+        authenticated read: what `herald doctor` asks to prove the credentials."""
+        sid = request.path_params["account"]
+        if not sim.authorized(request, sid):
+            return _error(401, 20003)
+        uri = f"/{API_VERSION}/Accounts/{sid}"
+        return JSONResponse(
+            {
+                "auth_token": sim.auth_token,
+                "date_created": _rfc2822(started),
+                "date_updated": _rfc2822(started),
+                "friendly_name": "Herald carrier simulator",
+                "owner_account_sid": sid,
+                "sid": sid,
+                "status": "active",
+                "subresource_uris": {"messages": f"{uri}/Messages.json"},
+                "type": "Full",
+                "uri": f"{uri}.json",
+            }
+        )
+
     prefix = f"/{API_VERSION}/Accounts/{{account}}"
     routes = [
+        Route(f"{prefix}.json", account, methods=["GET"]),
         Route(f"{prefix}/Messages.json", messages, methods=["GET", "POST"]),
         Route(f"{prefix}/Messages/{{sid}}.json", message, methods=["GET", "POST"]),
         *control_routes(sim, lambda record: {"sid": record.params["MessageSid"]}),

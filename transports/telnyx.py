@@ -25,6 +25,7 @@ from domain.clocks import parse_iso_utc
 from domain.keys import content_sha256
 from domain.provider_errors import TELNYX_ERRORS, Cause
 from domain.states import normalize_telnyx_status
+from transports.accounts import AccountCheckFailed, authenticated_read
 from transports.sms import (
     ProviderStatus,
     SmsAmbiguousError,
@@ -114,6 +115,22 @@ class TelnyxSms:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+    async def check_account(self, *, timeout: float = 5.0) -> str:
+        """Read the balance (`GET /v2/balance`): the cheapest call that proves the key."""
+        body = await authenticated_read(
+            self._client,
+            f"{self._base_url}/v2/balance",
+            headers=self._headers,
+            timeout=httpx.Timeout(timeout),
+            code_of=lambda body: (
+                first_error_code(body.get("errors")) if isinstance(body, dict) else None
+            ),
+        )
+        data = body.get("data") if isinstance(body, dict) else None
+        if not isinstance(data, dict) or data.get("record_type") != "balance":
+            raise AccountCheckFailed("the balance read did not answer a balance")
+        return "API key accepted"
 
     # -- the port ---------------------------------------------------------------
 

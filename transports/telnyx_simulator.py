@@ -3,7 +3,8 @@
 The same carrier as :mod:`transports.simulator` (the same fault names and fault numbers,
 the same control endpoints, the same counting of every create) behind Telnyx's API
 subset: ``POST /v2/messages`` (JSON, ``Authorization: Bearer``), ``GET
-/v2/messages/{id}``, and message events (``message.sent``, ``message.finalized``,
+/v2/messages/{id}``, ``GET /v2/balance`` (the read ``herald doctor`` proves the key with),
+and message events (``message.sent``, ``message.finalized``,
 ``message.received``) POSTed as JSON and signed with Ed25519 exactly as Telnyx signs them
 (``telnyx-signature-ed25519`` over ``f"{telnyx-timestamp}|{raw body}"``). Each simulator
 has its own key pair (:attr:`TelnyxCarrier.public_key`, base64), generated when it is
@@ -395,12 +396,30 @@ def create_telnyx_app(
     async def key(request: Request) -> Response:
         return JSONResponse({"public_key": sim.public_key})
 
+    async def balance(request: Request) -> Response:
+        """`GET /v2/balance`, Telnyx's cheapest authenticated read (`herald doctor`)."""
+        if not sim.authorized(request):
+            return _error(401, 10009, "The API key is invalid or missing.")
+        return JSONResponse(
+            {
+                "data": {
+                    "record_type": "balance",
+                    "balance": "100.00",
+                    "pending": "0.00",
+                    "credit_limit": "0.00",
+                    "available_credit": "100.00",
+                    "currency": "USD",
+                }
+            }
+        )
+
     def event_id(record: CallbackRecord) -> dict[str, Any]:
         return {"id": json.loads(record.params["body"])["data"]["id"]}
 
     routes = [
         Route("/v2/messages", messages, methods=["POST"]),
         Route("/v2/messages/{id}", message, methods=["GET", "DELETE"]),
+        Route("/v2/balance", balance, methods=["GET"]),
         Route("/_sim/public_key", key, methods=["GET"]),
         *control_routes(sim, event_id),
     ]

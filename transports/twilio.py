@@ -19,6 +19,7 @@ import httpx
 from domain.keys import content_sha256
 from domain.provider_errors import TWILIO_ERRORS
 from domain.states import normalize_provider_status
+from transports.accounts import AccountCheckFailed, authenticated_read
 from transports.sms import (
     ProviderStatus,
     SmsError,
@@ -142,6 +143,23 @@ class TwilioSms:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+    async def check_account(self, *, timeout: float = 5.0) -> str:
+        """Read the Account resource (`GET /2010-04-01/Accounts/{sid}.json`): the cheapest
+        call that proves the SID and token, and says whether the account may send."""
+        body = await authenticated_read(
+            self._client,
+            f"{self._base_url}/{API_VERSION}/Accounts/{self._account_sid}.json",
+            auth=self._auth,
+            timeout=httpx.Timeout(timeout),
+            code_of=lambda body: (
+                str(body["code"]) if isinstance(body, dict) and body.get("code") else None
+            ),
+        )
+        status = body.get("status") if isinstance(body, dict) else None
+        if status != "active":
+            raise AccountCheckFailed(f"account {self._account_sid} is {status or 'unreadable'}")
+        return f"account {self._account_sid} active"
 
     # -- the port ---------------------------------------------------------------
 

@@ -2,7 +2,8 @@
 
 The app's handlers for HTTP errors, form validation errors and unexpected exceptions
 answer a request under /console with `error.html` (the same status code, the pages'
-headers) and leave every other path's answer as the JSON API has it.
+headers; 503 with Retry-After when the ledger or Temporal is down, `api.errors`) and leave
+every other path's answer as the JSON API has it.
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ from dataclasses import dataclass
 from fastapi import FastAPI, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import PlainTextResponse, Response
+from fastapi.responses import Response
 from fastapi.templating import Jinja2Templates
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.console.headers import CONSOLE_HEADERS
+from api.errors import RETRY_AFTER_SECONDS, answer_error, status_of
 
 log = logging.getLogger("herald.console")
 
@@ -91,6 +93,14 @@ def explain(status: int, detail: str) -> Explained:
             f"{detail}. Nothing was changed.",
             "Go back, fill it in and send the form again.",
         )
+    if status == 503:
+        return Explained(
+            "Herald cannot reach its ledger or Temporal",
+            "A service the console stands on is unavailable for the moment, so nothing "
+            "could be read or changed.",
+            "Try again in a few seconds; if it lasts, tell the engineer on call "
+            "(`herald doctor` says which service is missing).",
+        )
     if status >= 500:
         return Explained(
             "Something went wrong on our side",
@@ -126,6 +136,7 @@ def install(app: FastAPI, templates: Jinja2Templates) -> None:
     """Answer the console's errors with pages; wraps the app's handlers for other paths."""
     json_validation: Handler | None = app.exception_handlers.get(RequestValidationError)  # type: ignore[assignment]
     json_405: Handler | None = app.exception_handlers.get(405)  # type: ignore[assignment]
+    json_crash: Handler = app.exception_handlers.get(Exception, answer_error)  # type: ignore[assignment]
 
     def page(request: Request, status: int, detail: str) -> Response:
         return templates.TemplateResponse(
@@ -153,14 +164,20 @@ def install(app: FastAPI, templates: Jinja2Templates) -> None:
 
     async def on_crash(request: Request, exc: Exception) -> Response:
         if not is_console(request):
-            # What Starlette answers without a handler (its log line follows).
-            return PlainTextResponse("Internal Server Error", status_code=500)
+            return await json_crash(request, exc)
+        status = status_of(exc)
         log.error(
-            "console error on %s %s: %s", request.method, request.url.path, type(exc).__name__
+            "console error on %s %s: %s answered %d",
+            request.method,
+            request.url.path,
+            type(exc).__name__,
+            status,
         )
-        crashed = page(request, 500, "")
-        # Answered outside every middleware (Starlette's ServerErrorMiddleware), so the
-        # headers SecurityHeaders gives every other console answer are set here.
+        crashed = page(request, status, "")
+        if status == 503:
+            crashed.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+        # Possibly answered outside every middleware (Starlette's ServerErrorMiddleware),
+        # so the headers SecurityHeaders gives every other console answer are set here.
         crashed.headers.update(CONSOLE_HEADERS)
         return crashed
 

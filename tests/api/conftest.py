@@ -75,7 +75,7 @@ class StubHandle:
         if self.temporal.fail_signals:
             raise RPCError("temporal is down", RPCStatusCode.UNAVAILABLE, b"")
 
-    async def describe(self) -> Any:
+    async def describe(self, **_: Any) -> Any:
         # No worker runs here: every workflow reads as not running, unless a test races
         # an update against the workflow's end (running until the update is asked).
         if self.temporal.closes_at_update and self.workflow_id not in self.temporal.closed:

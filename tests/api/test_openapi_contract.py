@@ -280,3 +280,21 @@ async def test_every_pattern_the_code_checks_has_words_for_its_refusal():
     not_pydantic = {idempotency.KEY_PATTERN}
     missing = _declared_patterns(doc) - set(PATTERN_WORDS) - not_pydantic
     assert not missing
+
+
+async def test_every_v1_operation_declares_500_and_503_with_retry_after():
+    doc = (await _call("GET", "/openapi.json")).json()
+    operations = [
+        (path, method, op)
+        for path, ops in doc["paths"].items()
+        if path.startswith("/v1/")
+        for method, op in ops.items()
+    ]
+    assert len(operations) >= 20
+    for path, method, op in operations:
+        responses = op["responses"]
+        assert {"500", "503"} <= set(responses), (method, path)
+        assert "Retry-After" in responses["503"]["headers"], (method, path)
+        for status in ("500", "503"):
+            schema = responses[status]["content"]["application/json"]["schema"]
+            assert schema["$ref"].endswith("/Problem"), (method, path, status)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Row, Select, String, Table, any_, bindparam, select, update
+from sqlalchemy import Row, Select, String, Table, any_, bindparam, literal, select, update
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
@@ -25,6 +25,7 @@ from domain.keys import workflow_id as workflow_id_for
 from domain.states import AttemptState, Verdict
 from ledger import metrics
 from ledger.models import (
+    ArchivedIntent,
     Attempt,
     Consent,
     Intent,
@@ -61,6 +62,9 @@ _INSERT_INTENT = (
     .returning(_INTENT.id)
 )
 _INSERT_OUTBOX = pg_insert(_OUTBOXES)
+_ARCHIVED_KEY = select(literal(1)).where(
+    cast(Table, ArchivedIntent.__table__).c.business_key == bindparam("key")
+)
 _INSERT_DECISION = pg_insert(_DECISIONS).returning(_DECISIONS.c.id)
 _INSERT_ATTEMPT = (
     pg_insert(_ATTEMPTS).on_conflict_do_nothing(index_elements=["token"]).returning(_ATTEMPT.id)
@@ -164,6 +168,9 @@ class IntentFields:
 def record_intent(session: Session, fields: IntentFields) -> RecordedIntent:
     """Insert the intent and its outbox row, or return the existing intent for the key."""
     payload = fields.payload_sha256()
+    if session.execute(_ARCHIVED_KEY, {"key": fields.business_key}).first() is not None:
+        # Its intent was archived (ledger/archive.py): one key, one intent, for ever.
+        raise IntentConflict(f"business key {fields.business_key!r} belongs to an archived intent")
     values = {k: v for k, v in fields.__dict__.items() if k not in ("variables_sha256",)}
     new_id = session.execute(
         _INSERT_INTENT,

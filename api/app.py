@@ -27,6 +27,7 @@ from api.console import mount_console
 from api.deps import MAX_BODY_BYTES, Ingress
 from api.email_events import EVENTS_PATH, MAX_BATCH_BYTES
 from api.email_events import router as email_event_routes
+from api.erasures import router as erasure_routes
 from api.evidence import router as evidence_routes
 from api.fast_receipts import FastReceipts
 from api.intent_search import router as recipient_routes
@@ -231,6 +232,7 @@ def create_app(ingress: Ingress) -> FastAPI:
     app.include_router(evidence_routes)
     app.include_router(principals_routes)
     app.include_router(settlement_routes)
+    app.include_router(erasure_routes)
     mount_console(app)
     check_every_route_declared(app)
     return app

@@ -757,6 +757,7 @@ COMMAND_MODULES = [
     "cli.bench",
     "cli.maint",
     "cli.principals",
+    "cli.retention",
 ]
 
 

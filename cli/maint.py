@@ -30,7 +30,7 @@ from cli.main import action
 if TYPE_CHECKING:
     from cli.main import Command
 
-MAINTENANCE_JOBS = ("reconcile", "purge")
+MAINTENANCE_JOBS = ("reconcile", "purge", "archive")
 """`activities.contracts.JOBS` (a test keeps them equal): importing it pulls in the
 Temporal SDK, most of a second on every `herald` command just to build the parser."""
 
@@ -178,8 +178,9 @@ async def cmd_schedules(args: argparse.Namespace, cfg: settings_module.Settings)
     if args.schedules_command == "trigger":
         from domain.principals import Access
 
-        # Running a job now is what the job's own command needs (`herald purge`: admin).
-        acting(cfg, Access.ADMINISTER if args.job == "purge" else Access.OPERATE)
+        # Running a job now is what the job's own command needs (`herald purge`,
+        # `herald archive`: admin).
+        acting(cfg, Access.OPERATE if args.job == "reconcile" else Access.ADMINISTER)
     client = await _connected(cfg)
     if args.schedules_command == "list":
         rows = await _schedules_list(client, cfg)

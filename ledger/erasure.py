@@ -21,12 +21,16 @@ Refused, naming why, and changing nothing:
   (`herald cancel KEY`), which records it, and a message already with the provider
   cannot be recalled; the operator cancels, waits for the intent to close, and erases.
 
+After a restore, an erasure recorded after the backup's point is applied again from its
+record (`recipient_by_lookup`, `herald erase --lookup phone:<HMAC>`).
+
 A table given new contact data registers its columns in ledger/contact_data.py and says
 here how a recipient's rows are found (`ROW_FINDERS`); a test fails until both are done.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -35,19 +39,28 @@ from typing import Any
 from sqlalchemy import Table, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from domain.destinations import normalized_destination, search_form
+from domain import key_privacy
+from domain.destinations import LOOKUP_FORMS, InvalidDestination, search_form
 from domain.intents import FINAL_STATES
 from domain.principals import Principal
+from domain.recipients import RecipientKind
 from domain.states import AttemptState
 from ledger import contact_data
 from ledger.listing import derive_states
-from ledger.models import Attempt, Base, Consent, InboundKeyword, Intent, Suppression
+from ledger.models import (
+    DESTINATION_COLUMNS,
+    Attempt,
+    Base,
+    Consent,
+    InboundKeyword,
+    Intent,
+    Suppression,
+)
 from ledger.principals import record_audit
 from ledger.transactions import rows_changed
 
 ERASED_ACTION = "recipient.erased"
 """The audit event's action."""
-KINDS = ("phone", "email", "recipient_ref")
 IN_FLIGHT = (AttemptState.PREPARED.value, AttemptState.SUBMITTED.value)
 
 
@@ -59,8 +72,7 @@ class ErasureRefused(Exception):
 class Recipient:
     """Whom to erase, as the ledger looks them up; the plain value is not kept."""
 
-    kind: str
-    """`phone`, `email` or `recipient_ref`."""
+    kind: RecipientKind
     lookup: str
     """The HMAC the ledger finds them by (for a `recipient_ref`, the HMAC of the ref: the
     audit row names no one in the clear)."""
@@ -72,10 +84,12 @@ class Recipient:
     @property
     def subject(self) -> str:
         """How the audit row names the erasure's subject: `<kind>:<hmac>`."""
-        return f"{self.kind}:{self.lookup}"
+        return f"{self.kind.value}:{self.lookup}"
 
 
-def recipient(kind: str, value: str, lookup_hmac: Callable[[str], str]) -> Recipient:
+def recipient(
+    kind: str | RecipientKind, value: str, lookup_hmac: Callable[[str], str]
+) -> Recipient:
     """The recipient named by a phone number, an email address or a `recipient_ref`.
 
     `lookup_hmac` is the ledger's lookup (`FieldCipher.lookup_hmac`,
@@ -85,35 +99,58 @@ def recipient(kind: str, value: str, lookup_hmac: Callable[[str], str]) -> Recip
         ValueError: an unknown kind, or a value that is not a phone number or an address
             (the message names the problem, never the value).
     """
+    try:
+        named = RecipientKind(kind)
+    except ValueError:
+        kinds = ", ".join(k.value for k in RecipientKind)
+        raise ValueError(f"unknown recipient kind {kind!r} (one of {kinds})") from None
     value = value.strip()
     if not value:
-        raise ValueError(f"{kind}: required")
-    if kind == "recipient_ref":
+        raise ValueError(f"{named.value}: required")
+    destination = named.destination
+    if destination is None:
         if len(value) > 120:
-            raise ValueError("recipient_ref: at most 120 characters")
-        return Recipient(kind, lookup_hmac("recipient_ref:" + value), ref=value)
-    if kind not in KINDS:
-        raise ValueError(f"unknown recipient kind {kind!r} (one of {', '.join(KINDS)})")
-    normal = normalized_destination(value, "sms" if kind == "phone" else "email")
-    if kind == "email":
-        return Recipient(kind, lookup_hmac(normal), lookup_hmac(search_form(normal)))
-    return Recipient(kind, lookup_hmac(normal))
+            raise ValueError(f"{named.value}: at most 120 characters")
+        return Recipient(named, lookup_hmac(f"{named.value}:{value}"), ref=value)
+    try:
+        normal = LOOKUP_FORMS[destination](value)
+    except InvalidDestination as err:
+        # The domain's messages describe the problem without repeating the value.
+        raise ValueError(str(err)) from err
+    search = lookup_hmac(search_form(normal)) if named is RecipientKind.EMAIL else None
+    return Recipient(named, lookup_hmac(normal), search)
+
+
+def recipient_by_lookup(subject: str) -> Recipient:
+    """The recipient an erasure's record names (`phone:<HMAC>`, `email:<HMAC>`).
+
+    To erase them again after a restore brought their data back, without the value.
+
+    An email found so matches its normal form only (the search lookup needs the address);
+    a `recipient_ref` cannot be found from its HMAC.
+
+    Raises:
+        ValueError: not `phone:` or `email:` and 64 hex digits.
+    """
+    word, _, lookup = subject.partition(":")
+    kind = next((k for k in RecipientKind if k.value == word and k.destination), None)
+    if kind is None or not re.fullmatch(r"[0-9a-f]{64}", lookup):
+        raise ValueError("lookup: must be phone:<HMAC> or email:<HMAC> (64 hex digits)")
+    return Recipient(kind, lookup)
 
 
 def _intents_of(who: Recipient) -> Any:
-    if who.kind == "phone":
-        return Intent.sms_destination_hmac == who.lookup
-    if who.kind == "email":
-        return or_(
-            Intent.email_destination_hmac == who.lookup,
-            Intent.email_search_hmac == who.search_lookup,
-        )
-    return Intent.recipient_ref == who.ref
+    if who.kind.destination is None:
+        return Intent.recipient_ref == who.ref
+    found = getattr(Intent, DESTINATION_COLUMNS[who.kind.destination][1]) == who.lookup
+    if who.search_lookup is None:
+        return found
+    return or_(found, Intent.email_search_hmac == who.search_lookup)
 
 
 def _attempts_of(who: Recipient, intent_ids: list[str]) -> Any:
     mine = Attempt.intent_id.in_(intent_ids)
-    if who.kind == "recipient_ref":
+    if who.kind.destination is None:
         return mine
     return or_(mine, Attempt.destination_hmac == who.lookup)
 
@@ -135,7 +172,7 @@ ALSO_SET: dict[str, Callable[[datetime], dict[str, Any]]] = {
 class ErasureReport:
     """What one erasure did (or, refused, would have met)."""
 
-    kind: str
+    kind: RecipientKind
     lookup: str
     """The recipient's HMAC: the only way the erasure names them."""
     at: datetime
@@ -151,7 +188,7 @@ class ErasureReport:
     def as_dict(self) -> dict[str, Any]:
         """The report as JSON."""
         return {
-            "kind": self.kind,
+            "kind": self.kind.value,
             "lookup": self.lookup,
             "at": self.at.isoformat(),
             "intents": self.intents,
@@ -203,15 +240,16 @@ def erase(
 
     Runs in the caller's transaction. The recipient's intents are locked first, so a
     legal hold set at the same time either lands before (and refuses the erasure) or
-    after it. With `dry_run`, says what would be erased and changes nothing (the caller
-    rolls back; no audit row).
+    after it. With `dry_run`, says what would be erased and changes nothing (the same
+    statements, inside a savepoint that is rolled back; no audit row).
 
     Raises:
         ErasureRefused: a legal hold or an open intent (the message names them).
-        ValueError: no reason given.
+        key_privacy.NoteRefused: a reason that says nothing or holds contact data.
     """
-    if not reason.strip():
-        raise ValueError("reason: required (why this recipient's data is erased)")
+    # The reason is kept in the audit row: it must say something, and never name the
+    # person by their number or address (the rule every operator's note follows).
+    key_privacy.refuse_unfit_notes({"reason": reason}, country=None)
     if at.tzinfo is None:
         raise ValueError("at must carry a timezone")
     intents = list(
@@ -224,6 +262,20 @@ def erase(
     refused = _refusal(session, intents, at) if intents else None
     if refused:
         raise ErasureRefused(refused)
+    trial = session.begin_nested() if dry_run else None
+    try:
+        _null_columns(session, who, intent_ids, report, at)
+    finally:
+        if trial is not None:
+            trial.rollback()
+    report.evidence_kept = _evidence_kept(session, who, intents)
+    return _finish(session, who, report, by=by, reason=reason)
+
+
+def _null_columns(
+    session: Session, who: Recipient, intent_ids: list[str], report: ErasureReport, at: datetime
+) -> None:
+    """Null every registered column in the recipient's rows, table by table."""
     for table_name in contact_data.tables():
         table: Table = Base.metadata.tables[table_name]
         columns = contact_data.columns_of(table_name)
@@ -240,16 +292,20 @@ def erase(
                 .execution_options(synchronize_session=False)
             )
         )
-    report.evidence_kept = _evidence_kept(session, who, intents)
-    if not dry_run:
+
+
+def _finish(
+    session: Session, who: Recipient, report: ErasureReport, *, by: Principal, reason: str
+) -> ErasureReport:
+    if not report.dry_run:
         event = record_audit(
             session,
             by=by,
             action=ERASED_ACTION,
             subject=who.subject,
-            at=at,
+            at=report.at,
             detail={
-                "kind": who.kind,
+                "kind": who.kind.value,
                 "intents": report.intents,
                 "rows_erased": report.rows_erased,
                 "evidence_kept": report.evidence_kept,
@@ -270,7 +326,7 @@ def _count(session: Session, model: Any, where: Any) -> int:
 def _evidence_kept(session: Session, who: Recipient, intents: list[Intent]) -> dict[str, int]:
     refs = {i.recipient_ref for i in intents} | ({who.ref} if who.ref else set())
     kept = {"consent": _count(session, Consent, Consent.recipient_ref.in_(refs))}
-    if who.kind != "recipient_ref":
+    if who.kind.destination is not None:
         kept["suppression"] = _count(
             session, Suppression, Suppression.destination_hmac == who.lookup
         )

@@ -12,10 +12,11 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from dataclasses import fields as dataclass_fields
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Row, Select, String, Table, any_, bindparam, literal, select, update
+from sqlalchemy import Row, Select, String, Table, any_, bindparam, exists, select, update
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
@@ -56,14 +57,9 @@ _DECISIONS = cast(Table, PolicyDecision.__table__)
 # Statements built once: building one (select, where, values) coerces every element and
 # costs more CPU than running it from SQLAlchemy's compiled cache. The values come as
 # execution parameters, named like the columns.
-_INSERT_INTENT = (
-    pg_insert(_INTENTS)
-    .on_conflict_do_nothing(index_elements=["business_key"])
-    .returning(_INTENT.id)
-)
 _INSERT_OUTBOX = pg_insert(_OUTBOXES)
-_ARCHIVED_KEY = select(literal(1)).where(
-    cast(Table, ArchivedIntent.__table__).c.business_key == bindparam("key")
+_ARCHIVED_KEY = exists().where(
+    cast(Table, ArchivedIntent.__table__).c.business_key == bindparam("business_key")
 )
 _INSERT_DECISION = pg_insert(_DECISIONS).returning(_DECISIONS.c.id)
 _INSERT_ATTEMPT = (
@@ -165,12 +161,30 @@ class IntentFields:
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
 
+_INTENT_VALUES = (
+    "id",
+    "payload_sha256",
+    "workflow_id",
+    *(f.name for f in dataclass_fields(IntentFields) if f.name != "variables_sha256"),
+)
+_INSERT_INTENT = (
+    pg_insert(_INTENTS)
+    .from_select(
+        _INTENT_VALUES,
+        # The values as parameters, inserted only when no tombstone holds the key: the
+        # archive's check costs no round trip of its own.
+        select(*(bindparam(name, type_=_INTENT[name].type) for name in _INTENT_VALUES)).where(
+            ~_ARCHIVED_KEY
+        ),
+    )
+    .on_conflict_do_nothing(index_elements=["business_key"])
+    .returning(_INTENT.id)
+)
+
+
 def record_intent(session: Session, fields: IntentFields) -> RecordedIntent:
     """Insert the intent and its outbox row, or return the existing intent for the key."""
     payload = fields.payload_sha256()
-    if session.execute(_ARCHIVED_KEY, {"key": fields.business_key}).first() is not None:
-        # Its intent was archived (ledger/archive.py): one key, one intent, for ever.
-        raise IntentConflict(f"business key {fields.business_key!r} belongs to an archived intent")
     values = {k: v for k, v in fields.__dict__.items() if k not in ("variables_sha256",)}
     new_id = session.execute(
         _INSERT_INTENT,
@@ -192,7 +206,11 @@ def record_intent(session: Session, fields: IntentFields) -> RecordedIntent:
         )
     existing = session.execute(
         select(Intent).where(Intent.business_key == fields.business_key)
-    ).scalar_one()
+    ).scalar_one_or_none()
+    if existing is None:
+        # Not inserted and no intent: the key's intent was archived (ledger/archive.py).
+        # One key, one intent, for ever.
+        raise IntentConflict(f"business key {fields.business_key!r} belongs to an archived intent")
     if existing.payload_sha256 != payload:
         raise IntentConflict(
             f"business key {fields.business_key!r} already recorded with a different payload"

@@ -1,13 +1,13 @@
 """`herald` commands for the maintenance machinery: the outbox relay on its own, and the
-Temporal Schedules that run reconciliation and the retention purge.
+Temporal Schedules that run reconciliation, the retention purge and the archive.
 
     herald relay [--once]                 start workflows for committed, unstarted intents
     herald schedules list                 the maintenance schedules, their interval and state
     herald schedules trigger reconcile    run one job now (`--wait` prints its result)
     herald schedules ensure               create/update the schedules without a worker
 
-`herald reconcile` and `herald purge` (cli/ledger.py) do the same work directly
-against the ledger, without Temporal.
+`herald reconcile`, `herald purge` (cli/ledger.py) and `herald archive run`
+(cli/retention.py) do the same work directly against the ledger, without Temporal.
 """
 
 from __future__ import annotations

@@ -234,6 +234,17 @@ def get_intent(session: Session, id_or_key: str) -> Intent:
         select(Intent).where((Intent.id == id_or_key) | (Intent.business_key == id_or_key))
     ).scalar_one_or_none()
     if row is None:
+        archived = session.execute(
+            select(ArchivedIntent.archived_at).where(
+                (ArchivedIntent.intent_id == id_or_key) | (ArchivedIntent.business_key == id_or_key)
+            )
+        ).scalar_one_or_none()
+        if archived is not None:
+            raise NotFound(
+                f"intent {id_or_key!r} was archived on {archived.date().isoformat()}, past the "
+                "policy's evidence retention: its evidence is in the archive (herald archive "
+                "export)"
+            )
         raise NotFound(f"no intent with id or business key {id_or_key!r}")
     return row
 

@@ -260,7 +260,7 @@ def test_a_second_run_does_nothing_and_a_stopped_run_resumes(
         assert archive.verify(s).as_dict()["ok"] is True
 
 
-def test_an_archived_business_key_cannot_be_recorded_again(
+def test_an_archived_business_key_cannot_be_recorded_again_and_says_where_it_went(
     sessions: sessionmaker[Session], cipher: FieldCipher
 ) -> None:
     with sessions.begin() as s:
@@ -270,3 +270,7 @@ def test_an_archived_business_key_cannot_be_recorded_again(
     with sessions.begin() as s:
         with pytest.raises(repo.IntentConflict, match="belongs to an archived intent"):
             repo.record_intent(s, fields(s, cipher, key))
+    with sessions() as s:
+        # `herald show`, the API and the console say where it went.
+        with pytest.raises(repo.NotFound, match="was archived on .*herald archive export"):
+            repo.get_intent(s, key)

@@ -173,7 +173,11 @@ async def test_the_worker_creates_the_schedules_and_the_cli_triggers_them(stack)
     temporal = stack.client.temporal
     queue = stack.cfg.task_queue
     jobs = job_schedules(queue)
-    assert {j.schedule_id for j in jobs} == {f"{queue}-reconcile", f"{queue}-purge"}
+    assert {j.schedule_id for j in jobs} == {
+        f"{queue}-reconcile",
+        f"{queue}-purge",
+        f"{queue}-archive",
+    }
     for job in jobs:
         desc = await describe_when_created(temporal, job.schedule_id)
         assert [i.every for i in desc.schedule.spec.intervals] == [INTERVALS[job.job]]
@@ -191,10 +195,11 @@ async def test_the_worker_creates_the_schedules_and_the_cli_triggers_them(stack)
     listed = await asyncio.to_thread(herald, stack, "schedules", "list", "--json")
     assert listed.returncode == 0, listed.stderr
     rows = {r["job"]: r for r in json.loads(listed.stdout)}
-    assert rows[RECONCILE]["exists"] and rows[PURGE]["exists"]
+    assert rows[RECONCILE]["exists"] and rows[PURGE]["exists"] and rows[ARCHIVE]["exists"]
     assert rows[RECONCILE]["every_seconds"] == 300 and rows[PURGE]["every_seconds"] == 3600
+    assert rows[ARCHIVE]["every_seconds"] == 86400
 
-    for job in (RECONCILE, PURGE):
+    for job in (RECONCILE, PURGE, ARCHIVE):
         done = await asyncio.to_thread(
             herald, stack, "schedules", "trigger", job, "--wait", "--json"
         )

@@ -3,7 +3,7 @@ and the erasure of one recipient (docs/ledger.md, "Archive" and "Erasure").
 
     herald archive run [--now ISO] [--batch N] [--dry-run]   archive what is due now
     herald archive verify [FILE]                            check the chain (and an export)
-    herald archive export --out FILE                        the documents as JSON Lines
+    herald archive export --out FILE [--drop]               the documents as JSON Lines
     herald erase --phone P | --email E | --recipient REF | --lookup KIND:HMAC --reason WHY
 
 `herald purge` and `herald legal-hold` are in cli/ledger.py; the archive schedule runs
@@ -109,7 +109,8 @@ def _archive_verify(args: argparse.Namespace, cfg: settings_module.Settings) -> 
 
 
 def _archive_export(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
-    from ledger import archive
+    from domain.principals import Access
+    from ledger import archive, principals
 
     out = Path(args.out)
     if out.exists():
@@ -123,14 +124,32 @@ def _archive_export(args: argparse.Namespace, cfg: settings_module.Settings) -> 
                     written += 1
     except OSError as err:
         raise CliError(f"cannot write {out}: {err.strerror}") from err
-    _emit(
-        {"file": str(out), "documents": written},
-        args.json,
-        lambda r: (
-            f"wrote {r['documents']} archived intent(s) to {r['file']} "
-            f"(check it: herald archive verify {r['file']})"
-        ),
-    )
+    report: dict[str, Any] = {"file": str(out), "documents": written, "dropped": 0}
+    if args.drop:
+        # Read back what reached the disk: only a line that verifies lets its document go.
+        by = acting(cfg, Access.ADMINISTER)
+        lines = out.read_text(encoding="utf-8").splitlines()
+        with _session(cfg, write=True) as session:
+            report["dropped"] = archive.drop_documents(session, lines)
+            principals.record_audit(
+                session,
+                by=by,
+                action="archive.documents_dropped",
+                subject=out.name,
+                at=datetime.now(UTC),
+                detail={
+                    "documents": report["dropped"],
+                    "file_sha256": archive.sha256("\n".join(lines)),
+                },
+            )
+
+    def render(r: dict[str, Any]) -> str:
+        text = f"wrote {r['documents']} archived intent(s) to {r['file']}"
+        if args.drop:
+            text += f"; {r['dropped']} document(s) dropped from the ledger (tombstones kept)"
+        return text + f" (check it: herald archive verify {r['file']})"
+
+    _emit(report, args.json, render)
     return 0
 
 
@@ -251,6 +270,12 @@ def register(add: Callable[..., argparse.ArgumentParser]) -> dict[str, Command]:
         example="herald archive export --out archive-2026.jsonl",
     )
     export.add_argument("--out", required=True, metavar="FILE", help="a new file to write")
+    export.add_argument(
+        "--drop",
+        action="store_true",
+        help="then drop from the ledger each document the file holds intact (admin); the "
+        "tombstones stay, to verify the file against",
+    )
 
     erase = add(
         "erase",

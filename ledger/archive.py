@@ -410,3 +410,32 @@ def verify(session: Session, exported: Iterable[str] | None = None) -> VerifyRep
         elif sha256(text) != expected:
             report.problems.append(f"line {number}: intent {intent_id} does not match its hash")
     return report
+
+
+def drop_documents(session: Session, exported: Iterable[str]) -> int:
+    """Null the documents that `exported` (the lines of an export file) holds intact.
+
+    Only a line whose hash is its tombstone's lets that tombstone's document go: what
+    stays is the tombstone (its hash and chain), against which the file is verified later.
+    Returns how many documents were dropped.
+    """
+    good: dict[str, str] = {}
+    for line in exported:
+        text = line.rstrip("\n")
+        if not text:
+            continue
+        try:
+            good[json.loads(text)["intent"]["id"]] = sha256(text)
+        except (ValueError, KeyError, TypeError):
+            continue
+    dropped = 0
+    for stone in session.execute(
+        select(ArchivedIntent).where(
+            ArchivedIntent.intent_id.in_(list(good)), ArchivedIntent.document.is_not(None)
+        )
+    ).scalars():
+        if good[stone.intent_id] == stone.document_sha256:
+            stone.document = None
+            dropped += 1
+    session.flush()
+    return dropped

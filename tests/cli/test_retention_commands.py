@@ -112,3 +112,14 @@ def test_archive_runs_verifies_and_exports(herald, cli_ledger, tmp_path: Path):
     assert tampered.returncode == 1 and "line 1: intent" in tampered.stdout
     again_export = herald("archive", "export", "--out", str(export))
     assert "exists" in assert_one_line_error(again_export, "archive")
+
+    # To cold storage: the documents leave the ledger, the tombstones verify the file.
+    cold = tmp_path / "cold.jsonl"
+    moved = herald("archive", "export", "--out", str(cold), "--drop", "--json").json()
+    assert moved["dropped"] == moved["documents"] >= 1
+    with cli_ledger.sessions() as session:
+        assert session.scalar(select(ArchivedIntent.document).limit(1)) is None
+    verified = herald("archive", "verify", str(cold), "--json").json()
+    assert verified["ok"] is True and verified["documents_checked"] == moved["documents"]
+    empty = herald("archive", "export", "--out", str(tmp_path / "none.jsonl"), "--json")
+    assert empty.json()["documents"] == 0

@@ -229,6 +229,26 @@ def test_the_export_verifies_against_its_tombstone_and_a_change_is_found(
     assert f"tombstone {stones[1].id} ({stones[1].business_key}): chain broken" in problems
 
 
+def test_only_a_document_exported_intact_leaves_the_ledger(
+    sessions: sessionmaker[Session], cipher: FieldCipher
+) -> None:
+    with sessions.begin() as s:
+        for _ in range(2):
+            _intent(s, cipher)
+    archive.archive_in_batches(sessions.begin, now=LATER, batch=10)
+    with sessions() as s:
+        good, bad = [stone.document for stone in archive.tombstones(s)]
+    assert good is not None and bad is not None
+    garbled = bad.replace('"state":"delivered"', '"state":"failed"')
+    with sessions.begin() as s:
+        assert archive.drop_documents(s, [good + "\n", garbled + "\n", "not json\n"]) == 1
+    with sessions() as s:
+        kept = [stone.document for stone in archive.tombstones(s)]
+        assert kept == [None, bad]
+        # The file with the good line still verifies against the tombstone left behind.
+        assert archive.verify(s, [good]).as_dict()["ok"] is True
+
+
 def test_a_second_run_does_nothing_and_a_stopped_run_resumes(
     sessions: sessionmaker[Session], cipher: FieldCipher
 ) -> None:

@@ -247,6 +247,7 @@ def build_workers(
             email_acts.send_email,
             maintenance.reconcile,
             maintenance.purge,
+            maintenance.archive,
         ],
         workflow_runner=sandbox_runner(client.data_converter),
         graceful_shutdown_timeout=SHUTDOWN_GRACE,

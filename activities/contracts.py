@@ -460,13 +460,14 @@ MAINTENANCE_WORKFLOW = "MaintenanceWorkflow"
 """The maintenance workflow's type, which the schedules start (runtime.schedules)."""
 RECONCILE = "reconcile"
 PURGE = "purge"
-JOBS = (RECONCILE, PURGE)
+ARCHIVE = "archive"
+JOBS = (RECONCILE, PURGE, ARCHIVE)
 
 
 @dataclass
 class MaintenanceInput:
     job: str
-    """`reconcile` or `purge`."""
+    """`reconcile`, `purge` or `archive`."""
 
 
 @dataclass
@@ -481,8 +482,12 @@ class MaintenanceResult:
     attempts_purged: int = 0
     """purge: attempts whose readable PII was removed."""
     held: int = 0
-    """purge: intents due but kept readable by a legal hold."""
+    """purge: intents due but kept readable by a legal hold; archive: intents recorded
+    before the retention's cutoff that a legal hold keeps."""
     batches: int = 0
-    """purge: transactions used (PII batches, then idempotency-key batches)."""
+    """purge: transactions used (PII batches, then idempotency-key batches); archive:
+    transactions used."""
     idempotency_keys_expired: int = 0
     """purge: Idempotency-Key records past their retention, deleted."""
+    intents_archived: int = 0
+    """archive: closed intents past the evidence retention moved to the archive."""

@@ -34,6 +34,7 @@ from api.console import mount_console
 from api.deps import MAX_BODY_BYTES, Ingress
 from api.email_events import EVENTS_PATH, MAX_BATCH_BYTES
 from api.email_events import router as email_event_routes
+from api.erasures import router as erasure_routes
 from api.errors import install_error_answers
 from api.evidence import router as evidence_routes
 from api.fast_receipts import FastReceipts
@@ -181,6 +182,7 @@ PRIVATE_ROUTERS = (
     evidence_routes,
     principals_routes,
     settlement_routes,
+    erasure_routes,
 )
 """The apps' and operators' API (bearer token, role checked by the routers' route class,
 before the body is even parsed); with the console, `/docs`, `/readyz` and `/metrics`,

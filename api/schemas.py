@@ -20,6 +20,7 @@ from domain.channels import NAMES_AND_ALL, SMS
 from domain.destinations import COUNTRIES
 from domain.intents import IntentState
 from domain.principals import NAME_PATTERN, Role
+from domain.recipients import RecipientKind
 from domain.requests import Category, NotificationRequest, PlanMode
 from domain.settlement import AWAITING_FILTERS
 
@@ -848,6 +849,65 @@ class SuppressionLifted(SuppressionView):
 class SuppressionList(BaseModel):
     items: list[SuppressionView]
     """Every suppression on record for the destination, lifted ones included, oldest first."""
+
+
+# --- erasures ----------------------------------------------------------------------------
+
+
+class ErasureBody(BaseModel):
+    """Whom to erase, in the body (never the URL), never echoed back."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: RecipientKind
+    """How `value` names the recipient: a phone number, an email address (any letter
+    case), or the app's `recipient_ref`."""
+    value: Annotated[
+        Text,
+        Field(
+            min_length=1,
+            max_length=320,
+            description="The phone number, the address or the recipient ref; stored only as "
+            "its HMAC, never echoed. "
+            + _rule(
+                "recipient.valid",
+                "a possible phone number (with its + prefix) for `phone`, an address for "
+                "`email`, at most 120 characters for `recipient_ref` (422 "
+                "`invalid_destination`).",
+            ),
+        ),
+    ]
+    reason: Annotated[
+        Text,
+        Field(
+            min_length=1,
+            max_length=500,
+            description="Why (a request's reference): recorded with the erasure. "
+            + _rule("reason.no_contact_data", NO_CONTACT_DATA)
+            + " "
+            + _rule("reason.worded", WORDED),
+        ),
+    ]
+    dry_run: bool = False
+    """Say what would be erased, erase nothing (200, no audit event)."""
+
+
+class ErasureRecorded(BaseModel):
+    """What an erasure did: the recipient by HMAC only, and row counts."""
+
+    kind: RecipientKind
+    lookup: str
+    """The recipient's HMAC: the only way the erasure names them."""
+    at: datetime
+    intents: int
+    """The recipient's intents found."""
+    rows_erased: dict[str, int]
+    """Rows whose contact columns were nulled, by table."""
+    evidence_kept: dict[str, int]
+    """The recipient's rows that hold no contact data and stay as they are, by table."""
+    audit_event_id: int | None
+    """The audit event that records it; null on a dry run."""
+    dry_run: bool
 
 
 # --- principals --------------------------------------------------------------------------

@@ -225,6 +225,13 @@ async def cmd_reconcile(args: argparse.Namespace, cfg: settings_module.Settings)
         recorded = reconcile.record_review_items(session, rows, now) if args.record else None
         waiting = settlements.waiting_intents(session)
         settled = settlements.recent_settlements(session, since=now - timedelta(days=1))
+    if args.workflows:
+        differences = await _workflow_differences(
+            cfg, now=now, grace=timedelta(minutes=args.grace_minutes), record=args.record
+        )
+        rows += differences
+        if recorded is not None:
+            recorded += len(differences)
     out = {
         "now": now.isoformat(),
         "rows": [row.as_dict() for row in rows],
@@ -254,6 +261,52 @@ async def cmd_reconcile(args: argparse.Namespace, cfg: settings_module.Settings)
 
     _emit(out, args.json, render)
     return 0
+
+
+async def _workflow_differences(
+    cfg: settings_module.Settings, *, now: datetime, grace: timedelta, record: bool
+) -> list[Any]:
+    """`reconcile.reconcile_workflows` against the stack's Temporal: open intents whose
+    workflow is closed or missing, running workflows whose intent is missing (what a
+    restore leaves, docs/operations.md "Backup and restore")."""
+    from functools import partial
+
+    from cli.context import herald_client, ledger_sessions
+    from ledger import reconcile
+
+    temporal = (await herald_client(cfg)).temporal
+    return await reconcile.reconcile_workflows(
+        ledger_sessions(cfg),
+        partial(_workflow_status, temporal),
+        now=now,
+        grace=grace,
+        running=partial(_running_notifications, temporal),
+        record=record,
+    )
+
+
+async def _workflow_status(temporal: Any, workflow_id: str) -> tuple[str, datetime | None] | None:
+    """As activities.maintenance.workflow_status (the CLI may not import activities)."""
+    from temporalio.service import RPCError, RPCStatusCode
+
+    try:
+        described = await temporal.get_workflow_handle(workflow_id).describe()
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            return None
+        raise CliError(f"cannot describe workflow {workflow_id}: {err}") from err
+    return (described.status.name if described.status else "UNKNOWN"), described.close_time
+
+
+async def _running_notifications(temporal: Any, limit: int) -> list[tuple[str, datetime | None]]:
+    """As activities.maintenance.running_notifications."""
+    from temporalio.service import RPCError
+
+    query = "WorkflowType = 'NotificationWorkflow' AND ExecutionStatus = 'Running'"
+    try:
+        return [(w.id, w.start_time) async for w in temporal.list_workflows(query, limit=limit)]
+    except RPCError as err:
+        raise CliError(f"cannot list the running workflows in Temporal: {err}") from err
 
 
 # --- list ---------------------------------------------------------------------------------
@@ -717,6 +770,13 @@ def register(add: Callable[..., argparse.ArgumentParser]) -> dict[str, Command]:
         "--now",
         metavar="TIME",
         help="evaluate ages at this ISO 8601 time with its zone (default: now)",
+    )
+    rec.add_argument(
+        "--workflows",
+        action="store_true",
+        help="also compare with Temporal (it must be reachable): open intents whose "
+        "workflow is closed or missing, running workflows whose intent is missing (after "
+        "a restore; docs/operations.md)",
     )
     rec.add_argument(
         "--grace-minutes",

@@ -758,6 +758,7 @@ COMMAND_MODULES = [
     "cli.maint",
     "cli.principals",
     "cli.doctor",
+    "cli.retention",
 ]
 
 

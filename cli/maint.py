@@ -1,13 +1,13 @@
 """`herald` commands for the maintenance machinery: the outbox relay on its own, and the
-Temporal Schedules that run reconciliation and the retention purge.
+Temporal Schedules that run reconciliation, the retention purge and the archive.
 
     herald relay [--once]                 start workflows for committed, unstarted intents
     herald schedules list                 the maintenance schedules, their interval and state
     herald schedules trigger reconcile    run one job now (`--wait` prints its result)
     herald schedules ensure               create/update the schedules without a worker
 
-`herald reconcile` and `herald purge` (cli/ledger.py) do the same work directly
-against the ledger, without Temporal.
+`herald reconcile`, `herald purge` (cli/ledger.py) and `herald archive run`
+(cli/retention.py) do the same work directly against the ledger, without Temporal.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from cli.main import action
 if TYPE_CHECKING:
     from cli.main import Command
 
-MAINTENANCE_JOBS = ("reconcile", "purge")
+MAINTENANCE_JOBS = ("reconcile", "purge", "archive")
 """`activities.contracts.JOBS` (a test keeps them equal): importing it pulls in the
 Temporal SDK, most of a second on every `herald` command just to build the parser."""
 
@@ -178,8 +178,9 @@ async def cmd_schedules(args: argparse.Namespace, cfg: settings_module.Settings)
     if args.schedules_command == "trigger":
         from domain.principals import Access
 
-        # Running a job now is what the job's own command needs (`herald purge`: admin).
-        acting(cfg, Access.ADMINISTER if args.job == "purge" else Access.OPERATE)
+        # Running a job now is what the job's own command needs (`herald purge`,
+        # `herald archive`: admin).
+        acting(cfg, Access.OPERATE if args.job == "reconcile" else Access.ADMINISTER)
     client = await _connected(cfg)
     if args.schedules_command == "list":
         rows = await _schedules_list(client, cfg)

@@ -65,6 +65,11 @@ _FALLBACK_FIELDS = frozenset(
         "email_blocks_window_seconds",
     }
 )
+_RETENTION_FIELDS = frozenset({"evidence_days"})
+DEFAULT_EVIDENCE_DAYS = 365
+"""How long a closed intent's evidence stays in the hot ledger when a policy does not say
+(``[retention] evidence_days``): a year of `herald show`, the console and reconciliation
+from the hot tables; after it the archive holds the same facts (ledger/archive.py)."""
 _PROVIDER_ALIAS = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
 _HHMM = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)$")
 _COUNTRY = re.compile(r"^[A-Z]{2}$")
@@ -189,6 +194,10 @@ class Policy:
     named_providers: frozenset[tuple[str, str]] = frozenset()
     """The (region, channel) pairs whose providers the document names itself; the others
     carry the registry defaults, which a deployment may replace (``defaults`` below)."""
+    evidence_days: int = DEFAULT_EVIDENCE_DAYS
+    """``[retention] evidence_days``: a closed intent whose last activity is older than
+    this is archived (its rows exported, hashed and deleted from the hot tables, a
+    tombstone kept; ledger/archive.py). Never shorter than a day."""
 
     def providers_for(
         self,
@@ -470,7 +479,8 @@ def load_policy(text: str) -> Policy:
         raise PolicyError(f"policy is not valid TOML: {exc}") from None
     _check_fields(
         doc, frozenset({"version", "owner", "effective_from", "description", "rules",
-                        "fallback", "regions", "providers", "settlement"}), "policy"
+                        "fallback", "regions", "providers", "settlement",
+                        "retention"}), "policy"
     )  # fmt: skip
     version = doc.get("version")
     if not isinstance(version, str) or not version.strip():
@@ -558,6 +568,14 @@ def load_policy(text: str) -> Policy:
     except settlement_rules.SettlementPolicyError as err:
         raise PolicyError(str(err)) from None
 
+    retention = doc.get("retention", {})
+    if not isinstance(retention, dict):
+        raise PolicyError("retention: must be a table")
+    _check_fields(retention, _RETENTION_FIELDS, "retention")
+    evidence_days = DEFAULT_EVIDENCE_DAYS
+    if "evidence_days" in retention:
+        evidence_days = _parse_int(retention["evidence_days"], "retention.evidence_days", minimum=1)
+
     return Policy(
         version=version,
         owner=owner,
@@ -568,6 +586,7 @@ def load_policy(text: str) -> Policy:
         providers=routes,
         named_providers=frozenset(named),
         settlement=settlement,
+        evidence_days=evidence_days,
         source_sha256=hashlib.sha256(text.encode()).hexdigest(),
     )
 

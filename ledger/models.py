@@ -533,3 +533,42 @@ class ProviderCircuit(Base):
     probe_at: Mapped[datetime | None]
     """When the half-open probe was let through."""
     updated_at: Mapped[datetime]
+
+
+class ArchivedIntent(Base):
+    """The tombstone of an archived intent: its export, the export's hash, and the chain.
+
+    Archiving (ledger/archive.py) moves a closed intent's rows out of the hot tables into
+    `document` (canonical JSON, no ciphertext) in the same transaction that deletes them.
+    `chain_sha256` links each tombstone to the one before it (by `id`), so a tombstone
+    removed or a document changed shows when the chain is verified (`herald archive
+    verify`). The business key stays unique here as it was in `intent`.
+    """
+
+    __tablename__ = "archived_intent"
+    __table_args__ = (
+        UniqueConstraint("intent_id", name="uq_archived_intent_intent_id"),
+        UniqueConstraint("business_key", name="uq_archived_intent_business_key"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    """The position in the chain."""
+    intent_id: Mapped[str] = mapped_column(String(36))
+    business_key: Mapped[str] = mapped_column(String(200))
+    recorded_at: Mapped[datetime]
+    """When the intent was recorded (its `created_at`)."""
+    last_activity_at: Mapped[datetime]
+    """The latest time any of its rows names: what the retention counted from."""
+    archived_at: Mapped[datetime]
+    policy_version: Mapped[str] = mapped_column(String(60))
+    """The policy whose `[retention] evidence_days` made it due."""
+    evidence_days: Mapped[int] = mapped_column(Integer)
+    row_counts: Mapped[dict[str, Any]] = mapped_column(JSON)
+    """Rows moved, by table."""
+    document: Mapped[str | None] = mapped_column(Text)
+    """The canonical JSON export (`archive.canonical_json`); null once moved to cold
+    storage, when the hash below is what verifies the copy there."""
+    document_sha256: Mapped[str] = mapped_column(String(64))
+    chain_sha256: Mapped[str] = mapped_column(String(64))
+    """SHA-256 of the previous tombstone's chain hash and this one's identity and
+    document hash (`archive.chain_link`)."""

@@ -26,8 +26,12 @@ orphan_observation             an observation with no attempt (e.g. a receipt fo
 
 `record_review_items` turns rows into review items, each (kind, subject) once.
 
-One more kind needs Temporal as well as the ledger, so it has its own pass,
-`reconcile_workflows`, run by the reconcile schedule after `find`:
+Three more kinds need Temporal as well as the ledger, so they have their own pass,
+`reconcile_workflows`, run by the reconcile schedule after `find` and by `herald
+reconcile --workflows`. They are the differences a restore leaves (docs/operations.md,
+"Backup and restore"): a ledger restored older than Temporal has running workflows whose
+intent it lacks; a Temporal restored older than the ledger lacks the workflows of open
+intents.
 
 =============================  =================================================================
 workflow_closed_intent_open    the intent is still open in the ledger (pending, scheduled,
@@ -37,6 +41,12 @@ workflow_closed_intent_open    the intent is still open in the ledger (pending, 
                                ended without settling the ledger. Filed once, and marked in
                                the ledger with a `workflow-closed` action (operator
                                `reconciler`) that the timeline shows.
+intent_without_workflow        the same open intent, its outbox row marked started (so the
+                               relay will not start it), and Temporal has no workflow of its
+                               id at all. Filed once, marked with a `workflow-missing` action.
+workflow_without_intent        a NotificationWorkflow running in Temporal (started more than
+                               `grace` ago) whose workflow id is no intent's, archived ones
+                               included. Subject `workflow:<id>`; no intent to mark.
 =============================  =================================================================
 """
 
@@ -54,15 +64,18 @@ from sqlalchemy.orm import Session, aliased, sessionmaker
 
 from domain import channels
 from domain.clocks import iso_utc
+from domain.keys import workflow_id as workflow_id_for
 from domain.policy import Outcome
 from domain.states import AttemptState
 from ledger import repository as repo
 from ledger.listing import derive_states
 from ledger.models import (
+    ArchivedIntent,
     Attempt,
     Intent,
     Observation,
     OperatorAction,
+    Outbox,
     PolicyDecision,
     ReviewItem,
 )
@@ -75,6 +88,8 @@ CANCELLED_THEN_DELIVERED = "cancelled_then_delivered"
 UNKNOWN_OUTCOME = "unknown_outcome"
 ORPHAN_OBSERVATION = "orphan_observation"
 WORKFLOW_CLOSED_INTENT_OPEN = "workflow_closed_intent_open"
+INTENT_WITHOUT_WORKFLOW = "intent_without_workflow"
+WORKFLOW_WITHOUT_INTENT = "workflow_without_intent"
 
 KINDS = (
     INTENT_WITHOUT_ATTEMPT,
@@ -85,6 +100,8 @@ KINDS = (
     UNKNOWN_OUTCOME,
     ORPHAN_OBSERVATION,
     WORKFLOW_CLOSED_INTENT_OPEN,
+    INTENT_WITHOUT_WORKFLOW,
+    WORKFLOW_WITHOUT_INTENT,
 )
 
 OPEN_STATES = ("pending", "scheduled", "deferred", "sending")
@@ -92,11 +109,19 @@ OPEN_STATES = ("pending", "scheduled", "deferred", "sending")
 DESCRIBE_CONCURRENCY = 10
 WORKFLOW_CLOSED = "workflow-closed"
 """The operator action that marks an open intent whose workflow was found closed."""
+WORKFLOW_MISSING = "workflow-missing"
+"""The operator action that marks an open intent whose workflow Temporal does not have."""
+MARK_OF_KIND = {
+    WORKFLOW_CLOSED_INTENT_OPEN: WORKFLOW_CLOSED,
+    INTENT_WITHOUT_WORKFLOW: WORKFLOW_MISSING,
+}
 
 WorkflowStatus = tuple[str, datetime | None]
 """A workflow's status name (`RUNNING`, `TERMINATED`, ...) and its close time."""
 DescribeWorkflow = Callable[[str], Awaitable[WorkflowStatus | None]]
 """Looks a workflow id up in Temporal; None when Temporal has no such workflow."""
+ListRunning = Callable[[int], Awaitable[list[tuple[str, datetime | None]]]]
+"""Up to n running notification workflows in Temporal: (workflow id, start time)."""
 
 DEFAULT_GRACE = timedelta(minutes=5)
 DEFAULT_UNKNOWN_OLDER_THAN = timedelta(hours=1)
@@ -520,30 +545,44 @@ def _orphan_observations(
 # --- workflows closed under open intents (ledger + Temporal) ------------------------------
 
 
+@dataclass(frozen=True)
+class OpenIntent:
+    """An open intent as `reconcile_workflows` compares it with Temporal."""
+
+    intent_id: str
+    business_key: str
+    workflow_id: str
+    state: str
+    """Its derived state (one of OPEN_STATES)."""
+    relay_pending: bool
+    """Its outbox row is not marked started: the relay will start its workflow."""
+
+
 def open_intents(
     session: Session, *, now: datetime, grace: timedelta, limit: int
-) -> list[tuple[str, str, str, str]]:
+) -> list[OpenIntent]:
     """The open intents recorded more than `grace` ago.
 
-    (intent id, business key, workflow id, derived state) of each intent recorded more
-    than `grace` ago, not cancelled, not yet marked `workflow-closed`, whose derived state
-    is still open; oldest first.
+    Each intent recorded more than `grace` ago, not cancelled, not yet marked
+    `workflow-closed` or `workflow-missing`, whose derived state is still open; oldest
+    first.
     """
     marked = exists().where(
-        OperatorAction.intent_id == Intent.id, OperatorAction.action == WORKFLOW_CLOSED
+        OperatorAction.intent_id == Intent.id,
+        OperatorAction.action.in_(MARK_OF_KIND.values()),
     )
-    candidates = list(
-        session.execute(
-            select(Intent)
-            .where(Intent.cancelled_at.is_(None), Intent.created_at <= now - grace, ~marked)
-            .order_by(Intent.created_at)
-            .limit(limit)
-        ).scalars()
-    )
+    pending = exists().where(Outbox.intent_id == Intent.id, Outbox.started_at.is_(None))
+    found = session.execute(
+        select(Intent, pending.label("relay_pending"))
+        .where(Intent.cancelled_at.is_(None), Intent.created_at <= now - grace, ~marked)
+        .order_by(Intent.created_at)
+        .limit(limit)
+    ).all()
+    candidates = [row[0] for row in found]
     states = derive_states(session, candidates, now)
     return [
-        (i.id, i.business_key, i.workflow_id, states[i.id])
-        for i in candidates
+        OpenIntent(i.id, i.business_key, i.workflow_id, states[i.id], bool(relay_pending))
+        for i, relay_pending in found
         if states[i.id] in OPEN_STATES
     ]
 
@@ -555,14 +594,18 @@ async def reconcile_workflows(
     now: datetime,
     grace: timedelta = DEFAULT_GRACE,
     limit: int = DEFAULT_LIMIT,
+    running: ListRunning | None = None,
+    record: bool = True,
 ) -> list[ReviewRow]:
-    """File every open intent whose workflow is closed as a review item.
+    """File each difference between the ledger and Temporal as a review item.
 
-    One pass: every open intent whose workflow is closed becomes a review item and is
+    One pass: an open intent whose workflow is closed, or (its start recorded) missing
+    from Temporal, and with `running`, each running notification workflow that no intent
+    (nor tombstone) names. With `record`, each becomes a review item and an intent row is
     marked in the ledger (each once). Returns the rows found in this pass.
     """
 
-    def read() -> list[tuple[str, str, str, str]]:
+    def read() -> list[OpenIntent]:
         with sessions() as session:
             return open_intents(session, now=now, grace=grace, limit=limit)
 
@@ -574,41 +617,106 @@ async def reconcile_workflows(
         async with lookups:
             return await describe(workflow_id)
 
-    statuses = await asyncio.gather(*(look(c[2]) for c in candidates))
+    statuses = await asyncio.gather(*(look(c.workflow_id) for c in candidates))
     rows: list[ReviewRow] = []
-    for (intent_id, business_key, _, state), found in zip(candidates, statuses, strict=True):
-        if found is None or found[0] == "RUNNING":
-            continue  # never started (intent_without_attempt covers it) or still working
-        status, closed_at = found
-        rows.append(
-            _row(
-                WORKFLOW_CLOSED_INTENT_OPEN,
-                f"intent:{intent_id}",
-                closed_at or now,
-                now,
-                intent_id=intent_id,
-                business_key=business_key,
-                detail={"workflow_status": status.lower(), "intent_state": state},
-            )
+    for open_intent, found in zip(candidates, statuses, strict=True):
+        if found is not None and found[0] == "RUNNING":
+            continue  # still working
+        if found is None and open_intent.relay_pending:
+            continue  # never started: the relay starts it (intent_without_attempt watches)
+        rows.append(_workflow_row(open_intent, found, now))
+    if running is not None:
+        rows += await _workflows_without_intent(
+            sessions, running, now=now, grace=grace, limit=limit
         )
-
-    def record() -> None:
-        with sessions.begin() as session:
-            record_review_items(session, rows, now)
-            for row in rows:
-                assert row.intent_id is not None
-                repo.record_operator_action(
-                    session,
-                    intent_id=row.intent_id,
-                    action=WORKFLOW_CLOSED,
-                    operator="reconciler",
-                    reason=f"the workflow is {row.detail['workflow_status']} while the "
-                    f"intent is {row.detail['intent_state']}; review it",
-                    outcome="marked",
-                    at=now,
-                    detail={**row.detail, "closed_at": iso_utc(row.since)},
-                )
-
-    if rows:
-        await asyncio.to_thread(record)
+    if rows and record:
+        await asyncio.to_thread(_record_workflow_rows, sessions, rows, now)
     return rows
+
+
+def _workflow_row(
+    open_intent: OpenIntent, found: WorkflowStatus | None, now: datetime
+) -> ReviewRow:
+    if found is None:
+        return _row(
+            INTENT_WITHOUT_WORKFLOW,
+            f"intent:{open_intent.intent_id}",
+            now,
+            now,
+            intent_id=open_intent.intent_id,
+            business_key=open_intent.business_key,
+            detail={"workflow_status": "missing", "intent_state": open_intent.state},
+        )
+    status, closed_at = found
+    return _row(
+        WORKFLOW_CLOSED_INTENT_OPEN,
+        f"intent:{open_intent.intent_id}",
+        closed_at or now,
+        now,
+        intent_id=open_intent.intent_id,
+        business_key=open_intent.business_key,
+        detail={"workflow_status": status.lower(), "intent_state": open_intent.state},
+    )
+
+
+async def _workflows_without_intent(
+    sessions: sessionmaker[Session],
+    running: ListRunning,
+    *,
+    now: datetime,
+    grace: timedelta,
+    limit: int,
+) -> list[ReviewRow]:
+    workflows = [
+        (workflow_id, started)
+        for workflow_id, started in await running(limit)
+        if started is None or started <= now - grace
+    ]
+
+    def known(ids: list[str]) -> set[str]:
+        keys = [i.removeprefix(workflow_id_for("")) for i in ids]
+        with sessions() as session:
+            live = set(
+                session.execute(
+                    select(Intent.workflow_id).where(Intent.workflow_id.in_(ids))
+                ).scalars()
+            )
+            archived = session.execute(
+                select(ArchivedIntent.business_key).where(ArchivedIntent.business_key.in_(keys))
+            ).scalars()
+            return live | {workflow_id_for(key) for key in archived}
+
+    found = await asyncio.to_thread(known, [w for w, _ in workflows])
+    return [
+        _row(
+            WORKFLOW_WITHOUT_INTENT,
+            f"workflow:{workflow_id}",
+            started or now,
+            now,
+            detail={"workflow_id": workflow_id, "workflow_status": "running"},
+        )
+        for workflow_id, started in workflows
+        if workflow_id not in found
+    ]
+
+
+def _record_workflow_rows(
+    sessions: sessionmaker[Session], rows: list[ReviewRow], now: datetime
+) -> None:
+    with sessions.begin() as session:
+        record_review_items(session, rows, now)
+        for row in rows:
+            mark = MARK_OF_KIND.get(row.kind)
+            if mark is None or row.intent_id is None:
+                continue
+            repo.record_operator_action(
+                session,
+                intent_id=row.intent_id,
+                action=mark,
+                operator="reconciler",
+                reason=f"the workflow is {row.detail['workflow_status']} while the "
+                f"intent is {row.detail['intent_state']}; review it",
+                outcome="marked",
+                at=now,
+                detail={**row.detail, "closed_at": iso_utc(row.since)},
+            )

@@ -12,10 +12,11 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from dataclasses import fields as dataclass_fields
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Row, Select, String, Table, any_, bindparam, select, update
+from sqlalchemy import Row, Select, String, Table, any_, bindparam, exists, select, update
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
@@ -25,6 +26,7 @@ from domain.keys import workflow_id as workflow_id_for
 from domain.states import AttemptState, Verdict
 from ledger import metrics
 from ledger.models import (
+    ArchivedIntent,
     Attempt,
     Consent,
     Intent,
@@ -55,12 +57,10 @@ _DECISIONS = cast(Table, PolicyDecision.__table__)
 # Statements built once: building one (select, where, values) coerces every element and
 # costs more CPU than running it from SQLAlchemy's compiled cache. The values come as
 # execution parameters, named like the columns.
-_INSERT_INTENT = (
-    pg_insert(_INTENTS)
-    .on_conflict_do_nothing(index_elements=["business_key"])
-    .returning(_INTENT.id)
-)
 _INSERT_OUTBOX = pg_insert(_OUTBOXES)
+_ARCHIVED_KEY = exists().where(
+    cast(Table, ArchivedIntent.__table__).c.business_key == bindparam("business_key")
+)
 _INSERT_DECISION = pg_insert(_DECISIONS).returning(_DECISIONS.c.id)
 _INSERT_ATTEMPT = (
     pg_insert(_ATTEMPTS).on_conflict_do_nothing(index_elements=["token"]).returning(_ATTEMPT.id)
@@ -161,6 +161,27 @@ class IntentFields:
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
 
+_INTENT_VALUES = (
+    "id",
+    "payload_sha256",
+    "workflow_id",
+    *(f.name for f in dataclass_fields(IntentFields) if f.name != "variables_sha256"),
+)
+_INSERT_INTENT = (
+    pg_insert(_INTENTS)
+    .from_select(
+        _INTENT_VALUES,
+        # The values as parameters, inserted only when no tombstone holds the key: the
+        # archive's check costs no round trip of its own.
+        select(*(bindparam(name, type_=_INTENT[name].type) for name in _INTENT_VALUES)).where(
+            ~_ARCHIVED_KEY
+        ),
+    )
+    .on_conflict_do_nothing(index_elements=["business_key"])
+    .returning(_INTENT.id)
+)
+
+
 def record_intent(session: Session, fields: IntentFields) -> RecordedIntent:
     """Insert the intent and its outbox row, or return the existing intent for the key."""
     payload = fields.payload_sha256()
@@ -185,7 +206,11 @@ def record_intent(session: Session, fields: IntentFields) -> RecordedIntent:
         )
     existing = session.execute(
         select(Intent).where(Intent.business_key == fields.business_key)
-    ).scalar_one()
+    ).scalar_one_or_none()
+    if existing is None:
+        # Not inserted and no intent: the key's intent was archived (ledger/archive.py).
+        # One key, one intent, for ever.
+        raise IntentConflict(f"business key {fields.business_key!r} belongs to an archived intent")
     if existing.payload_sha256 != payload:
         raise IntentConflict(
             f"business key {fields.business_key!r} already recorded with a different payload"
@@ -209,6 +234,17 @@ def get_intent(session: Session, id_or_key: str) -> Intent:
         select(Intent).where((Intent.id == id_or_key) | (Intent.business_key == id_or_key))
     ).scalar_one_or_none()
     if row is None:
+        archived = session.execute(
+            select(ArchivedIntent.archived_at).where(
+                (ArchivedIntent.intent_id == id_or_key) | (ArchivedIntent.business_key == id_or_key)
+            )
+        ).scalar_one_or_none()
+        if archived is not None:
+            raise NotFound(
+                f"intent {id_or_key!r} was archived on {archived.date().isoformat()}, past the "
+                "policy's evidence retention: its evidence is in the archive (herald archive "
+                "export)"
+            )
         raise NotFound(f"no intent with id or business key {id_or_key!r}")
     return row
 

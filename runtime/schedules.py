@@ -1,12 +1,13 @@
 """The Temporal Schedules that run ledger maintenance: reconcile every 5 minutes, purge
-hourly. Each starts a `MaintenanceWorkflow` on the main task queue.
+hourly, archive daily. Each starts a `MaintenanceWorkflow` on the main task queue.
 
 Every worker calls :func:`ensure_schedules` at start-up: it creates a missing schedule
 and brings an existing one to the spec below, keeping its paused/unpaused state (an
 operator who paused a job in the Web UI keeps it paused across deploys). Any number of
 workers may race at start-up: the loser of a create updates instead.
 
-Schedule ids are `<task_queue>-<job>` (`herald-reconcile`, `herald-purge`), so two Herald
+Schedule ids are `<task_queue>-<job>` (`herald-reconcile`, `herald-purge`,
+`herald-archive`), so two Herald
 deployments sharing a namespace on different task queues keep their own schedules.
 """
 
@@ -29,7 +30,13 @@ from temporalio.client import (
     ScheduleUpdateInput,
 )
 
-from activities.contracts import MAINTENANCE_WORKFLOW, PURGE, RECONCILE, MaintenanceInput
+from activities.contracts import (
+    ARCHIVE,
+    MAINTENANCE_WORKFLOW,
+    PURGE,
+    RECONCILE,
+    MaintenanceInput,
+)
 
 log = logging.getLogger("herald.schedules")
 
@@ -37,7 +44,10 @@ RECONCILE_EVERY = timedelta(minutes=5)
 """How often reconciliation files review items (module constant; see docs/operations.md)."""
 PURGE_EVERY = timedelta(hours=1)
 """How often the retention purge runs."""
-INTERVALS = {RECONCILE: RECONCILE_EVERY, PURGE: PURGE_EVERY}
+ARCHIVE_EVERY = timedelta(days=1)
+"""How often the archive moves closed intents past the evidence retention (counted in
+days, so once a day is soon enough; each run is bounded batches)."""
+INTERVALS = {RECONCILE: RECONCILE_EVERY, PURGE: PURGE_EVERY, ARCHIVE: ARCHIVE_EVERY}
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""MaintenanceWorkflow: one run of a periodic ledger job (reconcile or purge).
+"""MaintenanceWorkflow: one run of a periodic ledger job (reconcile, purge or archive).
 
 Started by the Temporal Schedules that the worker creates at start-up
 (`runtime/schedules.py`), so every run is visible in the Web UI with its result, and
@@ -15,6 +15,7 @@ from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import (
+        ARCHIVE,
         MAINTENANCE_WORKFLOW,
         PURGE,
         RECONCILE,
@@ -22,7 +23,11 @@ with workflow.unsafe.imports_passed_through():
         MaintenanceResult,
     )
 
-ACTIVITY_OF_JOB = {RECONCILE: "maintenance_reconcile", PURGE: "maintenance_purge"}
+ACTIVITY_OF_JOB = {
+    RECONCILE: "maintenance_reconcile",
+    PURGE: "maintenance_purge",
+    ARCHIVE: "maintenance_archive",
+}
 """Each job's activity, by name (`activities.maintenance.MaintenanceActivities`)."""
 
 JOB_TIMEOUT = timedelta(minutes=10)

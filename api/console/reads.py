@@ -742,6 +742,8 @@ SET_TITLES = {
     reconcile.UNKNOWN_OUTCOME: "Unknown outcomes",
     reconcile.ORPHAN_OBSERVATION: "Observations with no attempt",
     reconcile.WORKFLOW_CLOSED_INTENT_OPEN: "Open intents whose workflow was closed (terminated)",
+    reconcile.INTENT_WITHOUT_WORKFLOW: "Open intents whose workflow Temporal does not have",
+    reconcile.WORKFLOW_WITHOUT_INTENT: "Running workflows whose intent the ledger does not have",
 }
 
 

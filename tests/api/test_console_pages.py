@@ -126,3 +126,28 @@ async def test_a_row_settled_on_the_reconciliation_page_is_answered_there_when_r
         f"Refused: intent {sent.intent_id}: the intent's workflow has finished; its "
         "settlement window is closed."
     )
+
+
+async def test_what_a_restore_leaves_is_a_set_on_the_reconciliation_page(
+    http: httpx.AsyncClient, committed: sessionmaker[Session]
+) -> None:
+    from ledger import reconcile
+    from ledger.models import ReviewItem
+    from tests.conftest import key_id
+
+    workflow_id = f"notification:restore:{key_id()}"
+    with committed.begin() as session:
+        session.add(
+            ReviewItem(
+                kind=reconcile.WORKFLOW_WITHOUT_INTENT,
+                subject=f"workflow:{workflow_id}",
+                detail={"workflow_id": workflow_id, "since": datetime.now(UTC).isoformat()},
+                found_at=datetime.now(UTC),
+            )
+        )
+    await sign_in(http, *principal(committed, Role.VIEWER))
+    page = await http.get("/console/reconciliation")
+    assert page.status_code == 200
+    assert "Running workflows whose intent the ledger does not have" in page.text
+    assert f"workflow:{workflow_id}" in page.text
+    assert "Open intents whose workflow Temporal does not have" in page.text

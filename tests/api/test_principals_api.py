@@ -48,6 +48,7 @@ ROLE_TABLE: dict[str, set[str]] = {
     "POST /v1/principals": {"admin"},
     "POST /v1/principals/{name}/revoke": {"admin"},
     "POST /v1/principals/{name}/rotate": {"admin"},
+    "POST /v1/erasures": {"admin"},
 }
 """docs/api.md's role table: who may call each guarded route. A route the app serves
 that is in neither this table nor PUBLIC_ROUTES fails the matrix."""

@@ -260,6 +260,54 @@ def _scheduled_intent(stack: Stack, prefix: str) -> str:
     return key
 
 
+def test_reconcile_with_workflows_files_what_a_restore_leaves(dev: Stack) -> None:
+    """`herald reconcile --workflows --record` against the stack's own Temporal: an
+    intent whose workflow Temporal lost (restored older), a workflow whose intent the
+    ledger lost (restored older), each filed once."""
+    from sqlalchemy import delete, select
+
+    from ledger.models import Intent, Outbox
+
+    kept = _scheduled_intent(dev, "class-opening:c-9085")
+    lost = _scheduled_intent(dev, "class-opening:c-9086")
+    # Temporal restored older than the ledger: it no longer has `kept`'s workflow.
+    gone = _temporal(dev, "workflow", "delete", "--yes", "--workflow-id", f"notification:{kept}")
+    assert gone.returncode == 0, gone.stderr
+    deadline = time.monotonic() + 60
+    while (
+        _temporal(dev, "workflow", "describe", "--workflow-id", f"notification:{kept}").returncode
+        == 0
+    ):
+        assert time.monotonic() < deadline, "Temporal never deleted the workflow"
+        time.sleep(0.5)
+    # The ledger restored older than Temporal: it no longer has `lost`'s intent.
+    engine = create_engine(Settings(database_url=dev.addresses["postgres"]).resolved_database_url())
+    try:
+        with engine.begin() as conn:
+            kept_id = conn.scalar(select(Intent.id).where(Intent.business_key == kept))
+            lost_id = conn.scalar(select(Intent.id).where(Intent.business_key == lost))
+            conn.execute(delete(Outbox).where(Outbox.intent_id == lost_id))
+            conn.execute(delete(Intent).where(Intent.id == lost_id))
+    finally:
+        engine.dispose()
+
+    later = (datetime.now(UTC) + timedelta(minutes=6)).isoformat()
+    args = ("reconcile", "--workflows", "--record", "--now", later, "--json")
+    first = dev.herald(*args).json()
+    found = {(r["kind"], r["subject"]) for r in first["rows"]}
+    assert ("intent_without_workflow", f"intent:{kept_id}") in found
+    assert ("workflow_without_intent", f"workflow:notification:{lost}") in found
+    again = dev.herald(*args).json()
+    mine = {(r["kind"], r["subject"]) for r in again["rows"]} & {
+        ("intent_without_workflow", f"intent:{kept_id}"),
+        ("workflow_without_intent", f"workflow:notification:{lost}"),
+    }
+    # The intent is marked (not found again); the workflow is found again, filed once.
+    assert mine == {("workflow_without_intent", f"workflow:notification:{lost}")}
+    [mark] = [a for a in _show(dev, kept)["operator_actions"] if a["action"] == "workflow-missing"]
+    assert (mark["operator"], mark["outcome"]) == ("reconciler", "marked")
+
+
 def test_temporal_workflow_cancel_takes_the_herald_cancel_path(dev: Stack) -> None:
     key = _scheduled_intent(dev, "class-opening:c-9083")
     workflow_id = f"notification:{key}"

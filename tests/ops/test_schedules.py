@@ -1,4 +1,4 @@
-"""Reconciliation and the retention purge run as Temporal Schedules: the worker creates
+"""Reconciliation, the retention purge and the archive run as Temporal Schedules: the worker creates
 them at start-up (idempotently, keeping a pause), `herald schedules` lists and triggers
 them, and a triggered run executes the maintenance activity against the ledger."""
 
@@ -18,12 +18,12 @@ from sqlalchemy import select
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
-from activities.contracts import PURGE, RECONCILE, MaintenanceInput, MaintenanceResult
+from activities.contracts import ARCHIVE, PURGE, RECONCILE, MaintenanceInput, MaintenanceResult
 from activities.maintenance import MaintenanceActivities
 from cli.main import main as cli_main
 from ledger import reconcile
 from ledger import repository as repo
-from ledger.models import Intent, ReviewItem
+from ledger.models import ArchivedIntent, Intent, ReviewItem
 from runtime.schedules import INTERVALS, ensure_schedules, job_schedules
 from tests.conftest import unique
 from tests.ledger.conftest import fields
@@ -54,7 +54,7 @@ def _filed(committed, intent_id: str) -> list[str]:  # type: ignore[no-untyped-d
 
 
 @pytest.mark.workflow
-async def test_the_maintenance_workflow_files_what_reconcile_finds_and_purges_what_is_due(
+async def test_the_maintenance_workflow_files_what_reconcile_finds_purges_and_archives(
     committed, cipher
 ):
     # Its own time-skipping server: terminating a workflow through the shared one left its
@@ -74,6 +74,23 @@ async def _files_what_reconcile_finds(time_env, committed, cipher):  # type: ign
     stuck, stuck_workflow = _recorded(committed, cipher)
     # Its retention passed: its contact data must go.
     due, _ = _recorded(committed, cipher, purge_after=datetime.now(UTC) - timedelta(minutes=1))
+    # Denied two years ago: closed, past the default evidence retention (a year).
+    two_years_ago = datetime.now(UTC) - timedelta(days=730)
+    old, _ = _recorded(committed, cipher)
+    with committed.begin() as session:
+        session.query(Intent).filter(Intent.id == old).update({Intent.created_at: two_years_ago})
+        repo.record_decision(
+            session,
+            intent_id=old,
+            channel="sms",
+            policy_version=repo.active_policy(session).version,
+            outcome="deny",
+            rule="consent.missing",
+            reason="test",
+            inputs={},
+            next_eligible_at=None,
+            decided_at=two_years_ago,
+        )
     queue = f"maint-{uuid.uuid4().hex[:8]}"
     terminated = await time_env.client.start_workflow(
         "NeverRuns", id=stuck_workflow, task_queue=f"{queue}-nobody"
@@ -94,7 +111,7 @@ async def _files_what_reconcile_finds(time_env, committed, cipher):  # type: ign
         time_env.client,
         task_queue=queue,
         workflows=[MaintenanceWorkflow],
-        activities=[acts.reconcile, acts.purge],
+        activities=[acts.reconcile, acts.purge, acts.archive],
     ):
         found = await run(RECONCILE)
         assert found.job == RECONCILE
@@ -109,6 +126,12 @@ async def _files_what_reconcile_finds(time_env, committed, cipher):  # type: ign
 
         purged = await run(PURGE)
         assert purged.job == PURGE and purged.intents_purged >= 1 and purged.batches >= 1
+
+        archived = await run(ARCHIVE)
+        assert archived.job == ARCHIVE and archived.intents_archived >= 1
+    with committed() as session:
+        assert session.get(Intent, old) is None
+        assert session.scalar(select(ArchivedIntent.id).where(ArchivedIntent.intent_id == old))
     with committed() as session:
         gone, kept = session.get(Intent, due), session.get(Intent, stuck)
         assert gone.sms_destination_ct is None and gone.variables_ct is None
@@ -150,7 +173,11 @@ async def test_the_worker_creates_the_schedules_and_the_cli_triggers_them(stack)
     temporal = stack.client.temporal
     queue = stack.cfg.task_queue
     jobs = job_schedules(queue)
-    assert {j.schedule_id for j in jobs} == {f"{queue}-reconcile", f"{queue}-purge"}
+    assert {j.schedule_id for j in jobs} == {
+        f"{queue}-reconcile",
+        f"{queue}-purge",
+        f"{queue}-archive",
+    }
     for job in jobs:
         desc = await describe_when_created(temporal, job.schedule_id)
         assert [i.every for i in desc.schedule.spec.intervals] == [INTERVALS[job.job]]
@@ -168,10 +195,11 @@ async def test_the_worker_creates_the_schedules_and_the_cli_triggers_them(stack)
     listed = await asyncio.to_thread(herald, stack, "schedules", "list", "--json")
     assert listed.returncode == 0, listed.stderr
     rows = {r["job"]: r for r in json.loads(listed.stdout)}
-    assert rows[RECONCILE]["exists"] and rows[PURGE]["exists"]
+    assert rows[RECONCILE]["exists"] and rows[PURGE]["exists"] and rows[ARCHIVE]["exists"]
     assert rows[RECONCILE]["every_seconds"] == 300 and rows[PURGE]["every_seconds"] == 3600
+    assert rows[ARCHIVE]["every_seconds"] == 86400
 
-    for job in (RECONCILE, PURGE):
+    for job in (RECONCILE, PURGE, ARCHIVE):
         done = await asyncio.to_thread(
             herald, stack, "schedules", "trigger", job, "--wait", "--json"
         )

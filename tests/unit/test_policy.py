@@ -15,6 +15,7 @@ from domain.destinations import normalize_phone
 from domain.policy import (
     CATEGORIES,
     CHANNELS,
+    DEFAULT_EVIDENCE_DAYS,
     Consent,
     Decision,
     InvalidPolicyRequest,
@@ -123,6 +124,20 @@ def test_a_bad_policy_is_refused_naming_the_field(old: str, new: str, named: str
     text = _mutated(policies.load_packaged("default"), old, new)
     with pytest.raises(PolicyError, match=named.replace("(", r"\(").replace(".", r"\.")):
         load_policy(text)
+
+
+def test_evidence_retention_is_a_policy_field_with_a_default(default_policy: Policy) -> None:
+    # The packaged versions do not state it: they carry the default (a year).
+    assert default_policy.evidence_days == DEFAULT_EVIDENCE_DAYS == 365
+    text = policies.load_packaged("default") + "\n[retention]\nevidence_days = 730\n"
+    assert load_policy(text).evidence_days == 730
+    for bad, named in (("0", "retention.evidence_days"), ('"a year"', "evidence_days")):
+        with pytest.raises(PolicyError, match=named):
+            load_policy(
+                policies.load_packaged("default") + f"\n[retention]\nevidence_days = {bad}\n"
+            )
+    with pytest.raises(PolicyError, match="retention: unknown field 'pii_days'"):
+        load_policy(policies.load_packaged("default") + "\n[retention]\npii_days = 30\n")
 
 
 def test_invalid_toml_is_a_policy_error() -> None:

@@ -45,8 +45,9 @@ SIMULATOR_TELNYX_API_KEY = "simulator-telnyx-api-key"
 
 
 def check_port(port: int) -> int:
-    """A TCP port a server can listen on or a client reach: 1 to 65535 (0 would make the
-    kernel pick one, so a log saying `:99999` would be a lie)."""
+    """A TCP port a server can listen on or a client reach: 1 to 65535. Not every library
+    refuses another number (`herald api --port 99999` logged :99999 and listened on a
+    port the kernel picked)."""
     if not 1 <= port <= 65535:
         raise ValueError(f"{port} is not a port (1-65535)")
     return port

@@ -325,3 +325,25 @@ def test_the_readme_settings_table_names_every_setting_and_nothing_else():
     settings_names = set(settings.setting_names())
     assert sorted(settings_names - named) == [], "settings without a README row"
     assert sorted(named - settings_names) == [], "README rows naming no setting"
+
+
+def test_production_needs_the_url_of_a_provider_the_policy_routes_to(clean_env, tmp_path):
+    import policies
+
+    routed = tmp_path / "failover.toml"
+    routed.write_text(
+        policies.load_packaged("default").replace(
+            "[rules]\n", '[providers]\nsms = ["twilio", "telnyx"]\n\n[rules]\n', 1
+        )
+    )
+    for key, given in PRODUCTION.items():
+        clean_env.setenv(key, given)
+    assert Settings().used_provider_aliases() == {"twilio", "smtp"}
+    clean_env.setenv("HERALD_POLICY_NAME", str(routed))
+    with pytest.raises(ValidationError) as refused:
+        Settings()
+    assert settings.problem(refused.value) == (
+        "HERALD_ENV=production needs HERALD_TELNYX_BASE_URL; refusing to start"
+    )
+    clean_env.setenv("HERALD_TELNYX_BASE_URL", "https://api.telnyx.com")
+    assert Settings().used_provider_aliases() == {"twilio", "telnyx", "smtp"}

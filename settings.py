@@ -438,7 +438,9 @@ class Settings(BaseSettings):
     """HERALD_SECRETS_DIR: a folder of files, one per setting, named as the variable
     (`herald_data_key` or `HERALD_DATA_KEY`) and holding its value, as Docker and
     Kubernetes mount secrets. Unset: `/run/secrets` when it exists. A variable in the
-    environment wins over a file (pydantic-settings' secrets_dir)."""
+    environment wins over a file (pydantic-settings' secrets_dir). Read from the
+    environment before the other settings (:func:`secrets_folder`), so only the
+    variable names a folder: `Settings(secrets_dir=...)` reads nothing."""
 
     @cached_property
     def data_path(self) -> Path:

@@ -2,7 +2,14 @@
 
 Every value has a working embedded default so `herald dev` needs no configuration; production
 points the same code at a Temporal cluster, a managed Postgres, a real SMS provider and an
-SMTP relay by setting the variables documented in the README.
+SMTP relay by setting the variables documented in the README (or files in the secrets
+folder, :func:`secrets_folder`).
+
+Every value is checked as the settings are built, wherever they are built (the CLI, the
+worker, the API, the bench, a test), and :func:`problem` makes a refusal one line naming
+the variable: ports, URLs, `host:port` addresses, the database URL, the policy name, and
+HERALD_* names that are no setting. Production takes no dev default
+(:meth:`Settings._production_takes_no_dev_default`).
 """
 
 from __future__ import annotations
@@ -207,7 +214,7 @@ class Settings(BaseSettings):
 
     env: Literal["dev", "production"] = "dev"
     """`dev` (embedded defaults, generated secrets) or `production` (every secret required,
-    checked whenever a Settings is built: see :meth:`_production_has_its_secrets`)."""
+    checked whenever a Settings is built: see :meth:`_production_takes_no_dev_default`)."""
     data_dir: Path = Path(".herald")
     """Everything the embedded stack keeps: Temporal SQLite, Postgres data, keys, mail."""
 

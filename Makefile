@@ -12,10 +12,17 @@ STAMP := $(VENV)/.installed
 CHROMIUM := /usr/bin/chromium
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
+# A first install takes minutes, so it shows that it moves: a line per package pip collects,
+# no progress bars. pip's whole output is kept in .venv/install.log, which a failure names.
+# (bash for pipefail: pip's exit status, not grep's, decides.)
+SHELL := /bin/bash
+PIP := $(BIN)/pip install --progress-bar off
 $(STAMP): pyproject.toml
+	@echo "make: installing Herald and its dev tools into $(VENV) (a first install takes a few minutes)"
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	@set -o pipefail; { $(PIP) --upgrade pip && $(PIP) -e '.[dev]'; } 2>&1 | tee $(VENV)/install.log \
+		| { grep --line-buffered -E '^(Collecting|Processing|Successfully|ERROR)' || true; } \
+		|| { echo "make: the install failed; pip's whole output: $(VENV)/install.log" >&2; exit 1; }
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -2,19 +2,30 @@
 
 Every value has a working embedded default so `herald dev` needs no configuration; production
 points the same code at a Temporal cluster, a managed Postgres, a real SMS provider and an
-SMTP relay by setting the variables documented in the README.
+SMTP relay by setting the variables documented in the README (or files in the secrets
+folder, :func:`secrets_folder`).
+
+Every value is checked as the settings are built, wherever they are built (the CLI, the
+worker, the API, the bench, a test), and :func:`problem` makes a refusal one line naming
+the variable: ports, URLs, `host:port` addresses, the database URL, the policy name, and
+HERALD_* names that are no setting. Production takes no dev default
+(:meth:`Settings._production_takes_no_dev_default`).
 """
 
 from __future__ import annotations
 
+import os
 import secrets
+from collections.abc import Mapping
 from datetime import timedelta
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     SecretStr,
@@ -22,7 +33,12 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SecretsSettingsSource,
+    SettingsConfigDict,
+)
 
 from domain.circuit import BreakerSettings
 from domain.senders import DEV_EMAIL_SENDER, DEV_SMS_SENDER, SenderBook
@@ -35,13 +51,97 @@ SIMULATOR_SENDGRID_KEY = "SG.simulator-api-key"
 SIMULATOR_TELNYX_API_KEY = "simulator-telnyx-api-key"
 
 
+def check_port(port: int) -> int:
+    """A TCP port a server can listen on or a client reach: 1 to 65535. Not every library
+    refuses another number (`herald api --port 99999` logged :99999 and listened on a
+    port the kernel picked)."""
+    if not 1 <= port <= 65535:
+        raise ValueError(f"{port} is not a port (1-65535)")
+    return port
+
+
+def check_port_or_any(port: int) -> int:
+    """A port, or 0: any free one, for a server `herald dev` binds itself and records (its
+    simulators and SMTP sink; the tests and the bench start stacks side by side so)."""
+    return port if port == 0 else check_port(port)
+
+
+def check_http_url(url: str) -> str:
+    """An http(s) URL with a host, parsed by pydantic's own URL type; kept as written."""
+    from pydantic import HttpUrl, TypeAdapter
+
+    try:
+        TypeAdapter(HttpUrl).validate_python(url)
+    except ValidationError as err:
+        why = err.errors(include_url=False)[0]["msg"].removeprefix("Input should be a valid URL, ")
+        # Not repeating the URL: its user-info part may be a credential.
+        raise ValueError(f"not an http(s) URL with a host ({why})") from None
+    return url
+
+
+def check_host_port(address: str) -> str:
+    """`host:port` (an IPv6 host in brackets, `[::1]:7233`), the port in range."""
+    host, sep, port = address.rpartition(":")
+    bracketed = host.startswith("[") and host.endswith("]")
+    if (
+        not sep
+        or not host
+        or not port.isdigit()
+        or any(c.isspace() or c in "/@" for c in host)
+        or (":" in host and not bracketed)
+        or not 1 <= int(port) <= 65535
+    ):
+        raise ValueError(f"{address!r} is not host:port (port 1-65535)")
+    return address
+
+
+def is_loopback(host: str | None) -> bool:
+    """True for a host that names this machine (`localhost`, 127.0.0.0/8, ::1, 0.0.0.0):
+    in production no other process, and no provider calling back, could mean it."""
+    import ipaddress
+
+    if not host:
+        return True
+    name = host.strip("[]").lower().rstrip(".")
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return address.is_loopback or address.is_unspecified
+
+
+def _url_host(url: str) -> str | None:
+    from urllib.parse import urlsplit
+
+    return urlsplit(url).hostname
+
+
+def _blank_is_unset(value: object) -> object:
+    return None if value == "" else value
+
+
+Port = Annotated[int, AfterValidator(check_port)]
+"""A TCP port, 1-65535."""
+BindPort = Annotated[int, AfterValidator(check_port_or_any)]
+"""A port of a server `herald dev` starts, or 0 for any free one."""
+HttpUrlText = Annotated[str, AfterValidator(check_http_url)]
+"""An http(s) URL with a host, kept as the string given."""
+Address = Annotated[str, AfterValidator(check_host_port)]
+"""`host:port`."""
+OptionalAddress = Annotated[Address | None, BeforeValidator(_blank_is_unset)]
+"""`host:port`, or unset (empty counts as unset: `herald dev` passes an address that is
+off as "")."""
+
+
 class TwilioProvider(BaseModel):
     """A Twilio-compatible SMS account (transports.twilio)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: Literal["twilio"] = "twilio"
-    base_url: str
+    base_url: HttpUrlText
     """The REST API's base URL, e.g. `https://api.twilio.com`."""
     account_sid: str
     auth_token: SecretStr
@@ -54,7 +154,7 @@ class SmtpProvider(BaseModel):
 
     kind: Literal["smtp"] = "smtp"
     host: str
-    port: int = 587
+    port: Port = 587
     starttls: bool = True
     username: str | None = None
     password: SecretStr | None = None
@@ -66,7 +166,7 @@ class SendGridProvider(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: Literal["sendgrid"] = "sendgrid"
-    base_url: str = "https://api.sendgrid.com"
+    base_url: HttpUrlText = "https://api.sendgrid.com"
     api_key: SecretStr
 
 
@@ -76,7 +176,7 @@ class TelnyxProvider(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: Literal["telnyx"] = "telnyx"
-    base_url: str
+    base_url: HttpUrlText
     """`https://api.telnyx.com`, or the Telnyx simulator's URL."""
     api_key: SecretStr
     messaging_profile_id: str | None = None
@@ -98,9 +198,23 @@ HERALD_SENDGRID_* the `sendgrid` email alias (`herald dev`'s default email provi
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="HERALD_", extra="ignore")
 
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Arguments, then the environment, then the secrets folder's files (secrets_dir)."""
+        folder = secrets_folder()
+        files = () if folder is None else (SecretsSettingsSource(settings_cls, secrets_dir=folder),)
+        return (init_settings, env_settings, dotenv_settings, *files)
+
     env: Literal["dev", "production"] = "dev"
     """`dev` (embedded defaults, generated secrets) or `production` (every secret required,
-    checked whenever a Settings is built: see :meth:`_production_has_its_secrets`)."""
+    checked whenever a Settings is built: see :meth:`_production_takes_no_dev_default`)."""
     data_dir: Path = Path(".herald")
     """Everything the embedded stack keeps: Temporal SQLite, Postgres data, keys, mail."""
 
@@ -110,16 +224,29 @@ class Settings(BaseSettings):
     @field_validator("database_url")
     @classmethod
     def _postgres_only(cls, url: str | None) -> str | None:
-        scheme = (url or "postgresql://").partition("://")[0]
+        if url is None:
+            return None
+        scheme = url.partition("://")[0]
         if scheme not in ("postgresql", "postgres", "postgresql+psycopg"):
             raise ValueError(
                 f"must be a PostgreSQL URL (postgresql://user@host:port/db), not {scheme!r}"
             )
+        from sqlalchemy.engine import make_url
+
+        try:
+            port = make_url(url).port
+        except Exception:  # noqa: BLE001 - SQLAlchemy's parser raises more than one kind
+            # Its message would repeat part of the URL, which may hold the password.
+            raise ValueError(
+                "not a URL SQLAlchemy can parse (postgresql://user@host:port/db)"
+            ) from None
+        if port is not None:
+            check_port(port)
         return url
 
-    postgres_port: int = 55432
+    postgres_port: Port = 55432
 
-    temporal_address: str | None = None
+    temporal_address: Address | None = None
     """Temporal frontend `host:port`. Unset: the dev server started by `herald dev`."""
     temporal_namespace: str = "default"
     temporal_tls: bool = False
@@ -139,9 +266,9 @@ class Settings(BaseSettings):
     temporal_api_key: SecretStr | None = None
     """HERALD_TEMPORAL_API_KEY: sent as a bearer token on every call (Temporal Cloud's API
     keys); turns TLS on."""
-    temporal_port: int = 57233
-    temporal_ui_port: int = 58233
-    temporal_ui_url: str | None = None
+    temporal_port: Port = 57233
+    temporal_ui_port: Port = 58233
+    temporal_ui_url: HttpUrlText | None = None
     """The Temporal Web UI's base URL, for the console's links to a workflow (`herald dev`
     uses its own UI's)."""
     task_queue: str = "herald"
@@ -154,19 +281,19 @@ class Settings(BaseSettings):
     second on its own queue (`<task_queue>-sms-<alias>`, used where the policy routes SMS
     to more than one provider); an alias it does not name gets `sms_max_per_second`."""
 
-    worker_metrics_address: str | None = None
+    worker_metrics_address: OptionalAddress = None
     """`host:port` where each worker serves the Temporal SDK's Prometheus metrics."""
-    worker_herald_metrics_address: str | None = None
+    worker_herald_metrics_address: OptionalAddress = None
     """`host:port` where each worker serves Herald's own event-time metrics (ledger.metrics:
     scheduled -> submitted, fallbacks, duplicates suppressed, ...)."""
 
     api_host: str = "127.0.0.1"
-    api_port: int = 58080
-    ingress_port: int | None = None
+    api_port: Port = 58080
+    ingress_port: Port | None = None
     """HERALD_INGRESS_PORT: `herald api` also serves the public ingress here (the provider
     webhooks and the unsubscribe link alone), the one port a proxy exposes to the internet.
     Unset: none (`herald dev` serves everything on one origin)."""
-    public_base_url: str | None = None
+    public_base_url: HttpUrlText | None = None
     """The URL the SMS provider calls (signature checks need it exactly, behind proxies too):
     the public ingress's origin. Unset: the API's own URL, which serves the provider routes
     too (`herald dev`, a local `herald api`)."""
@@ -211,7 +338,7 @@ class Settings(BaseSettings):
     token: SecretStr | None = None
     """HERALD_TOKEN: the token the CLI acts with; unset, `<data_dir>/operator.token`."""
 
-    sms_base_url: str | None = None
+    sms_base_url: HttpUrlText | None = None
     """Twilio-compatible API base. Unset: the carrier simulator."""
     sms_account_sid: str = "AC00000000000000000000000000000000"
     sms_auth_token: SecretStr = SecretStr(SIMULATOR_AUTH_TOKEN)
@@ -221,7 +348,7 @@ class Settings(BaseSettings):
     sms_senders: dict[str, str] = {}
     """HERALD_SMS_SENDERS, a JSON object: policy sender alias -> real sender, e.g.
     `{"herald-us-10dlc": "MG...", "Herald": "Herald", "herald-za": "+27..."}`."""
-    simulator_port: int = 58081
+    simulator_port: BindPort = 58081
 
     email_provider: str | None = None
     """The provider alias email goes through where the policy names none for email
@@ -229,7 +356,7 @@ class Settings(BaseSettings):
     SendGrid-compatible HTTP API whose Event Webhook reports delivered, bounces and
     complaints), or an alias of HERALD_PROVIDERS. Unset: `sendgrid` in dev (its
     simulator), `smtp` elsewhere."""
-    sendgrid_base_url: str | None = None
+    sendgrid_base_url: HttpUrlText | None = None
     """SendGrid-compatible API base. Unset: the SendGrid simulator `herald dev` starts."""
     sendgrid_api_key: SecretStr = SecretStr(SIMULATOR_SENDGRID_KEY)
     sendgrid_event_public_key: str | None = None
@@ -238,8 +365,8 @@ class Settings(BaseSettings):
     sendgrid_event_tolerance_seconds: int = 26 * 3600
     """How old an event batch's signed timestamp may be: SendGrid retries for up to 24
     hours (api.email_events); deduplication by event id makes a replay harmless."""
-    email_simulator_port: int = 58083
-    telnyx_base_url: str | None = None
+    email_simulator_port: BindPort = 58083
+    telnyx_base_url: HttpUrlText | None = None
     """Telnyx Messaging v2 API base (`https://api.telnyx.com`). Unset: `herald dev`'s
     Telnyx simulator."""
     telnyx_api_key: SecretStr = SecretStr(SIMULATOR_TELNYX_API_KEY)
@@ -254,7 +381,7 @@ class Settings(BaseSettings):
     is given the sender resolved for the policy's alias (HERALD_SMS_SENDERS), which must
     then be one Telnyx accepts (an E.164 number on the account, or an alphanumeric id
     with a messaging profile); a Messaging Service SID is Twilio's alone."""
-    telnyx_simulator_port: int = 58082
+    telnyx_simulator_port: BindPort = 58082
 
     circuit_failure_threshold: int = 5
     """A provider's circuit opens after this many consecutive failures (a provider-side
@@ -271,8 +398,12 @@ class Settings(BaseSettings):
         )
 
     smtp_host: str = "127.0.0.1"
-    smtp_port: int = 58025
-    smtp_starttls: bool = False
+    """The SMTP relay (alias `smtp`). Unset: `herald dev`'s SMTP sink; required outside dev
+    where email goes through SMTP."""
+    smtp_port: BindPort = 58025
+    smtp_starttls: bool | None = None
+    """HERALD_SMTP_STARTTLS. Unset: on in production, off in dev (the sink speaks plain
+    SMTP); production turns it off only when this says `false`."""
     smtp_username: str | None = None
     smtp_password: SecretStr | None = None
     email_sender: str = DEV_EMAIL_SENDER
@@ -299,7 +430,30 @@ class Settings(BaseSettings):
     pii_retention_days: int = 30
     policy_name: str = "default"
     """The policy activated at migration time: a packaged one (`demo` compresses
-    durations) or the path of a policy file in the packaged format (policies/)."""
+    durations) or the path of a policy file in the packaged format (policies/). Checked
+    when the settings are built, so `herald migrate`, the worker and the API all refuse a
+    name that is neither."""
+
+    @field_validator("policy_name")
+    @classmethod
+    def _a_policy_that_loads(cls, spec: str) -> str:
+        import policies
+        from domain.policy import PolicyError, load_policy
+
+        try:
+            _, document = policies.load(spec)
+            load_policy(document)
+        except (FileNotFoundError, PolicyError) as err:
+            raise ValueError(str(err).strip().splitlines()[0]) from None
+        return spec
+
+    secrets_dir: Path | None = None
+    """HERALD_SECRETS_DIR: a folder of files, one per setting, named as the variable
+    (`herald_data_key` or `HERALD_DATA_KEY`) and holding its value, as Docker and
+    Kubernetes mount secrets. Unset: `/run/secrets` when it exists. A variable in the
+    environment wins over a file (pydantic-settings' secrets_dir). Read from the
+    environment before the other settings (:func:`secrets_folder`), so only the
+    variable names a folder: `Settings(secrets_dir=...)` reads nothing."""
 
     @cached_property
     def data_path(self) -> Path:
@@ -322,6 +476,13 @@ class Settings(BaseSettings):
         if self.email_provider:
             return self.email_provider
         return "sendgrid" if self.env == "dev" else "smtp"
+
+    @property
+    def resolved_smtp_starttls(self) -> bool:
+        """HERALD_SMTP_STARTTLS, else on in production (off in dev, for the sink)."""
+        if self.smtp_starttls is not None:
+            return self.smtp_starttls
+        return self.env == "production"
 
     @property
     def sendgrid_api_url(self) -> str:
@@ -402,11 +563,13 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
-    def _production_has_its_secrets(self) -> Settings:
-        """In production every secret is set explicitly, checked when the settings are
-        built, so no caller can forget it (the bench and the tests build Settings()
-        directly): the simulator's defaults would let anyone who read this file sign
-        receipts, and a generated key would encrypt where no other process looks."""
+    def _production_takes_no_dev_default(self) -> Settings:
+        """In production every secret and every address is set explicitly, checked when the
+        settings are built, so no caller can forget it (the bench and the tests build
+        Settings() directly): the simulator's defaults would let anyone who read this file
+        sign receipts, a generated key would encrypt where no other process looks, and an
+        address left at its default would send to a simulator's loopback port, with
+        callbacks to loopback that no provider can reach. All of it is named at once."""
         if self.env == "dev":
             return self
         missing = [
@@ -429,32 +592,73 @@ class Settings(BaseSettings):
             and provider.auth_token.get_secret_value() == SIMULATOR_AUTH_TOKEN
         ]
         missing += self._sendgrid_problems()
+        missing += self._dev_addresses()
+        if unknown := unknown_names(os.environ):
+            # Refused before what is missing: a misspelt name is often why something is.
+            raise ValueError("; ".join(map(not_a_setting, unknown)) + "; refusing to start")
         if missing:
             raise ValueError(f"HERALD_ENV=production needs {', '.join(missing)}; refusing to start")
-        for alias, provider in self.providers.items():
-            if (
-                isinstance(provider, TwilioProvider)
-                and provider.auth_token.get_secret_value() == SIMULATOR_AUTH_TOKEN
-            ):
-                raise ValueError(
-                    f"HERALD_PROVIDERS {alias!r}: the simulator's auth token outside dev; "
-                    "refusing to start"
-                )
         return self
 
-    def _sendgrid_problems(self) -> list[str]:
-        """What a SendGrid account email may go through (HERALD_EMAIL_PROVIDER, or a route of
-        the packaged policy) lacks in production: a real API key, and the Event Webhook's
-        public key (without it every event is refused, and bounces and complaints never
-        suppress)."""
+    def _dev_addresses(self) -> list[str]:
+        """The addresses production must be given rather than take from dev: the ledger,
+        Temporal, the public URL providers call back, and the URL or host of every provider
+        a message may go through (used_provider_aliases). A loopback one is refused too,
+        except for the ledger and Temporal (a sidecar proxy on 127.0.0.1 is a real
+        deployment)."""
+        problems = [
+            name
+            for name, value in (
+                ("HERALD_DATABASE_URL", self.database_url),
+                ("HERALD_TEMPORAL_ADDRESS", self.temporal_address),
+            )
+            if value is None
+        ]
+
+        def elsewhere(name: str, url: str | None) -> None:
+            if url is None:
+                problems.append(name)
+            elif is_loopback(_url_host(url)):
+                problems.append(f"{name} not on loopback")
+
+        elsewhere("HERALD_PUBLIC_BASE_URL", self.public_base_url)
+        flat = {
+            "twilio": ("HERALD_SMS_BASE_URL", self.sms_base_url),
+            "telnyx": ("HERALD_TELNYX_BASE_URL", self.telnyx_base_url),
+            "sendgrid": ("HERALD_SENDGRID_BASE_URL", self.sendgrid_base_url),
+        }
+        for alias in sorted(self.used_provider_aliases()):
+            provider = self.providers.get(alias)
+            if provider is not None:
+                host = provider.host if isinstance(provider, SmtpProvider) else None
+                if is_loopback(host or _url_host(getattr(provider, "base_url", ""))):
+                    problems.append(f"HERALD_PROVIDERS {alias!r} not on loopback")
+            elif alias == "smtp":
+                given = "smtp_host" in self.model_fields_set
+                elsewhere("HERALD_SMTP_HOST", f"smtp://{self.smtp_host}" if given else None)
+            elif alias in flat:
+                elsewhere(*flat[alias])
+        return problems
+
+    def used_provider_aliases(self) -> set[str]:
+        """Every provider alias a message may go through under the packaged policy
+        `policy_name`: its routes, and the channels' defaults where it names none
+        (HERALD_EMAIL_PROVIDER for email)."""
         from domain.channels import EMAIL
 
-        used = {self.resolved_email_provider}
-        packaged = self.named_policy()
-        if packaged is not None:
-            for (_, channel), aliases in packaged.providers.items():
-                if channel == EMAIL.name:
-                    used |= set(aliases)
+        policy = self.named_policy()
+        defaults = {EMAIL.name: (self.resolved_email_provider,)}
+        return {
+            alias
+            for region, channel in policy.providers
+            for alias in policy.providers_for(region, channel, defaults=defaults)
+        }
+
+    def _sendgrid_problems(self) -> list[str]:
+        """What a SendGrid account email may go through lacks in production: a real API
+        key, and the Event Webhook's public key (without it every event is refused, and
+        bounces and complaints never suppress)."""
+        used = self.used_provider_aliases()
         problems: list[str] = []
         for alias, provider in self.provider_settings().items():
             if alias not in used or not isinstance(provider, SendGridProvider):
@@ -467,16 +671,13 @@ class Settings(BaseSettings):
                 )
         return problems
 
-    def named_policy(self) -> Policy | None:
-        """The policy `policy_name` names (packaged, or a policy file), parsed; None when
-        it names none (a policy loaded by other means: nothing to check against)."""
+    def named_policy(self) -> Policy:
+        """The policy `policy_name` names (packaged, or a policy file), parsed (the name
+        was checked when the settings were built)."""
         import policies
         from domain.policy import load_policy
 
-        try:
-            _, document = policies.load(self.policy_name)
-        except FileNotFoundError:
-            return None
+        _, document = policies.load(self.policy_name)
         return load_policy(document)
 
     def provider_settings(self) -> dict[str, AnyProvider]:
@@ -497,7 +698,7 @@ class Settings(BaseSettings):
             "smtp": SmtpProvider(
                 host=self.smtp_host,
                 port=self.smtp_port,
-                starttls=self.smtp_starttls,
+                starttls=self.resolved_smtp_starttls,
                 username=self.smtp_username,
                 password=self.smtp_password,
             ),
@@ -514,8 +715,6 @@ class Settings(BaseSettings):
         from domain.providers import ProviderError, check_routes
 
         packaged = self.named_policy()
-        if packaged is None:
-            return  # a policy loaded by other means; nothing named to check
         configured = {alias: p.kind for alias, p in self.provider_settings().items()}
         try:
             check_routes(packaged.providers, configured)
@@ -535,9 +734,7 @@ class Settings(BaseSettings):
                 email_default=self.email_sender,
                 email=self.email_senders,
             )
-            packaged = self.named_policy()  # None: loaded by other means, nothing to check
-            if packaged is not None:
-                book.check(packaged)
+            book.check(self.named_policy())
         except SenderError as err:
             raise RuntimeError(f"sender settings: {err}") from None
         return book
@@ -563,6 +760,54 @@ class Settings(BaseSettings):
             return self.token_file.read_text().strip() or None
         except FileNotFoundError:
             return None
+
+
+NOT_SETTINGS = frozenset(
+    {
+        "HERALD_DB_PASSWORD",  # docker-compose.yml's ledger Postgres password (.env)
+        "HERALD_TEST_DATABASE_URL",  # tests/conftest.py: a Postgres of your own for the tests
+        "HERALD_RECORD_HISTORIES",  # tests/workflows: record the replay tests' histories
+        "HERALD_CONSOLE_SCREENSHOTS",  # tests/console: write docs/console's screenshots
+    }
+)
+"""HERALD_* names Herald's own tooling reads that are not settings; allowed beside them."""
+
+RUN_SECRETS = Path("/run/secrets")
+"""Where Docker and Kubernetes mount secrets: the secrets folder when it exists and
+HERALD_SECRETS_DIR is unset."""
+
+
+def setting_names() -> list[str]:
+    """Every setting's variable, `HERALD_` and the field's name in capitals."""
+    return [f"HERALD_{name.upper()}" for name in Settings.model_fields]
+
+
+def unknown_names(environ: Mapping[str, str]) -> list[str]:
+    """The HERALD_* variables in `environ` that are neither a setting nor one of Herald's
+    tooling (NOT_SETTINGS): a misspelt name would otherwise be ignored in silence."""
+    known = {*setting_names(), *NOT_SETTINGS}
+    return sorted(
+        name for name in environ if name.upper().startswith("HERALD_") and name.upper() not in known
+    )
+
+
+def not_a_setting(name: str) -> str:
+    """`HERALD_DATABSE_URL is not a setting (did you mean HERALD_DATABASE_URL?)`."""
+    import difflib
+
+    close = difflib.get_close_matches(name.upper(), setting_names(), n=1)
+    return f"{name} is not a setting" + (f" (did you mean {close[0]}?)" if close else "")
+
+
+def secrets_folder() -> Path | None:
+    """HERALD_SECRETS_DIR, else /run/secrets when it exists, else None (no files)."""
+    given = os.environ.get("HERALD_SECRETS_DIR")
+    if not given:
+        return RUN_SECRETS if RUN_SECRETS.is_dir() else None
+    folder = Path(given).expanduser()
+    if not folder.is_dir():
+        raise ValueError(f"HERALD_SECRETS_DIR: {given} is not a folder")
+    return folder
 
 
 class MissingDataKey(RuntimeError):
@@ -602,9 +847,21 @@ def write_secret_file(path: Path, value: str) -> None:
     os.replace(partial, path)
 
 
+_warned: set[str] = set()
+
+
 def load() -> Settings:
-    """The settings from the environment (production's secrets checked as they are built)."""
-    return Settings()
+    """The settings from the environment (checked as they are built). In dev, a HERALD_*
+    variable that is no setting is a warning line on stderr, once per process (production
+    refuses it as the settings are built)."""
+    import sys
+
+    cfg = Settings()
+    for name in unknown_names(os.environ):
+        if name not in _warned:
+            _warned.add(name)
+            print(f"herald: warning: {not_a_setting(name)}; ignored", file=sys.stderr)
+    return cfg
 
 
 def problem(err: Exception) -> str:
@@ -616,7 +873,8 @@ def problem(err: Exception) -> str:
     lines = []
     for e in err.errors(include_url=False, include_input=False):
         message = e["msg"].removeprefix("Value error, ")
-        where = "_".join(str(part) for part in e["loc"]).upper()
+        field, *inside = [str(part) for part in e["loc"]] or [""]
         # A check of the whole object (production's secrets) names its variables itself.
-        lines.append(f"HERALD_{where}: {message}" if where else message)
+        where = f"HERALD_{field.upper()}" + (f" {'.'.join(inside)}" if inside else "")
+        lines.append(f"{where}: {message}" if field else message)
     return "; ".join(lines)

@@ -88,12 +88,25 @@ def temporal_unreachable(cfg: settings_module.Settings, err: BaseException) -> s
     handshake refused, so the client's own reason is the line to read."""
     from starter.temporal import connect_options
 
+    host = cfg.temporal_target.rpartition(":")[0].strip("[]")
+    if not _resolves(host):
+        return f"HERALD_TEMPORAL_ADDRESS={cfg.temporal_target}: the host {host} does not resolve"
     if connect_options(cfg)["tls"]:
         return f"cannot connect to Temporal at {cfg.temporal_target} over TLS: {err}"
     return (
         f"cannot reach Temporal at {cfg.temporal_target} (is `herald dev` "
         "running, or HERALD_TEMPORAL_ADDRESS set?)"
     )
+
+
+def _resolves(host: str) -> bool:
+    import socket
+
+    try:
+        socket.getaddrinfo(host, None)
+    except (OSError, UnicodeError):
+        return False
+    return True
 
 
 def acting(cfg: settings_module.Settings, access: Any) -> Principal:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import settings as settings_module
-from cli.context import CliError, acting, herald_client, ledger_sessions
+from cli.context import CliError, acting, adopt_running, herald_client, ledger_sessions
 from domain.channels import NAMES as CHANNEL_NAMES
 from domain.channels import NAMES_AND_ALL
 from domain.intents import FINAL_STATES, REACHED
@@ -694,10 +694,15 @@ async def cmd_migrate(args: argparse.Namespace, cfg: settings_module.Settings) -
     from ledger import migrate
     from ledger.templates import seed_packaged
 
+    # In the wrong folder (no stack, no database set) stop as every ledger command does:
+    # the default port may be another stack's Postgres, or some other program's.
+    adopt_running(cfg)
     url = cfg.resolved_database_url()
-    if cfg.env == "dev":
-        cfg.resolved_data_keys(create=True)  # the ledger's key is born with the ledger
     await asyncio.to_thread(migrate.upgrade, url)
+    if cfg.env == "dev":
+        # The ledger's key is born with the ledger, once the database has answered: a
+        # migration that failed leaves no key to mislead the next command.
+        cfg.resolved_data_keys(create=True)
     sessions = sessionmaker(create_engine(url))
     with sessions.begin() as session:
         seed_packaged(session, cfg.policy_name)

@@ -17,6 +17,11 @@ async def cmd_api(args: argparse.Namespace, cfg: settings_module.Settings) -> in
     adopt_dev_stack(cfg)
     from api.server import serve
 
+    if args.port is not None:
+        try:
+            settings_module.check_port(args.port)
+        except ValueError as err:
+            raise CliError(f"--port: {err}") from None
     try:
         await serve(cfg, host=args.host, port=args.port, ingress_port=args.ingress_port)
     except RuntimeError as err:  # missing production secrets, Temporal unreachable

@@ -20,14 +20,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client
-from temporalio.service import TLSConfig
+from temporalio.service import RPCError, RPCStatusCode, TLSConfig
 
 import settings as settings_module
 
 
 class TemporalSettingError(ValueError):
-    """A TLS file named by a setting that cannot be read."""
+    """A TLS file named by a setting that cannot be read, or a namespace the server lacks."""
 
 
 def tls_config(cfg: settings_module.Settings) -> TLSConfig | bool:
@@ -69,5 +70,19 @@ def connect_options(cfg: settings_module.Settings) -> dict[str, Any]:
 
 async def connect(cfg: settings_module.Settings, **kwargs: Any) -> Client:
     """A Temporal client for these settings; `kwargs` go to `Client.connect` as well (the
-    worker's runtime)."""
-    return await Client.connect(cfg.temporal_target, **connect_options(cfg), **kwargs)
+    worker's runtime). A namespace the server does not have is a TemporalSettingError
+    here, not a failure at the first start (or a worker polling nothing)."""
+    client = await Client.connect(cfg.temporal_target, **connect_options(cfg), **kwargs)
+    try:
+        await client.workflow_service.describe_namespace(
+            DescribeNamespaceRequest(namespace=cfg.temporal_namespace)
+        )
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            raise TemporalSettingError(
+                f"HERALD_TEMPORAL_NAMESPACE={cfg.temporal_namespace}: no such namespace at "
+                f"{cfg.temporal_target}"
+            ) from None
+        # Anything else (a key allowed to run workflows but not to describe the
+        # namespace, a server without the call) is left to the calls that matter.
+    return client

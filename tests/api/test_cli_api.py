@@ -46,6 +46,11 @@ def test_herald_api_serves_health_metrics_guards_operator_routes_and_logs_no_con
         "HERALD_SMS_AUTH_TOKEN": "cli-test-sms-token",
         "HERALD_UNSUBSCRIBE_SECRET": "cli-test-unsubscribe",
         "HERALD_DATA_KEY": TEST_KEYRING,
+        # Production takes no dev default: where providers call back and messages go (the
+        # API sends nothing, so nothing is ever asked of these hosts).
+        "HERALD_PUBLIC_BASE_URL": "https://herald.example.com",
+        "HERALD_SMS_BASE_URL": "https://sms.example.com",
+        "HERALD_SMTP_HOST": "smtp.example.com",
     }
     proc = subprocess.Popen(
         [HERALD, "api", "--port", str(port)],

@@ -124,6 +124,7 @@ def test_show_of_an_unknown_key_is_one_line(cli_ledger: Ledger, tmp_path: Path) 
         ["suppression", "add", "+447400000100", "--channel", "sms"],
         ["suppression", "list", "+447400000100"],
         ["send", *SEND],
+        ["migrate"],
     ],
     ids=lambda args: " ".join(args[:2]),
 )
@@ -197,7 +198,9 @@ def test_the_worker_module_run_without_productions_secrets_is_one_line(tmp_path:
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines() == [
         "herald worker: settings: HERALD_ENV=production needs HERALD_SMS_AUTH_TOKEN, "
-        "HERALD_DATA_KEY, HERALD_OPERATOR_TOKEN, HERALD_UNSUBSCRIBE_SECRET; refusing to start"
+        "HERALD_DATA_KEY, HERALD_OPERATOR_TOKEN, HERALD_UNSUBSCRIBE_SECRET, "
+        "HERALD_DATABASE_URL, HERALD_TEMPORAL_ADDRESS, HERALD_PUBLIC_BASE_URL, "
+        "HERALD_SMTP_HOST, HERALD_SMS_BASE_URL; refusing to start"
     ]
 
 
@@ -285,3 +288,159 @@ def test_herald_dev_with_a_policy_it_cannot_use_is_one_line(
     )
     assert says in assert_one_line_error(done, "dev")
     assert not (tmp_path / "d" / "dev.json").exists()  # nothing was started
+
+
+@pytest.mark.parametrize(
+    ("args", "setting", "says"),
+    [
+        (["list"], {"HERALD_API_PORT": "99999"}, "HERALD_API_PORT: 99999 is not a port (1-65535)"),
+        (["api", "--port", "99999"], {}, "--port: 99999 is not a port (1-65535)"),
+        (
+            ["worker"],
+            {"HERALD_SMS_BASE_URL": "htp:/bad"},
+            "HERALD_SMS_BASE_URL: not an http(s) URL with a host",
+        ),
+        (
+            ["list"],
+            {"HERALD_PUBLIC_BASE_URL": "not a url"},
+            "HERALD_PUBLIC_BASE_URL: not an http(s) URL with a host",
+        ),
+        (
+            ["list"],
+            {"HERALD_DATABASE_URL": "postgresql://::::"},
+            "HERALD_DATABASE_URL: not a URL SQLAlchemy can parse",
+        ),
+        (
+            ["send", *SEND],
+            {"HERALD_TEMPORAL_ADDRESS": "not a host"},
+            "HERALD_TEMPORAL_ADDRESS: 'not a host' is not host:port",
+        ),
+        (
+            ["migrate"],
+            {"HERALD_POLICY_NAME": "nope"},
+            "HERALD_POLICY_NAME: no packaged policy named 'nope'",
+        ),
+    ],
+    ids=["port", "api-port", "sms-url", "public-url", "database-url", "temporal-address", "policy"],
+)
+def test_a_setting_that_cannot_be_right_is_one_line_naming_it(
+    args: list[str], setting: dict[str, str], says: str, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    done = run_installed_herald(
+        *args, settings={"HERALD_DATA_DIR": str(data), **setting}, cwd=tmp_path
+    )
+    line = assert_one_line_error(done, args[0])
+    assert says in line, line
+    assert not data.exists()  # refused before anything was written (a key, a log)
+
+
+PRODUCTION = {
+    "HERALD_ENV": "production",
+    "HERALD_SMS_AUTH_TOKEN": "real-token",
+    "HERALD_DATA_KEY": "k1:" + "A" * 43 + "=",
+    "HERALD_OPERATOR_TOKEN": "break-glass",
+    "HERALD_UNSUBSCRIBE_SECRET": "unsubscribe",
+}
+"""Production's secrets, and none of its addresses."""
+
+
+def test_production_on_dev_defaults_is_one_line_naming_every_address_it_needs(
+    tmp_path: Path,
+) -> None:
+    settings = {"HERALD_DATA_DIR": str(tmp_path / "data"), **PRODUCTION}
+    line = assert_one_line_error(
+        run_installed_herald("worker", settings=settings, cwd=tmp_path), "worker"
+    )
+    assert line == (
+        "herald worker: settings: HERALD_ENV=production needs HERALD_DATABASE_URL, "
+        "HERALD_TEMPORAL_ADDRESS, HERALD_PUBLIC_BASE_URL, HERALD_SMTP_HOST, "
+        "HERALD_SMS_BASE_URL; refusing to start"
+    )
+    # Set, but to the dev stack's loopback ports: refused as well.
+    loopback = {
+        "HERALD_DATABASE_URL": "postgresql://herald@db.example.com/herald",
+        "HERALD_TEMPORAL_ADDRESS": "temporal.example.com:7233",
+        "HERALD_PUBLIC_BASE_URL": "http://127.0.0.1:58080",
+        "HERALD_SMTP_HOST": "localhost",
+        "HERALD_SMS_BASE_URL": "https://sms.example.com",
+    }
+    done = run_installed_herald("worker", settings={**settings, **loopback}, cwd=tmp_path)
+    assert assert_one_line_error(done, "worker") == (
+        "herald worker: settings: HERALD_ENV=production needs HERALD_PUBLIC_BASE_URL not on "
+        "loopback, HERALD_SMTP_HOST not on loopback; refusing to start"
+    )
+
+
+def test_a_misspelt_setting_is_refused_in_production_and_warned_of_in_dev(tmp_path: Path) -> None:
+    misspelt = {
+        "HERALD_DATA_DIR": str(tmp_path / "data"),
+        "HERALD_DATABSE_URL": "postgresql://herald@db.example.com/herald",
+    }
+    done = run_installed_herald("list", settings={**misspelt, **PRODUCTION}, cwd=tmp_path)
+    assert assert_one_line_error(done, "list") == (
+        "herald list: settings: HERALD_DATABSE_URL is not a setting (did you mean "
+        "HERALD_DATABASE_URL?); refusing to start"
+    )
+    # In dev: one warning line, then the command goes on without it (and, with no
+    # database set and no stack here, stops in one line of its own).
+    done = run_installed_herald("list", settings=misspelt, cwd=tmp_path)
+    warning, refusal = done.stderr.strip().splitlines()
+    assert warning == (
+        "herald: warning: HERALD_DATABSE_URL is not a setting (did you mean "
+        "HERALD_DATABASE_URL?); ignored"
+    )
+    assert done.returncode == 2 and refusal.startswith("herald list: no running `herald dev`")
+
+
+@pytest.mark.parametrize("args", [["send", *SEND], ["worker"]], ids=lambda args: args[0])
+def test_a_temporal_address_that_does_not_resolve_is_one_line(
+    args: list[str], tmp_path: Path
+) -> None:
+    nowhere = {
+        "HERALD_DATA_DIR": str(tmp_path / "data"),
+        "HERALD_DATABASE_URL": f"postgresql://herald@127.0.0.1:{free_port()}/herald",
+        "HERALD_TEMPORAL_ADDRESS": "temporal.invalid:7233",  # RFC 2606: never resolves
+    }
+    done = run_installed_herald(*args, settings=nowhere, cwd=tmp_path)
+    assert assert_one_line_error(done, args[0]) == (
+        f"herald {args[0]}: HERALD_TEMPORAL_ADDRESS=temporal.invalid:7233: the host "
+        "temporal.invalid does not resolve"
+    )
+
+
+def test_migrate_against_a_database_that_does_not_answer_writes_no_key(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    closed = {
+        "HERALD_DATA_DIR": str(data),
+        "HERALD_DATABASE_URL": f"postgresql://herald@127.0.0.1:{free_port()}/herald",
+    }
+    line = assert_one_line_error(
+        run_installed_herald("migrate", settings=closed, cwd=tmp_path), "migrate"
+    )
+    assert "cannot use the ledger database" in line
+    assert not (data / "data.key").exists()
+
+
+@pytest.mark.e2e
+def test_a_temporal_namespace_that_does_not_exist_is_one_line(tmp_path: Path) -> None:
+    # The time-skipping test server answers for any namespace; the dev server does not.
+    from devstack import TemporalDevServer
+
+    server = TemporalDevServer(None, port=free_port(), ui_port=None)
+    server.start()
+    try:
+        elsewhere = {
+            "HERALD_DATA_DIR": str(tmp_path / "data"),
+            "HERALD_DATABASE_URL": f"postgresql://herald@127.0.0.1:{free_port()}/herald",
+            "HERALD_TEMPORAL_ADDRESS": server.address,
+            "HERALD_TEMPORAL_NAMESPACE": "no-such-namespace",
+        }
+        for args in (["send", *SEND], ["worker"]):
+            done = run_installed_herald(*args, settings=elsewhere, cwd=tmp_path)
+            assert assert_one_line_error(done, args[0]) == (
+                f"herald {args[0]}: HERALD_TEMPORAL_NAMESPACE=no-such-namespace: no such "
+                f"namespace at {server.address}"
+            )
+    finally:
+        server.stop()

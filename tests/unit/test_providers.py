@@ -210,6 +210,16 @@ async def test_the_worker_builds_one_transport_per_alias_by_its_kind(
             _default_transport(email, channels.SMS)
 
 
+PRODUCTION_ADDRESSES = {
+    "HERALD_DATABASE_URL": "postgresql://herald@ledger-db:5432/herald",
+    "HERALD_TEMPORAL_ADDRESS": "temporal:7233",
+    "HERALD_PUBLIC_BASE_URL": "https://herald.example.com",
+    "HERALD_SMS_BASE_URL": "https://api.twilio.com",
+    "HERALD_SMTP_HOST": "smtp.example.com",
+}
+"""Production takes no dev default address (settings._dev_addresses)."""
+
+
 def test_outside_dev_a_sendgrid_route_needs_a_real_key_and_the_event_key(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -219,6 +229,8 @@ def test_outside_dev_a_sendgrid_route_needs_a_real_key_and_the_event_key(
         "HERALD_DATA_KEY": "k1:" + "A" * 43 + "=",
         "HERALD_OPERATOR_TOKEN": "op",
         "HERALD_UNSUBSCRIBE_SECRET": "u",
+        **PRODUCTION_ADDRESSES,
+        "HERALD_SENDGRID_BASE_URL": "https://api.sendgrid.com",
     }
     for name, value in production.items():
         monkeypatch.setenv(name, value)
@@ -242,6 +254,7 @@ def test_production_refuses_a_provider_account_on_the_simulators_token(
         ("HERALD_DATA_KEY", "k1:" + "A" * 43 + "="),
         ("HERALD_OPERATOR_TOKEN", "op"),
         ("HERALD_UNSUBSCRIBE_SECRET", "u"),
+        *PRODUCTION_ADDRESSES.items(),
     ):
         monkeypatch.setenv(name, value)
     Settings()  # every secret set: accepted

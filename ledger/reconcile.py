@@ -38,6 +38,14 @@ workflow_closed_intent_open    the intent is still open in the ledger (pending, 
                                the ledger with a `workflow-closed` action (operator
                                `reconciler`) that the timeline shows.
 =============================  =================================================================
+
+And one kind is filed by the activity that met it, not by a sweep:
+
+=============================  =================================================================
+data_key_unreadable            a ledger activity could not read the intent's contact data with
+                               its worker's key ring (a key id the ring lacks, or a ciphertext
+                               that does not open); the intent stopped (ledger.keys).
+=============================  =================================================================
 """
 
 from __future__ import annotations
@@ -75,6 +83,8 @@ CANCELLED_THEN_DELIVERED = "cancelled_then_delivered"
 UNKNOWN_OUTCOME = "unknown_outcome"
 ORPHAN_OBSERVATION = "orphan_observation"
 WORKFLOW_CLOSED_INTENT_OPEN = "workflow_closed_intent_open"
+DATA_KEY_UNREADABLE = "data_key_unreadable"
+"""Filed by an activity whose data key ring cannot read the intent (ledger.keys)."""
 
 KINDS = (
     INTENT_WITHOUT_ATTEMPT,
@@ -85,6 +95,7 @@ KINDS = (
     UNKNOWN_OUTCOME,
     ORPHAN_OBSERVATION,
     WORKFLOW_CLOSED_INTENT_OPEN,
+    DATA_KEY_UNREADABLE,
 )
 
 OPEN_STATES = ("pending", "scheduled", "deferred", "sending")

@@ -742,6 +742,7 @@ SET_TITLES = {
     reconcile.UNKNOWN_OUTCOME: "Unknown outcomes",
     reconcile.ORPHAN_OBSERVATION: "Observations with no attempt",
     reconcile.WORKFLOW_CLOSED_INTENT_OPEN: "Open intents whose workflow was closed (terminated)",
+    reconcile.DATA_KEY_UNREADABLE: "Intents a worker's data key could not read",
 }
 
 

@@ -356,10 +356,6 @@ async def main(
     # Before anything connects: a sender no provider would take is a start-up error.
     senders = cfg.sender_book()
     cfg.check_providers()
-    # Before anything connects: a data key ring that cannot read the ledger is refused,
-    # naming the key id (build_workers checks the cipher it builds again; this one is
-    # only the early answer).
-    await asyncio.to_thread(check_ring_at_start, cfg)
     if not ensure_workflow_bytecode():
         log.warning("could not write the workflow modules' bytecode; each run compiles them")
     client = await connect(cfg, runtime=core_log_forwarding(cfg.worker_metrics_address))
@@ -396,15 +392,6 @@ async def main(
         await workers.http.aclose()
         workers.engine.dispose()
     exit_now(0)
-
-
-def check_ring_at_start(cfg: settings_module.Settings) -> None:
-    """ledger.keys.check_key_ring on a short-lived engine; KeyRingError naming the kid."""
-    engine = ledger_engine(cfg.resolved_database_url())
-    try:
-        load_cipher(engine, cfg.resolved_data_keys())
-    finally:
-        engine.dispose()
 
 
 def exit_now(code: int) -> NoReturn:

@@ -167,14 +167,14 @@ class HeraldClient:
     @classmethod
     async def connect(cls, cfg: settings_module.Settings | None = None) -> HeraldClient:
         cfg = cfg or settings_module.load()
+        temporal = await temporal_connection.connect(cfg)
         # Idle connections are pinged at checkout, so a Postgres restart does not surface
         # to the app (ledger.engine).
         engine = ledger_engine(cfg.resolved_database_url())
         cipher = FieldCipher(cfg.resolved_data_keys())
         # A ring that cannot read the ledger is refused here, naming the key id, before
-        # anything connects or is recorded (ledger.keys).
+        # anything is recorded (ledger.keys).
         await asyncio.to_thread(check_key_ring, engine, cipher)
-        temporal = await temporal_connection.connect(cfg)
         return cls(
             temporal,
             sessionmaker(engine, expire_on_commit=False),

@@ -57,9 +57,17 @@ def keyed(pg_url: str, tmp_path: Path) -> Iterator[Ledger]:
     engine.dispose()
 
 
-def herald(ledger: Ledger, *args: str, ring: str | None = None) -> Run:
-    settings = {"HERALD_DATA_KEY": ring} if ring is not None else None
+def herald(ledger: Ledger, *args: str, ring: str | None = None, temporal: str | None = None) -> Run:
+    settings = {"HERALD_DATA_KEY": ring} if ring is not None else {}
+    if temporal is not None:
+        settings["HERALD_TEMPORAL_ADDRESS"] = temporal
     return run_herald(*args, database_url=ledger.url, data_dir=ledger.data_dir, settings=settings)
+
+
+def reachable(time_env) -> str:  # type: ignore[no-untyped-def]
+    """A Temporal that answers: the worker, the API and `send` connect to it first, and
+    check the data key ring against the ledger after."""
+    return str(time_env.client.service_client.config.target_host)
 
 
 def folder_ring(ledger: Ledger) -> str:
@@ -105,10 +113,12 @@ def test_a_rotation_from_the_command_line_lets_the_old_key_leave(keyed):
     [["keys", "status"], ["send", *SEND], ["worker"], ["api", "--port", "0"]],
     ids=lambda args: args[0],
 )
-def test_a_ring_without_the_ledgers_key_is_refused_in_one_line_naming_it(keyed, args):
+@pytest.mark.workflow
+def test_a_ring_without_the_ledgers_key_is_refused_in_one_line_naming_it(keyed, time_env, args):  # type: ignore[no-untyped-def]
     herald(keyed, "keys", "status")  # a first start records k1
     other = "k7:" + base64.b64encode(b"7" * 32).decode()
-    line = assert_one_line_error(herald(keyed, *args, ring=other), args[0])
+    done = herald(keyed, *args, ring=other, temporal=reachable(time_env))
+    line = assert_one_line_error(done, args[0])
     assert "under data key 'k1', which HERALD_DATA_KEY lacks" in line
 
 
@@ -117,8 +127,10 @@ def test_a_ring_without_the_ledgers_key_is_refused_in_one_line_naming_it(keyed, 
     [["keys", "status"], ["send", *SEND], ["worker"], ["api", "--port", "0"]],
     ids=lambda args: args[0],
 )
-def test_a_malformed_ring_is_one_line_naming_the_key(keyed, args):
+@pytest.mark.workflow
+def test_a_malformed_ring_is_one_line_naming_the_key(keyed, time_env, args):  # type: ignore[no-untyped-def]
     # What an engineer met as `binascii.Error: Incorrect padding` from each of these.
     torn = folder_ring(keyed)[:-2]
-    line = assert_one_line_error(herald(keyed, *args, ring=torn), args[0])
+    done = herald(keyed, *args, ring=torn, temporal=reachable(time_env))
+    line = assert_one_line_error(done, args[0])
     assert "data key 'k1' is not valid base64" in line

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from sqlalchemy import Column, Engine, Table, and_, func, insert, select, update
+from sqlalchemy import Column, Engine, Table, bindparam, func, insert, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
@@ -307,6 +307,7 @@ def rotate(
                     .limit(batch)
                     .with_for_update(skip_locked=True)
                 ).all()
+                changes = []
                 for row_key, old, row_context in rows:
                     try:
                         plain = cipher.decrypt(old, context=spec.context(row_context))
@@ -318,11 +319,15 @@ def rotate(
                     except KeyRingError as err:
                         raise KeyRingError(f"{err} (a ciphertext of {spec.name})") from None
                     fresh = cipher.encrypt(plain, context=spec.context(row_context))
-                    # Compare-and-set: a purge that nulled it meanwhile stays purged.
+                    changes.append({"row_key": row_key, "old_ct": old, "new_ct": fresh})
+                if changes:
+                    # Compare-and-set, one statement for the batch: a purge that nulled a
+                    # value meanwhile leaves it purged.
                     conn.execute(
                         update(table)
-                        .where(and_(key == row_key, column == old))
-                        .values({spec.column: fresh})
+                        .where(key == bindparam("row_key"), column == bindparam("old_ct"))
+                        .values({spec.column: bindparam("new_ct")}),
+                        changes,
                     )
             done += len(rows)
             if progress and rows:

@@ -112,13 +112,13 @@ class KeyRingCheck:
     """What `check_key_ring` found: the ring reads the ledger."""
 
     recorded: list[str]
-    """Ring keys the ledger met for the first time (now recorded)."""
+    """Ring keys the ledger met for the first time (recorded now, unless `record=False`)."""
     derived_under: str
     """The key id the ledger's lookup and action-proof keys are encrypted under."""
 
 
 def check_key_ring(
-    engine: Engine, cipher: FieldCipher, *, now: datetime | None = None
+    engine: Engine, cipher: FieldCipher, *, now: datetime | None = None, record: bool = True
 ) -> KeyRingCheck:
     """Refuse a ring that cannot read the ledger, record its new keys, install the rest.
 
@@ -126,14 +126,16 @@ def check_key_ring(
     lacks, a ring key whose check value differs from the ledger's, a retired key. The
     ledger's lookup and action-proof keys are installed into `cipher`.
 
-    One transaction under an advisory lock, so processes starting together agree.
+    One transaction under an advisory lock, so processes starting together agree. With
+    `record=False` (a diagnosis, `herald doctor`) the same checks run and the transaction
+    is rolled back: nothing is recorded.
     """
     now = now or datetime.now(UTC)
-    with engine.begin() as conn:
+    with engine.connect() as conn, conn.begin() as tx:
         _lock(conn)
         records = {r.kid: r for r in conn.execute(select(DataKeyRecord.__table__))}
-        for kid, record in records.items():
-            if record.retired_at is None and kid not in cipher.kids:
+        for kid, row in records.items():
+            if row.retired_at is None and kid not in cipher.kids:
                 raise KeyRingError(
                     f"the ledger has data under data key {kid!r}, which HERALD_DATA_KEY "
                     "lacks: refusing to start (add the key to the ring)"
@@ -178,6 +180,8 @@ def check_key_ring(
                 action=_open_secret(cipher, ACTION_SECRET, secrets[ACTION_SECRET]),
             )
         )
+        if not record:
+            tx.rollback()
     return KeyRingCheck(recorded, kid_of(secrets[LOOKUP_SECRET]))
 
 

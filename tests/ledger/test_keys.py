@@ -155,6 +155,16 @@ def test_a_ring_key_the_ledger_never_met_is_recorded_and_then_required(ledger):
         checked(ledger, K1)
 
 
+def test_a_diagnosis_checks_the_same_and_records_nothing(ledger):
+    checked(ledger, K1)
+    with pytest.raises(KeyRingError, match="'k1'"):
+        keys.check_key_ring(ledger, FieldCipher(K2), record=False)
+    found = keys.check_key_ring(ledger, FieldCipher(f"{K2},{K1}"), record=False)
+    assert found.recorded == ["k2"]
+    # Nothing was recorded: a ring of k1 alone still starts.
+    checked(ledger, K1)
+
+
 def test_the_migration_records_the_key_ids_already_in_use(pg_url):
     # A ledger from before 0016 holding ciphertexts under k7: the first ring without k7 is
     # refused, naming it, instead of failing the first activity that reads one.

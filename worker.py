@@ -48,8 +48,9 @@ from domain import channels
 from domain.channels import Channel
 from domain.providers import provider_task_queue
 from domain.senders import SenderBook
-from ledger.crypto import FieldCipher
+from ledger.crypto import FieldCipher, KeyRingError
 from ledger.engine import ledger_engine
+from ledger.keys import load_cipher
 from runtime.logs import configure_logging, core_log_forwarding
 from runtime.loop import run
 from runtime.sandbox import sandbox_runner
@@ -199,7 +200,8 @@ def build_workers(
     # restart does not fail the first activity on each dead connection (ledger.engine).
     engine = ledger_engine(cfg.resolved_database_url(), pool_size=10)
     sessions = sessionmaker(engine, expire_on_commit=False)
-    cipher = FieldCipher(cfg.resolved_data_keys())
+    # Refused here, naming the key id, if the ring cannot read the ledger (ledger.keys).
+    cipher = load_cipher(engine, cfg.resolved_data_keys())
     http = httpx.AsyncClient()
     sms_providers, email_providers = provider_transports(cfg, http)
     sms = _default_transport(sms_providers, channels.SMS)
@@ -512,7 +514,8 @@ if __name__ == "__main__":
         sys.exit(2)
     try:
         run(main(settings))
-    except (RuntimeError, starter_temporal.TemporalSettingError) as err:
-        # Bad sender settings, an unreadable TLS file, Temporal unreachable.
+    except (RuntimeError, KeyRingError, starter_temporal.TemporalSettingError) as err:
+        # Bad sender settings, an unreadable TLS file, Temporal unreachable, a data key
+        # ring that cannot read the ledger.
         print(f"herald worker: {err}", file=sys.stderr)
         sys.exit(2)

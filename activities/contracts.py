@@ -39,6 +39,11 @@ class ErrorType(StrEnum):
     RECONCILE_PENDING = "ReconcilePending"
     """An ambiguous submission is not visible at the provider yet: an expected retry,
     raised as benign so it does not read as a failure in the Web UI."""
+    DATA_KEY_UNREADABLE = "DataKeyUnreadable"
+    """The worker's data key ring cannot read the intent's contact data (a key id it lacks,
+    a ciphertext that does not open): raised non-retryable, after a review item is filed
+    (activities.key_errors). Not in PERMANENT_ERRORS: the flag on the error itself stops
+    the retries, so the workflow's commands are unchanged."""
     PROVIDER_REFUSED = "ProviderRefused"
     """A definitive refusal for the provider's own reason (credentials, sender, a refused
     connection, an open circuit), raised only when the workflow fails over: the next

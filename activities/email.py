@@ -20,6 +20,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities import ProviderTransports, now_utc
 from activities.contracts import ErrorType, SubmitInput, SubmitOutcome
+from activities.key_errors import stopping_on_key_errors
 from domain import channels
 from domain.email_events import without_addresses
 from domain.senders import SenderBook
@@ -123,25 +124,27 @@ class EmailActivities:
                 await self._fail(
                     token, "artifact_mismatch", str(err), type=ErrorType.ARTIFACT_MISMATCH
                 )
-        spec = EmailMessageSpec(
-            token=token,
-            to=self._cipher.decrypt(attempt.destination_ct, context=token),
-            # Attempts prepared before the resolved sender was kept resolve it now.
-            sender=attempt.sender_address or self._senders.email_for(attempt.sender),
-            subject=(
-                self._cipher.decrypt(attempt.subject_ct, context=token)
-                if attempt.subject_ct
-                else intent.event_type
-            ),
-            text=self._cipher.decrypt(attempt.body_ct, context=token),
-            attachments=attachments,
-            unsubscribe_url=(
-                f"{self._base}/v1/unsubscribe/{unsubscribe_token(self._unsubscribe_secret, token)}"
-                if intent.category in SUBSCRIPTION_LIKE
-                else None
-            ),
-            categories=(intent.category,),
-        )
+        unsubscribe = unsubscribe_token(self._unsubscribe_secret, token)
+        async with stopping_on_key_errors(self._tx, "send_email", attempt_token=token):
+            spec = EmailMessageSpec(
+                token=token,
+                to=self._cipher.decrypt(attempt.destination_ct, context=token),
+                # Attempts prepared before the resolved sender was kept resolve it now.
+                sender=attempt.sender_address or self._senders.email_for(attempt.sender),
+                subject=(
+                    self._cipher.decrypt(attempt.subject_ct, context=token)
+                    if attempt.subject_ct
+                    else intent.event_type
+                ),
+                text=self._cipher.decrypt(attempt.body_ct, context=token),
+                attachments=attachments,
+                unsubscribe_url=(
+                    f"{self._base}/v1/unsubscribe/{unsubscribe}"
+                    if intent.category in SUBSCRIPTION_LIKE
+                    else None
+                ),
+                categories=(intent.category,),
+            )
         if not resends and not await self._tx(lambda s: self._claim(s, token)):
             # An earlier try of this activity started the send and its answer was lost
             # (a worker died mid-request): the provider may have it, and cannot be asked.

@@ -32,6 +32,7 @@ from activities.contracts import (
     WaitingFacts,
     WaitingInput,
 )
+from activities.key_errors import stopping_on_key_errors
 from domain import channels, keys, policy, proof, settlement, templates
 from domain.clocks import parse_iso_utc
 from domain.senders import SenderBook
@@ -360,7 +361,8 @@ class LedgerActivities:
             result.attempt_token = token
             return result
 
-        return await self._tx(work)
+        async with stopping_on_key_errors(self._tx, "authorize", intent_id=input.intent_id):
+            return await self._tx(work)
 
     def _render(
         self, session: Session, intent: Row[Any], channel: str, footer: str | None

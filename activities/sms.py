@@ -27,6 +27,7 @@ from activities.contracts import (
     SubmitInput,
     SubmitOutcome,
 )
+from activities.key_errors import stopping_on_key_errors
 from domain import channels, circuit, failover, provider_errors
 from domain.circuit import BreakerSettings
 from domain.provider_errors import Cause, ErrorKind
@@ -266,9 +267,10 @@ class SmsActivities:
     @heartbeating
     async def submit_sms(self, input: SubmitInput) -> SubmitOutcome:
         token = input.attempt_token
-        view, sendable, transport, admission = await self._tx(
-            lambda s: self._claim_admitted(s, token)
-        )
+        async with stopping_on_key_errors(self._tx, "submit_sms", attempt_token=token):
+            view, sendable, transport, admission = await self._tx(
+                lambda s: self._claim_admitted(s, token)
+            )
         provider = view.sending_provider
         if not sendable:
             if view.remote_id is not None or view.state not in (
@@ -552,7 +554,8 @@ class SmsActivities:
             except SmsNotFound:
                 status = None  # the provider's own answer: it holds no such message
         elif attempt.destination_ct is not None:
-            to = self._cipher.decrypt(attempt.destination_ct, context=token)
+            async with stopping_on_key_errors(self._tx, "lookup_sms", attempt_token=token):
+                to = self._cipher.decrypt(attempt.destination_ct, context=token)
             started = attempt.send_started_at or attempt.prepared_at
             found = await self._transports.for_alias(attempt.provider).find(
                 to=to,

@@ -621,8 +621,10 @@ _REASON = re.compile(r"^[a-z][a-z0-9_]{0,59}$")
 
 def _lookup(cfg: settings_module.Settings, destination: str, channel: str | None) -> str:
     """The destination's lookup HMAC (the ledger never stores it readable)."""
+    from sqlalchemy import create_engine
+
     from domain.destinations import normalized_destination
-    from ledger.crypto import FieldCipher
+    from ledger.keys import load_cipher
 
     try:
         normalized = normalized_destination(destination, channel)
@@ -630,7 +632,12 @@ def _lookup(cfg: settings_module.Settings, destination: str, channel: str | None
         raise CliError(f"destination: {err}") from err
     # The HMAC is only worth anything under the stack's own key: find the stack first.
     adopt_running(cfg)
-    return FieldCipher(cfg.resolved_data_keys()).lookup_hmac(normalized)
+    engine = create_engine(cfg.resolved_database_url())
+    try:
+        # The ledger's own lookup key, once the ring is checked against it (ledger.keys).
+        return load_cipher(engine, cfg.resolved_data_keys()).lookup_hmac(normalized)
+    finally:
+        engine.dispose()
 
 
 def _suppression(row: Any) -> dict[str, Any]:

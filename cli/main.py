@@ -708,10 +708,13 @@ async def cmd_migrate(args: argparse.Namespace, cfg: settings_module.Settings) -
         seed_packaged(session, cfg.policy_name)
     # Lookups added by a migration that only the data key can compute.
     from ledger.crypto import FieldCipher
+    from ledger.keys import check_key_ring
     from ledger.search_lookups import backfill_email_search
 
     try:
         cipher = FieldCipher(cfg.resolved_data_keys())
+        # Records the ring's keys and gives the lookups the ledger's own key (ledger.keys).
+        check_key_ring(sessions.kw["bind"], cipher)
     except RuntimeError:
         cipher = None  # no data key here: the lookups wait for a `herald migrate` that has it
         print(
@@ -764,6 +767,7 @@ COMMAND_MODULES = [
     "cli.principals",
     "cli.doctor",
     "cli.retention",
+    "cli.keys",
 ]
 
 
@@ -1211,11 +1215,15 @@ def operational_error(err: BaseException, cfg: settings_module.Settings) -> str 
 
     from cli.context import temporal_unreachable
     from domain.key_privacy import NoteRefused
+    from ledger.crypto import KeyRingError
     from ledger.repository import IntentConflict, NotFound
     from starter.temporal import TemporalSettingError
 
     if isinstance(err, NotFound | IntentConflict | TemporalSettingError | NoteRefused):
         return str(err)
+    if isinstance(err, KeyRingError):
+        # A malformed ring, or one that cannot read the ledger: it names the key id.
+        return f"data key: {err}"
     if isinstance(err, WorkflowUpdateRPCTimeoutOrCancelledError):
         # Ctrl-C (or the RPC deadline) while an update such as `settle --lookup` was asked.
         return (

@@ -32,8 +32,8 @@ from devstack.processes import ChildProcess
 from devstack.temporal import TemporalDevServer
 from domain.principals import local_principal_name
 from ledger import migrate, principals
-from ledger.crypto import FieldCipher
 from ledger.engine import ledger_engine
+from ledger.keys import load_cipher
 from ledger.templates import seed_packaged
 from settings import write_secret_file
 from starter.client import HeraldClient
@@ -310,7 +310,7 @@ class DevStack:
         self.client = HeraldClient(
             await _connect(cfg),
             sessions,
-            FieldCipher(keys),
+            await asyncio.to_thread(load_cipher, engine, keys),
             task_queue=cfg.task_queue,
             retention_days=cfg.pii_retention_days,
             policy_name=cfg.policy_name,

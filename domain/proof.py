@@ -8,7 +8,9 @@ activity checks it before it records the action under that principal. A request 
 valid proof is recorded as an unauthenticated Temporal caller, with the identity it
 claimed shown as claimed, never as a principal.
 
-Pure: the key is passed in (ledger.crypto derives it from the data key ring).
+Pure: the key is passed in. It is the ledger's action-proof key, kept encrypted under the
+data key ring (ledger.keys): a rotation of the data key re-encrypts it and does not change
+it, so a proof made before a rotation verifies after it and nothing is re-signed.
 """
 
 from __future__ import annotations

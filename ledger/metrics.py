@@ -102,6 +102,14 @@ UNKNOWN_AGE_AT_SETTLEMENT = Histogram(
     buckets=SECONDS_BUCKETS,
     registry=REGISTRY,
 )
+DATA_KEY_ERRORS = Counter(
+    "herald_data_key_errors",
+    "Intents stopped because this worker's data key ring could not read their contact data "
+    "(a key id the ring lacks, or a ciphertext that does not open), by step: authorize, "
+    "submit_sms, lookup_sms, send_email. Each also files a data_key_unreadable review item.",
+    ("step",),
+    registry=REGISTRY,
+)
 
 DUPLICATE_KINDS = (
     "observation_redelivery",

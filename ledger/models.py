@@ -572,3 +572,37 @@ class ArchivedIntent(Base):
     chain_sha256: Mapped[str] = mapped_column(String(64))
     """SHA-256 of the previous tombstone's chain hash and this one's identity and
     document hash (`archive.chain_link`)."""
+
+
+class DataKeyRecord(Base):
+    """A data key id the ledger has met (ledger.keys).
+
+    A process whose ring lacks one still in use, or holds a different key under its id,
+    is refused at start.
+    """
+
+    __tablename__ = "data_key"
+
+    kid: Mapped[str] = mapped_column(String(40), primary_key=True)
+    check_value: Mapped[str | None] = mapped_column(String(64))
+    """HMAC-SHA256 of ledger.crypto.CHECK_LABEL under the key; null for a kid the migration
+    found in use in the ledger's ciphertexts, until a ring holding it starts."""
+    created_at: Mapped[datetime]
+    retired_at: Mapped[datetime | None]
+    """Set by `herald keys retire` once nothing in the ledger depends on the key."""
+
+
+class LedgerSecret(Base):
+    """A key the ledger keeps encrypted under its data keys.
+
+    The lookup HMAC key and the action-proof key (ledger.crypto.DerivedKeys), which
+    outlive every data key.
+    """
+
+    __tablename__ = "ledger_secret"
+
+    name: Mapped[str] = mapped_column(String(40), primary_key=True)
+    """`lookup` or `action_proof`."""
+    value_ct: Mapped[str] = mapped_column(Text)
+    """The key's base64, encrypted under the ring's primary (context `ledger-secret:<name>`)."""
+    created_at: Mapped[datetime]

@@ -48,6 +48,14 @@ workflow_without_intent        a NotificationWorkflow running in Temporal (start
                                `grace` ago) whose workflow id is no intent's, archived ones
                                included. Subject `workflow:<id>`; no intent to mark.
 =============================  =================================================================
+
+And one kind is filed by the activity that met it, not by a sweep:
+
+=============================  =================================================================
+data_key_unreadable            a ledger activity could not read the intent's contact data with
+                               its worker's key ring (a key id the ring lacks, or a ciphertext
+                               that does not open); the intent stopped (ledger.keys).
+=============================  =================================================================
 """
 
 from __future__ import annotations
@@ -90,6 +98,8 @@ ORPHAN_OBSERVATION = "orphan_observation"
 WORKFLOW_CLOSED_INTENT_OPEN = "workflow_closed_intent_open"
 INTENT_WITHOUT_WORKFLOW = "intent_without_workflow"
 WORKFLOW_WITHOUT_INTENT = "workflow_without_intent"
+DATA_KEY_UNREADABLE = "data_key_unreadable"
+"""Filed by an activity whose data key ring cannot read the intent (ledger.keys)."""
 
 KINDS = (
     INTENT_WITHOUT_ATTEMPT,
@@ -102,6 +112,7 @@ KINDS = (
     WORKFLOW_CLOSED_INTENT_OPEN,
     INTENT_WITHOUT_WORKFLOW,
     WORKFLOW_WITHOUT_INTENT,
+    DATA_KEY_UNREADABLE,
 )
 
 OPEN_STATES = ("pending", "scheduled", "deferred", "sending")

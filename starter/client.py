@@ -55,6 +55,7 @@ from ledger import intake, settlements, timeline
 from ledger import repository as repo
 from ledger.crypto import FieldCipher
 from ledger.engine import ledger_engine
+from ledger.keys import check_key_ring
 from ledger.models import Intent
 from starter import temporal as temporal_connection
 from workflows.notification import (
@@ -173,10 +174,14 @@ class HeraldClient:
         # Idle connections are pinged at checkout, so a Postgres restart does not surface
         # to the app (ledger.engine).
         engine = ledger_engine(cfg.resolved_database_url())
+        cipher = FieldCipher(cfg.resolved_data_keys())
+        # A ring that cannot read the ledger is refused here, naming the key id, before
+        # anything is recorded (ledger.keys).
+        await asyncio.to_thread(check_key_ring, engine, cipher)
         return cls(
             temporal,
             sessionmaker(engine, expire_on_commit=False),
-            FieldCipher(cfg.resolved_data_keys()),
+            cipher,
             task_queue=cfg.task_queue,
             retention_days=cfg.pii_retention_days,
             policy_name=cfg.policy_name,

@@ -147,6 +147,14 @@ the workflow records in the ledger what it waits for and until when. Runs that s
 before it finish at the horizon verdict, or wait in the resend window without recording
 it; on replay they keep doing so."""
 
+LOCAL_AUTHORIZE_FAILURE = "local-authorize-failure"
+"""Patch id: a permanent failure of the local `authorize` (a data key the worker's ring
+cannot read, a template that does not render, no destination) fails its channel with the
+reason (`prepare.failed`), as the scheduled activity's failure always did. The SDK raises a
+local activity's failure as its ApplicationError itself, not wrapped in an ActivityError,
+so such runs failed the whole workflow instead. Runs before it fail so on replay; the
+marker is asked for only on that failure."""
+
 PATCHES = (
     EMAIL_SENT_REACHES,
     EMAIL_EVENTS,
@@ -155,6 +163,7 @@ PATCHES = (
     OUTCOME_ATTRIBUTES,
     PROVIDER_FAILOVER,
     SETTLE_UNKNOWN,
+    LOCAL_AUTHORIZE_FAILURE,
 )
 """Every patch of this code. The worker hands them to `load_intent`, so a run it starts is
 born with them (`IntentFacts.born_with`) and never asks `workflow.patched` for these ids:
@@ -547,14 +556,26 @@ class NotificationWorkflow:
                     summary=f"authorize {label}{why}",
                 )
             except ActivityError as err:
-                # A permanent problem preparing this channel (template, destination): this
-                # channel fails with the reason; the fallback rules still apply.
+                # A permanent problem preparing this channel (template, destination, a data
+                # key the worker cannot use): this channel fails with the reason; the
+                # fallback rules still apply.
                 cause = err.cause
                 reason = cause.message if isinstance(cause, ApplicationError) else str(err)
                 return ChannelResult(
                     channel,
                     AttemptState.FAILED.value,
                     reason,
+                    attempts=number - 1,
+                    rule="prepare.failed",
+                )
+            except ApplicationError as err:
+                # The same problem met by the local authorize: its failure comes unwrapped.
+                if not self._patched(LOCAL_AUTHORIZE_FAILURE):
+                    raise
+                return ChannelResult(
+                    channel,
+                    AttemptState.FAILED.value,
+                    err.message,
                     attempts=number - 1,
                     rule="prepare.failed",
                 )

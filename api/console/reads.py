@@ -744,6 +744,7 @@ SET_TITLES = {
     reconcile.WORKFLOW_CLOSED_INTENT_OPEN: "Open intents whose workflow was closed (terminated)",
     reconcile.INTENT_WITHOUT_WORKFLOW: "Open intents whose workflow Temporal does not have",
     reconcile.WORKFLOW_WITHOUT_INTENT: "Running workflows whose intent the ledger does not have",
+    reconcile.DATA_KEY_UNREADABLE: "Intents a worker's data key could not read",
 }
 
 

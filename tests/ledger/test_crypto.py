@@ -58,11 +58,19 @@ def test_a_ciphertext_under_a_key_that_left_the_ring_names_the_missing_key():
         (base64.b64encode(b"x" * 32).decode(), "kid:base64key"),
         (":" + base64.b64encode(b"x" * 32).decode(), "kid:base64key"),
         ("k1:" + base64.b64encode(b"short").decode(), "'k1' must be 32 bytes"),
+        # What an engineer met as `binascii.Error: Incorrect padding` in every entry point.
+        ("k1:" + base64.b64encode(b"x" * 32).decode()[:-2], "'k1' is not valid base64"),
+        ("k1:not base64 at all!", "'k1' is not valid base64"),
+        (f"{OLD},k1:" + base64.b64encode(b"y" * 32).decode(), "'k1' appears twice"),
+        ("k 1:" + base64.b64encode(b"x" * 32).decode(), "data key id 'k 1'"),
     ],
 )
 def test_a_bad_key_ring_is_refused_naming_the_problem(ring, problem):
-    with pytest.raises(KeyRingError, match=problem):
+    with pytest.raises(KeyRingError, match=problem) as refused:
         FieldCipher(ring)
+    assert "\n" not in str(refused.value) and base64.b64encode(b"x" * 32).decode() not in str(
+        refused.value
+    )  # one line, and never the key material
 
 
 def test_production_without_a_data_key_refuses_to_start(monkeypatch, tmp_path):

@@ -105,10 +105,12 @@ def test_the_workflow_retries_exactly_the_errors_that_are_not_permanent():
 
     assert notification.PERMANENT_ERRORS is PERMANENT_ERRORS
     assert set(PERMANENT_ERRORS) < {e.value for e in ErrorType}
-    # UnknownChannel is raised non-retryable where it is met (a bug, not a provider's
-    # answer); it stays out of the list so the recorded retry policies do not change.
+    # UnknownChannel (a bug, not a provider's answer) and DataKeyUnreadable (activities.
+    # key_errors) are raised non-retryable where they are met; they stay out of the list
+    # so the recorded retry policies do not change.
     retried = {e for e in ErrorType if e.value not in PERMANENT_ERRORS} - {
-        ErrorType.UNKNOWN_CHANNEL
+        ErrorType.UNKNOWN_CHANNEL,
+        ErrorType.DATA_KEY_UNREADABLE,
     }
     assert retried == {
         ErrorType.TRANSIENT_PROVIDER_ERROR,

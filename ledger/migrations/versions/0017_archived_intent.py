@@ -6,7 +6,7 @@ JSON into `archived_intent` (with its SHA-256 and a hash chain over every tombst
 the transaction that deletes its rows from the hot tables (ledger/archive.py).
 
 Revision ID: 0017
-Revises: 0015 (the merge re-chains it onto 0016)
+Revises: 0016
 Create Date: 2026-12-07 19:00:00
 """
 
@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0017"
-down_revision = "0015"
+down_revision = "0016"
 branch_labels = None
 depends_on = None
 

@@ -34,16 +34,21 @@ def no_stack_found(cfg: settings_module.Settings) -> CliError:
     )
 
 
-def adopt_dev_stack(cfg: settings_module.Settings) -> bool:
-    """Use the addresses of a `herald dev` running on this data folder for whatever settings
-    leave unset; False when none runs there."""
+def running_dev_stack(cfg: settings_module.Settings) -> Any:
+    """The `herald dev` running on this data folder (devstack.stack.Running), else None."""
     if not (cfg.data_path / "dev.json").exists():
         # Only then import devstack: it takes a second (Temporal, the API), and the
         # production image has none (the `dev-stack` extra).
-        return False
+        return None
     from devstack.stack import read_running
 
-    running = read_running(cfg)
+    return read_running(cfg)
+
+
+def adopt_dev_stack(cfg: settings_module.Settings) -> bool:
+    """Use the addresses of a `herald dev` running on this data folder for whatever settings
+    leave unset; False when none runs there."""
+    running = running_dev_stack(cfg)
     if running is None:
         return False
     cfg.temporal_address = cfg.temporal_address or running.temporal

@@ -21,16 +21,14 @@ EXIT_FAILED = 1
 def adopt_dev_stack(cfg: settings_module.Settings) -> frozenset[str]:
     """Fill what the settings leave unset from a `herald dev` running on this data folder;
     the provider aliases whose simulators it runs (checked besides the ones in use)."""
-    if not (cfg.data_path / "dev.json").exists():
-        return frozenset()
-    from devstack.stack import read_running
+    from cli.context import adopt_dev_stack as adopt_addresses
+    from cli.context import running_dev_stack
 
-    running = read_running(cfg)
+    running = running_dev_stack(cfg)
     if running is None:
         return frozenset()
     given = cfg.model_fields_set
-    cfg.temporal_address = cfg.temporal_address or running.temporal
-    cfg.database_url = cfg.database_url or running.postgres
+    adopt_addresses(cfg)
     cfg.public_base_url = cfg.public_base_url or running.api
     if "temporal_namespace" not in given:
         cfg.temporal_namespace = running.namespace

@@ -1,25 +1,74 @@
-"""Where the ledger keeps contact data: one registry of (table, column) entries.
+"""Where the ledger keeps what it encrypts and what it hashes: the one registry.
 
-Every column that holds readable contact data once decrypted (a phone number, an email
-address, template variables, a rendered body or subject) is encrypted (`*_ct`,
-ledger/crypto.py) and named in `ENCRYPTED_COLUMNS`. Erasure (ledger/erasure.py) nulls
-exactly these; the archive (ledger/archive.py) never exports them. A test walks the
-models and fails when a `*_ct` column is missing here, so a new store of contact data
-cannot be forgotten by either.
+Every column that holds a FieldCipher ciphertext (`*_ct`, ledger/crypto.py) is named in
+`ENCRYPTED_COLUMNS` with the associated data it was sealed with, and every lookup HMAC
+column (`*_hmac`) in `LOOKUP_COLUMNS`. Three things read this list and nothing else:
 
-The key rotation's own list of encrypted columns (ledger/keys.py, written in parallel)
-is meant to become this one: both are plain (table, column) pairs.
+- the key rotation (ledger/keys.py) re-encrypts exactly `ENCRYPTED_COLUMNS`, and `herald
+  keys retire` counts exactly these;
+- erasure (ledger/erasure.py) nulls the contact columns (`ERASED_COLUMNS`: every encrypted
+  column that holds contact data, and the search-only lookups);
+- the archive (ledger/archive.py) never exports them.
+
+Tests walk the models and fail when a `*_ct` or `*_hmac` column is missing here
+(tests/ledger/test_keys.py, tests/ledger/test_erasure.py), so a new store of contact data
+cannot be forgotten by any of the three.
 """
 
 from __future__ import annotations
 
-ENCRYPTED_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("intent", "sms_destination_ct"),
-    ("intent", "email_destination_ct"),
-    ("intent", "variables_ct"),
-    ("attempt", "destination_ct"),
-    ("attempt", "body_ct"),
-    ("attempt", "subject_ct"),
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class EncryptedColumn:
+    """A column whose values are `kid:...` ciphertexts of ledger.crypto.FieldCipher."""
+
+    table: str
+    column: str
+    context_column: str
+    """The column whose value is the associated data the ciphertext was made with."""
+    context_prefix: str = ""
+    """Put before the context column's value (the ledger's own secrets)."""
+    contact: bool = True
+    """Contact data of a recipient (erased, never archived); False for the ledger's own
+    secrets, which only the rotation touches."""
+
+    def context(self, value: str) -> str:
+        """The associated data of a row whose context column holds `value`."""
+        return self.context_prefix + value
+
+    @property
+    def name(self) -> str:
+        """`table.column`."""
+        return f"{self.table}.{self.column}"
+
+
+ENCRYPTED_COLUMNS: tuple[EncryptedColumn, ...] = (
+    EncryptedColumn("intent", "sms_destination_ct", "business_key"),
+    EncryptedColumn("intent", "email_destination_ct", "business_key"),
+    EncryptedColumn("intent", "variables_ct", "business_key"),
+    EncryptedColumn("attempt", "destination_ct", "token"),
+    EncryptedColumn("attempt", "body_ct", "token"),
+    EncryptedColumn("attempt", "subject_ct", "token"),
+    EncryptedColumn("ledger_secret", "value_ct", "name", "ledger-secret:", contact=False),
+)
+"""Every ciphertext column of the ledger, with its associated data."""
+
+LOOKUP_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("intent", "sms_destination_hmac"),
+    ("intent", "email_destination_hmac"),
+    ("intent", "email_search_hmac"),
+    ("attempt", "destination_hmac"),
+    ("suppression", "destination_hmac"),
+    ("inbound_keyword", "destination_hmac"),
+)
+"""Every column of lookup HMACs (under the ledger's lookup key, which no rotation changes).
+The console's sign-in throttle also keeps `not-a-name:` + 16 hex of one for a mistyped
+name (api/console/sign_in_answer.py), in `sign_in_counter.key` and audit rows."""
+
+CONTACT_COLUMNS: tuple[tuple[str, str], ...] = tuple(
+    (c.table, c.column) for c in ENCRYPTED_COLUMNS if c.contact
 )
 """Every encrypted column of contact data, as (table, column)."""
 
@@ -28,7 +77,7 @@ SEARCH_ONLY_LOOKUPS: tuple[tuple[str, str], ...] = (("intent", "email_search_hma
 match the destination HMACs). Erasure nulls them with the ciphertexts; the destination
 HMACs stay, as the evidence of who was contacted and so that a suppression keeps holding."""
 
-ERASED_COLUMNS: tuple[tuple[str, str], ...] = ENCRYPTED_COLUMNS + SEARCH_ONLY_LOOKUPS
+ERASED_COLUMNS: tuple[tuple[str, str], ...] = CONTACT_COLUMNS + SEARCH_ONLY_LOOKUPS
 """What an erasure nulls, and what an archive export leaves out."""
 
 

@@ -45,7 +45,7 @@ class DerivedKeys:
     """The two keys that are not data keys: both outlive any one data key."""
 
     lookup: bytes
-    """HMAC-SHA256 key of every `*_hmac` lookup column (ledger.keys.LOOKUP_COLUMNS)."""
+    """HMAC-SHA256 key of every `*_hmac` lookup column (ledger.contact_data.LOOKUP_COLUMNS)."""
     action: bytes
     """Signs and checks the proof of the acting principal (domain.proof)."""
 

@@ -37,6 +37,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
 from ledger import reconcile
+from ledger.contact_data import ENCRYPTED_COLUMNS, EncryptedColumn
 from ledger.crypto import DerivedKeys, FieldCipher, KeyRingError, kid_of
 from ledger.models import Base, DataKeyRecord, LedgerSecret
 
@@ -44,54 +45,6 @@ LOCK_ID = 0x48455241_4C44_4B59 & 0x7FFF_FFFF_FFFF_FFFF
 """The advisory lock that serializes key checks, rotations and retirements."""
 LOOKUP_SECRET = "lookup"
 ACTION_SECRET = "action_proof"
-
-
-@dataclass(frozen=True)
-class EncryptedColumn:
-    """A column whose values are `kid:...` ciphertexts of ledger.crypto.FieldCipher."""
-
-    table: str
-    column: str
-    context_column: str
-    """The column whose value is the associated data the ciphertext was made with."""
-    context_prefix: str = ""
-    """Put before the context column's value (the ledger's own secrets)."""
-
-    def context(self, value: str) -> str:
-        """The associated data of a row whose context column holds `value`."""
-        return self.context_prefix + value
-
-    @property
-    def name(self) -> str:
-        """`table.column`."""
-        return f"{self.table}.{self.column}"
-
-
-ENCRYPTED_COLUMNS: tuple[EncryptedColumn, ...] = (
-    EncryptedColumn("intent", "sms_destination_ct", "business_key"),
-    EncryptedColumn("intent", "email_destination_ct", "business_key"),
-    EncryptedColumn("intent", "variables_ct", "business_key"),
-    EncryptedColumn("attempt", "destination_ct", "token"),
-    EncryptedColumn("attempt", "body_ct", "token"),
-    EncryptedColumn("attempt", "subject_ct", "token"),
-    EncryptedColumn("ledger_secret", "value_ct", "name", "ledger-secret:"),
-)
-"""Every ciphertext column of the ledger, with its associated data: the rotation
-re-encrypts exactly these, and `retire` counts exactly these. A column that holds
-ciphertexts and is missing here fails tests/ledger/test_keys.py (every `*_ct` column of
-the models, and every table a rotated ledger still holds an old kid in)."""
-
-LOOKUP_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("intent", "sms_destination_hmac"),
-    ("intent", "email_destination_hmac"),
-    ("intent", "email_search_hmac"),
-    ("attempt", "destination_hmac"),
-    ("suppression", "destination_hmac"),
-    ("inbound_keyword", "destination_hmac"),
-)
-"""Every column of lookup HMACs (under the ledger's lookup key, which no rotation changes).
-The console's sign-in throttle also keeps `not-a-name:` + 16 hex of one for a mistyped
-name (api/console/sign_in_answer.py), in `sign_in_counter.key` and audit rows."""
 
 
 def _column(spec: EncryptedColumn) -> tuple[Table, Column[str], Column[str], Column[object]]:

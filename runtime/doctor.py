@@ -122,46 +122,18 @@ def check_migrations(engine: Engine, url: str) -> str:
     raise CheckFailed(f"at {at}, the code needs {', '.join(sorted(heads))}: run `herald migrate`")
 
 
-_ONE_CIPHERTEXT_PER_KEY_ID = text(
-    """
-    SELECT DISTINCT ON (kid) kid, ct, business_key FROM (
-        SELECT split_part(c.ct, ':', 1) AS kid, c.ct, i.business_key
-        FROM intent AS i
-        CROSS JOIN LATERAL (
-            VALUES (i.sms_destination_ct), (i.email_destination_ct), (i.variables_ct)
-        ) AS c(ct)
-        WHERE c.ct IS NOT NULL
-    ) AS stored
-    ORDER BY kid
-    """
-)
-
-
 def check_data_key(engine: Engine, cfg: settings_module.Settings) -> str:
-    """Each key id the ledger holds ciphertext under decrypts one of them with the ring.
+    """The ring reads the ledger: the check every process makes at start
+    (ledger.keys.check_key_ring), run without recording anything."""
+    from ledger.keys import check_key_ring
 
-    A stand-in, until the key ring's own check is merged.
-    """
-    # TODO(#49 keys): call ledger.keys.check_key_ring once merged
     cipher = FieldCipher(cfg.resolved_data_keys())
-    with engine.connect() as conn:
-        stored = conn.execute(_ONE_CIPHERTEXT_PER_KEY_ID).all()
-    if not stored:
-        return "no ciphertext stored yet: nothing to check the ring against"
-    for kid, ciphertext, business_key in stored:
-        try:
-            cipher.decrypt(ciphertext, context=business_key)
-        except KeyRingError as err:
-            raise CheckFailed(
-                f"the ledger holds data under key id {kid!r}, which HERALD_DATA_KEY lacks"
-            ) from err
-        except Exception as err:  # noqa: BLE001 - InvalidTag: other key material, same id
-            raise CheckFailed(
-                f"key id {kid!r} of HERALD_DATA_KEY does not decrypt what the ledger holds "
-                f"under it ({type(err).__name__}): the wrong key material"
-            ) from err
-    kids = ", ".join(str(kid) for kid, _, _ in stored)
-    return f"the ring decrypts a stored value under each key id in use ({kids})"
+    try:
+        found = check_key_ring(engine, cipher, record=False)
+    except KeyRingError as err:
+        raise CheckFailed(str(err)) from err
+    kids = ", ".join(cipher.kids)
+    return f"the ring reads the ledger ({kids}); lookups and proofs under {found.derived_under}"
 
 
 def check_policy(engine: Engine) -> str:

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from api.console import search
 from domain import proof
-from ledger import evidence, intake, keys, listing, migrate, timeline
+from ledger import contact_data, evidence, intake, keys, listing, migrate, timeline
 from ledger import repository as repo
 from ledger.crypto import FieldCipher, KeyRingError
 from ledger.models import Base, InboundKeyword, Intent, Suppression
@@ -168,8 +168,10 @@ def test_a_diagnosis_checks_the_same_and_records_nothing(ledger):
 def test_the_migration_records_the_key_ids_already_in_use(pg_url):
     # A ledger from before 0016 holding ciphertexts under k7: the first ring without k7 is
     # refused, naming it, instead of failing the first activity that reads one.
+    # The intent is recorded by today's code, then the ledger is taken back to 0015 (which
+    # keeps intents and drops the key records): what a ledger from before 0016 holds.
     url = fresh_database(pg_url, "herald_keys_migration")
-    migrate.upgrade(url, "0015")
+    migrate.upgrade(url)
     engine = create_engine(url)
     try:
         with sessionmaker(engine).begin() as session:
@@ -178,6 +180,7 @@ def test_the_migration_records_the_key_ids_already_in_use(pg_url):
                 session, request("old:1"), FieldCipher(K7), now=datetime.now(UTC), retention_days=30
             )
             repo.record_intent(session, fields)
+        migrate.downgrade(url, "0015")
         migrate.upgrade(url)
         with pytest.raises(KeyRingError, match="under data key 'k7'"):
             checked(engine, K1)
@@ -216,7 +219,7 @@ def test_a_ledger_rotated_to_k2_reads_everything_once_k1_has_left(ledger):
         keys.retire(ledger, both, "k2")
     keys.retire(ledger, both, "k1")
     # Nothing in any column of any table is under k1 any more: a ciphertext column that
-    # is missing from keys.ENCRYPTED_COLUMNS would still be.
+    # is missing from contact_data.ENCRYPTED_COLUMNS would still be.
     assert values_under(ledger, "k1") == {}
 
     with pytest.raises(KeyRingError, match="'k1' was retired"):
@@ -292,19 +295,19 @@ def test_a_ciphertext_that_does_not_open_stops_the_rotation_naming_its_column(le
 
 
 def test_every_ciphertext_and_lookup_column_of_the_models_is_registered():
-    registered = {(c.table, c.column) for c in keys.ENCRYPTED_COLUMNS}
+    registered = {(c.table, c.column) for c in contact_data.ENCRYPTED_COLUMNS}
     for table in Base.metadata.sorted_tables:
         for column in table.columns:
             if column.name.endswith("_ct"):
                 assert (table.name, column.name) in registered, (
                     f"{table.name}.{column.name} holds ciphertexts: add it to "
-                    "ledger.keys.ENCRYPTED_COLUMNS (with its associated data)"
+                    "ledger.contact_data.ENCRYPTED_COLUMNS (with its associated data)"
                 )
             if column.name.endswith("_hmac"):
-                assert (table.name, column.name) in keys.LOOKUP_COLUMNS, (
-                    f"{table.name}.{column.name}: add it to ledger.keys.LOOKUP_COLUMNS"
+                assert (table.name, column.name) in contact_data.LOOKUP_COLUMNS, (
+                    f"{table.name}.{column.name}: add it to ledger.contact_data.LOOKUP_COLUMNS"
                 )
-    for spec in keys.ENCRYPTED_COLUMNS:
+    for spec in contact_data.ENCRYPTED_COLUMNS:
         table = Base.metadata.tables[spec.table]
         assert spec.column in table.c and spec.context_column in table.c, spec
 
@@ -315,7 +318,7 @@ ENCRYPTING_MODULES = {"ledger/intake.py", "activities/ledger.py", "ledger/keys.p
 
 def test_encrypt_is_called_only_where_the_registry_knows():
     # A new caller of encrypt() is a new ciphertext somewhere: register its column in
-    # ledger.keys.ENCRYPTED_COLUMNS, then add the module here.
+    # ledger.contact_data.ENCRYPTED_COLUMNS, then add the module here.
     callers = set()
     for path in ROOT.glob("**/*.py"):
         relative = path.relative_to(ROOT).as_posix()
@@ -336,7 +339,7 @@ def test_the_purge_nulls_only_registered_columns():
     # ledger/retention.py purges contact data: what it nulls is what the rotation knows.
     source = (ROOT / "ledger/retention.py").read_text()
     purged = {name for name in _names_in(source) if name.endswith("_ct")}
-    registered = {c.column for c in keys.ENCRYPTED_COLUMNS}
+    registered = {c.column for c in contact_data.ENCRYPTED_COLUMNS}
     assert purged and purged <= registered
 
 

@@ -210,6 +210,10 @@ def production_env(env: dict[str, str], closed_port: int) -> dict[str, str]:
         "HERALD_SMS_AUTH_TOKEN": "image-test-sms-token",
         "HERALD_UNSUBSCRIBE_SECRET": "image-test-unsubscribe",
         "HERALD_DATA_KEY": "t1:" + "a" * 43 + "=",
+        # Production takes no dev default for where messages and callbacks go.
+        "HERALD_PUBLIC_BASE_URL": "https://hooks.example.com",
+        "HERALD_SMS_BASE_URL": "https://api.twilio.example.com",
+        "HERALD_SMTP_HOST": "smtp.example.com",
     }
 
 
@@ -228,7 +232,7 @@ def test_herald_api_and_migrate_report_a_missing_service_without_the_dev_stack(
     """Their errors go through `cli.main.operational_error`, which knew the dev stack's
     error types by importing them: without it, that import was a traceback instead."""
     env = production_env(without_dev_stack, closed_port)
-    api = run([HERALD, "api", "--port", "0"], env)
+    api = run([HERALD, "api", "--port", str(closed_port)], env)
     assert api.returncode == 2
     assert "cannot reach Temporal" in one_line(api)
     migrate = run([HERALD, "migrate"], env)

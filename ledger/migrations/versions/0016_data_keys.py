@@ -23,7 +23,7 @@ down_revision = "0015"
 branch_labels = None
 depends_on = None
 
-# The encrypted columns as of this revision (ledger.keys.ENCRYPTED_COLUMNS holds the
+# The encrypted columns as of this revision (ledger.contact_data.ENCRYPTED_COLUMNS holds the
 # current list; a migration keeps its own, as it ran).
 _ENCRYPTED = (
     ("intent", "sms_destination_ct"),

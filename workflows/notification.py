@@ -147,6 +147,15 @@ the workflow records in the ledger what it waits for and until when. Runs that s
 before it finish at the horizon verdict, or wait in the resend window without recording
 it; on replay they keep doing so."""
 
+PROVIDER_REFUSAL_DEFERS = "provider-refusal-defers"
+"""Patch id: a refusal about the provider (its account: credentials, suspension,
+permissions; or its open circuit) that no other provider may take defers the channel until
+the provider may take work again, then tries it as a new attempt, however many providers
+the channel has; at the business expiry the channel ends `expired`, never `failed`
+(docs/transports.md, "Account refusals"). Runs before it failed the channel there (a lone
+provider's refusal, or every provider's at the expiry); the marker is asked for only
+there."""
+
 PATCHES = (
     EMAIL_SENT_REACHES,
     EMAIL_EVENTS,
@@ -155,6 +164,7 @@ PATCHES = (
     OUTCOME_ATTRIBUTES,
     PROVIDER_FAILOVER,
     SETTLE_UNKNOWN,
+    PROVIDER_REFUSAL_DEFERS,
 )
 """Every patch of this code. The worker hands them to `load_intent`, so a run it starts is
 born with them (`IntentFacts.born_with`) and never asks `workflow.patched` for these ids:
@@ -523,10 +533,32 @@ class NotificationWorkflow:
         return ""
 
     async def _attempt(self, channel: str, number: int) -> ChannelResult:
+        why = self._why(channel, number)
+        while True:
+            result = await self._attempt_once(channel, number, why)
+            if isinstance(result, ChannelResult):
+                return result
+            # The provider refused for its own reasons (its account, its open circuit), and
+            # no other provider may take it: wait until it may take work again, then try a
+            # new attempt, authorized again; the intent's closing ends the channel.
+            refusal, retry_at = result
+            ended = await self._wait_for_providers(
+                _channel(channel), [retry_at] if retry_at else [], number, refusal
+            )
+            if ended is not None:
+                return ended
+            number += 1
+            why = f", after {refusal}"
+
+    async def _attempt_once(
+        self, channel: str, number: int, why: str
+    ) -> ChannelResult | tuple[str, datetime | None]:
+        """One attempt on `channel`: authorized, submitted, followed. A refusal about the
+        provider that no other provider may take (since PROVIDER_REFUSAL_DEFERS) returns
+        (what was refused, when the provider may take work again) instead of a result."""
         spec = _channel(channel)
         facts = self._require_facts()
         label = f"{channel} #{number}"
-        why = self._why(channel, number)
         self._set_phase(
             f"authorizing:{channel}",
             channel=channel,
@@ -604,6 +636,12 @@ class NotificationWorkflow:
         finally:
             self._in_flight.discard(token)
         self._observe(token, outcome.state, outcome.error_code)
+        if outcome.answer == failover.Answer.REFUSED_BY_PROVIDER.value and self._patched(
+            PROVIDER_REFUSAL_DEFERS
+        ):
+            provider = auth.provider or spec.name
+            refusal = f"{provider} refused: {outcome.error_code or ''} {outcome.reason}"
+            return " ".join(refusal.split())[:200], outcome.retry_at
         base.remote_id = outcome.remote_id
         if outcome.reason:
             base.reason = outcome.reason
@@ -695,6 +733,23 @@ class NotificationWorkflow:
                     return next_auth
                 auth = next_auth
                 continue
+            if decision.move == failover.Move.DEFER and self._patched(PROVIDER_REFUSAL_DEFERS):
+                ended = await self._wait_for_providers(spec, retry_at, number, refusal, moved_on)
+                if ended is not None:
+                    return ended
+                moved_on.append(refusal)
+                number += 1
+                run = failover.ChannelRun(
+                    providers, failover_allowed=auth.failover, first_number=number
+                )
+                retry_at = []
+                next_auth = await self._authorize_failover(
+                    spec, number, providers[0], "every provider refused; trying again"
+                )
+                if isinstance(next_auth, ChannelResult):
+                    return next_auth
+                auth = next_auth
+                continue
             if decision.move == failover.Move.DEFER:
                 until = min(retry_at) if retry_at else workflow.now() + ALL_REFUSED_WAIT
                 until = max(until, workflow.now() + MIN_DEFER)
@@ -747,6 +802,46 @@ class NotificationWorkflow:
         if moved_on:
             base.reason = "; ".join([*moved_on, f"sent through {provider}: {base.reason}"])
         return base
+
+    async def _wait_for_providers(
+        self,
+        spec: Channel,
+        retry_at: list[datetime],
+        number: int,
+        refusal: str,
+        moved_on: list[str] | None = None,
+    ) -> ChannelResult | None:
+        """Every provider that may take the channel refused for its own reasons (an account
+        refusal, an open circuit): wait until the first may take work again (the time it
+        said, else ALL_REFUSED_WAIT), bounded by the business expiry.
+
+        Returns None to try again (a new attempt), or the channel's end when the intent
+        closed meanwhile: `cancelled`, or `expired` with what was refused (nothing was
+        sent; the refusals are each attempt's `failed` in the ledger, never the intent's).
+        """
+        facts = self._require_facts()
+        until = min(retry_at) if retry_at else workflow.now() + ALL_REFUSED_WAIT
+        until = max(until, workflow.now() + MIN_DEFER)
+        if facts.expires_at is not None:
+            until = min(until, facts.expires_at)
+        self._set_phase(
+            f"deferred:{spec.name}",
+            details=f"{refusal}; {spec.name} #{number} deferred, trying again at {_at(until)}",
+        )
+        await self._wait(until, summary=f"{refusal}; {spec.name} again at {_at(until)}")
+        if self._cancelled:
+            return ChannelResult(
+                spec.name, "cancelled", self._cancel_reason or "cancelled", attempts=number
+            )
+        if self._expired():
+            return ChannelResult(
+                spec.name,
+                "expired",
+                "; ".join([*(moved_on or []), refusal])
+                + "; the provider refused until the business expiry; nothing was sent",
+                attempts=number,
+            )
+        return None
 
     async def _authorize_failover(
         self, spec: Channel, number: int, provider: str, reason: str

@@ -139,6 +139,12 @@ ALL_REFUSED_WAIT = timedelta(minutes=1)
 """How long to wait before trying the providers again when every one refused for its own
 reasons and none said when it would take work again (an open circuit says)."""
 
+MAX_REFUSED_WAIT = timedelta(minutes=15)
+"""The longest wait between tries while the providers keep refusing for their own reasons
+(since PROVIDER_REFUSAL_DEFERS): each wait is at least twice the one before, up to this, so
+an account refused for a whole day costs about a hundred tries (attempts in the ledger,
+events in the history), not thousands, and a fixed account is used within this long."""
+
 SETTLE_UNKNOWN = "settle-unknown"
 """Patch id: an `unknown` attempt waits for a person's settlement until the policy's window
 closes (its review item filed at once), a resend needs a retryable failure or a
@@ -534,6 +540,7 @@ class NotificationWorkflow:
 
     async def _attempt(self, channel: str, number: int) -> ChannelResult:
         why = self._why(channel, number)
+        at_least = timedelta(0)
         while True:
             result = await self._attempt_once(channel, number, why)
             if isinstance(result, ChannelResult):
@@ -542,8 +549,8 @@ class NotificationWorkflow:
             # no other provider may take it: wait until it may take work again, then try a
             # new attempt, authorized again; the intent's closing ends the channel.
             refusal, retry_at = result
-            ended = await self._wait_for_providers(
-                _channel(channel), [retry_at] if retry_at else [], number, refusal
+            ended, at_least = await self._wait_for_providers(
+                _channel(channel), [retry_at] if retry_at else [], number, refusal, at_least
             )
             if ended is not None:
                 return ended
@@ -676,6 +683,7 @@ class NotificationWorkflow:
         run = failover.ChannelRun(providers, failover_allowed=auth.failover, first_number=number)
         moved_on: list[str] = []
         retry_at: list[datetime] = []
+        at_least = timedelta(0)
         while True:
             token = auth.attempt_token
             assert token is not None
@@ -734,7 +742,9 @@ class NotificationWorkflow:
                 auth = next_auth
                 continue
             if decision.move == failover.Move.DEFER and self._patched(PROVIDER_REFUSAL_DEFERS):
-                ended = await self._wait_for_providers(spec, retry_at, number, refusal, moved_on)
+                ended, at_least = await self._wait_for_providers(
+                    spec, retry_at, number, refusal, at_least, moved_on, who="every provider"
+                )
                 if ended is not None:
                     return ended
                 moved_on.append(refusal)
@@ -809,19 +819,27 @@ class NotificationWorkflow:
         retry_at: list[datetime],
         number: int,
         refusal: str,
+        at_least: timedelta,
         moved_on: list[str] | None = None,
-    ) -> ChannelResult | None:
+        *,
+        who: str = "the provider",
+    ) -> tuple[ChannelResult | None, timedelta]:
         """Every provider that may take the channel refused for its own reasons (an account
         refusal, an open circuit): wait until the first may take work again (the time it
-        said, else ALL_REFUSED_WAIT), bounded by the business expiry.
+        said, else ALL_REFUSED_WAIT), and `at_least` after the refusals before it (each
+        wait doubles the next one's floor, up to MAX_REFUSED_WAIT); bounded by the
+        business expiry.
 
-        Returns None to try again (a new attempt), or the channel's end when the intent
-        closed meanwhile: `cancelled`, or `expired` with what was refused (nothing was
-        sent; the refusals are each attempt's `failed` in the ledger, never the intent's).
+        Returns (None, the next floor) to try again (a new attempt), or the channel's end
+        when the intent closed meanwhile: `cancelled`, or `expired` with what was refused
+        (nothing was sent; the refusals are each attempt's `failed` in the ledger, never
+        the intent's).
         """
         facts = self._require_facts()
-        until = min(retry_at) if retry_at else workflow.now() + ALL_REFUSED_WAIT
-        until = max(until, workflow.now() + MIN_DEFER)
+        now = workflow.now()
+        until = min(retry_at) if retry_at else now + ALL_REFUSED_WAIT
+        until = max(until, now + MIN_DEFER, now + at_least)
+        next_floor = min(2 * (until - now), MAX_REFUSED_WAIT)
         if facts.expires_at is not None:
             until = min(until, facts.expires_at)
         self._set_phase(
@@ -830,18 +848,17 @@ class NotificationWorkflow:
         )
         await self._wait(until, summary=f"{refusal}; {spec.name} again at {_at(until)}")
         if self._cancelled:
-            return ChannelResult(
-                spec.name, "cancelled", self._cancel_reason or "cancelled", attempts=number
-            )
+            reason = self._cancel_reason or "cancelled"
+            return ChannelResult(spec.name, "cancelled", reason, attempts=number), next_floor
         if self._expired():
             return ChannelResult(
                 spec.name,
                 "expired",
                 "; ".join([*(moved_on or []), refusal])
-                + "; the provider refused until the business expiry; nothing was sent",
+                + f"; {who} refused until the business expiry; nothing was sent",
                 attempts=number,
-            )
-        return None
+            ), next_floor
+        return None, next_floor
 
     async def _authorize_failover(
         self, spec: Channel, number: int, provider: str, reason: str

@@ -6,6 +6,7 @@ expiry ends it, as `expired` (docs/transports.md, "Account refusals")."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from itertools import pairwise
 
 import pytest
 from temporalio.exceptions import ApplicationError
@@ -60,9 +61,11 @@ async def test_an_account_refusal_with_one_provider_defers_until_the_probe_and_i
     # Each new attempt is authorized again by the policy (an opt-out meanwhile still holds).
     authorized = [c[1].attempt_number for c in world.calls if c[0] == "authorize"]
     assert authorized == [1, 2, 3]
-    # The first waited for the probe time it was given; the second (refused at it) a second.
-    assert submits[1][2] - start[0] >= timedelta(seconds=40)
-    assert submits[2][2] - submits[1][2] >= timedelta(seconds=1)
+    # The first waited for the probe time it was given; the second, refused again, at
+    # least twice as long (a provider that keeps refusing is asked less and less often).
+    first = submits[1][2] - start[0]
+    assert first >= timedelta(seconds=40)
+    assert submits[2][2] - submits[1][2] >= 2 * first - timedelta(seconds=2)
 
 
 async def test_an_account_refusal_until_the_business_expiry_ends_expired_never_failed(
@@ -73,17 +76,21 @@ async def test_an_account_refusal_until_the_business_expiry_ends_expired_never_f
 
     world = World(facts(channels=["sms", "email"]), submit=submit)
     start = await harness.env.get_current_time()
-    world.facts.expires_at = start + timedelta(minutes=5)
+    world.facts.expires_at = start + timedelta(hours=1)
     async with harness.worker(world, queue):
         handle = await harness.start(world, queue)
         result = await handle.result()
     sms = {r.channel: r for r in result.channels}["sms"]
     assert (result.outcome, sms.state) == ("expired", "expired")
     assert "10009" in sms.reason and "nothing was sent" in sms.reason
-    # No retry time said: one a minute (ALL_REFUSED_WAIT), each a new attempt, until the
-    # expiry; the business moment passed, so no fallback channel either.
-    tokens = [c[1].attempt_token for c in world.calls if c[0] == "submit_sms"]
-    assert len(tokens) == len(set(tokens)) >= 4
+    # No retry time said: a minute (ALL_REFUSED_WAIT), then each wait twice the one before,
+    # up to MAX_REFUSED_WAIT; each try a new attempt, until the expiry. The business moment
+    # passed, so no fallback channel either.
+    submits = [c for c in world.calls if c[0] == "submit_sms"]
+    tokens = [c[1].attempt_token for c in submits]
+    assert len(tokens) == len(set(tokens)) == 7
+    gaps = [round((b[2] - a[2]).total_seconds() / 60) for a, b in pairwise(submits)]
+    assert gaps == [1, 2, 4, 8, 15, 15]
     assert "send_email" not in world.names()
 
 

@@ -21,13 +21,13 @@ from temporalio.exceptions import ApplicationError
 from activities import now_utc
 from activities.contracts import ErrorType
 from domain.policy import Outcome
-from domain.provider_errors import Cause
+from domain.provider_errors import PROVIDER_REFUSED_RULE, Cause
 from domain.states import AttemptState
 from ledger import repository as repo
 from ledger.models import Attempt, PolicyDecision
 from ledger.repository import ObservationFacts
 
-RULE = "provider.refused"
+RULE = PROVIDER_REFUSED_RULE
 """The rule such a deferral is recorded under: not a policy rule, the provider's own word."""
 
 _ATTEMPT = cast(Table, Attempt.__table__).c

@@ -210,6 +210,10 @@ WHAT_TO_EXPECT: dict[ErrorKind, str] = {
 }
 
 
+PROVIDER_REFUSED_RULE = "provider.refused"
+"""The rule a deferral after a refusal about the provider (its account, its open circuit) is
+recorded under: not a policy rule, the provider's own word (activities.refusals)."""
+
 ABOUT_THE_ACCOUNT = (
     "about the provider account, not this message: Herald waits until the provider takes "
     "work again (or another provider takes it) and never ends the notification for it"

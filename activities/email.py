@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities import ProviderTransports, now_utc
+from activities import ProviderTransports, now_utc, refusals
 from activities.contracts import ErrorType, SubmitInput, SubmitOutcome
 from activities.key_errors import stopping_on_key_errors
 from domain import channels
@@ -157,9 +157,18 @@ class EmailActivities:
         try:
             sent = await transport.send(spec)
         except EmailPermanentError as err:
-            await self._fail(
-                token, "rejected", without_addresses(err.reason), code=str(err.code or "")
-            )
+            reason = without_addresses(err.reason)
+            code = str(err.code or "")
+            if err.about_the_account:
+                # Nothing was accepted and nothing is wrong with the message: the workflow
+                # defers (a new attempt later), never ends the intent for it.
+                await self._tx(
+                    lambda s: refusals.record_deferred(
+                        s, token, transport.provider, code, reason, None
+                    )
+                )
+                raise refusals.provider_refused(reason, code, None) from err
+            await self._fail(token, "rejected", reason, code=code)
         except EmailTransientError as err:
             if not resends:
                 # Nothing was accepted (429, connection refused): the claim is released.

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, cast
+from typing import Any, NoReturn, cast
 from urllib.parse import quote
 
 from sqlalchemy import Table, bindparam, select, update
@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
-from activities import ProviderTransports, heartbeating, now_utc
+from activities import ProviderTransports, heartbeating, now_utc, refusals
 from activities.contracts import (
     ErrorType,
     LookupInput,
@@ -30,7 +30,7 @@ from activities.contracts import (
 from activities.key_errors import stopping_on_key_errors
 from domain import channels, circuit, failover, provider_errors
 from domain.circuit import BreakerSettings
-from domain.provider_errors import Cause, ErrorKind
+from domain.provider_errors import ErrorKind
 from domain.senders import SenderBook
 from domain.states import AttemptState
 from ledger import circuits, metrics
@@ -283,8 +283,8 @@ class SmsActivities:
         assert transport is not None
         if admission is not None and not admission.allowed:
             assert self._breaker is not None
-            return await self._refused_by_circuit(
-                token, provider, admission.circuit.next_probe_at(self._breaker), input.failover
+            await self._refused_by_circuit(
+                token, provider, admission.circuit.next_probe_at(self._breaker)
             )
         message = SmsMessage(
             token=token,
@@ -296,22 +296,20 @@ class SmsActivities:
         try:
             submitted = await transport.submit(message)
         except SmsPermanentError as err:
-            refused_by_provider = err.about == Cause.PROVIDER
-            await self._health(
-                provider,
-                circuit.Outcome.FAILURE if refused_by_provider else circuit.Outcome.SUCCESS,
-            )
+            if err.about_the_account:
+                await self._refused_for_the_account(token, provider, err)
+            # About the destination (or not said): the provider is up, the number is not.
+            await self._health(provider, circuit.Outcome.SUCCESS)
             await self._record_refusal(token, provider, err.code, err.reason)
             if err.code in provider_errors.OPT_OUT_CODES:
                 await self._suppress(token, reason="opted_out", source=f"provider:{err.code}")
             # details: (code, what the refusal is about): failover reads the second.
-            error_type = (
-                ErrorType.PROVIDER_REFUSED
-                if refused_by_provider and input.failover
-                else ErrorType.PERMANENT_PROVIDER_ERROR
-            )
             raise ApplicationError(
-                err.reason, err.code, err.about.value, type=error_type, non_retryable=True
+                err.reason,
+                err.code,
+                err.about.value,
+                type=ErrorType.PERMANENT_PROVIDER_ERROR,
+                non_retryable=True,
             ) from err
         except SmsTransientError as err:
             answer = failover.classify_answer(
@@ -324,13 +322,7 @@ class SmsActivities:
             if input.failover and answer == failover.Answer.REFUSED_BY_PROVIDER:
                 # Refused before any byte left: definitive, and another provider may try.
                 await self._record_refusal(token, provider, err.code, err.reason)
-                raise ApplicationError(
-                    err.reason,
-                    err.code,
-                    Cause.PROVIDER.value,
-                    type=ErrorType.PROVIDER_REFUSED,
-                    non_retryable=True,
-                ) from err
+                raise refusals.provider_refused(err.reason, err.code, None) from err
             # Never processed (429, 5xx before acceptance, connect failure): safe to send again.
             await self._release_claim(token)
             delay = timedelta(seconds=err.retry_after) if err.retry_after else None
@@ -399,32 +391,48 @@ class SmsActivities:
         )
 
     async def _refused_by_circuit(
-        self, token: str, provider: str, retry_at: datetime | None, failover_allowed: bool
-    ) -> SubmitOutcome:
-        """The provider's circuit is open: nothing is sent (one fast refusal, no timeout)."""
+        self, token: str, provider: str, retry_at: datetime | None
+    ) -> NoReturn:
+        """The provider's circuit is open: nothing is sent (one fast refusal, no timeout).
+
+        Handed back to the workflow at once, with the time a probe may try: it fails over
+        or defers until then (nothing left this process: the claim was released with the
+        refusal)."""
         reason = f"{provider} circuit open: refused without sending"
         if retry_at is not None:
             reason += f" (a probe may try at {retry_at.isoformat(timespec='seconds')})"
-        # Nothing left this process: the claim was released with the refusal.
-        if failover_allowed:
-            await self._record_refusal(token, provider, "circuit_open", reason)
-            # details: code, about, and when a probe may try (the workflow's deferral).
-            raise ApplicationError(
-                reason,
-                "circuit_open",
-                Cause.PROVIDER.value,
-                retry_at.isoformat() if retry_at is not None else "",
-                type=ErrorType.PROVIDER_REFUSED,
-                non_retryable=True,
-            )
-        delay = (retry_at - now_utc()) if retry_at is not None else None
-        raise ApplicationError(
-            reason,
-            "circuit_open",
-            Cause.PROVIDER.value,
-            type=ErrorType.TRANSIENT_PROVIDER_ERROR,
-            next_retry_delay=delay if delay and delay > timedelta(0) else None,
+        await self._tx(
+            lambda s: refusals.record_deferred(s, token, provider, "circuit_open", reason, retry_at)
         )
+        raise refusals.provider_refused(reason, "circuit_open", retry_at)
+
+    async def _refused_for_the_account(
+        self, token: str, provider: str, err: SmsPermanentError
+    ) -> NoReturn:
+        """The provider refused our account (credentials, suspension, permissions, its
+        sender; ``domain.provider_errors.about_the_account``): nothing was created and
+        nothing is wrong with the message.
+
+        It counts against the provider's circuit, and is handed back to the workflow at
+        once, failover or not, with the time the provider may take work again (the
+        circuit's next probe; one cool-down from now while it is still closed): the
+        workflow moves to another provider or defers until then, as a new attempt
+        authorized again, and never ends the intent for it (docs/transports.md, "Account
+        refusals")."""
+
+        def work(session: Session) -> datetime | None:
+            now = now_utc()
+            retry_at = None
+            if self._breaker is not None:
+                after = circuits.note_outcome(
+                    session, provider, circuit.Outcome.FAILURE, now, self._breaker
+                )
+                retry_at = after.next_probe_at(self._breaker) or now + self._breaker.cool_down
+            refusals.record_deferred(session, token, provider, err.code, err.reason, retry_at)
+            return retry_at
+
+        retry_at = await self._tx(work)
+        raise refusals.provider_refused(err.reason, err.code, retry_at) from err
 
     async def _reconcile(self, view: _AttemptView, provider: str) -> SubmitOutcome:
         """A request may have left: look it up by destination, time window and content hash."""

@@ -4,8 +4,9 @@ closed --(threshold consecutive failures within the window)--> open
 open --(cool-down passed; the next send is the one probe)--> half_open
 half_open --(the probe succeeds)--> closed; --(it fails)--> open again
 
-A failure is the provider failing to serve: a definitive provider-side refusal, a
-connection refused, a 5xx, a timeout. Anything the provider answered for itself counts as
+A failure is the provider failing to serve: a definitive provider-side refusal (a refusal
+about the account included: bad credentials, a suspension), a connection refused, a 5xx,
+a timeout. Anything the provider answered for itself counts as
 a success, a refusal about the destination included (the provider is up); a 429 counts as
 neither (it is the rate budget, not an outage). While open, a send costs one fast local
 refusal (``circuit_open``) instead of a timeout per message, and failover moves on.
@@ -62,11 +63,16 @@ class Circuit:
     """When the half-open probe was let through (one at a time)."""
 
     def next_probe_at(self, settings: BreakerSettings) -> datetime | None:
-        """When a refused send may try again (the next-eligible time of a deferral)."""
+        """When a refused send may try again (the next-eligible time of a deferral).
+
+        Open: when it half-opens. Half-open with the probe out: one cool-down after the
+        probe left (by then it has answered: closed, the send goes; open again, the send is
+        the next probe), or when a lost probe's slot frees, whichever comes first.
+        """
         if self.state == CircuitState.OPEN and self.opened_at is not None:
             return self.opened_at + settings.cool_down
         if self.state == CircuitState.HALF_OPEN and self.probe_at is not None:
-            return self.probe_at + settings.probe_timeout
+            return self.probe_at + min(settings.cool_down, settings.probe_timeout)
         return None
 
 

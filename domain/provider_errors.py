@@ -12,6 +12,16 @@ credentials, its sender, its account: another provider may take the same request
 Twilio's messaging codes (2xxxx, 3xxxx) and Telnyx's (1xxxx, 4xxxx) do not overlap, so
 one merged table serves code-only callers (a workflow reading a stored code); a test
 holds them apart.
+
+A permanent refusal about the provider is a refusal about **the account** (its
+credentials, its suspension, its permissions, the sender it was given):
+:attr:`ErrorClass.about_the_account`. It is not a kind of its own: the kind still says the
+same request is refused again (until someone fixes the account), and the cause says it is
+not this message's fault, and together they say what to do: defer until the provider may
+take work again (its circuit half-opens) or fail over, never end the intent
+(docs/transports.md, "Account refusals"). A bare HTTP 401 or 403 is one too:
+authentication and permission are checked before a request is processed, whatever body
+came with the answer.
 """
 
 from __future__ import annotations
@@ -56,6 +66,21 @@ class ErrorClass:
     cause: Cause = Cause.UNKNOWN
     """Whose problem it is: the destination's or this provider's (failover rules)."""
 
+    @property
+    def about_the_account(self) -> bool:
+        """A refusal about the account (:func:`about_the_account`)."""
+        return about_the_account(self.kind, self.cause)
+
+
+def about_the_account(kind: ErrorKind, cause: Cause) -> bool:
+    """Whether a refusal is about the provider account.
+
+    Its credentials, a suspension, its permissions, the sender it was given: the provider
+    refuses every such request until someone fixes the account, and nothing in it is
+    about the message. It defers or fails over; it never ends an intent.
+    """
+    return kind == ErrorKind.PERMANENT and cause == Cause.PROVIDER
+
 
 _P, _T, _A = ErrorKind.PERMANENT, ErrorKind.TRANSIENT, ErrorKind.AMBIGUOUS
 _DEST, _PROV = Cause.DESTINATION, Cause.PROVIDER
@@ -71,6 +96,8 @@ TWILIO_ERRORS: dict[str, tuple[ErrorKind, str, Cause]] = {
     "21603": (_P, "no 'From' or 'MessagingServiceSid' (sender settings)", _PROV),
     "21701": (_P, "invalid Messaging Service SID (sender settings)", _PROV),
     "20003": (_P, "authentication failed (provider credentials)", _PROV),
+    "20005": (_P, "account not active (suspended or out of funds)", _PROV),
+    "20403": (_P, "forbidden: the account lacks permission (suspended or closed)", _PROV),
     "21408": (_P, "permission to send to this region is not enabled", _PROV),
     "21610": (_P, "recipient unsubscribed (replied STOP)", _DEST),
     "21614": (_P, "'To' number is not a mobile number", _DEST),
@@ -139,7 +166,9 @@ def classify(
     """Classify a provider error by its code, then by its HTTP status.
 
     A known code decides. Without one, HTTP 429 and 5xx are transient (the request was
-    not processed, or the provider says to come back). Anything else is ambiguous.
+    not processed, or the provider says to come back), and 401 and 403 are refusals about
+    the account (authentication and permission come before any processing). Anything
+    else is ambiguous.
 
     Args:
         code: The provider's error code (``21610``, ``"30007"``), if any.
@@ -154,6 +183,15 @@ def classify(
     label = normalized or (f"HTTP {http_status}" if http_status is not None else "")
     if http_status == 429:
         return ErrorClass(ErrorKind.TRANSIENT, label, "rate limited (HTTP 429)", Cause.PROVIDER)
+    if http_status in (401, 403):
+        what = "authentication" if http_status == 401 else "permission"
+        return ErrorClass(
+            ErrorKind.PERMANENT,
+            label,
+            f"{what} refused (HTTP {http_status}): the provider account's credentials or "
+            "permissions",
+            Cause.PROVIDER,
+        )
     if http_status is not None and 500 <= http_status <= 599:
         return ErrorClass(
             ErrorKind.TRANSIENT, label, f"provider error (HTTP {http_status})", Cause.PROVIDER
@@ -172,6 +210,16 @@ WHAT_TO_EXPECT: dict[ErrorKind, str] = {
 }
 
 
+PROVIDER_REFUSED_RULE = "provider.refused"
+"""The rule a deferral after a refusal about the provider (its account, its open circuit) is
+recorded under: not a policy rule, the provider's own word (activities.refusals)."""
+
+ABOUT_THE_ACCOUNT = (
+    "about the provider account, not this message: Herald waits until the provider takes "
+    "work again (or another provider takes it) and never ends the notification for it"
+)
+
+
 def meaning(code: str | int | None, http_status: int | None = None) -> str:
     """A provider error in words for a person, from the table above.
 
@@ -181,4 +229,5 @@ def meaning(code: str | int | None, http_status: int | None = None) -> str:
     may not have gone out: it is settled before anything is sent again)"``.
     """
     found = classify(code, http_status)
-    return f"{found.code or 'no code'}: {found.reason} ({WHAT_TO_EXPECT[found.kind]})"
+    expect = ABOUT_THE_ACCOUNT if found.about_the_account else WHAT_TO_EXPECT[found.kind]
+    return f"{found.code or 'no code'}: {found.reason} ({expect})"

@@ -163,6 +163,15 @@ class EmailPermanentError(EmailError):
 
     kind = "permanent"
 
+    def __init__(
+        self, reason: str, code: int | None = None, *, about_the_account: bool = False
+    ) -> None:
+        super().__init__(reason, code)
+        self.about_the_account = about_the_account
+        """Refused for the provider account (credentials, permissions: an HTTP 401 or 403),
+        not for this message: the send waits until the account is fixed, it never ends the
+        notification (``domain.provider_errors.about_the_account``)."""
+
 
 class EmailTransientError(EmailError):
     """Not accepted, nothing was queued: may be sent again later (4xx, connect failure)."""

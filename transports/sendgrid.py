@@ -39,6 +39,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from domain.email_events import ADDRESS, TOKEN_ARG, without_addresses
+from domain.provider_errors import classify
 from transports.accounts import AccountCheckFailed, authenticated_read
 from transports.email import (
     DEFAULT_MESSAGE_ID_DOMAIN,
@@ -244,6 +245,18 @@ class SendGridEmail:
                 "mail send: rate limited (429)", status, retry_after=_rate_limit_wait(response)
             )
         errors = _error_body(response) if 400 <= status < 500 else None
+        verdict = classify(None, status)
+        if verdict.about_the_account:
+            # Authentication and permission come before any processing: nothing was
+            # accepted, with SendGrid's error body or without one (a proxy's page).
+            said = "; ".join(
+                without_addresses(str(e.get("message", "")))[:200] for e in errors or []
+            )
+            raise EmailPermanentError(
+                f"mail send refused: {verdict.reason}" + (f" (SendGrid: {said})" if said else ""),
+                status,
+                about_the_account=True,
+            )
         if errors is not None:
             said = "; ".join(
                 without_addresses(str(e.get("message", "")))[:200]

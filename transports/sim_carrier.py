@@ -227,6 +227,12 @@ class ScriptedCarrier(Generic[MessageT]):
         """The provider's error answer."""
         raise NotImplementedError
 
+    def accept_credential(self, secret: str) -> None:
+        """From now on accept `secret` (and only it) as the account's credential, as a
+        provider does once the account's key or token is rotated: a client still holding
+        the old one is refused (401) until its setting is fixed."""
+        raise NotImplementedError
+
     # -- lifecycle of the simulator itself --------------------------------------
 
     def reset(self) -> None:
@@ -497,6 +503,17 @@ def control_routes(
     async def outage(request: Request) -> Response:
         return await start_outage(request, sim.outage)
 
+    async def credential(request: Request) -> Response:
+        payload = await request.json()
+        secret = payload.get("secret") if isinstance(payload, dict) else None
+        if not isinstance(secret, str) or not secret:
+            return JSONResponse(
+                {"error": "'secret' is the credential the carrier accepts from now on"},
+                status_code=400,
+            )
+        sim.accept_credential(secret)
+        return JSONResponse({"rotated": True})  # never the secret itself
+
     return [
         Route("/_sim/script", script, methods=["POST"]),
         Route("/_sim/stats", stats, methods=["GET"]),
@@ -505,6 +522,7 @@ def control_routes(
         Route("/_sim/reset", reset, methods=["POST"]),
         Route("/_sim/release", release, methods=["POST"]),
         Route("/_sim/outage", outage, methods=["POST"]),
+        Route("/_sim/credential", credential, methods=["POST"]),
     ]
 
 

@@ -20,6 +20,8 @@ Control endpoints (not part of Twilio's API):
 - ``GET /_sim/callbacks`` every callback POSTed so far (URL, params, headers, answer).
 - ``POST /_sim/inbound`` ``{"from": "+44...", "to": "+1...", "body": "STOP"}``.
 - ``POST /_sim/reset``   forget messages, counts, run-time scripts and callbacks.
+- ``POST /_sim/credential`` ``{"secret": "..."}``: the auth token the account accepts from
+  now on (a rotated token): a client with another is refused, 401 code 20003.
 """
 
 from __future__ import annotations
@@ -208,6 +210,11 @@ class CarrierSimulator(ScriptedCarrier[SimMessage]):
 
     def error(self, status: int, code: int, message: str | None = None, **headers: str) -> Response:
         return _error(status, code, message, **headers)
+
+    def accept_credential(self, secret: str) -> None:
+        # Twilio signs its callbacks with the account's auth token: the new one from now.
+        self.auth_token = secret
+        self._validator = RequestValidator(secret)
 
     # -- the Messages API -------------------------------------------------------
 

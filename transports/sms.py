@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import httpx
 
-from domain.provider_errors import Cause, ErrorKind, classify
+from domain.provider_errors import Cause, ErrorKind, about_the_account, classify
 from domain.states import AttemptState
 
 
@@ -127,6 +127,13 @@ class SmsPermanentError(SmsError):
     """The provider refused it and will refuse the same request again (bad number, STOP)."""
 
     kind = "permanent"
+
+    @property
+    def about_the_account(self) -> bool:
+        """A refusal about the provider account (credentials, suspension, permissions, its
+        sender): refused again until someone fixes the account, never the message's fault
+        (``domain.provider_errors.about_the_account``)."""
+        return about_the_account(ErrorKind.PERMANENT, self.about)
 
 
 class SmsTransientError(SmsError):

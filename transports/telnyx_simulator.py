@@ -214,6 +214,9 @@ class TelnyxCarrier(ScriptedCarrier[TelnyxMessage]):
 
     # -- the Messages API -------------------------------------------------------
 
+    def accept_credential(self, secret: str) -> None:
+        self.api_key = secret
+
     def authorized(self, request: Request) -> bool:
         scheme, _, key = request.headers.get("authorization", "").partition(" ")
         return scheme.lower() == "bearer" and secrets.compare_digest(key, self.api_key)

@@ -139,6 +139,12 @@ ALL_REFUSED_WAIT = timedelta(minutes=1)
 """How long to wait before trying the providers again when every one refused for its own
 reasons and none said when it would take work again (an open circuit says)."""
 
+MAX_REFUSED_WAIT = timedelta(minutes=15)
+"""The longest wait between tries while the providers keep refusing for their own reasons
+(since PROVIDER_REFUSAL_DEFERS): each wait is at least twice the one before, up to this, so
+an account refused for a whole day costs about a hundred tries (attempts in the ledger,
+events in the history), not thousands, and a fixed account is used within this long."""
+
 SETTLE_UNKNOWN = "settle-unknown"
 """Patch id: an `unknown` attempt waits for a person's settlement until the policy's window
 closes (its review item filed at once), a resend needs a retryable failure or a
@@ -155,6 +161,15 @@ local activity's failure as its ApplicationError itself, not wrapped in an Activ
 so such runs failed the whole workflow instead. Runs before it fail so on replay; the
 marker is asked for only on that failure."""
 
+PROVIDER_REFUSAL_DEFERS = "provider-refusal-defers"
+"""Patch id: a refusal about the provider (its account: credentials, suspension,
+permissions; or its open circuit) that no other provider may take defers the channel until
+the provider may take work again, then tries it as a new attempt, however many providers
+the channel has; at the business expiry the channel ends `expired`, never `failed`
+(docs/transports.md, "Account refusals"). Runs before it failed the channel there (a lone
+provider's refusal, or every provider's at the expiry); the marker is asked for only
+there."""
+
 PATCHES = (
     EMAIL_SENT_REACHES,
     EMAIL_EVENTS,
@@ -164,6 +179,8 @@ PATCHES = (
     PROVIDER_FAILOVER,
     SETTLE_UNKNOWN,
     LOCAL_AUTHORIZE_FAILURE,
+
+    PROVIDER_REFUSAL_DEFERS,
 )
 """Every patch of this code. The worker hands them to `load_intent`, so a run it starts is
 born with them (`IntentFacts.born_with`) and never asks `workflow.patched` for these ids:
@@ -532,10 +549,33 @@ class NotificationWorkflow:
         return ""
 
     async def _attempt(self, channel: str, number: int) -> ChannelResult:
+        why = self._why(channel, number)
+        at_least = timedelta(0)
+        while True:
+            result = await self._attempt_once(channel, number, why)
+            if isinstance(result, ChannelResult):
+                return result
+            # The provider refused for its own reasons (its account, its open circuit), and
+            # no other provider may take it: wait until it may take work again, then try a
+            # new attempt, authorized again; the intent's closing ends the channel.
+            refusal, retry_at = result
+            ended, at_least = await self._wait_for_providers(
+                _channel(channel), [retry_at] if retry_at else [], number, refusal, at_least
+            )
+            if ended is not None:
+                return ended
+            number += 1
+            why = f", after {refusal}"
+
+    async def _attempt_once(
+        self, channel: str, number: int, why: str
+    ) -> ChannelResult | tuple[str, datetime | None]:
+        """One attempt on `channel`: authorized, submitted, followed. A refusal about the
+        provider that no other provider may take (since PROVIDER_REFUSAL_DEFERS) returns
+        (what was refused, when the provider may take work again) instead of a result."""
         spec = _channel(channel)
         facts = self._require_facts()
         label = f"{channel} #{number}"
-        why = self._why(channel, number)
         self._set_phase(
             f"authorizing:{channel}",
             channel=channel,
@@ -625,6 +665,12 @@ class NotificationWorkflow:
         finally:
             self._in_flight.discard(token)
         self._observe(token, outcome.state, outcome.error_code)
+        if outcome.answer == failover.Answer.REFUSED_BY_PROVIDER.value and self._patched(
+            PROVIDER_REFUSAL_DEFERS
+        ):
+            provider = auth.provider or spec.name
+            refusal = f"{provider} refused: {outcome.error_code or ''} {outcome.reason}"
+            return " ".join(refusal.split())[:200], outcome.retry_at
         base.remote_id = outcome.remote_id
         if outcome.reason:
             base.reason = outcome.reason
@@ -659,6 +705,7 @@ class NotificationWorkflow:
         run = failover.ChannelRun(providers, failover_allowed=auth.failover, first_number=number)
         moved_on: list[str] = []
         retry_at: list[datetime] = []
+        at_least = timedelta(0)
         while True:
             token = auth.attempt_token
             assert token is not None
@@ -716,6 +763,25 @@ class NotificationWorkflow:
                     return next_auth
                 auth = next_auth
                 continue
+            if decision.move == failover.Move.DEFER and self._patched(PROVIDER_REFUSAL_DEFERS):
+                ended, at_least = await self._wait_for_providers(
+                    spec, retry_at, number, refusal, at_least, moved_on, who="every provider"
+                )
+                if ended is not None:
+                    return ended
+                moved_on.append(refusal)
+                number += 1
+                run = failover.ChannelRun(
+                    providers, failover_allowed=auth.failover, first_number=number
+                )
+                retry_at = []
+                next_auth = await self._authorize_failover(
+                    spec, number, providers[0], "every provider refused; trying again"
+                )
+                if isinstance(next_auth, ChannelResult):
+                    return next_auth
+                auth = next_auth
+                continue
             if decision.move == failover.Move.DEFER:
                 until = min(retry_at) if retry_at else workflow.now() + ALL_REFUSED_WAIT
                 until = max(until, workflow.now() + MIN_DEFER)
@@ -768,6 +834,53 @@ class NotificationWorkflow:
         if moved_on:
             base.reason = "; ".join([*moved_on, f"sent through {provider}: {base.reason}"])
         return base
+
+    async def _wait_for_providers(
+        self,
+        spec: Channel,
+        retry_at: list[datetime],
+        number: int,
+        refusal: str,
+        at_least: timedelta,
+        moved_on: list[str] | None = None,
+        *,
+        who: str = "the provider",
+    ) -> tuple[ChannelResult | None, timedelta]:
+        """Every provider that may take the channel refused for its own reasons (an account
+        refusal, an open circuit): wait until the first may take work again (the time it
+        said, else ALL_REFUSED_WAIT), and `at_least` after the refusals before it (each
+        wait doubles the next one's floor, up to MAX_REFUSED_WAIT); bounded by the
+        business expiry.
+
+        Returns (None, the next floor) to try again (a new attempt), or the channel's end
+        when the intent closed meanwhile: `cancelled`, or `expired` with what was refused
+        (nothing was sent; the refusals are each attempt's `failed` in the ledger, never
+        the intent's).
+        """
+        facts = self._require_facts()
+        now = workflow.now()
+        until = min(retry_at) if retry_at else now + ALL_REFUSED_WAIT
+        until = max(until, now + MIN_DEFER, now + at_least)
+        next_floor = min(2 * (until - now), MAX_REFUSED_WAIT)
+        if facts.expires_at is not None:
+            until = min(until, facts.expires_at)
+        self._set_phase(
+            f"deferred:{spec.name}",
+            details=f"{refusal}; {spec.name} #{number} deferred, trying again at {_at(until)}",
+        )
+        await self._wait(until, summary=f"{refusal}; {spec.name} again at {_at(until)}")
+        if self._cancelled:
+            reason = self._cancel_reason or "cancelled"
+            return ChannelResult(spec.name, "cancelled", reason, attempts=number), next_floor
+        if self._expired():
+            return ChannelResult(
+                spec.name,
+                "expired",
+                "; ".join([*(moved_on or []), refusal])
+                + f"; {who} refused until the business expiry; nothing was sent",
+                attempts=number,
+            ), next_floor
+        return None, next_floor
 
     async def _authorize_failover(
         self, spec: Channel, number: int, provider: str, reason: str

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from domain import channels
-from domain.provider_errors import meaning
+from domain.provider_errors import PROVIDER_REFUSED_RULE, meaning
 from ledger.timeline import CLAIM_KEYS, acting_operator, approval_time
 
 KIND_ORDER = ("operator", "decision", "attempt", "observation")
@@ -94,7 +94,13 @@ def _decision(d: dict[str, Any]) -> Entry:
         until = (
             f" until {time_text(moment(d['next_eligible_at']))}" if d["next_eligible_at"] else ""
         )
-        sentence = f"The policy held the {what} back{until}: {reason}."
+        if d["rule"] == PROVIDER_REFUSED_RULE:
+            # Not the policy's word: the provider refused for its own reasons (its account).
+            sentence = (
+                f"The provider refused the {what} for its own reasons; it waits{until}: {reason}."
+            )
+        else:
+            sentence = f"The policy held the {what} back{until}: {reason}."
     else:
         sentence = f"The policy decided {d['outcome']} for {what}: {reason}."
     detail = [("rule", d["rule"]), ("policy version", d["policy_version"])]

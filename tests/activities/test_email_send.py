@@ -215,3 +215,39 @@ async def test_the_horizon_verdict_answers_an_event_the_workflow_was_never_signa
     assert attempt_of(committed, token).state == "delivered"
     plain = VerdictInput(token, "sent", "horizon", "no event")
     assert await ledger.record_verdict(plain) == "duplicate"
+
+
+async def test_a_wrong_sendgrid_key_is_handed_back_as_a_deferral_not_a_failure(
+    sendgrid_sim, committed, cipher, tmp_path: Path
+) -> None:
+    from sqlalchemy import select
+    from temporalio.exceptions import ApplicationError
+
+    from ledger.models import PolicyDecision
+    from transports.sendgrid import SendGridEmail
+
+    email = EmailActivities(
+        SendGridEmail(api_key="SG.rotated", base_url=sendgrid_sim.url),
+        committed,
+        cipher,
+        ArtifactStore(tmp_path),
+        public_base_url="http://127.0.0.1:9",
+        unsubscribe_secret="test-unsubscribe-secret",
+    )
+    token = await prepared_to(committed, cipher, "ada@example.test")
+    with pytest.raises(ApplicationError) as caught:
+        await email.send_email(SubmitInput(token))
+    # About the account: the workflow defers (a new attempt later), never ends the intent.
+    assert caught.value.type == "ProviderRefused" and caught.value.non_retryable
+    assert list(caught.value.details)[:2] == ["401", "provider"]
+    attempt = attempt_of(committed, token)
+    assert (attempt.state, attempt.error_code) == ("failed", "401")
+    with committed() as session:
+        decision = session.scalars(
+            select(PolicyDecision)
+            .where(PolicyDecision.intent_id == attempt.intent_id)
+            .order_by(PolicyDecision.id.desc())
+            .limit(1)
+        ).one()
+    assert (decision.outcome, decision.rule) == ("defer", "provider.refused")
+    assert sendgrid_sim.sim.stats()["total"] == 0

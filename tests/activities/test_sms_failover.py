@@ -1,13 +1,14 @@
 """The submit activity's side of failover: with another provider able to take over, a
-definitive provider-side refusal comes back at once (ProviderRefused); a refusal about the
-destination never does; and an open circuit refuses without a request leaving."""
+definitive provider-side refusal comes back at once (ProviderRefused), and a refusal about
+the account or an open circuit always does (the workflow fails over or defers); a refusal
+about the destination never does; and an open circuit refuses without a request leaving."""
 
 from __future__ import annotations
 
 import socket
 import uuid
 from collections.abc import AsyncIterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
@@ -66,23 +67,69 @@ async def requests_for(simulator: SimulatorServer, token: str) -> int:
     return int(stats["requests_by_token"].get(token, 0))
 
 
-@pytest.mark.parametrize(
-    ("failover", "expected"), [(True, "ProviderRefused"), (False, "PermanentProviderError")]
-)
-async def test_a_credentials_refusal_is_handed_over_only_when_another_provider_may_try(
-    simulator, committed, cipher, http, failover, expected
+@pytest.mark.parametrize("failover", [True, False])
+async def test_a_credentials_refusal_is_handed_back_with_or_without_another_provider(
+    simulator, committed, cipher, http, failover
 ):
+    # About the account, never the message: the workflow fails over or defers; a refusal
+    # answered as PermanentProviderError would end the channel `failed` (#49).
     sms = activities(simulator, committed, cipher, http)
     phone = f"+4474007{uuid.uuid4().int % 100_000:05d}"
     simulator.sim.script(phone, Fault.parse("api_error:20003", http_status=401))
     token = await prepared(committed, cipher, phone)
     with pytest.raises(ApplicationError) as caught:
         await sms.submit_sms(SubmitInput(token, failover=failover))
-    assert caught.value.type == expected and caught.value.non_retryable
-    assert list(caught.value.details) == ["20003", "provider"]
+    assert caught.value.type == "ProviderRefused" and caught.value.non_retryable
+    # No breaker here: no time said (the workflow waits its own minute).
+    assert list(caught.value.details) == ["20003", "provider", ""]
     with committed() as session:
         attempt = repo.attempt_by_token(session, token)
+        decision = latest_decision(session, attempt.intent_id)
     assert (attempt.state, attempt.error_code) == ("failed", "20003")
+    # The intent reads `deferred` while it waits, not `failed`: the deferral is data.
+    assert (decision.outcome, decision.rule) == ("defer", "provider.refused")
+    assert "20003" in decision.reason
+
+
+def latest_decision(session, intent_id: str):  # type: ignore[no-untyped-def]
+    from sqlalchemy import select
+
+    from ledger.models import PolicyDecision
+
+    return session.scalars(
+        select(PolicyDecision)
+        .where(PolicyDecision.intent_id == intent_id)
+        .order_by(PolicyDecision.id.desc())
+        .limit(1)
+    ).one()
+
+
+async def test_an_account_refusal_counts_toward_the_circuit_and_says_when_to_come_back(
+    simulator, committed, cipher, http
+):
+    breaker = BreakerSettings(failure_threshold=2, cool_down=timedelta(seconds=40))
+    sms = activities(simulator, committed, cipher, http, breaker=breaker)
+    with committed.begin() as session:  # the shared ledger: start from a closed circuit
+        session.execute(delete(ProviderCircuit).where(ProviderCircuit.provider == "twilio"))
+    said = []
+    try:
+        for _ in range(2):
+            phone = random_phone()
+            simulator.sim.script(phone, Fault.parse("api_error:20003", http_status=401))
+            before = datetime.now(UTC)
+            with pytest.raises(ApplicationError) as caught:
+                await sms.submit_sms(SubmitInput(await prepared(committed, cipher, phone)))
+            assert caught.value.type == "ProviderRefused"
+            said.append(datetime.fromisoformat(caught.value.details[2]) - before)
+        with committed() as session:
+            state = circuits.current(session, "twilio")
+        # Still closed after the first: one cool-down from then; the second opened it: the
+        # half-open time, again one cool-down away.
+        assert state is not None and state.state == CircuitState.OPEN
+        assert all(timedelta(seconds=39) < wait < timedelta(seconds=45) for wait in said)
+    finally:
+        with committed.begin() as session:
+            session.execute(delete(ProviderCircuit).where(ProviderCircuit.provider == "twilio"))
 
 
 async def test_a_destination_refusal_is_never_handed_over(simulator, committed, cipher, http):
@@ -127,16 +174,17 @@ async def test_an_open_circuit_refuses_at_once_without_a_request_leaving(
     assert state is not None and state.state == CircuitState.OPEN
     # The same provider alias, now pointing at a live simulator: the circuit still refuses.
     live = activities(simulator, committed, cipher, http, breaker=breaker)
-    token = await prepared(committed, cipher, random_phone())
-    with pytest.raises(ApplicationError) as retried:
-        await live.submit_sms(SubmitInput(token))
-    assert retried.value.type == "TransientProviderError"
-    assert retried.value.next_retry_delay is not None
-    assert retried.value.next_retry_delay > timedelta(minutes=4)
-    with pytest.raises(ApplicationError) as handed:
-        await live.submit_sms(SubmitInput(token, failover=True))
-    assert handed.value.type == "ProviderRefused" and handed.value.details[0] == "circuit_open"
-    assert await requests_for(simulator, token) == 0
+    for failover in (False, True):
+        # Handed back at once either way, with the half-open time: the workflow defers (a
+        # new attempt then) or fails over; never retried in place until a window closes.
+        token = await prepared(committed, cipher, random_phone())
+        with pytest.raises(ApplicationError) as handed:
+            await live.submit_sms(SubmitInput(token, failover=failover))
+        assert handed.value.type == "ProviderRefused"
+        assert handed.value.details[0] == "circuit_open"
+        probe_at = datetime.fromisoformat(handed.value.details[2])
+        assert probe_at - datetime.now(UTC) > timedelta(minutes=4)
+        assert await requests_for(simulator, token) == 0
     with committed.begin() as session:  # leave no open circuit for other tests
         session.execute(delete(ProviderCircuit).where(ProviderCircuit.provider == provider))
 

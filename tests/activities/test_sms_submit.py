@@ -121,19 +121,21 @@ async def test_an_unknown_4xx_refusal_fails_the_attempt_with_its_code_and_is_not
     async with httpx.AsyncClient() as http:
         scripted = await http.post(
             f"{simulator.url}/_sim/script",
-            json={"to": to, "fault": "api_error:21408", "http_status": 403},
+            json={"to": to, "fault": "api_error:21612", "http_status": 400},
         )
         assert scripted.status_code == 200
     token = await prepared(committed, cipher, to, ledger=ledger)
     with pytest.raises(ApplicationError) as caught:
         await sms.submit_sms(SubmitInput(token))
+    # (A code the table does not know, about nothing it says: 21408, a region the account
+    # may not send to, is about the account and defers instead; test_sms_failover.py.)
     # Permanent (non-retryable): the workflow's fallback rules act at once; never
     # `AmbiguousSubmission`, which would leave the attempt `unknown` and reconcile it.
     assert caught.value.type == "PermanentProviderError" and caught.value.non_retryable
-    assert caught.value.details[0] == "21408"
+    assert caught.value.details[0] == "21612"
     with committed() as session:
         attempt = repo.attempt_by_token(session, token)
-        assert attempt.state == "failed" and attempt.error_code == "21408"
+        assert attempt.state == "failed" and attempt.error_code == "21612"
     assert await submissions(simulator, token) == 0
 
 

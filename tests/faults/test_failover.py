@@ -192,9 +192,10 @@ async def test_primary_times_out_after_accepting_no_failover_until_the_lookup(pr
     result = await providers.result(wid)
     attempts = await providers.sent_once(key)
     assert result.outcome == "delivered"
-    assert [(a["provider"], a["created"]) for a in attempts] == [
-        ("twilio", {"twilio": 1, "telnyx": 0})
-    ]
+    # Retried with twilio (an open circuit on the way defers, then a new twilio attempt):
+    # never telnyx, and one message in all.
+    assert {a["provider"] for a in attempts} == {"twilio"}
+    assert attempts[-1]["created"] == {"twilio": 1, "telnyx": 0}
 
 
 async def test_a_lost_create_still_queued_is_never_sent_again_elsewhere(providers):
@@ -264,7 +265,7 @@ async def test_an_ambiguous_telnyx_send_ends_unknown_and_never_fails_over(provid
     assert result.outcome in ("unknown", "delivered", "sent")
 
 
-async def test_both_down_defers_then_fails_at_the_expiry_with_nothing_sent(providers):
+async def test_both_down_defers_then_ends_expired_at_the_expiry_with_nothing_sent(providers):
     await providers.down("twilio", 20)
     await providers.down("telnyx", 20)
     expires = datetime.now(UTC) + timedelta(seconds=8)
@@ -273,7 +274,7 @@ async def test_both_down_defers_then_fails_at_the_expiry_with_nothing_sent(provi
     await providers.up_again("twilio")
     await providers.up_again("telnyx")
     attempts = await providers.sent_once(key)
-    assert result.outcome != "delivered"
+    assert result.outcome == "expired"  # never `failed`: the providers refused, not the intent
     assert all(sum(a["created"].values()) == 0 for a in attempts), [
         (o["source"], o["raw_status"], o["provider_code"], o.get("detail"))
         for o in providers.client.timeline(key)["observations"]
@@ -289,9 +290,10 @@ async def test_failover_forbidden_by_the_policy_waits_for_the_first_provider(pro
     result = await providers.result(wid)
     attempts = await providers.sent_once(key)
     assert result.outcome == "delivered"
-    assert [(a["provider"], a["created"]) for a in attempts] == [
-        ("twilio", {"twilio": 1, "telnyx": 0})
-    ]
+    # Retried with twilio (an open circuit on the way defers, then a new twilio attempt):
+    # never telnyx, and one message in all.
+    assert {a["provider"] for a in attempts} == {"twilio"}
+    assert attempts[-1]["created"] == {"twilio": 1, "telnyx": 0}
 
 
 async def test_a_stop_through_telnyx_refuses_a_later_send_through_twilio(providers):

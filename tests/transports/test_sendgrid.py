@@ -194,6 +194,29 @@ async def test_a_4xx_without_the_error_body_is_ambiguous():
     await client.aclose()
 
 
+async def test_a_wrong_api_key_is_refused_about_the_account_and_sends_nothing(provider):
+    # The simulator checks the key as SendGrid does (401 with its error body).
+    async with SendGridEmail(api_key="SG.wrong", base_url=provider.url) as transport:
+        with pytest.raises(EmailPermanentError) as caught:
+            await transport.send(spec("ada@example.com"))
+    assert caught.value.code == 401 and caught.value.about_the_account
+    assert provider.sim.stats()["total"] == 0  # refused before anything was accepted
+
+
+@pytest.mark.parametrize("status", [401, 403])
+async def test_a_bare_401_or_403_is_about_the_account_not_ambiguous(status: int):
+    # Authentication and permission come before any processing: nothing was accepted,
+    # whatever page a proxy answered with.
+    client = httpx.AsyncClient(
+        transport=httpx.MockTransport(lambda _: httpx.Response(status, text="<html>no</html>"))
+    )
+    transport = SendGridEmail(api_key=API_KEY, base_url="https://sg.test", client=client)
+    with pytest.raises(EmailPermanentError) as caught:
+        await transport.send(spec("ada@example.com"))
+    await client.aclose()
+    assert caught.value.code == status and caught.value.about_the_account
+
+
 async def test_an_unreachable_provider_is_transient():
     transport = SendGridEmail(api_key=API_KEY, base_url="http://127.0.0.1:9", connect_timeout=0.5)
     with pytest.raises(EmailTransientError):

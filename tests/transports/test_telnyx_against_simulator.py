@@ -163,6 +163,20 @@ async def test_a_wrong_api_key_is_a_refusal_about_the_provider_and_counts_nothin
     assert (await control(telnyx_simulator, "stats"))["requests_total"] == 0
 
 
+async def test_a_rotated_api_key_refuses_the_old_one_until_it_is_set_again(
+    telnyx: TelnyxSms, telnyx_simulator: TelnyxSimulatorServer, receiver: CallbackReceiver
+) -> None:
+    assert await control(telnyx_simulator, "credential", secret="KEY_rotated") == {"rotated": True}
+    try:
+        with pytest.raises(SmsPermanentError) as caught:
+            await telnyx.submit(message(receiver))
+        assert (caught.value.code, caught.value.http_status) == ("10009", 401)
+        assert caught.value.about_the_account
+    finally:
+        await control(telnyx_simulator, "credential", secret=TELNYX_API_KEY)
+    assert (await telnyx.submit(message(receiver))).remote_id
+
+
 async def test_an_unknown_code_in_telnyx_error_body_is_a_refusal_but_not_the_providers(
     telnyx: TelnyxSms, telnyx_simulator: TelnyxSimulatorServer, receiver: CallbackReceiver
 ) -> None:

@@ -385,6 +385,26 @@ async def test_a_wrong_auth_token_is_refused_and_sends_nothing(
     assert (await stats(simulator))["requests_total"] == 0
 
 
+async def test_a_rotated_auth_token_refuses_the_old_one_about_the_account_until_it_is_set(
+    sms: TwilioSms, simulator: SimulatorServer, receiver: CallbackReceiver
+) -> None:
+    async with httpx.AsyncClient() as client:
+        rotated = await client.post(f"{simulator.url}/_sim/credential", json={"secret": "new"})
+        assert rotated.json() == {"rotated": True}
+        try:
+            with pytest.raises(SmsPermanentError) as caught:
+                await sms.submit(message(receiver))
+            assert (caught.value.code, caught.value.http_status) == ("20003", 401)
+            assert caught.value.about_the_account
+            assert (await stats(simulator))["total"] == 0
+            refused = await client.post(f"{simulator.url}/_sim/credential", json={})
+            assert refused.status_code == 400
+        finally:
+            # The operator's fix: the carrier accepts the token the client holds again.
+            await client.post(f"{simulator.url}/_sim/credential", json={"secret": AUTH_TOKEN})
+    assert (await sms.submit(message(receiver))).remote_id
+
+
 async def test_a_server_error_on_create_is_ambiguous_but_transient_on_a_fetch() -> None:
     def answer(request: httpx.Request) -> httpx.Response:
         return httpx.Response(502, json={"code": None, "message": "Bad gateway", "status": 502})

@@ -70,6 +70,17 @@ def test_after_the_cool_down_exactly_one_probe_goes_and_its_success_closes_it() 
     assert closed == Circuit("twilio")
 
 
+def test_a_send_refused_while_the_probe_is_out_comes_back_one_cool_down_after_it() -> None:
+    # By then the probe has answered: closed (the send goes) or open again (the send is the
+    # next probe). Not the probe timeout: a deferred notification would idle a minute
+    # after its provider recovered.
+    c = failures(Circuit("twilio"), 0, 1, 2)
+    probe = admit(c, at(32), S).circuit
+    assert probe.next_probe_at(S) == at(62)
+    short = BreakerSettings(cool_down=timedelta(seconds=30), probe_timeout=timedelta(seconds=5))
+    assert probe.next_probe_at(short) == at(37)  # a lost probe frees the slot sooner
+
+
 def test_a_failed_probe_opens_it_again_for_another_cool_down() -> None:
     c = failures(Circuit("twilio"), 0, 1, 2)
     probe = admit(c, at(40), S).circuit

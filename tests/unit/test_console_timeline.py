@@ -373,3 +373,23 @@ def test_a_review_item_opened_on_demand_is_told_in_words_refusal_included():
         "SMS attempt: “again”. Refused: review item #7 (unknown_outcome) is already open for "
         "the sms attempt #1.",
     ]
+
+
+def test_a_deferral_after_an_account_refusal_is_the_providers_word_not_the_policys():
+    refused = {
+        **decision("09:00:02", "sms", "defer", "twilio refused (20003: authentication failed)"),
+        "rule": "provider.refused",
+        "next_eligible_at": at("09:00:32"),
+    }
+    quiet = {
+        **decision("09:00:03", "sms", "defer", "quiet hours"),
+        "rule": "quiet_hours",
+        "next_eligible_at": at("09:30:00"),
+    }
+    lines = told(doc("deferred", [refused, quiet], [], [], []))
+    assert lines == [
+        f"{DAY[:-1]} 09:00:02 UTC decision: The provider refused the SMS for its own reasons; "
+        f"it waits until {DAY[:-1]} 09:00:32 UTC: twilio refused (20003: authentication failed).",
+        f"{DAY[:-1]} 09:00:03 UTC decision: The policy held the SMS back until "
+        f"{DAY[:-1]} 09:30:00 UTC: quiet hours.",
+    ]

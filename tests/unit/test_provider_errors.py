@@ -15,6 +15,7 @@ from domain.provider_errors import (
     ErrorKind,
     classify,
     is_opt_out,
+    meaning,
 )
 
 
@@ -53,9 +54,47 @@ def test_nothing_at_all_is_ambiguous() -> None:
     status=st.none() | st.integers(min_value=100, max_value=599),
 )
 def test_an_unknown_code_is_never_permanent(code: int | str, status: int | None) -> None:
-    if str(code).strip() in ERROR_TABLE:
-        return
+    if str(code).strip() in ERROR_TABLE or status in (401, 403):
+        return  # (401 and 403 are about the account, below)
     assert classify(code, status).kind != ErrorKind.PERMANENT
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "table"),
+    [
+        # Twilio: authentication, an inactive account, a forbidden (suspended, closed) one.
+        ("20003", 401, TWILIO_ERRORS),
+        ("20005", 401, TWILIO_ERRORS),
+        ("20403", 403, TWILIO_ERRORS),
+        # Telnyx: authentication, authorization.
+        ("10009", 401, TELNYX_ERRORS),
+        ("10010", 403, TELNYX_ERRORS),
+        # A bare 401/403 (no code, or a code the table does not know: a proxy, SendGrid).
+        (None, 401, None),
+        (None, 403, None),
+        ("20008", 401, TWILIO_ERRORS),
+        ("99999", 403, TELNYX_ERRORS),
+    ],
+)
+def test_a_refusal_about_the_account_is_classified_so(
+    code: str | None, status: int, table: dict[str, tuple[ErrorKind, str, Cause]] | None
+) -> None:
+    verdict = classify(code, status, table=table)
+    assert verdict.about_the_account
+    assert (verdict.kind, verdict.cause) == (ErrorKind.PERMANENT, Cause.PROVIDER)
+    assert verdict.code == (code or f"HTTP {status}")
+    # In words, for the console: it waits, it does not end the notification.
+    assert "never ends the notification" in meaning(code, status)
+
+
+@pytest.mark.parametrize(
+    ("code", "status"), [("21211", 400), ("21610", 400), ("40300", 400), (None, 400)]
+)
+def test_a_refusal_about_the_destination_or_unknown_is_not_about_the_account(
+    code: str | None, status: int
+) -> None:
+    assert not classify(code, status).about_the_account
+    assert "never ends the notification" not in meaning(code, status)
 
 
 def test_a_stop_reply_error_becomes_a_suppression() -> None:

@@ -175,22 +175,28 @@ async def test_a_refusal_about_the_destination_never_fails_over(harness, queue):
 
 async def test_failover_forbidden_by_the_policy_keeps_the_first_provider(harness, queue):
     def submit(channel: str, token: str) -> SubmitOutcome:
-        if channel == "sms":
-            # Without the failover flag the activity answers as before.
-            raise permanent("20003")
-        return SubmitOutcome("sent", "<m@herald>")
+        if channel == "sms" and number_of(token) == 1:
+            # An account refusal is handed back with or without the failover flag.
+            raise refused("20003")
+        return SubmitOutcome("submitted", "SM2", answer="accepted")
 
-    world = World(facts(), decide=routed(failover=False), submit=submit)
+    world = World(
+        facts(), decide=routed(failover=False), submit=submit, poll=lambda t, n: "delivered"
+    )
     async with harness.worker(world, queue):
         handle = await harness.start(world, queue)
         result = await handle.result()
-        await keep_history(handle, "failover_forbidden_by_policy")
+        await keep_history(handle, "failover_forbidden_account_refusal_defers")
     sms = {r.channel: r for r in result.channels}["sms"]
-    assert (sms.state, sms.attempts) == ("failed", 1)
-    assert [s.failover for s in sms_calls(world, "submit_sms")] == [False]
+    assert (sms.state, sms.attempts) == ("delivered", 2)
+    submits = sms_calls(world, "submit_sms")
+    assert [s.failover for s in submits] == [False, False]
+    # Both tries through the first provider: never moved to telnyx.
+    assert {q for name, q in world.sms_queues if name == "submit_sms"} == {f"{queue}-sms-twilio"}
+    assert "send_email" not in world.names()
 
 
-async def test_every_provider_down_defers_then_fails_at_the_expiry_with_nothing_sent(
+async def test_every_provider_down_defers_then_ends_expired_at_the_expiry_with_nothing_sent(
     harness, queue
 ):
     def submit(channel: str, token: str) -> SubmitOutcome:
@@ -204,10 +210,11 @@ async def test_every_provider_down_defers_then_fails_at_the_expiry_with_nothing_
     async with harness.worker(world, queue):
         handle = await harness.start(world, queue)
         result = await handle.result()
-        await keep_history(handle, "failover_all_refused_expired")
+        await keep_history(handle, "failover_all_refused_ends_expired")
     sms = {r.channel: r for r in result.channels}["sms"]
-    assert sms.state == "failed"
-    assert "every provider refused" in sms.reason and "nothing was sent" in sms.reason
+    assert (sms.state, result.outcome) == ("expired", "expired")  # never `failed`
+    assert "every provider refused until the business expiry" in sms.reason
+    assert "nothing was sent" in sms.reason
     submits = sms_calls(world, "submit_sms")
     # twilio, telnyx; a minute later both again; ... until the expiry: never the same token twice.
     tokens = [s.attempt_token for s in submits]

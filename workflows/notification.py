@@ -179,7 +179,6 @@ PATCHES = (
     PROVIDER_FAILOVER,
     SETTLE_UNKNOWN,
     LOCAL_AUTHORIZE_FAILURE,
-
     PROVIDER_REFUSAL_DEFERS,
 )
 """Every patch of this code. The worker hands them to `load_intent`, so a run it starts is

@@ -147,10 +147,12 @@ def check_policy(engine: Engine) -> str:
 
 
 async def connect_temporal(cfg: settings_module.Settings) -> Any:
-    from starter.temporal import connect
+    from starter.temporal import TemporalSettingError, connect
 
     try:
         return await connect(cfg)
+    except TemporalSettingError as err:  # a namespace the server lacks, a TLS file
+        raise CheckFailed(str(err)) from err
     except RuntimeError as err:
         # The SDK's text nests the transport's errors ("tonic::transport::Error(...)").
         why = "connection refused" if "connection refused" in str(err).lower() else _one_line(err)

@@ -172,6 +172,8 @@ def test_herald_api_serves_the_public_ingress_on_its_own_port(pg_url, time_env, 
         "HERALD_UNSUBSCRIBE_SECRET": "cli-test-unsubscribe",
         "HERALD_DATA_KEY": TEST_KEYRING,
         "HERALD_PUBLIC_BASE_URL": PUBLIC_BASE,
+        "HERALD_SMS_BASE_URL": "https://api.twilio.example.com",
+        "HERALD_SMTP_HOST": "smtp.example.com",
         "HERALD_INGRESS_PORT": str(ingress_port),
     }
     proc = subprocess.Popen(

@@ -120,7 +120,7 @@ def test_postgres_unreachable_is_named(dev: Stack) -> None:
 def test_a_namespace_that_does_not_exist_is_named(dev: Stack) -> None:
     done, lines = doctor(dev, HERALD_TEMPORAL_NAMESPACE="no-such-namespace")
     reason = failed(done, lines, "temporal")
-    assert "namespace 'no-such-namespace' does not exist" in reason
+    assert "HERALD_TEMPORAL_NAMESPACE=no-such-namespace: no such namespace" in reason
     assert lines["ledger"].startswith("ok ")
 
 

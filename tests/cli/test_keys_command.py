@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import create_engine
 from sqlalchemy.orm import sessionmaker
 
+from devstack.ports import free_port
 from domain.principals import Role
 from ledger import intake, migrate, principals
 from ledger import repository as repo
@@ -110,7 +111,7 @@ def test_a_rotation_from_the_command_line_lets_the_old_key_leave(keyed):
 
 @pytest.mark.parametrize(
     "args",
-    [["keys", "status"], ["send", *SEND], ["worker"], ["api", "--port", "0"]],
+    [["keys", "status"], ["send", *SEND], ["worker"], ["api", "--port", str(free_port())]],
     ids=lambda args: args[0],
 )
 @pytest.mark.workflow
@@ -124,7 +125,7 @@ def test_a_ring_without_the_ledgers_key_is_refused_in_one_line_naming_it(keyed, 
 
 @pytest.mark.parametrize(
     "args",
-    [["keys", "status"], ["send", *SEND], ["worker"], ["api", "--port", "0"]],
+    [["keys", "status"], ["send", *SEND], ["worker"], ["api", "--port", str(free_port())]],
     ids=lambda args: args[0],
 )
 @pytest.mark.workflow

@@ -81,7 +81,12 @@ def _intent(
 def _contact(db: Session, intent_id: str) -> dict[str, Any]:
     """Every registered column of the intent's rows, with its lookups beside them."""
     intent = db.get(Intent, intent_id)
-    attempts = db.execute(select(Attempt).where(Attempt.intent_id == intent_id)).scalars().all()
+    # In one order every time: the erasure's UPDATE moves rows, and an unordered read follows.
+    attempts = (
+        db.execute(select(Attempt).where(Attempt.intent_id == intent_id).order_by(Attempt.id))
+        .scalars()
+        .all()
+    )
     out: dict[str, Any] = {}
     for table, column in contact_data.ERASED_COLUMNS:
         rows = [intent] if table == "intent" else attempts

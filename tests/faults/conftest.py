@@ -21,6 +21,40 @@ from ledger.models import Consent
 from tests.conftest import key_id, stack_settings, until
 from workflows.notification import NotificationWorkflow
 
+
+async def notify_with_consent(  # type: ignore[no-untyped-def]
+    client, key: str, phone: str, *, n: int = 1, expires_at: datetime | None = None
+):
+    """Notify `phone` by SMS under `key`, its recipient given the `service` consent the
+    default policy asks for first (recorded in a thread: the ledger is synchronous)."""
+    recipient = key.replace(":", "-")
+
+    def consent() -> None:
+        with client.sessions.begin() as session:
+            session.add(
+                Consent(
+                    recipient_ref=recipient,
+                    channel="sms",
+                    purpose="service",
+                    source="fault-test",
+                    granted_at=datetime.now(UTC),
+                )
+            )
+
+    await asyncio.to_thread(consent)
+    return await client.notify(
+        NotificationRequest(
+            business_key=key,
+            recipient_ref=recipient,
+            template_key="demo",
+            phone=phone,
+            channels=("sms",),
+            variables={"n": n, "intent_id": key},
+            expires_at=expires_at,
+        )
+    )
+
+
 VARIABLES = {"n": 1, "intent_id": "x"}
 
 
@@ -62,33 +96,7 @@ class Faults:
         return int((await self.stats())["requests_by_token"].get(token, 0))
 
     async def notify(self, phone: str, key: str | None = None):  # type: ignore[no-untyped-def]
-        key = key or f"demo:f-{key_id()}"
-        recipient = key.replace(":", "-")
-
-        def consent() -> None:
-            with self.client.sessions.begin() as session:
-                session.add(
-                    Consent(
-                        recipient_ref=recipient,
-                        channel="sms",
-                        purpose="service",
-                        source="fault-test",
-                        granted_at=datetime.now(UTC),
-                    )
-                )
-
-        await asyncio.to_thread(consent)
-        ref = await self.client.notify(
-            NotificationRequest(
-                business_key=key,
-                recipient_ref=recipient,
-                template_key="demo",
-                phone=phone,
-                channels=("sms",),
-                variables={"n": 1, "intent_id": key},
-            )
-        )
-        return ref
+        return await notify_with_consent(self.client, key or f"demo:f-{key_id()}", phone)
 
     def handle(self, workflow_id: str):  # type: ignore[no-untyped-def]
         return self.client.temporal.get_workflow_handle_for(NotificationWorkflow.run, workflow_id)

@@ -22,10 +22,9 @@ import pytest_asyncio
 
 from devstack.stack import DevStack
 from domain.circuit import CircuitState
-from domain.requests import NotificationRequest
 from ledger import circuits
-from ledger.models import Consent
 from tests.conftest import key_id, stack_settings, until
+from tests.faults.conftest import notify_with_consent
 from workflows.notification import NotificationWorkflow
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
@@ -56,27 +55,7 @@ def phone(n: int) -> str:
 async def notify(dev: DevStack, n: int) -> tuple[str, str]:
     assert dev.client is not None
     key = f"account:a-{key_id()}"
-    recipient = key.replace(":", "-")
-    with dev.client.sessions.begin() as session:
-        session.add(
-            Consent(
-                recipient_ref=recipient,
-                channel="sms",
-                purpose="service",
-                source="fault-test",
-                granted_at=datetime.now(UTC),
-            )
-        )
-    ref = await dev.client.notify(
-        NotificationRequest(
-            business_key=key,
-            recipient_ref=recipient,
-            template_key="demo",
-            phone=phone(n),
-            channels=("sms",),
-            variables={"n": n, "intent_id": key},
-        )
-    )
+    ref = await notify_with_consent(dev.client, key, phone(n), n=n)
     return key, ref.workflow_id
 
 

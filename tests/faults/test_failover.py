@@ -15,13 +15,14 @@ from typing import Any
 import httpx
 import pytest
 import pytest_asyncio
+from sqlalchemy import delete
 
 from devstack.stack import DevStack
-from domain.requests import NotificationRequest
 from ledger import repository as repo
-from ledger.models import Consent
+from ledger.models import ProviderCircuit
 from ledger.templates import activate_policy, seed_policy
 from tests.conftest import key_id, stack_settings, until
+from tests.faults.conftest import notify_with_consent
 from workflows.notification import NotificationWorkflow
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
@@ -105,8 +106,9 @@ class Providers:
         try:
             async with httpx.AsyncClient() as http:
                 await http.get(f"{self.urls[provider]}/_sim/stats")
-        except (httpx.ConnectError, httpx.RemoteProtocolError):
-            # Refused, or closed without an answer by a server going down this moment.
+        except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError):
+            # Refused, or closed without an answer (or reset mid-read) by a server going
+            # down this moment.
             return False
         return True
 
@@ -127,28 +129,7 @@ class Providers:
 
     async def notify(self, phone: str, *, expires_at: datetime | None = None) -> tuple[str, str]:
         key = f"failover:f-{key_id()}"
-        recipient = key.replace(":", "-")
-        with self.client.sessions.begin() as session:
-            session.add(
-                Consent(
-                    recipient_ref=recipient,
-                    channel="sms",
-                    purpose="service",
-                    source="fault-test",
-                    granted_at=datetime.now(UTC),
-                )
-            )
-        ref = await self.client.notify(
-            NotificationRequest(
-                business_key=key,
-                recipient_ref=recipient,
-                template_key="demo",
-                phone=phone,
-                channels=("sms",),
-                variables={"n": 1, "intent_id": key},
-                expires_at=expires_at,
-            )
-        )
+        ref = await notify_with_consent(self.client, key, phone, expires_at=expires_at)
         return key, ref.workflow_id
 
     async def result(self, workflow_id: str, timeout: float = 120) -> Any:
@@ -165,9 +146,21 @@ class Providers:
         return attempts
 
 
-@pytest.fixture
-def providers(stack: DevStack) -> Providers:
-    return Providers(stack)
+@pytest_asyncio.fixture
+async def providers(stack: DevStack) -> Providers:
+    """The module's stack as each test starts it: both providers listening and every
+    circuit closed (an earlier test's outage leaves a circuit open for its cool-down, which
+    would fail the next test's first send over at once)."""
+    providers = Providers(stack)
+    for provider in providers.urls:
+        await providers.up_again(provider)
+
+    def close_circuits() -> None:
+        with providers.client.sessions.begin() as session:
+            session.execute(delete(ProviderCircuit))
+
+    await asyncio.to_thread(close_circuits)
+    return providers
 
 
 async def test_primary_down_the_message_goes_once_through_the_second(providers):

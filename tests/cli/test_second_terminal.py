@@ -112,6 +112,10 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         yield stack
 
 
+ANY_FREE_PORT = ("SIMULATOR", "TELNYX_SIMULATOR", "SMTP", "EMAIL_SIMULATOR")
+"""The servers `herald dev` binds itself, which take 0 for any free port."""
+
+
 @contextmanager
 def running_dev(home: Path, policy: str) -> Iterator[Stack]:
     """The first terminal: `herald dev --policy POLICY` in `home`, on its own ports (so no
@@ -121,17 +125,11 @@ def running_dev(home: Path, policy: str) -> Iterator[Stack]:
         "HERALD_DATA_DIR": str(data),
         **{
             f"HERALD_{name}_PORT": str(free_port())
-            for name in (
-                "POSTGRES",
-                "TEMPORAL",
-                "TEMPORAL_UI",
-                "API",
-                "SIMULATOR",
-                "TELNYX_SIMULATOR",
-                "SMTP",
-                "EMAIL_SIMULATOR",
-            )
+            for name in ("POSTGRES", "TEMPORAL", "TEMPORAL_UI", "API")
         },
+        # The servers `herald dev` binds itself take any free port as they bind (0): a port
+        # picked here first could be taken by another process before the stack binds it.
+        **{f"HERALD_{name}_PORT": "0" for name in ANY_FREE_PORT},
     }
     env = {k: v for k, v in os.environ.items() if not k.startswith("HERALD_")} | settings
     log = open(home / "dev.out", "w")  # a file, not a pipe nobody drains
@@ -438,16 +436,9 @@ def test_a_second_stack_on_a_taken_port_names_the_port_and_its_setting(
         "HERALD_DATA_DIR": str(data),
         **{
             f"HERALD_{name}_PORT": str(free_port())
-            for name in (
-                "POSTGRES",
-                "TEMPORAL",
-                "TEMPORAL_UI",
-                "SIMULATOR",
-                "TELNYX_SIMULATOR",
-                "SMTP",
-                "EMAIL_SIMULATOR",
-            )
+            for name in ("POSTGRES", "TEMPORAL", "TEMPORAL_UI")
         },
+        **{f"HERALD_{name}_PORT": "0" for name in ANY_FREE_PORT},
         "HERALD_API_PORT": str(api_port),
     }
     try:

@@ -16,6 +16,7 @@ from activities.contracts import AuthorizeInput
 from activities.ledger import LedgerActivities
 from domain.principals import Role
 from ledger import principals
+from ledger.artifacts import FolderArtifactStore, PostgresArtifactStore
 from ledger.models import ArtifactContent, AuditEvent, Consent, OperatorAction
 from tests.api.conftest import BEARER, random_mobile
 from tests.conftest import unique
@@ -273,3 +274,20 @@ async def test_a_viewer_cannot_upload_and_a_filename_is_required(
         "/v1/attachments", files={"file": ("", b"x", "text/plain")}, headers=app
     )
     assert nameless.status_code == 422
+
+
+@pytest.mark.parametrize(
+    ("setting", "store"), [("folder", FolderArtifactStore), ("postgres", PostgresArtifactStore)]
+)
+def test_herald_api_stores_uploads_where_herald_artifact_store_says(
+    committed: sessionmaker[Session], cipher, tmp_path, setting: str, store: type
+) -> None:
+    import settings
+    from api.server import build_ingress
+    from starter.client import HeraldClient
+    from tests.api.conftest import StubTemporal
+
+    cfg = settings.Settings(data_dir=tmp_path, artifact_store=setting, attachment_max_bytes=4096)
+    ingress = build_ingress(cfg, HeraldClient(StubTemporal(), committed, cipher))
+    assert isinstance(ingress.artifacts, store)
+    assert ingress.attachment_max_bytes == 4096

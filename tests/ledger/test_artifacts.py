@@ -91,3 +91,28 @@ def test_the_setting_picks_the_store_and_registration_keeps_the_first_name(
     with committed() as session:
         row = session.get(Artifact, ref.sha256)
         assert row is not None and artifacts.ref_of(row) == ref
+
+
+@pytest.mark.parametrize("kind", ["folder", "postgres"])
+def test_the_session_report_scenario_stores_and_tampers_in_the_stacks_store(
+    committed: sessionmaker[Session], tmp_path: Path, kind: str
+) -> None:
+    """`herald demo` on a stack with either HERALD_ARTIFACT_STORE: the report goes where the
+    worker reads, and the altered one is altered there (so the hash check has work)."""
+    from types import SimpleNamespace
+
+    from scenarios.session_report import _store_and_register, _tamper
+
+    ctx = SimpleNamespace(
+        client=SimpleNamespace(sessions=committed), data_path=tmp_path, artifact_store=kind
+    )
+    ref = _store_and_register(ctx, secrets.token_bytes(32), "session.csv")  # type: ignore[arg-type]
+    store = artifacts.open_store(kind, data_path=tmp_path, sessions=committed)  # type: ignore[arg-type]
+    assert store.exists(ref.sha256)
+    with committed() as session:
+        assert session.get(Artifact, ref.sha256) is not None
+
+    _tamper(ctx, ref)  # type: ignore[arg-type]
+
+    with pytest.raises(ArtifactMismatch):
+        store.get(ref)

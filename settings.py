@@ -447,6 +447,14 @@ class Settings(BaseSettings):
             raise ValueError(str(err).strip().splitlines()[0]) from None
         return spec
 
+    artifact_store: Literal["folder", "postgres"] = "folder"
+    """HERALD_ARTIFACT_STORE: where attachment bytes live (ledger/artifacts.py): `folder`,
+    `<data_dir>/artifacts` (one host's: only the processes that share it reach it), or
+    `postgres`, the ledger's `artifact_content` table, which every worker reaches."""
+    attachment_max_bytes: int = Field(default=10 * 1024 * 1024, ge=1, le=64 * 1024 * 1024)
+    """HERALD_ATTACHMENT_MAX_BYTES: the largest attachment `POST /v1/attachments` takes
+    (413 beyond it, naming the limit)."""
+
     secrets_dir: Path | None = None
     """HERALD_SECRETS_DIR: a folder of files, one per setting, named as the variable
     (`herald_data_key` or `HERALD_DATA_KEY`) and holding its value, as Docker and

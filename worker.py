@@ -48,6 +48,7 @@ from domain import channels
 from domain.channels import Channel
 from domain.providers import provider_task_queue
 from domain.senders import SenderBook
+from ledger import artifacts
 from ledger.crypto import FieldCipher, KeyRingError
 from ledger.engine import ledger_engine
 from ledger.keys import load_cipher
@@ -58,7 +59,6 @@ from runtime.schedules import ensure_schedules
 from starter import temporal as starter_temporal
 from starter.client import HeraldClient
 from starter.relay import run_relay
-from transports.artifacts import ArtifactStore
 from transports.email import DkimConfig, EmailTransport, SmtpEmail
 from transports.sendgrid import SendGridEmail
 from transports.sms import SmsTransport
@@ -228,7 +228,7 @@ def build_workers(
         email,
         sessions,
         cipher,
-        ArtifactStore(cfg.data_path / "artifacts"),
+        artifacts.open_store(cfg.artifact_store, data_path=cfg.data_path, sessions=sessions),
         public_base_url=cfg.callback_base_url,
         unsubscribe_secret=cfg.resolved_unsubscribe_secret(),
         senders=senders,

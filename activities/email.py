@@ -28,11 +28,11 @@ from domain.states import AttemptState
 from domain.unsubscribe import unsubscribe_token
 from ledger import metrics
 from ledger import repository as repo
+from ledger.artifacts import ArtifactError, ArtifactStore, ref_of
 from ledger.crypto import FieldCipher
 from ledger.models import Artifact, Attempt, Intent
 from ledger.repository import ObservationFacts
 from ledger.transactions import Transactions
-from transports.artifacts import ArtifactError, ArtifactRef, ArtifactStore
 from transports.email import (
     EmailAmbiguousError,
     EmailAttachment,
@@ -108,18 +108,12 @@ class EmailActivities:
         if intent.artifact_sha256:
             if artifact is None:
                 await self._fail(token, "artifact_missing", "the artifact is not registered")
-            ref = ArtifactRef(
-                sha256=artifact.sha256,
-                size=artifact.size,
-                media_type=artifact.media_type,
-                filename=artifact.filename,
-                location=artifact.location,
-            )
+            ref = ref_of(artifact)
             try:
-                # Verified before any SMTP connection: a different file is never sent.
-                attachments.append(
-                    await asyncio.to_thread(EmailAttachment.from_artifact, self._artifacts, ref)
-                )
+                # Read through the configured store (HERALD_ARTIFACT_STORE) and verified
+                # before any connection to the provider: a different file is never sent.
+                content = await asyncio.to_thread(self._artifacts.get, ref)
+                attachments.append(EmailAttachment(ref.filename, ref.media_type, content))
             except ArtifactError as err:
                 await self._fail(
                     token, "artifact_mismatch", str(err), type=ErrorType.ARTIFACT_MISMATCH

@@ -29,6 +29,8 @@ from sqlalchemy import text
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from api.attachments import ATTACHMENTS_PATH, MULTIPART_ALLOWANCE, too_large
+from api.attachments import router as attachment_routes
 from api.auth import check_every_route_declared
 from api.console import mount_console
 from api.deps import MAX_BODY_BYTES, Ingress
@@ -66,17 +68,19 @@ Herald's HTTP ingress.
 - **One-click unsubscribe** (`/v1/unsubscribe/{{token}}`, RFC 8058) is authenticated by
   the signed token in the link.
 - **The operator and app API** (`/v1/intents...`, `/v1/consents...`,
-  `/v1/suppressions...`, `/v1/principals...`) needs `Authorization: Bearer <token>`: a
-  principal's token (`herald principals add NAME --role ROLE`; `herald dev` writes its
-  local admin's to the data folder) or `HERALD_OPERATOR_TOKEN` (break-glass admin). Each
-  route names its role (app, viewer, operator, admin): no token or an unknown or revoked
-  one is 401, a role that may not is 403 naming the role needed.
+  `/v1/suppressions...`, `/v1/attachments`, `/v1/principals...`) needs
+  `Authorization: Bearer <token>`: a principal's token (`herald principals add NAME
+  --role ROLE`; `herald dev` writes its local admin's to the data folder) or
+  `HERALD_OPERATOR_TOKEN` (break-glass admin). Each route names its role (app, viewer,
+  operator, admin): no token or an unknown or revoked one is 401, a role that may not is
+  403 naming the role needed.
 - `/healthz` (liveness), `/readyz` (ledger and Temporal reachable), `/metrics`
   (Prometheus text format) and this document need nothing.
 
-Bodies larger than {MAX_BODY_BYTES} bytes are refused with 413. With the ledger
-(Postgres) or Temporal unavailable, every `/v1` route answers 503 `{{"detail": ...}}`
-naming which, with `Retry-After` (seconds); a fault in Herald is 500 in the same shape.
+Bodies larger than {MAX_BODY_BYTES} bytes are refused with 413 (an attachment's limit is
+HERALD_ATTACHMENT_MAX_BYTES, named in its 413). With the ledger (Postgres) or Temporal
+unavailable, every `/v1` route answers 503 `{{"detail": ...}}` naming which, with
+`Retry-After` (seconds); a fault in Herald is 500 in the same shape.
 
 {RETENTION_NOTE}
 """
@@ -97,13 +101,22 @@ class BodyLimit:
     """Refuse bodies over `max_bytes` with 413, whether declared or streamed (chunked).
 
     The body is read here, up to the limit, and handed on; bodies are small by design,
-    except an email provider's event batch (`larger`: path -> its own limit).
+    except an email provider's event batch and an attachment (`larger`: path -> its own
+    limit).
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int, larger: dict[str, int] | None = None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_bytes: int,
+        larger: dict[str, int] | None = None,
+        refusals: dict[str, str] | None = None,
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
         self.larger = larger or {}
+        self.refusals = refusals or {}
+        """A path's own words for its 413 (an attachment's names its setting)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -146,7 +159,8 @@ class BodyLimit:
         if ingress is not None and scope.get("path", "").startswith(WEBHOOK_PREFIXES):
             # The metric counts refused webhooks; an app's or operator's 413 is theirs.
             ingress.counters.rejected.labels("too_large").inc()
-        response = JSONResponse({"detail": f"body larger than {limit} bytes"}, 413)
+        detail = self.refusals.get(scope.get("path", ""), f"body larger than {limit} bytes")
+        response = JSONResponse({"detail": detail}, 413)
         await response(scope, receive, send)
 
 
@@ -180,6 +194,7 @@ PRIVATE_ROUTERS = (
     recipient_routes,
     intents_routes,
     evidence_routes,
+    attachment_routes,
     principals_routes,
     settlement_routes,
     erasure_routes,
@@ -217,7 +232,15 @@ def create_app(ingress: Ingress, *, public: bool = False) -> FastAPI:
     # The ordinary SMS receipt skips the rest of the stack (api.fast_receipts), inside the
     # body limit (added after, so outside it).
     app.add_middleware(FastReceipts, ingress=ingress)
-    app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES, larger={EVENTS_PATH: MAX_BATCH_BYTES})
+    app.add_middleware(
+        BodyLimit,
+        max_bytes=MAX_BODY_BYTES,
+        larger={
+            EVENTS_PATH: MAX_BATCH_BYTES,
+            ATTACHMENTS_PATH: ingress.attachment_max_bytes + MULTIPART_ALLOWANCE,
+        },
+        refusals={ATTACHMENTS_PATH: too_large(ingress.attachment_max_bytes)},
+    )
     # Every route's 422 names the problem without echoing what was sent.
     app.add_exception_handler(RequestValidationError, validation_problem)
     app.add_exception_handler(405, method_not_allowed)

@@ -18,6 +18,7 @@ from api import idempotency
 from api.auth import Authenticator
 from api.metrics import build_registry
 from api.telnyx_signature import TelnyxVerifier
+from ledger.artifacts import DEFAULT_MAX_BYTES, ArtifactStore, PostgresArtifactStore
 from ledger.repository import Through
 from ledger.transactions import Transactions
 from starter.client import HeraldClient
@@ -64,8 +65,15 @@ class Ingress:
         default_country: str = "GB",
         telnyx_public_key: str | None = None,
         provider_kinds: Mapping[str, str] | None = None,
+        artifacts: ArtifactStore | None = None,
+        attachment_max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
         self.client = client
+        self.artifacts = artifacts or PostgresArtifactStore(client.sessions)
+        """Where `POST /v1/attachments` stores bytes (HERALD_ARTIFACT_STORE; the ledger's
+        own table unless told another: it needs nothing but the ledger)."""
+        self.attachment_max_bytes = attachment_max_bytes
+        """The largest attachment taken (HERALD_ATTACHMENT_MAX_BYTES): 413 beyond it."""
         kinds = dict(provider_kinds or {kind: kind for kind in INGRESS_OF})
         self.through = {
             kind: Through(name, channel, frozenset(a for a, k in kinds.items() if k == kind))

@@ -1,4 +1,5 @@
-"""The consent and suppression API: record, revoke, lift (operators), list (viewers).
+"""The consent and suppression API: consent recorded and revoked by apps and operators,
+suppressions added and lifted by operators, both listed by viewers.
 
 Recipients and destinations travel in request bodies only, never in a URL (proxies and
 the access log keep URLs), and no answer, error or log line repeats them: a destination
@@ -15,7 +16,7 @@ from fastapi import APIRouter, HTTPException, Path
 from fastapi.responses import JSONResponse
 from sqlalchemy.orm import Session
 
-from api.auth import GUARDED, GuardedRoute, Operating, ReadingEvidence
+from api.auth import GUARDED, GuardedRoute, Operating, ReadingEvidence, RecordingConsent
 from api.deps import IngressDep
 from api.intents import BAD_BODY, INVALID
 from api.schemas import (
@@ -71,7 +72,9 @@ router = APIRouter(
     response_model=ConsentView,
     summary="Record a consent grant, live from now",
 )
-async def record_consent(body: ConsentBody, by: Operating, ingress: IngressDep) -> ConsentView:
+async def record_consent(
+    body: ConsentBody, by: RecordingConsent, ingress: IngressDep
+) -> ConsentView:
     now = datetime.now(UTC)
 
     def work(session: Session) -> ConsentView:
@@ -103,7 +106,9 @@ async def record_consent(body: ConsentBody, by: Operating, ingress: IngressDep) 
         "nothing live, `ended` is empty and nothing changes."
     ),
 )
-async def revoke_consent(body: ConsentBody, by: Operating, ingress: IngressDep) -> ConsentRevoked:
+async def revoke_consent(
+    body: ConsentBody, by: RecordingConsent, ingress: IngressDep
+) -> ConsentRevoked:
     now = datetime.now(UTC)
 
     def work(session: Session) -> ConsentRevoked:

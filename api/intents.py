@@ -1,5 +1,8 @@
 """The operator and app API: create (with Idempotency-Key), list, read, cancel, approve-resend.
 
+An app reads and cancels the intents it created, never another's (404, as if missing);
+approve-resend stays with operators.
+
 Every route declares its role (api.auth); the token is checked before the body is parsed.
 The operator recorded on a cancel or an approved resend is the authenticated principal.
 """
@@ -19,7 +22,14 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.orm import Session
 
 from api import idempotency
-from api.auth import GUARDED, CreatingIntents, GuardedRoute, Operating, ReadingIntents
+from api.auth import (
+    GUARDED,
+    CancellingIntents,
+    CreatingIntents,
+    GuardedRoute,
+    Operating,
+    ReadingIntents,
+)
 from api.deps import Ingress, IngressDep
 from api.schemas import (
     NO_CONTROL,
@@ -332,11 +342,12 @@ async def get_intent(id_or_key: IdOrKey, by: ReadingIntents, ingress: IngressDep
     summary="Close the intent's future work (nothing already sent is recalled)",
     responses={**NOT_FOUND, **BAD_BODY},
 )
-async def cancel(
-    id_or_key: IdOrKey, body: OperatorBody, by: Operating, ingress: IngressDep
+async def cancel_intent(
+    id_or_key: IdOrKey, body: OperatorBody, by: CancellingIntents, ingress: IngressDep
 ) -> dict[str, Any]:
     """Recorded under the authenticated principal (`operator` in the answer); an
-    `operator` field in the body is ignored."""
+    `operator` field in the body is ignored. An app cancels only the intents it created:
+    another's is 404, as for a read (`HeraldClient.cancel` finds only what `by` reads)."""
     if not _lookupable(id_or_key):
         raise _not_found(id_or_key)
     try:

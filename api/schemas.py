@@ -357,8 +357,9 @@ class IntentCreate(BaseModel):
             str,
             Field(
                 pattern=SHA256_HEX,
-                description="An attachment registered with `herald artifact`. "
-                + _rule("artifact.registered", "an artifact with this hash is registered.")
+                description="An attachment's id: the `sha256` `POST /v1/attachments` "
+                "answered with (email only). "
+                + _rule("artifact.registered", "an attachment with this hash was uploaded.")
                 + " "
                 + _rule("artifact.email_only", "the plan has no sms."),
             ),
@@ -393,6 +394,22 @@ class IntentCreated(BaseModel):
     business_key: str
     existed: bool
     """True when the business key was already recorded: the existing intent is returned."""
+
+
+class AttachmentStored(BaseModel):
+    """An uploaded attachment: an intent names it by `sha256` (its `artifact_sha256`)."""
+
+    sha256: str
+    """The attachment's id: the SHA-256 of its bytes, computed as they arrived. The same
+    bytes uploaded again are the same attachment."""
+    size: int
+    """In bytes."""
+    media_type: str
+    """The upload's media type (the part's `Content-Type`, without parameters)."""
+    filename: str
+    """The name the recipient sees (the first upload's, for bytes uploaded again)."""
+    existed: bool
+    """True when these bytes were uploaded before (200): nothing new was stored."""
 
 
 class IntentSummary(BaseModel):
@@ -736,6 +753,9 @@ class ConsentView(BaseModel):
     channel: str
     purpose: str
     source: str
+    recorded_by: str | None = None
+    """The principal that recorded the grant (an app or a person); null for grants
+    recorded before this was kept, or by an inbound keyword or a scenario."""
     granted_at: datetime
     revoked_at: datetime | None
     revoked_source: str | None
@@ -749,6 +769,7 @@ class ConsentView(BaseModel):
             channel=row.channel,
             purpose=row.purpose,
             source=row.source,
+            recorded_by=(row.evidence or {}).get("recorded_by"),
             granted_at=row.granted_at,
             revoked_at=row.revoked_at,
             revoked_source=row.revoked_source,

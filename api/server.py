@@ -22,6 +22,7 @@ import settings as settings_module
 from api.app import Ingress, create_app
 from api.deps import EventsConfig
 from api.email_events import load_event_public_key
+from ledger import artifacts
 from starter.client import HeraldClient
 
 
@@ -40,6 +41,10 @@ def build_ingress(cfg: settings_module.Settings, client: HeraldClient) -> Ingres
         default_country=cfg.default_country,
         telnyx_public_key=cfg.telnyx_public_key,
         provider_kinds={alias: p.kind for alias, p in cfg.provider_settings().items()},
+        artifacts=artifacts.open_store(
+            cfg.artifact_store, data_path=cfg.data_path, sessions=client.sessions
+        ),
+        attachment_max_bytes=cfg.attachment_max_bytes,
     )
 
 

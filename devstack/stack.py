@@ -31,7 +31,7 @@ from devstack.postgres import EmbeddedPostgres
 from devstack.processes import ChildProcess
 from devstack.temporal import TemporalDevServer
 from domain.principals import local_principal_name
-from ledger import migrate, principals
+from ledger import artifacts, migrate, principals
 from ledger.engine import ledger_engine
 from ledger.keys import load_cipher
 from ledger.templates import seed_packaged
@@ -328,6 +328,10 @@ class DevStack:
                     console_session_lifetime=timedelta(hours=cfg.console_session_hours),
                     default_country=cfg.default_country,
                     telnyx_public_key=cfg.telnyx_public_key,
+                    artifacts=artifacts.open_store(
+                        cfg.artifact_store, data_path=cfg.data_path, sessions=sessions
+                    ),
+                    attachment_max_bytes=cfg.attachment_max_bytes,
                 )
             ),
             host=cfg.api_host,

@@ -21,9 +21,16 @@ class Access(StrEnum):
     """Consent and suppression records, reconciliation sets."""
     FIND_BY_RECIPIENT = "find intents by a recipient's phone or address"
     """Every intent to one destination, whoever recorded it (people's roles only)."""
+    RECORD_CONSENT = "record or revoke consent"
+    """A recipient's consent is the recipient's, whoever records it (Herald serves one
+    organisation): the app that collected it records it, attributed to the app."""
+    CANCEL_INTENTS = "cancel intents"
+    """An app cancels only the intents it created (another's is as unknown as a missing
+    one: `Principal.reads_intent_of`); people's roles cancel any."""
+    UPLOAD_ATTACHMENTS = "upload attachments"
+    """Store an attachment's bytes (`POST /v1/attachments`) for an intent to name."""
     OPERATE = "act on intents and evidence"
-    """Cancel, approve a resend, resolve a review item, revoke or grant consent, add or
-    lift a suppression."""
+    """Approve a resend, settle, resolve a review item, add or lift a suppression."""
     ADMINISTER = "administer Herald (principals, purge, legal holds, policy and template versions)"
 
 
@@ -50,9 +57,12 @@ class Role(StrEnum):
 
 
 _VIEWER = frozenset({Access.READ_INTENTS, Access.READ_EVIDENCE, Access.FIND_BY_RECIPIENT})
-_OPERATOR = _VIEWER | {Access.OPERATE}
+_APPS_OWN = frozenset({Access.RECORD_CONSENT, Access.CANCEL_INTENTS, Access.UPLOAD_ATTACHMENTS})
+"""What an app does on its own credential beyond creating and reading its intents; an
+operator may each of them too (for any intent)."""
+_OPERATOR = _VIEWER | _APPS_OWN | {Access.OPERATE}
 GRANTS: dict[Role, frozenset[Access]] = {
-    Role.APP: frozenset({Access.CREATE_INTENTS, Access.READ_INTENTS}),
+    Role.APP: frozenset({Access.CREATE_INTENTS, Access.READ_INTENTS}) | _APPS_OWN,
     Role.VIEWER: _VIEWER,
     Role.OPERATOR: _OPERATOR,
     # Admin may do everything, creating intents included: the break-glass credential

@@ -208,9 +208,18 @@ def record_consent_by(
     source: str,
     at: datetime,
 ) -> Consent:
-    """:func:`record_consent`, with an audit row naming the principal and its role."""
+    """:func:`record_consent`, with an audit row naming the principal and its role.
+
+    The grant's own evidence names them too: an app records the consents it collected.
+    """
     row = record_consent(
-        session, recipient_ref=recipient_ref, channel=channel, purpose=purpose, source=source, at=at
+        session,
+        recipient_ref=recipient_ref,
+        channel=channel,
+        purpose=purpose,
+        source=source,
+        at=at,
+        evidence={"recorded_by": by.name, "recorded_by_role": by.role.value},
     )
     record_audit(
         session,

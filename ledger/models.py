@@ -19,6 +19,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Text,
@@ -340,6 +341,20 @@ class Artifact(Base):
     media_type: Mapped[str] = mapped_column(String(120))
     filename: Mapped[str] = mapped_column(String(200))
     location: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+
+
+class ArtifactContent(Base):
+    """An artifact's bytes, for HERALD_ARTIFACT_STORE=postgres (ledger/artifacts.py).
+
+    In the ledger, every worker and API process reaches them.
+    """
+
+    __tablename__ = "artifact_content"
+
+    sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    size: Mapped[int] = mapped_column(BigInteger)
+    content: Mapped[bytes] = mapped_column(LargeBinary)
     created_at: Mapped[datetime] = mapped_column(server_default=func.now())
 
 

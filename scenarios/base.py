@@ -23,6 +23,7 @@ from temporalio.client import WorkflowHandle
 
 from devstack.stack import Addresses
 from domain.requests import NotificationRequest
+from ledger.artifacts import StoreKind
 from ledger.models import Consent
 from runtime.tables import Clock, timeline_text
 from starter.client import HeraldClient, IntentRef
@@ -62,11 +63,14 @@ class DemoContext:
     client: HeraldClient
     addresses: Addresses
     data_path: Path
-    """The stack's data folder: artifacts live under `artifacts/`, the sink's mail under `mail/`."""
+    """The stack's data folder: the sink's mail is under `mail/` (and attachments under
+    `artifacts/` with the folder store)."""
     sink: SmtpSink | None = None
     """The SMTP sink when the stack runs in this process; otherwise its maildir is read."""
     as_json: bool = False
     retention_days: int = 30
+    artifact_store: StoreKind = "folder"
+    """HERALD_ARTIFACT_STORE of the stack: where its worker reads attachments."""
     out: Callable[[str], None] = print
     notes: list[str] = field(default_factory=list)
     """Steps a scenario skipped, and why (printed, and returned to the caller)."""

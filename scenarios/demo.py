@@ -81,6 +81,7 @@ async def run_demo(
                 sink=sink,
                 as_json=as_json,
                 retention_days=cfg.pii_retention_days,
+                artifact_store=cfg.artifact_store,
             )
             started = time.monotonic()
             try:

@@ -22,10 +22,10 @@ from email.message import EmailMessage
 from domain.channels import EMAIL
 from domain.principals import Principal, Role
 from domain.requests import NotificationRequest
+from ledger.artifacts import POSTGRES_LOCATION, ArtifactRef, open_store, register
 from ledger.intake import InvalidRequest
-from ledger.models import Artifact
+from ledger.models import ArtifactContent
 from scenarios.base import EMAIL_REACHED, DemoContext, ScenarioFailed, expect, sha256_hex, suffix
-from transports.artifacts import ArtifactRef, ArtifactStore
 from transports.email import message_id_for
 
 MEDIA_TYPE = "text/csv"
@@ -44,25 +44,23 @@ def _report(session_id: str, ended: datetime) -> bytes:
 
 
 def _store_and_register(ctx: DemoContext, data: bytes, filename: str) -> ArtifactRef:
-    ref = ArtifactStore(ctx.data_path / "artifacts").put(
-        data, media_type=MEDIA_TYPE, filename=filename
-    )
+    # The store the stack's worker reads (HERALD_ARTIFACT_STORE), as an upload would.
+    store = open_store(ctx.artifact_store, data_path=ctx.data_path, sessions=ctx.client.sessions)
+    ref = store.put(data, media_type=MEDIA_TYPE, filename=filename)
     with ctx.client.sessions.begin() as session:
-        if session.get(Artifact, ref.sha256) is None:
-            session.add(
-                Artifact(
-                    sha256=ref.sha256,
-                    size=ref.size,
-                    media_type=ref.media_type,
-                    filename=ref.filename,
-                    location=ref.location,
-                )
-            )
+        register(session, ref)
     return ref
 
 
-def _tamper(ref: ArtifactRef) -> None:
+def _tamper(ctx: DemoContext, ref: ArtifactRef) -> None:
     """Change the stored bytes behind the ledger's back (same size, different content)."""
+    if ref.location == POSTGRES_LOCATION:
+        with ctx.client.sessions.begin() as session:
+            row = session.get(ArtifactContent, ref.sha256)
+            assert row is not None
+            first = bytes(row.content)[:1]
+            row.content = (b"X" if first != b"X" else b"Y") + bytes(row.content)[1:]
+        return
     path = ref.location
     os.chmod(path, 0o644)
     with open(path, "r+b") as handle:
@@ -174,7 +172,7 @@ async def _tampered(ctx: DemoContext, recipient: str, address: str, run_id: str)
     session_id = f"gs-{run_id}-b"
     data = _report(session_id, datetime.now(UTC))
     ref = await asyncio.to_thread(_store_and_register, ctx, data, f"session-{session_id}.csv")
-    await asyncio.to_thread(_tamper, ref)
+    await asyncio.to_thread(_tamper, ctx, ref)
     key = f"session-report:{session_id}"
     await ctx.client.notify(_request(key, recipient, address, ref.sha256, session_id))
     doc = await ctx.wait_for(

@@ -374,18 +374,22 @@ class HeraldClient:
         with self.sessions() as session:
             return repo.get_intent(session, intent_id).cancelled_at is not None
 
-    def _resolve(self, id_or_key: str) -> tuple[str, str, str]:
+    def _resolve(self, id_or_key: str, by: Principal | None) -> tuple[str, str, str]:
         with self.sessions() as session:
             intent = repo.get_intent(session, id_or_key)
+            if by is not None and not by.reads_intent_of(intent.created_by):
+                # Another app's intent is as unknown to this one as a missing one.
+                raise repo.NotFound("no intent with that id or business key")
             return intent.id, intent.workflow_id, intent.country
 
     async def _handle(
-        self, id_or_key: str, **notes: str
+        self, id_or_key: str, *, by: Principal | None = None, **notes: str
     ) -> tuple[str, WorkflowHandle[Any, Any], bool]:
         """The intent's id, its workflow's handle and whether it runs, once each of the
         operator's `notes` (field -> text) is known to hold no contact data: they go into
-        the workflow's history and every timeline (NoteRefused otherwise)."""
-        intent_id, workflow_id, country = await asyncio.to_thread(self._resolve, id_or_key)
+        the workflow's history and every timeline (NoteRefused otherwise). With `by`, only
+        an intent `by` may read is found: an app acts on its own intents alone."""
+        intent_id, workflow_id, country = await asyncio.to_thread(self._resolve, id_or_key, by)
         key_privacy.refuse_unfit_notes(notes, country=country)
         handle = self.temporal.get_workflow_handle(workflow_id)
         try:
@@ -422,7 +426,7 @@ class HeraldClient:
     async def cancel(self, id_or_key: str, *, by: Principal, reason: str) -> CancelResult:
         """Close the intent's future work; recorded under `by` (name and role). The one
         cancel path of the API, the CLI and the console."""
-        intent_id, handle, running = await self._handle(id_or_key, reason=reason)
+        intent_id, handle, running = await self._handle(id_or_key, by=by, reason=reason)
         if running:
             with contextlib.suppress(FinishedMeanwhile):
                 return await self._update(
@@ -450,7 +454,7 @@ class HeraldClient:
     ) -> ResendResult:
         """Approve a new attempt (or record why not); recorded under `by`. The one
         approve-resend path of the API, the CLI and the console."""
-        intent_id, handle, running = await self._handle(id_or_key, reason=reason)
+        intent_id, handle, running = await self._handle(id_or_key, by=by, reason=reason)
         refusal = "the intent's workflow has finished; record a new intent instead"
         if running:
             try:
@@ -494,7 +498,7 @@ class HeraldClient:
         (or record why not); recorded under `by`. The one settle path of the API, the CLI
         and the console: the workflow's `settle` update, with the proof of `by`."""
         intent_id, handle, running = await self._handle(
-            id_or_key, reason=reason, reference=reference
+            id_or_key, by=by, reason=reason, reference=reference
         )
         refusal = "the intent's workflow has finished; its settlement window is closed"
         if running:
@@ -594,7 +598,7 @@ class HeraldClient:
     async def lookup(self, id_or_key: str, *, channel: str, by: Principal) -> LookupResult:
         """Ask the provider what it holds for the channel's latest attempt, through the
         intent's workflow (the lookup runs where the transports live, and is recorded)."""
-        intent_id, handle, running = await self._handle(id_or_key)
+        intent_id, handle, running = await self._handle(id_or_key, by=by)
         refusal = "the intent's workflow has finished; there is nothing left to settle"
         if running:
             try:

@@ -27,7 +27,6 @@ import aiosmtplib
 from aiosmtplib import errors as smtp_errors
 
 from transports.accounts import AccountCheckFailed
-from transports.artifacts import ArtifactRef, ArtifactStore
 
 log = logging.getLogger(__name__)
 
@@ -51,15 +50,6 @@ class EmailAttachment:
     @property
     def sha256(self) -> str:
         return hashlib.sha256(self.content).hexdigest()
-
-    @classmethod
-    def from_artifact(cls, store: ArtifactStore, ref: ArtifactRef) -> EmailAttachment:
-        """Resolve an artifact reference; raises ``ArtifactMismatch`` if the file changed.
-
-        Call this (in a thread) before :meth:`SmtpEmail.send`, so a tampered file is
-        refused before any SMTP connection is opened.
-        """
-        return cls(ref.filename, ref.media_type, store.read_verified(ref))
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,9 @@ import pytest
 from activities.contracts import SubmitInput
 from activities.email import EmailActivities
 from domain.requests import NotificationRequest
+from ledger.artifacts import FolderArtifactStore
 from ledger.metrics import DUPLICATES_SUPPRESSED
 from tests.activities import intents
-from transports.artifacts import ArtifactStore
 from transports.email import SmtpEmail
 from transports.smtp_sink import SmtpSink
 
@@ -52,7 +52,7 @@ async def test_a_retried_send_of_an_accepted_email_sends_nothing_and_is_counted(
         SmtpEmail(host="127.0.0.1", port=sink.port),
         committed,
         cipher,
-        ArtifactStore(tmp_path),
+        FolderArtifactStore(tmp_path),
         public_base_url="http://127.0.0.1:9",
         unsubscribe_secret="test-unsubscribe-secret",
     )
@@ -91,7 +91,7 @@ def sendgrid_activities(server, committed, cipher, tmp_path: Path) -> EmailActiv
         SendGridEmail(api_key="SG.test", base_url=server.url, read_timeout=0.5),
         committed,
         cipher,
-        ArtifactStore(tmp_path),
+        FolderArtifactStore(tmp_path),
         public_base_url="http://127.0.0.1:9",
         unsubscribe_secret="test-unsubscribe-secret",
     )
@@ -230,7 +230,7 @@ async def test_a_wrong_sendgrid_key_is_handed_back_as_a_deferral_not_a_failure(
         SendGridEmail(api_key="SG.rotated", base_url=sendgrid_sim.url),
         committed,
         cipher,
-        ArtifactStore(tmp_path),
+        FolderArtifactStore(tmp_path),
         public_base_url="http://127.0.0.1:9",
         unsubscribe_secret="test-unsubscribe-secret",
     )
@@ -251,3 +251,51 @@ async def test_a_wrong_sendgrid_key_is_handed_back_as_a_deferral_not_a_failure(
         ).one()
     assert (decision.outcome, decision.rule) == ("defer", "provider.refused")
     assert sendgrid_sim.sim.stats()["total"] == 0
+
+
+async def test_an_attachment_in_the_postgres_store_reaches_the_sink_intact(
+    clean_sink: SmtpSink, committed, cipher
+) -> None:
+    """The email activity reads the attachment through the configured store: here the
+    ledger's table, which a worker on any host reaches."""
+    from ledger import artifacts
+    from ledger.artifacts import PostgresArtifactStore
+
+    store = PostgresArtifactStore(committed)
+    data = b"session_id,hands\n" + uuid.uuid4().hex.encode()
+    ref = store.put(data, media_type="text/csv", filename="session-report.csv")
+    with committed.begin() as session:
+        artifacts.register(session, ref)
+    key = f"itinerary-change:t-{uuid.uuid4().hex[:8]}"
+    token = await intents.prepared(
+        committed,
+        cipher,
+        NotificationRequest(
+            business_key=key,
+            recipient_ref=key,
+            email="traveller@example.test",
+            channels=["email"],
+            country="GB",
+            template_key="itinerary-change",
+            variables=VARIABLES,
+            artifact_sha256=ref.sha256,
+        ),
+        "email",
+    )
+    email = EmailActivities(
+        SmtpEmail(host="127.0.0.1", port=clean_sink.port),
+        committed,
+        cipher,
+        store,
+        public_base_url="http://127.0.0.1:9",
+        unsubscribe_secret="test-unsubscribe-secret",
+    )
+
+    sent = await email.send_email(SubmitInput(token))
+
+    assert sent.state == "sent"
+    (received,) = await clean_sink.wait_for(1)
+    (part,) = list(received.message.iter_attachments())
+    assert part.get_filename() == "session-report.csv"
+    assert part.get_content_type() == "text/csv"
+    assert part.get_payload(decode=True) == data

@@ -131,8 +131,9 @@ class StubTemporal:
 
 
 def build_app(
-    sessions: sessionmaker[Session], cipher: FieldCipher, temporal: Any
+    sessions: sessionmaker[Session], cipher: FieldCipher, temporal: Any, **options: Any
 ) -> tuple[FastAPI, Ingress]:
+    """The app over `sessions`, with the test secrets; `options` go to `Ingress`."""
     client = HeraldClient(temporal, sessions, cipher)
     ingress = Ingress(
         client,
@@ -142,6 +143,7 @@ def build_app(
         unsubscribe_secret=UNSUBSCRIBE_SECRET,
         email_events=EventsConfig(load_event_public_key(EVENT_PUBLIC_KEY)),
         telnyx_public_key=TELNYX_PUBLIC_KEY,
+        **options,
     )
     return create_app(ingress), ingress
 

@@ -28,22 +28,26 @@ CREDENTIALS = ("none", "revoked", *(role.value for role in Role))
 EVERYONE = {"app", "viewer", "operator", "admin"}
 PEOPLE = {"viewer", "operator", "admin"}
 ACTORS = {"operator", "admin"}
+APPS_AND_ACTORS = {"app", "operator", "admin"}
+"""What an app does on its own credential, and operators for anyone: consent, cancel
+(an app only its own intents), attachments."""
 ROLE_TABLE: dict[str, set[str]] = {
     "POST /v1/intents": {"app", "admin"},
     "GET /v1/intents": EVERYONE,
     "GET /v1/intents/{id_or_key}": EVERYONE,
     "POST /v1/recipients/intents": PEOPLE,
-    "POST /v1/intents/{id_or_key}/cancel": ACTORS,
+    "POST /v1/intents/{id_or_key}/cancel": APPS_AND_ACTORS,
     "POST /v1/intents/{id_or_key}/approve-resend": ACTORS,
     "POST /v1/intents/{id_or_key}/lookup": ACTORS,
     "POST /v1/intents/{id_or_key}/settle": ACTORS,
     "GET /v1/settlement-rules": EVERYONE,
-    "POST /v1/consents": ACTORS,
-    "POST /v1/consents/revoke": ACTORS,
+    "POST /v1/consents": APPS_AND_ACTORS,
+    "POST /v1/consents/revoke": APPS_AND_ACTORS,
     "POST /v1/consents/search": PEOPLE,
     "POST /v1/suppressions": ACTORS,
     "POST /v1/suppressions/search": PEOPLE,
     "POST /v1/suppressions/{suppression_id}/lift": ACTORS,
+    "POST /v1/attachments": APPS_AND_ACTORS,
     "GET /v1/principals": {"admin"},
     "POST /v1/principals": {"admin"},
     "POST /v1/principals/{name}/revoke": {"admin"},
@@ -166,16 +170,15 @@ async def test_the_role_matrix_over_every_route(
                 statuses,
             )
         checked += 1
-    # Intents (5), evidence (6), principals (4), and the public routes.
-    assert checked >= 15 + len({k for k in PUBLIC_ROUTES if not k.startswith("HEAD")}) - 1
+    # Intents (5), evidence (6), attachments (1), principals (4), and the public routes.
+    assert checked >= 16 + len({k for k in PUBLIC_ROUTES if not k.startswith("HEAD")}) - 1
 
 
-async def test_an_app_token_cannot_cancel_approve_a_resend_or_read_consent_evidence(
+async def test_an_app_token_cannot_approve_a_resend_settle_or_read_consent_evidence(
     http: httpx.AsyncClient, tokens: Tokens
 ) -> None:
     app_token = tokens.header("app")
     for path, body, needed in (
-        ("/v1/intents/k:1/cancel", {"reason": "r"}, "operator"),
         ("/v1/intents/k:1/approve-resend", {"reason": "r"}, "operator"),
         ("/v1/intents/k:1/settle", {"reason": "r", "rule": "x"}, "operator"),
         ("/v1/consents/search", {"recipient_ref": "m-1"}, "viewer"),

@@ -23,6 +23,7 @@ def demo(stack):  # type: ignore[no-untyped-def]
         stack.cfg.data_path,
         sink=stack.sink,
         retention_days=stack.cfg.pii_retention_days,
+        artifact_store=stack.cfg.artifact_store,
         out=printed.append,
     )
     assert printed  # the story said something

@@ -10,7 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from transports.artifacts import ArtifactMismatch, ArtifactMissing, ArtifactRef, ArtifactStore
+from ledger.artifacts import (
+    ArtifactMismatch,
+    ArtifactMissing,
+    ArtifactRef,
+    FolderArtifactStore,
+)
 from transports.email import (
     DkimConfig,
     EmailAmbiguousError,
@@ -47,9 +52,9 @@ def smtp_for(sink: SmtpSink, **options: object) -> SmtpEmail:
 async def test_a_message_with_an_artifact_attachment_arrives_intact(
     clean_sink: SmtpSink, tmp_path: Path
 ) -> None:
-    store = ArtifactStore(tmp_path / "artifacts")
+    store = FolderArtifactStore(tmp_path / "artifacts")
     ref = store.put(PDF, media_type="application/pdf", filename="invoice-o-77.pdf")
-    attachment = EmailAttachment.from_artifact(store, ref)
+    attachment = EmailAttachment(ref.filename, ref.media_type, store.get(ref))
 
     result = await smtp_for(clean_sink).send(spec(attachments=[attachment]))
 
@@ -99,14 +104,14 @@ async def test_the_same_token_always_gives_the_same_message_id(clean_sink: SmtpS
 async def test_a_tampered_artifact_is_refused_before_any_smtp_connection(
     clean_sink: SmtpSink, tmp_path: Path
 ) -> None:
-    store = ArtifactStore(tmp_path / "artifacts")
+    store = FolderArtifactStore(tmp_path / "artifacts")
     ref = store.put(PDF, media_type="application/pdf", filename="invoice.pdf")
     path = store.path_for(ref.sha256)
     os.chmod(path, 0o644)
     path.write_bytes(PDF.replace(b"%%EOF", b"%%EOX"))  # same size, different bytes
 
     with pytest.raises(ArtifactMismatch) as caught:
-        attachment = EmailAttachment.from_artifact(store, ref)
+        attachment = EmailAttachment(ref.filename, ref.media_type, store.get(ref))
         await smtp_for(clean_sink).send(spec(attachments=[attachment]))
 
     assert "hashes to" in caught.value.reason and caught.value.sha256 == ref.sha256
@@ -201,28 +206,28 @@ async def test_a_dkim_signed_message_verifies_over_the_unsubscribe_headers(
 
 
 def test_the_store_is_content_addressed_read_only_and_idempotent(tmp_path: Path) -> None:
-    store = ArtifactStore(tmp_path)
+    store = FolderArtifactStore(tmp_path)
     ref = store.put(b"hello", media_type="text/plain", filename="a.txt")
     digest = hashlib.sha256(b"hello").hexdigest()
     assert ref == ArtifactRef(digest, 5, "text/plain", "a.txt", str(tmp_path / digest[:2] / digest))
     assert stat.S_IMODE(os.stat(ref.location).st_mode) == 0o444
     assert store.put(b"hello", media_type="text/plain", filename="a.txt") == ref
-    assert store.read_verified(ref) == b"hello"
+    assert store.get(ref) == b"hello"
     assert [p.name for p in (tmp_path / digest[:2]).iterdir()] == [digest], "no temp files left"
 
 
 def test_a_size_change_a_missing_file_and_a_forged_reference_are_all_refused(
     tmp_path: Path,
 ) -> None:
-    store = ArtifactStore(tmp_path)
+    store = FolderArtifactStore(tmp_path)
     ref = store.put(b"hello", media_type="text/plain", filename="a.txt")
     os.chmod(ref.location, 0o644)
     Path(ref.location).write_bytes(b"hello, world")
     with pytest.raises(ArtifactMismatch, match="12 bytes on disk"):
-        store.read_verified(ref)
+        store.get(ref)
     with pytest.raises(ArtifactMismatch):
         store.put(b"hello", media_type="text/plain", filename="a.txt")
     with pytest.raises(ArtifactMissing):
-        store.read_verified(ArtifactRef("0" * 64, 1, "text/plain", "x", "elsewhere"))
+        store.get(ArtifactRef("0" * 64, 1, "text/plain", "x", "elsewhere"))
     with pytest.raises(ValueError):
-        store.read_verified(ArtifactRef("../../etc/passwd", 1, "text/plain", "x", "x"))
+        store.get(ArtifactRef("../../etc/passwd", 1, "text/plain", "x", "x"))

@@ -28,7 +28,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from api import idempotency
 from api.auth import CreatingIntents, GuardedRoute, Operating
-from api.openapi import TAGS, install_contract, operation_id
+from api.openapi import TAGS, as_openapi_30, install_contract, operation_id
 from api.schemas import PATTERN_WORDS
 from ledger.crypto import FieldCipher
 from tests.api.conftest import BEARER, StubTemporal, build_app
@@ -437,3 +437,63 @@ async def test_the_openapi_30_copy_is_valid_3_0_with_the_same_operations():
     # An optional field is `nullable`, its constraints kept (3.0 has no `anyOf` with null).
     phone = doc30["components"]["schemas"]["IntentCreate"]["properties"]["phone"]
     assert phone["nullable"] is True and phone["pattern"] == r"^\+[1-9][0-9]{6,14}$"
+
+
+def test_the_30_converter_rewrites_each_31_form_it_meets_into_valid_30():
+    """Forms today's document does not use yet (a type list, a numeric exclusive bound, an
+    uploaded file's `contentMediaType`) as well as those it does."""
+    upload = {"type": "string", "contentMediaType": "application/octet-stream"}
+    doc31 = {
+        "openapi": "3.1.0",
+        "info": {"title": "t", "version": "1", "summary": "3.1 only"},
+        "paths": {
+            "/files": {
+                "post": {
+                    "operationId": "uploadFile",
+                    "requestBody": {
+                        "content": {
+                            "multipart/form-data": {
+                                "schema": {"type": "object", "properties": {"file": upload}}
+                            }
+                        }
+                    },
+                    "responses": {
+                        "201": {
+                            "description": "d",
+                            "content": {
+                                "application/json": {"schema": {"$ref": "#/components/schemas/F"}}
+                            },
+                        }
+                    },
+                }
+            }
+        },
+        "components": {
+            "schemas": {
+                "F": {
+                    "type": "object",
+                    "properties": {
+                        "size": {"type": "integer", "exclusiveMinimum": 0},
+                        "note": {"type": ["string", "null"], "examples": ["a note"]},
+                        "kind": {"const": "file"},
+                        "parent": {"$ref": "#/components/schemas/F", "description": "Its folder."},
+                        "owner": {"anyOf": [{"$ref": "#/components/schemas/F"}, {"type": "null"}]},
+                    },
+                }
+            }
+        },
+    }
+    doc30 = as_openapi_30(doc31)
+    validate(doc30, cls=OpenAPIV30SpecValidator)
+    assert doc31["openapi"] == "3.1.0"  # the 3.1 document is left as it was
+    props = doc30["components"]["schemas"]["F"]["properties"]
+    assert props["size"] == {"type": "integer", "minimum": 0, "exclusiveMinimum": True}
+    assert props["note"] == {"type": "string", "nullable": True, "example": "a note"}
+    assert props["kind"] == {"enum": ["file"]}
+    assert props["parent"] == {
+        "allOf": [{"$ref": "#/components/schemas/F"}],
+        "description": "Its folder.",
+    }
+    assert props["owner"] == {"allOf": [{"$ref": "#/components/schemas/F"}], "nullable": True}
+    body = doc30["paths"]["/files"]["post"]["requestBody"]["content"]["multipart/form-data"]
+    assert body["schema"]["properties"]["file"] == {"type": "string", "format": "binary"}

@@ -43,6 +43,7 @@ from api.fast_receipts import FastReceipts
 from api.intent_search import router as recipient_routes
 from api.intents import RETENTION_NOTE, validation_problem
 from api.intents import router as intents_routes
+from api.openapi import install_contract, operation_id
 from api.principals import router as principals_routes
 from api.query_params import refuse_unknown_query_parameters
 from api.schemas import Health, Readiness
@@ -215,6 +216,7 @@ def create_app(ingress: Ingress, *, public: bool = False) -> FastAPI:
             docs_url=None,
             redoc_url=None,
             openapi_url=None,
+            generate_unique_id_function=operation_id,
             dependencies=[Depends(refuse_unknown_query_parameters)],
         )
     else:
@@ -224,6 +226,8 @@ def create_app(ingress: Ingress, *, public: bool = False) -> FastAPI:
             title="Herald",
             version="0.1.0",
             description=DESCRIPTION,
+            # Operation ids for generated clients: `createIntent` (api/openapi.py).
+            generate_unique_id_function=operation_id,
             # Every /v1/ route: a query parameter it does not declare is 422, not ignored.
             dependencies=[Depends(refuse_unknown_query_parameters)],
         )
@@ -249,7 +253,7 @@ def create_app(ingress: Ingress, *, public: bool = False) -> FastAPI:
     install_error_answers(app)
 
     @app.get("/healthz", response_model=Health, tags=["health"])
-    async def healthz() -> dict[str, str]:
+    async def check_liveness() -> dict[str, str]:
         """Liveness: the process answers. It touches neither the ledger nor Temporal."""
         return {"status": "ok"}
 
@@ -265,7 +269,7 @@ def create_app(ingress: Ingress, *, public: bool = False) -> FastAPI:
         tags=["health"],
         responses={503: {"model": Readiness, "description": "A dependency is unreachable."}},
     )
-    async def readyz() -> JSONResponse:
+    async def check_readiness() -> JSONResponse:
         """Readiness: the ledger answers a query and the Temporal frontend reports healthy,
         each within READY_TIMEOUT_SECONDS. 503 names the one that did not."""
         checks = {
@@ -289,12 +293,14 @@ def create_app(ingress: Ingress, *, public: bool = False) -> FastAPI:
         responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text."}},
         summary="Herald's own metrics (Prometheus text format)",
     )
-    async def metrics() -> Response:
+    async def read_metrics() -> Response:
         body = await asyncio.to_thread(generate_latest, ingress.registry)
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     for router in PRIVATE_ROUTERS:
         app.include_router(router)
     mount_console(app)
+    # Tags, headers, `/openapi.json` with its `servers`, and `/openapi-3.0.json`.
+    install_contract(app, max_body_bytes=MAX_BODY_BYTES)
     check_every_route_declared(app)
     return app

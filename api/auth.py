@@ -52,6 +52,8 @@ PUBLIC_ROUTES: dict[str, str] = {
     "POST /v1/unsubscribe/{value}": "the signed token in the link",
     "GET /openapi.json": "the API's description",
     "HEAD /openapi.json": "the API's description",
+    "GET /openapi-3.0.json": "the API's description (OpenAPI 3.0)",
+    "HEAD /openapi-3.0.json": "the API's description (OpenAPI 3.0)",
     "GET /docs": "the API's description",
     "HEAD /docs": "the API's description",
     "GET /docs/oauth2-redirect": "the API's description",

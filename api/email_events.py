@@ -391,7 +391,7 @@ def record_event(
     return _Recorded(result, facts.provider_code)
 
 
-router = APIRouter(tags=["provider webhooks"])
+router = APIRouter(tags=["provider-webhooks"])
 
 
 @router.post(
@@ -402,7 +402,7 @@ router = APIRouter(tags=["provider webhooks"])
     summary="A batch of email events (SendGrid Event Webhook, signed)",
     openapi_extra=OPENAPI,
 )
-async def sendgrid_events(request: Request, ingress: IngressDep) -> Response:
+async def receive_sendgrid_events(request: Request, ingress: IngressDep) -> Response:
     """Verified before any parse, each event deduplicated on `sg_event_id`, recorded
     through the one transition; bounces and complaints suppress; settling events wake
     the intent's workflow."""

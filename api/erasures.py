@@ -46,7 +46,7 @@ REFUSED: dict[int | str, dict[str, Any]] = {
     "as hashes",
     responses={200: {"description": "A dry run: what would be erased."}, **REFUSED, **BAD_BODY},
 )
-async def erase(
+async def erase_recipient(
     body: ErasureBody, by: Administering, ingress: IngressDep, response: Response
 ) -> ErasureRecorded:
     try:

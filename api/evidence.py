@@ -60,7 +60,7 @@ def suppression_fields(row: Suppression) -> dict[str, Any]:
 
 router = APIRouter(
     prefix="/v1",
-    tags=["consent and suppressions"],
+    tags=["consents"],
     route_class=GuardedRoute,
     responses={**GUARDED, **BAD_BODY, **INVALID},
 )
@@ -138,7 +138,7 @@ async def revoke_consent(
     response_model=ConsentList,
     summary="Every grant on record for a recipient (revoked ones included)",
 )
-async def list_consents(
+async def search_consents(
     body: ConsentQuery, _by: ReadingEvidence, ingress: IngressDep
 ) -> ConsentList:
     def work(session: Session) -> ConsentList:
@@ -195,7 +195,7 @@ async def record_suppression(
     response_model=SuppressionList,
     summary="Every suppression on record for a destination (lifted ones included)",
 )
-async def list_suppressions(
+async def search_suppressions(
     body: SuppressionQuery, _by: ReadingEvidence, ingress: IngressDep
 ) -> SuppressionList:
     try:

@@ -32,7 +32,7 @@ router = APIRouter(
     response_model=IntentPage,
     summary="A recipient's intents, by phone number or address (in the body), newest first",
 )
-async def search_by_recipient(
+async def search_intents_by_recipient(
     body: IntentSearch, _by: FindingByRecipient, ingress: IngressDep
 ) -> IntentPage:
     """Every intent to the destination, whoever recorded it, newest first (`limit`, at

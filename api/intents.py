@@ -91,6 +91,12 @@ BAD_BODY: dict[int | str, dict[str, Any]] = {
 """FastAPI's own 400 for a JSON body it cannot decode, on every route that takes one."""
 
 
+LOCATION = {
+    "description": "The intent's URL (`/v1/intents/{intent_id}`).",
+    "schema": {"type": "string"},
+}
+"""The header `respond` sets on a created (or existing) intent."""
+
 OTHERS_KEY = "this business key is recorded by another principal; choose your own keys"
 
 
@@ -105,7 +111,7 @@ def _lookupable(id_or_key: str) -> bool:
     return "\x00" not in id_or_key
 
 
-def list_intents(
+def intent_page(
     session: Session,
     *,
     state: str | None = None,
@@ -197,7 +203,12 @@ def respond(status: int, doc: dict[str, Any], *, replayed: bool = False) -> JSON
         "payload under that key is 409. " + RETENTION_NOTE
     ),
     responses={
-        200: {"model": IntentCreated, "description": "The business key already existed."},
+        200: {
+            "model": IntentCreated,
+            "description": "The business key already existed.",
+            "headers": {"Location": LOCATION},
+        },
+        201: {"headers": {"Location": LOCATION}},
         400: {
             "model": Problem,
             "description": "A malformed Idempotency-Key, or a body that is not UTF-8.",
@@ -278,7 +289,7 @@ async def create_intent(
 
 
 @router.get("", response_model=IntentPage, summary="List intents, newest first")
-async def list_route(
+async def list_intents(
     by: ReadingIntents,
     ingress: IngressDep,
     state: Annotated[IntentState | None, Query(description="Derived intent state.")] = None,
@@ -301,7 +312,7 @@ async def list_route(
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> IntentPage:
     def work(session: Session) -> IntentPage:
-        return list_intents(
+        return intent_page(
             session,
             state=state.value if state else None,
             channel=channel,

@@ -47,7 +47,7 @@ UNKNOWN: dict[int | str, dict[str, Any]] = {
 
 
 @router.get("", response_model=PrincipalList, summary="Every principal (never a token)")
-async def list_route(_by: Administering, ingress: IngressDep) -> PrincipalList:
+async def list_principals(_by: Administering, ingress: IngressDep) -> PrincipalList:
     views = await ingress.tx(principals.list_principals)
     return PrincipalList(
         items=[PrincipalView.model_validate(v, from_attributes=True) for v in views]
@@ -61,7 +61,9 @@ async def list_route(_by: Administering, ingress: IngressDep) -> PrincipalList:
     summary="Add a principal; its token is in this answer and nowhere else",
     responses={409: {"model": Problem, "description": "The name is taken."}, **BAD_BODY},
 )
-async def add(body: PrincipalCreate, by: Administering, ingress: IngressDep) -> PrincipalToken:
+async def add_principal(
+    body: PrincipalCreate, by: Administering, ingress: IngressDep
+) -> PrincipalToken:
     now = datetime.now(UTC)
     try:
         issued = await ingress.tx(
@@ -92,7 +94,7 @@ async def _change(ingress: Ingress, name: str, by: Principal, work: Any) -> Any:
     summary="Revoke a principal: its token is refused from the next request on",
     responses=UNKNOWN,
 )
-async def revoke(name: Name, by: Administering, ingress: IngressDep) -> PrincipalView:
+async def revoke_principal(name: Name, by: Administering, ingress: IngressDep) -> PrincipalView:
     view = await _change(ingress, name, by, principals.revoke)
     log.info("principal %s revoked by %s", name, by.name)
     return PrincipalView.model_validate(view, from_attributes=True)
@@ -104,7 +106,9 @@ async def revoke(name: Name, by: Administering, ingress: IngressDep) -> Principa
     summary="A new token for a principal; the old one stops working at once",
     responses=UNKNOWN,
 )
-async def rotate(name: Name, by: Administering, ingress: IngressDep) -> PrincipalToken:
+async def rotate_principal_token(
+    name: Name, by: Administering, ingress: IngressDep
+) -> PrincipalToken:
     issued = await _change(ingress, name, by, principals.rotate)
     log.info("principal %s rotated by %s", name, by.name)
     return _issued(issued)

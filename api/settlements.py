@@ -41,7 +41,7 @@ from ledger import settlements
 
 router = APIRouter(
     prefix="/v1",
-    tags=["settlements"],
+    tags=["operations"],
     route_class=GuardedRoute,
     responses={**GUARDED, **INVALID},
 )
@@ -52,7 +52,7 @@ router = APIRouter(
     response_model=SettlementRules,
     summary="The active policy's settlement rules (for a channel: those its provider allows)",
 )
-async def settlement_rules(
+async def list_settlement_rules(
     _by: ReadingIntents, ingress: IngressDep, channel: Channel | None = Query(None)
 ) -> dict[str, Any]:
     def work(session: Session) -> dict[str, Any]:
@@ -78,7 +78,7 @@ async def settlement_rules(
     summary="Ask the provider what it holds for the channel's unknown attempt (recorded)",
     responses={**NOT_FOUND, **BAD_BODY},
 )
-async def lookup(
+async def look_up_attempt(
     id_or_key: IdOrKey, by: Operating, ingress: IngressDep, body: LookupBody | None = None
 ) -> dict[str, Any]:
     """Runs where the transports live (a worker activity, through the intent's workflow);
@@ -104,7 +104,7 @@ async def lookup(
         409: {"model": SettleOutcome, "description": "Refused; `message` says why."},
     },
 )
-async def settle(
+async def settle_intent(
     id_or_key: IdOrKey, body: SettleBody, by: Operating, ingress: IngressDep
 ) -> JSONResponse:
     """Recorded under the authenticated principal (an operator or admin), judged by the

@@ -137,7 +137,7 @@ def _token_for(session: Session, token: str | None, remote_id: str) -> str | Non
     return token if attempt.remote_id in (None, remote_id) else None
 
 
-router = APIRouter(tags=["provider webhooks"])
+router = APIRouter(tags=["provider-webhooks"])
 """Telnyx's message events, signed by Telnyx."""
 
 
@@ -149,7 +149,7 @@ router = APIRouter(tags=["provider webhooks"])
     summary="A Telnyx message event (Ed25519-signed): receipts and inbound SMS",
     openapi_extra=OPENAPI,
 )
-async def telnyx_event(
+async def receive_telnyx_event(
     request: Request,
     ingress: IngressDep,
     token: Annotated[

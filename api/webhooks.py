@@ -301,7 +301,7 @@ async def record_keyword(
     log.info("inbound keyword %s recorded (%s): %s", word, kind, outcome)
 
 
-router = APIRouter(tags=["provider webhooks"])
+router = APIRouter(tags=["provider-webhooks"])
 """Provider webhooks, signed by the provider."""
 
 
@@ -313,7 +313,7 @@ router = APIRouter(tags=["provider webhooks"])
     summary="An SMS status callback (signed)",
     openapi_extra=RECEIPT_FORM,
 )
-async def sms_receipt(
+async def receive_twilio_receipt(
     request: Request,
     ingress: IngressDep,
     token: Annotated[
@@ -383,7 +383,7 @@ async def receive_sms_receipt(request: Request, ingress: Ingress, token: str | N
     summary="An inbound SMS (signed): opt-out and opt-in keywords",
     openapi_extra=INBOUND_FORM,
 )
-async def inbound_sms(request: Request, ingress: IngressDep) -> Response:
+async def receive_inbound_sms(request: Request, ingress: IngressDep) -> Response:
     """STOP, STOPALL, UNSUBSCRIBE, CANCEL, END, QUIT suppress SMS to the sender;
     START, YES, UNSTOP lift it. Anything else is acknowledged and ignored."""
     params = (await signed_form(request, ingress)).params
@@ -397,7 +397,7 @@ async def inbound_sms(request: Request, ingress: IngressDep) -> Response:
     return Response("<Response/>", media_type="application/xml")
 
 
-unsubscribe_router = APIRouter(tags=["unsubscribe"])
+unsubscribe_router = APIRouter(tags=["recipients"])
 """The one-click unsubscribe link, signed by Herald."""
 UNKNOWN_LINK: dict[int | str, dict[str, Any]] = {
     404: {"model": Problem, "description": "Not a link Herald signed."},
@@ -434,7 +434,7 @@ def verified(ingress: Ingress, value: str) -> str:
     },
     summary="The confirmation page (changes nothing: link scanners fetch it)",
 )
-async def unsubscribe_page(value: LinkValue, ingress: IngressDep) -> HTMLResponse:
+async def show_unsubscribe_page(value: LinkValue, ingress: IngressDep) -> HTMLResponse:
     verified(ingress, value)
     return HTMLResponse(
         "<!doctype html><html><head><meta charset='utf-8'><title>Unsubscribe</title>"
@@ -450,7 +450,7 @@ async def unsubscribe_page(value: LinkValue, ingress: IngressDep) -> HTMLRespons
     responses=UNKNOWN_LINK,
     summary="RFC 8058 one-click unsubscribe",
 )
-async def unsubscribe(value: LinkValue, ingress: IngressDep) -> dict[str, str]:
+async def unsubscribe_in_one_click(value: LinkValue, ingress: IngressDep) -> dict[str, str]:
     """Suppress email to the attempt's destination (idempotent)."""
     token = verified(ingress, value)
 

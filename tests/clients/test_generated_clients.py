@@ -5,7 +5,7 @@ by `openapi-typescript` + `openapi-fetch` (tests/clients/ts, pinned by its lock 
 test says so and skips when `node` is absent). docs/apps.md shows the same calls.
 
 Each client is generated once per session. Paging is by `limit` until cursors land
-(issue #50, item 3); cancelling is an operator's until apps may cancel their own (item 1).
+(issue #50, item 3); the app cancels its own intent (item 1).
 """
 
 from __future__ import annotations
@@ -116,12 +116,11 @@ async def test_a_generated_python_client_creates_replays_reads_pages_cancels_and
     create_intent, get_intent, list_intents, cancel_intent = (
         importlib.import_module(f"herald_client.api.{module}")
         for module in ("intents.create_intent", "intents.get_intent", "intents.list_intents",
-                       "operations.cancel_intent")
+                       "intents.cancel_intent")
     )  # fmt: skip
     models = importlib.import_module("herald_client.models")
     authenticated = importlib.import_module("herald_client.client").AuthenticatedClient
     app = authenticated(base_url=api.base, token=api.app_token)
-    operator = authenticated(base_url=api.base, token=api.operator_token)
     prefix, phone = f"order-created:o-{secrets.token_hex(4)}", _phone()
 
     once = _intent(models, f"{prefix}-1", phone)
@@ -151,7 +150,7 @@ async def test_a_generated_python_client_creates_replays_reads_pages_cancels_and
 
     cancelled = await cancel_intent.asyncio_detailed(
         created.intent_id,
-        client=operator,
+        client=app,  # an app cancels the intents it created
         body=models.OperatorBody(reason="the order was withdrawn"),
     )
     assert cancelled.status_code == 200 and cancelled.parsed.accepted is True

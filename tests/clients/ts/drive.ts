@@ -23,10 +23,6 @@ const app = createClient<paths>({
   baseUrl,
   headers: { Authorization: `Bearer ${env("HERALD_APP_TOKEN")}` },
 });
-const operator = createClient<paths>({
-  baseUrl,
-  headers: { Authorization: `Bearer ${env("HERALD_OPERATOR_TOKEN")}` },
-});
 
 const intent = (n: number) => ({
   business_key: `${prefix}:${n}`,
@@ -52,8 +48,8 @@ const second = await app.POST("/v1/intents", { body: intent(2) });
 const page = await app.GET("/v1/intents", { params: { query: { limit: 1 } } });
 const both = await app.GET("/v1/intents", { params: { query: { limit: 2 } } });
 const ids = (p: Page | undefined) => (p ? p.items.map((item) => item.id) : []);
-// Until an app may cancel its own intents (issue #50, item 1), an operator cancels.
-const cancel = await operator.POST("/v1/intents/{id_or_key}/cancel", {
+// An app cancels the intents it created (another app's is a 404, as for a read).
+const cancel = await app.POST("/v1/intents/{id_or_key}/cancel", {
   params: { path: { id_or_key: created.intent_id } },
   body: { reason: "the order was withdrawn" },
 });

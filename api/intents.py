@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import asdict
-from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, HTTPException, Path, Query, Request
@@ -22,6 +21,7 @@ from api import idempotency
 from api.auth import GUARDED, CreatingIntents, GuardedRoute, Operating, ReadingIntents
 from api.deps import Ingress, IngressDep
 from api.schemas import (
+    CURSOR_DESCRIPTION,
     NO_CONTROL,
     AwaitingFilter,
     CancelOutcome,
@@ -47,8 +47,20 @@ from ledger.intake import InvalidRequest
 
 log = logging.getLogger("herald.api")
 
-LIST_SCAN_LIMIT = listing.SCAN_LIMIT
-"""A state filter is applied after derivation; at most this many intents are read per call."""
+PAGING_NOTE = (
+    "Newest first, keyset paged on (created_at, id): `next` and `previous` are opaque "
+    "cursors (null at either end); pass one back as `cursor` "
+    "with the same filters (a cursor of other filters, or not one at all, is 422). An intent "
+    "recorded while you page shifts no page you have not read. A state filter reads at most "
+    f"{listing.SCAN_PER_PAGE} intents per page: a page may hold fewer than `limit` items "
+    "(`truncated`) and `next` goes on from where it stopped."
+)
+LINK_HEADER = {
+    "Link": {
+        "description": 'RFC 8288 links to the `rel="next"` and `rel="prev"` pages.',
+        "schema": {"type": "string"},
+    }
+}
 START_TIMEOUT_SECONDS = 10.0
 
 RETENTION_NOTE = (
@@ -95,32 +107,29 @@ def _lookupable(id_or_key: str) -> bool:
     return "\x00" not in id_or_key
 
 
-def list_intents(
-    session: Session,
-    *,
-    state: str | None = None,
-    channel: str | None = None,
-    region: str | None = None,
-    event_type: str | None = None,
-    since: datetime | None = None,
-    created_by: str | None = None,
-    awaiting: str | None = None,
-    limit: int = 50,
-    scan_limit: int = LIST_SCAN_LIMIT,
+def page_or_422(
+    session: Session, flt: listing.IntentFilter, cursor: str | None, *, limit: int, where: str
 ) -> IntentPage:
-    page = listing.list_intents(
-        session,
-        state=state,
-        channel=channel,
-        region=region,
-        event_type=event_type,
-        since=since,
-        created_by=created_by,
-        awaiting=awaiting,
-        limit=limit,
-        scan_limit=scan_limit,
-    )
-    return IntentPage.of(page)
+    """The page `cursor` names under `flt` (`ledger.listing.page`: the console's paging);
+    a cursor this filter did not hand out is a 422 naming it (`where`: query or body)."""
+    try:
+        at = listing.read_cursor(cursor, flt) if cursor is not None else None
+    except listing.InvalidCursor as err:
+        raise RequestValidationError(
+            [{"loc": (where, "cursor"), "msg": str(err), "type": "invalid_cursor"}]
+        ) from err
+    return IntentPage.of(listing.page(session, flt, at, size=limit), limit=limit)
+
+
+def link_header(request: Request, page: IntentPage) -> dict[str, str]:
+    """RFC 8288 `Link` to the next and previous pages: the request's own URL with the cursor
+    replaced (so its filters carry over)."""
+    links = [
+        f'<{request.url.include_query_params(cursor=cursor)}>; rel="{rel}"'
+        for rel, cursor in (("next", page.next), ("prev", page.previous))
+        if cursor
+    ]
+    return {"Link": ", ".join(links)} if links else {}
 
 
 router = APIRouter(
@@ -267,8 +276,15 @@ async def create_intent(
     return respond(status, doc)
 
 
-@router.get("", response_model=IntentPage, summary="List intents, newest first")
+@router.get(
+    "",
+    response_model=IntentPage,
+    summary="List intents, newest first, a page at a time",
+    description=PAGING_NOTE + " The cursors are also sent as a `Link` header.",
+    responses={200: {"headers": LINK_HEADER}},
+)
 async def list_route(
+    request: Request,
     by: ReadingIntents,
     ingress: IngressDep,
     state: Annotated[IntentState | None, Query(description="Derived intent state.")] = None,
@@ -289,22 +305,28 @@ async def list_route(
         ),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-) -> IntentPage:
-    def work(session: Session) -> IntentPage:
-        return list_intents(
-            session,
-            state=state.value if state else None,
-            channel=channel,
-            region=region,
-            event_type=event_type,
-            since=since,
-            # An app lists only the intents it recorded.
-            created_by=by.name if by.reads_only_own_intents else None,
-            awaiting=awaiting,
-            limit=limit,
-        )
-
-    return await ingress.tx(work)
+    cursor: Annotated[
+        str | None,
+        Query(
+            description=CURSOR_DESCRIPTION,
+            max_length=listing.MAX_CURSOR_LENGTH,
+        ),
+    ] = None,
+) -> JSONResponse:
+    flt = listing.IntentFilter(
+        state=state.value if state else None,
+        channel=channel,
+        region=region,
+        event_type=event_type,
+        created_from=since,
+        awaiting=awaiting,
+        # An app lists only the intents it recorded.
+        created_by=by.name if by.reads_only_own_intents else None,
+    )
+    page: IntentPage = await ingress.tx(
+        lambda s: page_or_422(s, flt, cursor, limit=limit, where="query")
+    )
+    return JSONResponse(page.model_dump(mode="json"), headers=link_header(request, page))
 
 
 @router.get(

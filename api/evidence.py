@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from api.auth import GUARDED, GuardedRoute, Operating, ReadingEvidence
 from api.deps import IngressDep
+from api.idempotency import Idempotent
 from api.intents import BAD_BODY, INVALID
 from api.schemas import (
     ConsentBody,
@@ -71,7 +72,9 @@ router = APIRouter(
     response_model=ConsentView,
     summary="Record a consent grant, live from now",
 )
-async def record_consent(body: ConsentBody, by: Operating, ingress: IngressDep) -> ConsentView:
+async def record_consent(
+    body: ConsentBody, by: Operating, ingress: IngressDep, _key: Idempotent
+) -> ConsentView:
     now = datetime.now(UTC)
 
     def work(session: Session) -> ConsentView:
@@ -103,7 +106,9 @@ async def record_consent(body: ConsentBody, by: Operating, ingress: IngressDep) 
         "nothing live, `ended` is empty and nothing changes."
     ),
 )
-async def revoke_consent(body: ConsentBody, by: Operating, ingress: IngressDep) -> ConsentRevoked:
+async def revoke_consent(
+    body: ConsentBody, by: Operating, ingress: IngressDep, _key: Idempotent
+) -> ConsentRevoked:
     now = datetime.now(UTC)
 
     def work(session: Session) -> ConsentRevoked:
@@ -159,7 +164,7 @@ async def list_consents(
     },
 )
 async def record_suppression(
-    body: SuppressionBody, by: Operating, ingress: IngressDep
+    body: SuppressionBody, by: Operating, ingress: IngressDep, _key: Idempotent
 ) -> JSONResponse:
     try:
         lookup = ingress.client.lookup_hmac(normalized_destination(body.destination, body.channel))
@@ -218,6 +223,7 @@ async def lift_suppression(
     suppression_id: SuppressionId,
     by: Operating,
     ingress: IngressDep,
+    _key: Idempotent,
     body: SuppressionLift | None = None,
 ) -> SuppressionLifted:
     source = body.source if body else "api"

@@ -11,7 +11,7 @@ import logging
 from dataclasses import asdict
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, HTTPException, Path, Query, Request
+from fastapi import APIRouter, HTTPException, Path, Query, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 from api import idempotency
 from api.auth import GUARDED, CreatingIntents, GuardedRoute, Operating, ReadingIntents
 from api.deps import Ingress, IngressDep
+from api.idempotency import Idempotent
 from api.schemas import (
     CURSOR_DESCRIPTION,
     NO_CONTROL,
@@ -63,12 +64,6 @@ LINK_HEADER = {
 }
 START_TIMEOUT_SECONDS = 10.0
 
-RETENTION_NOTE = (
-    "Idempotency-Key-Retention: 24 h. The same key with the same body replays the stored "
-    "status and body (with `Idempotent-Replayed: true`); the same key with another body is "
-    "422; a retry while the first request is still running is 409. A request refused by "
-    "validation stores nothing, so the key may be reused with a corrected body."
-)
 
 IdOrKey = Annotated[
     str,
@@ -176,12 +171,10 @@ async def record_and_start(
     return (200 if ref.existed else 201), created.model_dump(mode="json")
 
 
-def respond(status: int, doc: dict[str, Any], *, replayed: bool = False) -> JSONResponse:
+def respond(status: int, doc: dict[str, Any]) -> JSONResponse:
     headers = {}
     if status in (200, 201) and "intent_id" in doc:
         headers["Location"] = f"/v1/intents/{doc['intent_id']}"
-    if replayed:
-        headers["Idempotent-Replayed"] = "true"
     return JSONResponse(doc, status_code=status, headers=headers)
 
 
@@ -193,86 +186,22 @@ def respond(status: int, doc: dict[str, Any], *, replayed: bool = False) -> JSON
     description=(
         "One business event -> one intent: a second request with the same "
         "`business_key` and the same payload returns the existing intent (200); another "
-        "payload under that key is 409. " + RETENTION_NOTE
+        "payload under that key is 409. " + idempotency.NOTE
     ),
     responses={
         200: {"model": IntentCreated, "description": "The business key already existed."},
-        400: {
-            "model": Problem,
-            "description": "A malformed Idempotency-Key, or a body that is not UTF-8.",
-        },
+        **BAD_BODY,
         409: {
             "model": Problem,
             "description": "The business key exists with another payload, or was "
-            "recorded by another principal, or a request with the same Idempotency-Key "
-            "is still in flight.",
-        },
-        422: {
-            "model": ValidationProblem,
-            "description": "A field is invalid (`loc` names it), or the Idempotency-Key "
-            "was used with another request body.",
+            "recorded by another principal.",
         },
     },
 )
 async def create_intent(
-    body: IntentCreate,
-    by: CreatingIntents,
-    ingress: IngressDep,
-    idempotency_key: Annotated[
-        str | None,
-        Header(
-            alias="Idempotency-Key",
-            description="Optional; see the operation description for the semantics.",
-            # Declared, and checked by `idempotency.parse_key` (400, not 422).
-            json_schema_extra={
-                "minLength": 1,
-                "maxLength": idempotency.MAX_KEY_LENGTH,
-                "pattern": idempotency.KEY_PATTERN,
-            },
-        ),
-    ] = None,
+    body: IntentCreate, by: CreatingIntents, ingress: IngressDep, _key: Idempotent
 ) -> JSONResponse:
-    if idempotency_key is None:
-        status, doc = await record_and_start(ingress, body, by)
-        return respond(status, doc)
-    try:
-        key = idempotency.parse_key(idempotency_key)
-    except idempotency.InvalidIdempotencyKey as err:
-        raise HTTPException(400, str(err)) from err
-    request_sha = idempotency.fingerprint(
-        "POST", "/v1/intents", body.model_dump(mode="json"), by=by.name
-    )
-    claim = await asyncio.to_thread(ingress.idempotency.claim, key, request_sha)
-    if claim.kind == "mismatch":
-        raise HTTPException(
-            422,
-            [
-                {
-                    "loc": ["header", "Idempotency-Key"],
-                    "msg": "this key was used with a different request body",
-                    "type": "idempotency_key_reused",
-                }
-            ],
-        )
-    if claim.kind == "in_flight":
-        raise HTTPException(
-            409,
-            "a request with this Idempotency-Key is still being processed; retry later",
-            headers={"Retry-After": "1"},
-        )
-    if claim.kind == "replay":
-        ingress.counters.duplicates.labels("idempotency_key_replay").inc()
-        assert claim.status_code is not None
-        return respond(claim.status_code, claim.response or {}, replayed=True)
-    try:
-        status, doc = await record_and_start(ingress, body, by)
-    except BaseException:
-        # Refused by validation (nothing recorded; the corrected body may reuse the key)
-        # or failed unexpectedly (recording is idempotent by business key, so a retry
-        # with the same key is safe): nothing to replay either way.
-        await asyncio.to_thread(ingress.idempotency.release, key)
-        raise
-    await asyncio.to_thread(ingress.idempotency.complete, key, status, doc)
+    status, doc = await record_and_start(ingress, body, by)
     return respond(status, doc)
 
 
@@ -355,7 +284,7 @@ async def get_intent(id_or_key: IdOrKey, by: ReadingIntents, ingress: IngressDep
     responses={**NOT_FOUND, **BAD_BODY},
 )
 async def cancel(
-    id_or_key: IdOrKey, body: OperatorBody, by: Operating, ingress: IngressDep
+    id_or_key: IdOrKey, body: OperatorBody, by: Operating, ingress: IngressDep, _key: Idempotent
 ) -> dict[str, Any]:
     """Recorded under the authenticated principal (`operator` in the answer); an
     `operator` field in the body is ignored."""
@@ -381,7 +310,7 @@ async def cancel(
     },
 )
 async def approve_resend(
-    id_or_key: IdOrKey, body: ResendBody, by: Operating, ingress: IngressDep
+    id_or_key: IdOrKey, body: ResendBody, by: Operating, ingress: IngressDep, _key: Idempotent
 ) -> JSONResponse:
     """Recorded under the authenticated principal; an `operator` field is ignored."""
     if not _lookupable(id_or_key):

@@ -221,6 +221,10 @@ def _rule(name: str, words: str) -> str:
     return f"Rule `{name}` (beyond this schema): {words}"
 
 
+domain_rule = _rule
+"""The same, for a field declared outside this module (api.idempotency's header)."""
+
+
 CURSOR_DESCRIPTION = (
     "The `next` or `previous` of an earlier page, with the same filters (docs/api.md, "
     '"Paging"). '

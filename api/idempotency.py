@@ -260,7 +260,7 @@ def documented(
         entry = out.setdefault(code, {"model": problem})
         entry.setdefault("model", problem)
         said = entry.get("description")
-        entry["description"] = f"{said} Or: {words}" if said else words
+        entry["description"] = f"{said} Or: {words}" if said else words[0].upper() + words[1:]
         for name, value in extra.items():
             entry[name] = {**entry.get(name, {}), **value}
 

@@ -40,9 +40,10 @@ from api.erasures import router as erasure_routes
 from api.errors import install_error_answers
 from api.evidence import router as evidence_routes
 from api.fast_receipts import FastReceipts
+from api.idempotency import NOTE as RETENTION_NOTE
 from api.intent_search import router as recipient_routes
-from api.intents import RETENTION_NOTE, validation_problem
 from api.intents import router as intents_routes
+from api.intents import validation_problem
 from api.openapi import install_contract, operation_id
 from api.principals import router as principals_routes
 from api.query_params import refuse_unknown_query_parameters

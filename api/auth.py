@@ -27,6 +27,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.routing import BaseRoute
 
+from api import idempotency
 from api.schemas import Forbidden, Problem
 from domain.principals import BREAK_GLASS_NAME, Access, Principal, Role, roles_for
 from ledger import principals
@@ -238,7 +239,19 @@ class GuardedRoute(APIRoute):
     """Authenticates and checks the route's declared access before anything else.
 
     A subclass may find the principal elsewhere (a session cookie) and answer a refusal
-    otherwise (a redirect to a sign-in page) by overriding the three methods below."""
+    otherwise (a redirect to a sign-in page) by overriding the three methods below.
+
+    A route that takes an `api.idempotency.Idempotent` parameter answers through
+    `api.idempotency.answer`, under the authenticated principal, and its document says so.
+    """
+
+    def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
+        self.idempotent = idempotency.opted_in(endpoint)
+        if self.idempotent:
+            kwargs["responses"] = idempotency.documented(
+                kwargs.get("responses") or {}, kwargs.get("status_code"), Problem
+            )
+        super().__init__(path, endpoint, **kwargs)
 
     async def principal_of(self, request: Request) -> Principal | None:
         authenticator: Authenticator = request.app.state.authenticator
@@ -263,6 +276,8 @@ class GuardedRoute(APIRoute):
             if not principal.may(access):
                 return self.not_allowed(request, access)
             request.state.principal = principal
+            if self.idempotent:
+                return await idempotency.answer(request, principal.name, handler)
             return await handler(request)
 
         return checked

@@ -16,6 +16,7 @@ from fastapi import APIRouter, HTTPException, Response
 
 from api.auth import GUARDED, Administering, GuardedRoute
 from api.deps import IngressDep
+from api.idempotency import Idempotent
 from api.intents import BAD_BODY, INVALID
 from api.schemas import ErasureBody, ErasureRecorded, Problem
 from domain.key_privacy import NoteRefused
@@ -47,7 +48,11 @@ REFUSED: dict[int | str, dict[str, Any]] = {
     responses={200: {"description": "A dry run: what would be erased."}, **REFUSED, **BAD_BODY},
 )
 async def erase_recipient(
-    body: ErasureBody, by: Administering, ingress: IngressDep, response: Response
+    body: ErasureBody,
+    by: Administering,
+    ingress: IngressDep,
+    response: Response,
+    _key: Idempotent,
 ) -> ErasureRecorded:
     try:
         who = erasure.recipient(body.kind, body.value, ingress.client.lookup_hmac)

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from api.auth import GUARDED, GuardedRoute, Operating, ReadingEvidence, RecordingConsent
 from api.deps import IngressDep
+from api.idempotency import Idempotent
 from api.intents import BAD_BODY, INVALID
 from api.schemas import (
     ConsentBody,
@@ -73,7 +74,7 @@ router = APIRouter(
     summary="Record a consent grant, live from now",
 )
 async def record_consent(
-    body: ConsentBody, by: RecordingConsent, ingress: IngressDep
+    body: ConsentBody, by: RecordingConsent, ingress: IngressDep, _key: Idempotent
 ) -> ConsentView:
     now = datetime.now(UTC)
 
@@ -107,7 +108,7 @@ async def record_consent(
     ),
 )
 async def revoke_consent(
-    body: ConsentBody, by: RecordingConsent, ingress: IngressDep
+    body: ConsentBody, by: RecordingConsent, ingress: IngressDep, _key: Idempotent
 ) -> ConsentRevoked:
     now = datetime.now(UTC)
 
@@ -164,7 +165,7 @@ async def search_consents(
     },
 )
 async def record_suppression(
-    body: SuppressionBody, by: Operating, ingress: IngressDep
+    body: SuppressionBody, by: Operating, ingress: IngressDep, _key: Idempotent
 ) -> JSONResponse:
     try:
         lookup = ingress.client.lookup_hmac(normalized_destination(body.destination, body.channel))
@@ -223,6 +224,7 @@ async def lift_suppression(
     suppression_id: SuppressionId,
     by: Operating,
     ingress: IngressDep,
+    _key: Idempotent,
     body: SuppressionLift | None = None,
 ) -> SuppressionLifted:
     source = body.source if body else "api"

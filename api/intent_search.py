@@ -9,11 +9,10 @@ no answer or log line repeats it.
 from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException
-from sqlalchemy.orm import Session
 
 from api.auth import GUARDED, FindingByRecipient, GuardedRoute
 from api.deps import IngressDep
-from api.intents import BAD_BODY, INVALID
+from api.intents import BAD_BODY, INVALID, PAGING_NOTE, page_or_422
 from api.schemas import IntentPage, IntentSearch
 from domain.destinations import normalized_destination
 from ledger import listing
@@ -31,12 +30,14 @@ router = APIRouter(
     "/intents",
     response_model=IntentPage,
     summary="A recipient's intents, by phone number or address (in the body), newest first",
+    description=PAGING_NOTE,
 )
 async def search_intents_by_recipient(
     body: IntentSearch, _by: FindingByRecipient, ingress: IngressDep
 ) -> IntentPage:
     """Every intent to the destination, whoever recorded it, newest first (`limit`, at
-    most 500). The destination is matched by its HMAC, as the console matches it."""
+    most 500; `cursor` in the body pages on). The destination is matched by its HMAC, as
+    the console matches it."""
     try:
         lookup = ingress.client.lookup_hmac(normalized_destination(body.destination, None))
     except ValueError as err:
@@ -45,9 +46,8 @@ async def search_intents_by_recipient(
             [{"loc": ["body", "destination"], "msg": str(err), "type": "invalid_destination"}],
         ) from err
 
-    def work(session: Session) -> IntentPage:
-        page = listing.list_intents(session, recipient_hmac=lookup, limit=body.limit)
-        return IntentPage.of(page)
-
-    result: IntentPage = await ingress.tx(work)
+    flt = listing.IntentFilter(recipient_hmac=lookup)
+    result: IntentPage = await ingress.tx(
+        lambda s: page_or_422(s, flt, body.cursor, limit=body.limit, where="body")
+    )
     return result

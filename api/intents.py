@@ -12,10 +12,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import asdict
-from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, HTTPException, Path, Query, Request
+from fastapi import APIRouter, HTTPException, Path, Query, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -31,7 +30,10 @@ from api.auth import (
     ReadingIntents,
 )
 from api.deps import Ingress, IngressDep
+from api.idempotency import Idempotent
 from api.schemas import (
+    CURSOR_DESCRIPTION,
+    CURSOR_PATTERN,
     NO_CONTROL,
     AwaitingFilter,
     CancelOutcome,
@@ -57,16 +59,22 @@ from ledger.intake import InvalidRequest
 
 log = logging.getLogger("herald.api")
 
-LIST_SCAN_LIMIT = listing.SCAN_LIMIT
-"""A state filter is applied after derivation; at most this many intents are read per call."""
+PAGING_NOTE = (
+    "Newest first, keyset paged on (created_at, id): `next` and `previous` are opaque "
+    "cursors (null at either end); pass one back as `cursor` "
+    "with the same filters (a cursor of other filters, or not one at all, is 422). An intent "
+    "recorded while you page shifts no page you have not read. A state filter reads at most "
+    f"{listing.SCAN_PER_PAGE} intents per page: a page may hold fewer than `limit` items "
+    "(`truncated`) and `next` goes on from where it stopped."
+)
+LINK_HEADER = {
+    "Link": {
+        "description": 'RFC 8288 links to the `rel="next"` and `rel="prev"` pages.',
+        "schema": {"type": "string"},
+    }
+}
 START_TIMEOUT_SECONDS = 10.0
 
-RETENTION_NOTE = (
-    "Idempotency-Key-Retention: 24 h. The same key with the same body replays the stored "
-    "status and body (with `Idempotent-Replayed: true`); the same key with another body is "
-    "422; a retry while the first request is still running is 409. A request refused by "
-    "validation stores nothing, so the key may be reused with a corrected body."
-)
 
 IdOrKey = Annotated[
     str,
@@ -91,13 +99,14 @@ BAD_BODY: dict[int | str, dict[str, Any]] = {
 """FastAPI's own 400 for a JSON body it cannot decode, on every route that takes one."""
 
 
+OTHERS_KEY = "this business key is recorded by another principal; choose your own keys"
+
+
 LOCATION = {
     "description": "The intent's URL (`/v1/intents/{intent_id}`).",
     "schema": {"type": "string"},
 }
 """The header `respond` sets on a created (or existing) intent."""
-
-OTHERS_KEY = "this business key is recorded by another principal; choose your own keys"
 
 
 def _not_found(id_or_key: str) -> HTTPException:
@@ -111,32 +120,29 @@ def _lookupable(id_or_key: str) -> bool:
     return "\x00" not in id_or_key
 
 
-def intent_page(
-    session: Session,
-    *,
-    state: str | None = None,
-    channel: str | None = None,
-    region: str | None = None,
-    event_type: str | None = None,
-    since: datetime | None = None,
-    created_by: str | None = None,
-    awaiting: str | None = None,
-    limit: int = 50,
-    scan_limit: int = LIST_SCAN_LIMIT,
+def page_or_422(
+    session: Session, flt: listing.IntentFilter, cursor: str | None, *, limit: int, where: str
 ) -> IntentPage:
-    page = listing.list_intents(
-        session,
-        state=state,
-        channel=channel,
-        region=region,
-        event_type=event_type,
-        since=since,
-        created_by=created_by,
-        awaiting=awaiting,
-        limit=limit,
-        scan_limit=scan_limit,
-    )
-    return IntentPage.of(page)
+    """The page `cursor` names under `flt` (`ledger.listing.page`: the console's paging);
+    a cursor this filter did not hand out is a 422 naming it (`where`: query or body)."""
+    try:
+        at = listing.read_cursor(cursor, flt) if cursor is not None else None
+    except listing.InvalidCursor as err:
+        raise RequestValidationError(
+            [{"loc": (where, "cursor"), "msg": str(err), "type": "invalid_cursor"}]
+        ) from err
+    return IntentPage.of(listing.page(session, flt, at, size=limit), limit=limit)
+
+
+def link_header(request: Request, page: IntentPage) -> dict[str, str]:
+    """RFC 8288 `Link` to the next and previous pages: the request's own URL with the cursor
+    replaced (so its filters carry over)."""
+    links = [
+        f'<{request.url.include_query_params(cursor=cursor)}>; rel="{rel}"'
+        for rel, cursor in (("next", page.next), ("prev", page.previous))
+        if cursor
+    ]
+    return {"Link": ", ".join(links)} if links else {}
 
 
 router = APIRouter(
@@ -183,12 +189,10 @@ async def record_and_start(
     return (200 if ref.existed else 201), created.model_dump(mode="json")
 
 
-def respond(status: int, doc: dict[str, Any], *, replayed: bool = False) -> JSONResponse:
+def respond(status: int, doc: dict[str, Any]) -> JSONResponse:
     headers = {}
     if status in (200, 201) and "intent_id" in doc:
         headers["Location"] = f"/v1/intents/{doc['intent_id']}"
-    if replayed:
-        headers["Idempotent-Replayed"] = "true"
     return JSONResponse(doc, status_code=status, headers=headers)
 
 
@@ -200,7 +204,7 @@ def respond(status: int, doc: dict[str, Any], *, replayed: bool = False) -> JSON
     description=(
         "One business event -> one intent: a second request with the same "
         "`business_key` and the same payload returns the existing intent (200); another "
-        "payload under that key is 409. " + RETENTION_NOTE
+        "payload under that key is 409. " + idempotency.NOTE
     ),
     responses={
         200: {
@@ -209,87 +213,30 @@ def respond(status: int, doc: dict[str, Any], *, replayed: bool = False) -> JSON
             "headers": {"Location": LOCATION},
         },
         201: {"headers": {"Location": LOCATION}},
-        400: {
-            "model": Problem,
-            "description": "A malformed Idempotency-Key, or a body that is not UTF-8.",
-        },
+        **BAD_BODY,
         409: {
             "model": Problem,
             "description": "The business key exists with another payload, or was "
-            "recorded by another principal, or a request with the same Idempotency-Key "
-            "is still in flight.",
-        },
-        422: {
-            "model": ValidationProblem,
-            "description": "A field is invalid (`loc` names it), or the Idempotency-Key "
-            "was used with another request body.",
+            "recorded by another principal.",
         },
     },
 )
 async def create_intent(
-    body: IntentCreate,
-    by: CreatingIntents,
-    ingress: IngressDep,
-    idempotency_key: Annotated[
-        str | None,
-        Header(
-            alias="Idempotency-Key",
-            description="Optional; see the operation description for the semantics.",
-            # Declared, and checked by `idempotency.parse_key` (400, not 422).
-            json_schema_extra={
-                "minLength": 1,
-                "maxLength": idempotency.MAX_KEY_LENGTH,
-                "pattern": idempotency.KEY_PATTERN,
-            },
-        ),
-    ] = None,
+    body: IntentCreate, by: CreatingIntents, ingress: IngressDep, _key: Idempotent
 ) -> JSONResponse:
-    if idempotency_key is None:
-        status, doc = await record_and_start(ingress, body, by)
-        return respond(status, doc)
-    try:
-        key = idempotency.parse_key(idempotency_key)
-    except idempotency.InvalidIdempotencyKey as err:
-        raise HTTPException(400, str(err)) from err
-    request_sha = idempotency.fingerprint(
-        "POST", "/v1/intents", body.model_dump(mode="json"), by=by.name
-    )
-    claim = await asyncio.to_thread(ingress.idempotency.claim, key, request_sha)
-    if claim.kind == "mismatch":
-        raise HTTPException(
-            422,
-            [
-                {
-                    "loc": ["header", "Idempotency-Key"],
-                    "msg": "this key was used with a different request body",
-                    "type": "idempotency_key_reused",
-                }
-            ],
-        )
-    if claim.kind == "in_flight":
-        raise HTTPException(
-            409,
-            "a request with this Idempotency-Key is still being processed; retry later",
-            headers={"Retry-After": "1"},
-        )
-    if claim.kind == "replay":
-        ingress.counters.duplicates.labels("idempotency_key_replay").inc()
-        assert claim.status_code is not None
-        return respond(claim.status_code, claim.response or {}, replayed=True)
-    try:
-        status, doc = await record_and_start(ingress, body, by)
-    except BaseException:
-        # Refused by validation (nothing recorded; the corrected body may reuse the key)
-        # or failed unexpectedly (recording is idempotent by business key, so a retry
-        # with the same key is safe): nothing to replay either way.
-        await asyncio.to_thread(ingress.idempotency.release, key)
-        raise
-    await asyncio.to_thread(ingress.idempotency.complete, key, status, doc)
+    status, doc = await record_and_start(ingress, body, by)
     return respond(status, doc)
 
 
-@router.get("", response_model=IntentPage, summary="List intents, newest first")
+@router.get(
+    "",
+    response_model=IntentPage,
+    summary="List intents, newest first, a page at a time",
+    description=PAGING_NOTE + " The cursors are also sent as a `Link` header.",
+    responses={200: {"headers": LINK_HEADER}},
+)
 async def list_intents(
+    request: Request,
     by: ReadingIntents,
     ingress: IngressDep,
     state: Annotated[IntentState | None, Query(description="Derived intent state.")] = None,
@@ -310,22 +257,29 @@ async def list_intents(
         ),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-) -> IntentPage:
-    def work(session: Session) -> IntentPage:
-        return intent_page(
-            session,
-            state=state.value if state else None,
-            channel=channel,
-            region=region,
-            event_type=event_type,
-            since=since,
-            # An app lists only the intents it recorded.
-            created_by=by.name if by.reads_only_own_intents else None,
-            awaiting=awaiting,
-            limit=limit,
-        )
-
-    return await ingress.tx(work)
+    cursor: Annotated[
+        str | None,
+        Query(
+            description=CURSOR_DESCRIPTION,
+            max_length=listing.MAX_CURSOR_LENGTH,
+            pattern=CURSOR_PATTERN,
+        ),
+    ] = None,
+) -> JSONResponse:
+    flt = listing.IntentFilter(
+        state=state.value if state else None,
+        channel=channel,
+        region=region,
+        event_type=event_type,
+        created_from=since,
+        awaiting=awaiting,
+        # An app lists only the intents it recorded.
+        created_by=by.name if by.reads_only_own_intents else None,
+    )
+    page: IntentPage = await ingress.tx(
+        lambda s: page_or_422(s, flt, cursor, limit=limit, where="query")
+    )
+    return JSONResponse(page.model_dump(mode="json"), headers=link_header(request, page))
 
 
 @router.get(
@@ -354,7 +308,11 @@ async def get_intent(id_or_key: IdOrKey, by: ReadingIntents, ingress: IngressDep
     responses={**NOT_FOUND, **BAD_BODY},
 )
 async def cancel_intent(
-    id_or_key: IdOrKey, body: OperatorBody, by: CancellingIntents, ingress: IngressDep
+    id_or_key: IdOrKey,
+    body: OperatorBody,
+    by: CancellingIntents,
+    ingress: IngressDep,
+    _key: Idempotent,
 ) -> dict[str, Any]:
     """Recorded under the authenticated principal (`operator` in the answer); an
     `operator` field in the body is ignored. An app cancels only the intents it created:
@@ -381,7 +339,7 @@ async def cancel_intent(
     },
 )
 async def approve_resend(
-    id_or_key: IdOrKey, body: ResendBody, by: Operating, ingress: IngressDep
+    id_or_key: IdOrKey, body: ResendBody, by: Operating, ingress: IngressDep, _key: Idempotent
 ) -> JSONResponse:
     """Recorded under the authenticated principal; an `operator` field is ignored."""
     if not _lookupable(id_or_key):

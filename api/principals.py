@@ -14,6 +14,7 @@ from fastapi import APIRouter, HTTPException, Path
 
 from api.auth import GUARDED, Administering, GuardedRoute
 from api.deps import Ingress, IngressDep
+from api.idempotency import Idempotent
 from api.intents import BAD_BODY, INVALID
 from api.schemas import PrincipalCreate, PrincipalList, PrincipalToken, PrincipalView, Problem
 from domain.principals import NAME_PATTERN, Principal
@@ -94,7 +95,9 @@ async def _change(ingress: Ingress, name: str, by: Principal, work: Any) -> Any:
     summary="Revoke a principal: its token is refused from the next request on",
     responses=UNKNOWN,
 )
-async def revoke_principal(name: Name, by: Administering, ingress: IngressDep) -> PrincipalView:
+async def revoke_principal(
+    name: Name, by: Administering, ingress: IngressDep, _key: Idempotent
+) -> PrincipalView:
     view = await _change(ingress, name, by, principals.revoke)
     log.info("principal %s revoked by %s", name, by.name)
     return PrincipalView.model_validate(view, from_attributes=True)

@@ -23,6 +23,7 @@ from domain.principals import NAME_PATTERN, Role
 from domain.recipients import RecipientKind
 from domain.requests import Category, NotificationRequest, PlanMode
 from domain.settlement import AWAITING_FILTERS
+from ledger.listing import IntentList
 
 
 def _storable(value: str) -> str:
@@ -83,7 +84,11 @@ COUNTRY_CODES: list[str] = sorted(COUNTRIES)
 QUERY_REGION = r"^[A-Za-z0-9_-]{1,10}$"
 QUERY_EVENT_TYPE = r"^[a-z][a-z0-9]*(?:[-.][a-z0-9]+)*$"
 
+CURSOR_PATTERN = r"^[A-Za-z0-9_-]+={0,2}$"
+"""A cursor is base64url (ledger.listing.encode_cursor_of writes it unpadded)."""
+
 PATTERN_WORDS: dict[str, str] = {
+    CURSOR_PATTERN: "must be the `next` or `previous` of an earlier page (base64url)",
     E164: "must be a phone number in E.164 form: + and 7 to 15 digits, no spaces "
     "(e.g. +447400123456)",
     BUSINESS_KEY: "must be <event type>:<subject id>[:<subject id>...]: lowercase words "
@@ -218,6 +223,21 @@ def _rule(name: str, words: str) -> str:
     after the schema (422 naming the field). tests/api/test_openapi_contract.py allows a
     schema-valid request to be refused only for a rule documented so, on its own field."""
     return f"Rule `{name}` (beyond this schema): {words}"
+
+
+domain_rule = _rule
+"""The same, for a field declared outside this module (api.idempotency's header)."""
+
+
+CURSOR_DESCRIPTION = (
+    "The `next` or `previous` of an earlier page, with the same filters (docs/api.md, "
+    '"Paging"). '
+    + _rule(
+        "cursor.issued",
+        "a cursor this list handed out, for these filters and this principal "
+        "(422 `invalid_cursor`).",
+    )
+)
 
 
 class IntentCreate(BaseModel):
@@ -435,38 +455,49 @@ class IntentSummary(BaseModel):
 
 
 class IntentPage(BaseModel):
+    """One page of a list of intents, newest first (`ledger.listing`: keyset paged)."""
+
     items: list[IntentSummary]
+    next: str | None = None
+    """The cursor of the next (older) page; null: nothing older. Opaque: pass it back as
+    `cursor` with the same filters."""
+    previous: str | None = None
+    """The cursor of the previous (newer) page; null: this is the newest."""
     scanned: int
     """Intents read to fill the page (a state filter may skip some); bounded per request."""
     truncated: bool
-    """True when the scan bound was reached before `limit` matches were found."""
+    """True when the page holds fewer than `limit` items only because its scan bound was
+    reached: `next` goes on from where the scan stopped."""
 
     @classmethod
-    def of(cls, page: Any) -> IntentPage:
-        """The page of a `ledger.listing.list_intents` result (the API's and `herald list`'s)."""
+    def of(cls, listed: IntentList, *, limit: int) -> IntentPage:
+        """The page of a `ledger.listing.page` result (the API's and `herald list`'s)."""
         return cls(
             items=[
                 IntentSummary(
-                    id=intent.id,
-                    business_key=intent.business_key,
-                    state=IntentState(derived),
-                    event_type=intent.event_type,
-                    category=intent.category,
-                    region=intent.region,
-                    channels=list(intent.channel_plan.get("channels", [])),
-                    template_key=intent.template_key,
-                    template_version=intent.template_version,
-                    created_at=intent.created_at,
-                    send_at=intent.send_at,
-                    cancelled_at=intent.cancelled_at,
-                    created_by=intent.created_by,
-                    awaiting=intent.awaiting,
-                    awaiting_until=intent.awaiting_until if intent.awaiting else None,
+                    id=row.id,
+                    business_key=row.business_key,
+                    state=IntentState(item.state),
+                    event_type=row.event_type,
+                    category=row.category,
+                    region=row.region,
+                    channels=list((row.channel_plan or {}).get("channels", [])),
+                    template_key=row.template_key,
+                    template_version=row.template_version,
+                    created_at=row.created_at,
+                    send_at=row.send_at,
+                    cancelled_at=row.cancelled_at,
+                    created_by=row.created_by,
+                    awaiting=row.awaiting,
+                    awaiting_until=row.awaiting_until if row.awaiting else None,
                 )
-                for intent, derived in page.items
+                for item in listed.items
+                for row in (item.intent,)
             ],
-            scanned=page.scanned,
-            truncated=page.truncated,
+            next=listed.next_cursor,
+            previous=listed.newer_cursor,
+            scanned=listed.scanned,
+            truncated=len(listed.items) < limit and listed.next_cursor is not None,
         )
 
 
@@ -833,6 +864,9 @@ class IntentSearch(BaseModel):
 
     destination: Destination
     limit: Annotated[int, Field(ge=1, le=500)] = 50
+    cursor: Annotated[
+        str | None, Field(max_length=400, pattern=CURSOR_PATTERN, description=CURSOR_DESCRIPTION)
+    ] = None
 
 
 class SuppressionLift(BaseModel):

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from api.auth import GUARDED, GuardedRoute, Operating, ReadingIntents
 from api.deps import IngressDep
+from api.idempotency import Idempotent
 from api.intents import (
     BAD_BODY,
     INVALID,
@@ -79,7 +80,11 @@ async def list_settlement_rules(
     responses={**NOT_FOUND, **BAD_BODY},
 )
 async def look_up_attempt(
-    id_or_key: IdOrKey, by: Operating, ingress: IngressDep, body: LookupBody | None = None
+    id_or_key: IdOrKey,
+    by: Operating,
+    ingress: IngressDep,
+    _key: Idempotent,
+    body: LookupBody | None = None,
 ) -> dict[str, Any]:
     """Runs where the transports live (a worker activity, through the intent's workflow);
     a rule that needs a provider lookup needs one from the last 30 minutes. The body may
@@ -105,7 +110,7 @@ async def look_up_attempt(
     },
 )
 async def settle_intent(
-    id_or_key: IdOrKey, body: SettleBody, by: Operating, ingress: IngressDep
+    id_or_key: IdOrKey, body: SettleBody, by: Operating, ingress: IngressDep, _key: Idempotent
 ) -> JSONResponse:
     """Recorded under the authenticated principal (an operator or admin), judged by the
     policy version active now; an `operator` field in the body is ignored."""

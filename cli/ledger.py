@@ -28,10 +28,6 @@ from domain.channels import NAMES as CHANNEL_NAMES
 from domain.channels import NAMES_AND_ALL
 from runtime.tables import Clock, table
 
-LIST_SCAN_CAP = 5_000
-"""`list` reads at most this many intents (newest first) to filter by derived state."""
-
-
 # --- plumbing ---------------------------------------------------------------------------
 
 
@@ -313,6 +309,8 @@ async def _running_notifications(temporal: Any, limit: int) -> list[tuple[str, d
 
 
 async def cmd_list(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
+    """One page (`--limit`), or every page (`--all`), of GET /v1/intents's list: the same
+    keyset paging (`ledger.listing.page`), so a `next` cursor either prints goes on here."""
     from api.schemas import IntentPage
     from domain.intents import IntentState
     from ledger import listing
@@ -325,26 +323,37 @@ async def cmd_list(args: argparse.Namespace, cfg: settings_module.Settings) -> i
         )
     if args.limit < 1:
         problems.append("--limit must be at least 1")
+    since = None
     try:
         since = _when(args.since, "--since")
     except CliError as err:
         problems.append(str(err))
+    flt = listing.IntentFilter(
+        state=args.state,
+        channel=args.channel,
+        region=args.region,
+        event_type=args.event_type,
+        created_from=since,
+        awaiting=args.awaiting,
+    )
+    cursor = None
+    if args.cursor is not None and not problems:
+        try:
+            cursor = listing.read_cursor(args.cursor, flt)
+        except listing.InvalidCursor as err:
+            problems.append(f"--cursor: {err}")
     if problems:
         raise CliError("; ".join(problems))
     with _session(cfg, write=False) as session:
-        page = listing.list_intents(
-            session,
-            state=args.state,
-            channel=args.channel,
-            region=args.region,
-            event_type=args.event_type,
-            since=since,
-            awaiting=args.awaiting,
-            limit=args.limit,
-            scan_limit=LIST_SCAN_CAP,
-        )
         # The document GET /v1/intents returns for the same filters.
-        out = IntentPage.of(page).model_dump(mode="json")
+        page = IntentPage.of(listing.page(session, flt, cursor, size=args.limit), limit=args.limit)
+        while args.all and page.next is not None:
+            more = listing.page(session, flt, listing.read_cursor(page.next, flt), size=args.limit)
+            following = IntentPage.of(more, limit=args.limit)
+            page.items += following.items
+            page.scanned += following.scanned
+            page.next, page.truncated = following.next, following.truncated
+        out = page.model_dump(mode="json")
     clock = Clock.for_args(args.utc)
 
     def render(o: dict[str, Any]) -> str:
@@ -357,7 +366,11 @@ async def cmd_list(args: argparse.Namespace, cfg: settings_module.Settings) -> i
             empty="no intent matches",
         )
         if o["truncated"]:
-            text += f"\n(stopped after the newest {LIST_SCAN_CAP} intents; narrow with --since)"
+            text += f"\n(read {listing.SCAN_PER_PAGE} intents for this page; more may match)"
+        if o["next"]:
+            text += f"\nolder: --cursor {o['next']}"
+        if o["previous"]:
+            text += f"\nnewer: --cursor {o['previous']}"
         return text
 
     _emit(out, args.json, render)
@@ -833,7 +846,17 @@ def register(add: Callable[..., argparse.ArgumentParser]) -> dict[str, Command]:
         help="only intents whose workflow waits for an operator: for a settlement, an "
         "approve-resend, or anything (`any`); the JSON says until when (`awaiting_until`)",
     )
-    lst.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    lst.add_argument(
+        "--limit", type=int, default=50, help="at most this many per page (default 50)"
+    )
+    lst.add_argument(
+        "--cursor",
+        help="start at this page: the `older:` or `newer:` cursor a list printed (its "
+        "`next` or `previous` in --json), given with the same filters",
+    )
+    lst.add_argument(
+        "--all", action="store_true", help="follow every older page to the end (one table)"
+    )
 
     pol = add(
         "policy",

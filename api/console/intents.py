@@ -18,6 +18,8 @@ from api.console.deps import Who, checked
 from api.console.rendering import page
 from api.deps import IngressDep
 from domain import channels
+from ledger import listing
+from ledger.listing import IntentFilter
 
 log = logging.getLogger("herald.console")
 router = APIRouter(prefix="/console", include_in_schema=False)
@@ -36,7 +38,7 @@ def parse_filter(
     attempt_from: str | None,
     both_channels: str | None,
     awaiting: str | None = None,
-) -> reads.IntentFilter:
+) -> IntentFilter:
     def moment(name: str, value: str | None) -> datetime | None:
         if not value:
             return None
@@ -59,7 +61,7 @@ def parse_filter(
         raise HTTPException(400, f"attempt state: one of {', '.join(reads.ATTEMPT_STATES)}")
     if awaiting and awaiting not in reads.AWAITING:
         raise HTTPException(400, f"waits for: one of {', '.join(reads.AWAITING)}")
-    return reads.IntentFilter(
+    return IntentFilter(
         state=state or None,
         channel=channel or None,
         event_type=event_type or None,
@@ -91,7 +93,7 @@ async def intent_filter(  # async: no thread-pool hop for a parse (see current_i
     attempt_from: Filter = None,
     both_channels: Filter = None,
     awaiting: Filter = None,
-) -> reads.IntentFilter:
+) -> IntentFilter:
     return parse_filter(
         state,
         channel,
@@ -112,25 +114,23 @@ async def intent_filter(  # async: no thread-pool hop for a parse (see current_i
 async def intents(
     request: Request,
     who: Who,
-    flt: Annotated[reads.IntentFilter, Depends(intent_filter)],
+    flt: Annotated[IntentFilter, Depends(intent_filter)],
     ingress: IngressDep,
     after: Filter = None,
     before: Filter = None,
 ) -> HTMLResponse:
+    # `after` and `before` both hold a cursor (which way it pages is inside it); two names
+    # keep the links readable.
+    given = before or after
     try:
-        cursor = reads.decode_cursor(after) if after else None
-        back = reads.decode_cursor(before) if before else None
-    except ValueError as err:
-        raise HTTPException(400, "after: not a page cursor from this console") from err
+        cursor = listing.read_cursor(given, flt) if given else None
+    except listing.InvalidCursor as err:
+        raise HTTPException(400, f"{'before' if before else 'after'}: {err}") from err
 
     def work(
         session: Session,
-    ) -> tuple[reads.IntentList, reads.StateCounts, dict[str, list[str]]]:
-        listed = (
-            reads.newer_page(session, flt, before=back)
-            if back is not None
-            else reads.list_page(session, flt, after=cursor)
-        )
+    ) -> tuple[listing.IntentList, reads.StateCounts, dict[str, list[str]]]:
+        listed = listing.page(session, flt, cursor)
         return listed, reads.counts_by_state(session, flt), reads.filter_choices(session)
 
     listed, counts, choices = await ingress.tx(work)
@@ -178,7 +178,7 @@ async def intents(
 
 @router.get("/intents.csv")
 async def intents_csv(
-    who: Who, flt: Annotated[reads.IntentFilter, Depends(intent_filter)], ingress: IngressDep
+    who: Who, flt: Annotated[IntentFilter, Depends(intent_filter)], ingress: IngressDep
 ) -> StreamingResponse:
     def rows() -> list[str]:
         with ingress.client.sessions() as session:

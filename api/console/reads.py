@@ -9,10 +9,8 @@ intents.
 
 from __future__ import annotations
 
-import base64
 import csv
 import io
-import json
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -20,22 +18,18 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
-    Row,
     String,
     and_,
     any_,
     case,
-    cast,
-    exists,
     func,
     literal,
     null,
     or_,
     select,
     text,
-    true,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB, aggregate_order_by, array_agg
+from sqlalchemy.dialects.postgresql import ARRAY, array_agg
 from sqlalchemy.orm import Session
 
 from api.console.entries import Entry, channel_word, entries_of
@@ -48,7 +42,17 @@ from domain.settlement import AWAITING_FILTERS
 from domain.states import AttemptState
 from ledger import email_health, reconcile, review_items
 from ledger.email_health import EmailRates
-from ledger.listing import state_of, to_recipient, waiting_for
+from ledger.listing import (
+    Cursor,
+    IntentFilter,
+    ListedIntent,
+    _latest_outcome,
+    listed,
+    listed_intent,
+    page,
+    plan_for_these_values,
+    read_cursor,
+)
 from ledger.models import (
     Attempt,
     Consent,
@@ -60,11 +64,6 @@ from ledger.models import (
     TemplateVersionRow,
 )
 
-PAGE_SIZE = 50
-SCAN_BATCH = 500
-SCAN_PER_PAGE = 2000
-"""Rows read per page when a state filter is on (the state is derived, not stored); a page
-that did not fill links on from where the scan stopped, so paging has no cap."""
 STATES = [s.value for s in IntentState]
 ATTEMPT_STATES = [s.value for s in AttemptState]
 AWAITING = list(AWAITING_FILTERS)
@@ -80,345 +79,7 @@ def when(value: datetime | str | None, *, with_date: bool = True) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S UTC" if with_date else "%H:%M:%S UTC")
 
 
-# --- the list ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class IntentFilter:
-    state: str | None = None
-    channel: str | None = None
-    event_type: str | None = None
-    region: str | None = None
-    category: str | None = None
-    created_from: datetime | None = None
-    created_to: datetime | None = None
-    key_prefix: str | None = None
-    attempt_state: str | None = None
-    """Intents with an attempt in this state (the overview's attempt counts lead here)."""
-    attempt_from: datetime | None = None
-    """Intents with an attempt prepared at or after this time (with `attempt_state`, the
-    same attempt)."""
-    both_channels: bool = False
-    """Intents with an SMS and an email attempt (with `attempt_from`, both prepared from
-    then): those the overview's fallback rate counts as falling back."""
-    awaiting: str | None = None
-    """Intents whose workflow waits for an operator: `settlement`, `resend` or `any`
-    (`ledger.listing.waiting_for`); the overview's Needs attention counts lead here."""
-    recipient_hmac: str | None = None
-    """From the POST search only: never in a URL."""
-    intent_ids: tuple[str, ...] | None = None
-    """From the POST search only (api.console.search): these intents."""
-
-    def query_params(self) -> dict[str, str]:
-        """The filter as URL parameters (links, paging, CSV); no recipient in them."""
-        out = {
-            "state": self.state,
-            "channel": self.channel,
-            "event_type": self.event_type,
-            "region": self.region,
-            "category": self.category,
-            "created_from": self.created_from.isoformat() if self.created_from else None,
-            "created_to": self.created_to.isoformat() if self.created_to else None,
-            "key_prefix": self.key_prefix,
-            "attempt_state": self.attempt_state,
-            "attempt_from": self.attempt_from.isoformat() if self.attempt_from else None,
-            "both_channels": "1" if self.both_channels else None,
-            "awaiting": self.awaiting,
-        }
-        return {k: v for k, v in out.items() if v}
-
-    def apply(self, query: Any) -> Any:
-        if self.channel:
-            query = query.where(
-                cast(Intent.channel_plan, JSONB).contains({"channels": [self.channel]})
-            )
-        if self.event_type:
-            query = query.where(Intent.event_type == self.event_type)
-        if self.region:
-            query = query.where(Intent.region == self.region)
-        if self.category:
-            query = query.where(Intent.category == self.category)
-        if self.created_from:
-            query = query.where(Intent.created_at >= self.created_from)
-        if self.created_to:
-            query = query.where(Intent.created_at < self.created_to)
-        if self.key_prefix:
-            escaped = self.key_prefix.replace("\\", "\\\\").replace("%", r"\%").replace("_", r"\_")
-            query = query.where(Intent.business_key.like(escaped + "%", escape="\\"))
-        if self.attempt_state:
-            query = query.where(self._attempted().where(Attempt.state == self.attempt_state))
-        elif self.attempt_from and not self.both_channels:
-            query = query.where(self._attempted())
-        if self.both_channels:
-            query = query.where(*(self._attempted(c) for c in channels.NAMES))
-        if self.awaiting:
-            query = query.where(waiting_for(self.awaiting))
-        if self.state:
-            query = query.where(could_be(self.state))
-        if self.intent_ids is not None:
-            query = query.where(Intent.id.in_(self.intent_ids))
-        if self.recipient_hmac:
-            query = query.where(to_recipient(self.recipient_hmac))
-        return query
-
-    def _attempted(self, channel: str | None = None) -> Any:
-        """The intent has an attempt (on `channel`) prepared from `attempt_from`."""
-        condition = exists().where(Attempt.intent_id == Intent.id)
-        if channel:
-            condition = condition.where(Attempt.channel == channel)
-        if self.attempt_from:
-            condition = condition.where(Attempt.prepared_at >= self.attempt_from)
-        return condition
-
-
-def _has_attempt(*states: AttemptState) -> Any:
-    return exists().where(
-        Attempt.intent_id == Intent.id, Attempt.state.in_([s.value for s in states])
-    )
-
-
-def _has_decision(outcome: Outcome) -> Any:
-    return exists().where(
-        PolicyDecision.intent_id == Intent.id, PolicyDecision.outcome == outcome.value
-    )
-
-
-def could_be(state: str) -> Any:
-    """A condition every intent in derived `state` meets (most others do not), so a state
-    filter reads few rows; the state itself is still decided by the domain's derivation
-    (domain.intents), row by row, after this narrowing."""
-    necessary: dict[str, Any] = {
-        IntentState.DELIVERED: _has_attempt(AttemptState.DELIVERED),
-        IntentState.SENT: _has_attempt(AttemptState.SENT),
-        IntentState.SENDING: _has_attempt(AttemptState.SUBMITTED, AttemptState.PREPARED),
-        IntentState.UNKNOWN: _has_attempt(AttemptState.UNKNOWN),
-        IntentState.CANCELLED: or_(
-            Intent.cancelled_at.is_not(None), _has_attempt(AttemptState.CANCELLED)
-        ),
-        IntentState.EXPIRED: Intent.expires_at.is_not(None),
-        IntentState.DEFERRED: _has_decision(Outcome.DEFER),
-        IntentState.UNDELIVERED: _has_attempt(AttemptState.UNDELIVERED),
-        IntentState.FAILED: _has_attempt(AttemptState.FAILED),
-        IntentState.DENIED: _has_decision(Outcome.DENY),
-        IntentState.SCHEDULED: Intent.send_at.is_not(None),
-    }
-    return necessary.get(IntentState(state), true())
-
-
-def encode_cursor(intent: IntentRow) -> str:
-    return encode_cursor_of((intent.created_at, intent.id))
-
-
-def decode_cursor(value: str) -> tuple[datetime, str]:
-    """(created_at, id) of the last row seen; ValueError for anything else."""
-    try:
-        raw = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4))
-        created, intent_id = json.loads(raw)
-        return datetime.fromisoformat(created), str(intent_id)
-    except (ValueError, TypeError) as err:
-        raise ValueError("not a page cursor") from err
-
-
-IntentRow = Row[Any]
-"""An intent as the lists show it: the columns of LISTED_COLUMNS, by name."""
-LISTED_COLUMNS = (
-    Intent.id,
-    Intent.business_key,
-    Intent.event_type,
-    Intent.category,
-    Intent.region,
-    Intent.template_key,
-    Intent.created_at,
-    Intent.send_at,
-    Intent.cancelled_at,
-    Intent.expires_at,
-    Intent.awaiting,
-    Intent.awaiting_until,
-)
-
-
-@dataclass
-class ListedIntent:
-    intent: IntentRow
-    state: str
-    channel_states: dict[str, str]
-    """The latest attempt's state per channel."""
-
-
-def _latest_outcome() -> Any:
-    """Per intent, its latest policy decision's outcome (through the intent_id index), as a
-    scalar subquery of a statement over `Intent`."""
-    return (
-        select(PolicyDecision.outcome)
-        .where(PolicyDecision.intent_id == Intent.id)
-        .order_by(PolicyDecision.id.desc())
-        .limit(1)
-        .scalar_subquery()
-    )
-
-
-def listed(query: Any) -> Any:
-    """`query` (over Intent) reading what a list shows, with the facts its state is derived
-    from in the same round trip: every attempt's [channel, state] in attempt order, and the
-    latest decision's outcome (each through its intent_id index, for the listed rows only)."""
-    attempts = (
-        select(
-            func.json_agg(
-                aggregate_order_by(
-                    func.json_build_array(Attempt.channel, Attempt.state),
-                    Attempt.channel,
-                    Attempt.number,
-                )
-            )
-        )
-        .where(Attempt.intent_id == Intent.id)
-        .scalar_subquery()
-    )
-    latest = _latest_outcome()
-    return query.with_only_columns(
-        *LISTED_COLUMNS, attempts.label("attempts"), latest.label("outcome")
-    )
-
-
-def listed_intent(row: Row[Any], now: datetime) -> ListedIntent:
-    pairs = row.attempts or []
-    state = state_of(
-        [AttemptState(s) for _, s in pairs],
-        row.outcome,
-        cancelled_at=row.cancelled_at,
-        expires_at=row.expires_at,
-        send_at=row.send_at,
-        now=now,
-    )
-    # In attempt order per channel: the last one of each channel is its latest.
-    return ListedIntent(row, state, dict(pairs))
-
-
-@dataclass
-class IntentList:
-    items: list[ListedIntent]
-    next_cursor: str | None
-    """Where the next older page starts (`after`); None: nothing older."""
-    scanned: int
-    newer_cursor: str | None = None
-    """Where the next newer page starts (`before`); None: this is the newest."""
-
-
-def plan_for_these_values(session: Session) -> None:
-    """Have Postgres plan this transaction's queries for their actual filter values.
-
-    psycopg prepares a statement after its fifth run, and Postgres then tries a generic
-    plan, which cannot see that `unknown` is 3 % of attempts or how rare an event type and
-    region are together: at 100,000 intents the filtered list's generic plan walked a
-    region's whole index (50 ms) where the plan for the values takes 15 ms. Planning each
-    run costs under a millisecond."""
-    session.execute(text("SET LOCAL plan_cache_mode = force_custom_plan"))
-
-
-def _past(query: Any, position: tuple[datetime, str], *, older: bool) -> Any:
-    """`query` narrowed to rows strictly older (or newer) than the keyset `position`."""
-    key = func.row(Intent.created_at, Intent.id)
-    bound = func.row(literal(position[0]), position[1])
-    return query.where(key < bound if older else key > bound)
-
-
-@dataclass
-class _Scanned:
-    matched: list[ListedIntent]
-    scanned: int
-    last: IntentRow | None
-    """The last row read (None: none)."""
-    exhausted: bool
-    """Nothing lies beyond `last` in the direction read."""
-
-
-def _scan(
-    session: Session,
-    query: Any,
-    flt: IntentFilter,
-    *,
-    start: tuple[datetime, str] | None,
-    older: bool,
-    size: int,
-    scan_limit: int,
-) -> _Scanned:
-    """Read `query` (ordered in the direction read) past `start` in growing batches, and
-    keep the rows in the filter's state, until `size` match or `scan_limit` were read."""
-    now = datetime.now(UTC)
-    matched: list[ListedIntent] = []
-    scanned = 0
-    last: IntentRow | None = None
-    position = start
-    # With a state filter the SQL narrowing (could_be) lets most rows through: start at
-    # twice the page and grow, rather than reading a large batch for a few rows.
-    batch = size if flt.state is None else size * 2
-    exhausted = False
-    while len(matched) < size and scanned < scan_limit:
-        batch_query = query if position is None else _past(query, position, older=older)
-        rows = list(session.execute(batch_query.limit(batch)))
-        for row in rows:
-            scanned += 1
-            last = row
-            position = (row.created_at, row.id)
-            item = listed_intent(row, now)
-            if flt.state is None or item.state == flt.state:
-                matched.append(item)
-                if len(matched) == size:
-                    break
-        if len(rows) < batch:
-            # Nothing beyond these rows, unless the page filled before the last of them.
-            exhausted = not rows or last is rows[-1]
-            break
-        batch = min(batch * 4, SCAN_BATCH)
-    return _Scanned(matched, scanned, last, exhausted)
-
-
-def list_page(
-    session: Session,
-    flt: IntentFilter,
-    *,
-    after: tuple[datetime, str] | None = None,
-    size: int = PAGE_SIZE,
-    scan_limit: int = SCAN_PER_PAGE,
-) -> IntentList:
-    """Newest first, keyset paged on (created_at, id)."""
-    started_after = encode_cursor_of(after) if after is not None else None
-    plan_for_these_values(session)
-    query = listed(flt.apply(select(Intent))).order_by(Intent.created_at.desc(), Intent.id.desc())
-    read = _scan(session, query, flt, start=after, older=True, size=size, scan_limit=scan_limit)
-    matched, last = read.matched, read.last
-    cursor = encode_cursor(last) if last is not None and not read.exhausted else None
-    newer = encode_cursor(matched[0].intent) if started_after and matched else started_after
-    return IntentList(matched, cursor, read.scanned, newer)
-
-
-def newer_page(
-    session: Session,
-    flt: IntentFilter,
-    *,
-    before: tuple[datetime, str],
-    size: int = PAGE_SIZE,
-    scan_limit: int = SCAN_PER_PAGE,
-) -> IntentList:
-    """The page of intents just newer than `before` (paging back), newest first: read
-    oldest first from `before`, as `list_page` reads newest first from `after`."""
-    plan_for_these_values(session)
-    query = listed(flt.apply(select(Intent))).order_by(Intent.created_at.asc(), Intent.id.asc())
-    read = _scan(session, query, flt, start=before, older=False, size=size, scan_limit=scan_limit)
-    matched, last, exhausted = read.matched, read.last, read.exhausted
-    if not exhausted and last is not None:
-        # A full page: is there anything newer at all (one index probe)?
-        since = (last.created_at, last.id)
-        exhausted = session.execute(_past(query, since, older=False).limit(1)).first() is None
-    matched.reverse()
-    newer = encode_cursor(last) if last is not None and not exhausted else None
-    older = encode_cursor(matched[-1].intent) if matched else encode_cursor_of(before)
-    return IntentList(matched, older, read.scanned, newer)
-
-
-def encode_cursor_of(position: tuple[datetime, str]) -> str:
-    raw = json.dumps([position[0].isoformat(), position[1]])
-    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+# --- the list (ledger.listing: the same paging as GET /v1/intents and `herald list`) ------
 
 
 CHOICE_COLUMNS = ("event_type", "region", "category")
@@ -581,10 +242,10 @@ def csv_rows(session: Session, flt: IntentFilter) -> Any:
     writer = csv.writer(buffer)
     writer.writerow(CSV_COLUMNS)
     yield buffer.getvalue()
-    after: tuple[datetime, str] | None = None
+    cursor: Cursor | None = None
     while True:
-        page = list_page(session, flt, after=after, size=1000, scan_limit=20_000)
-        ids = [item.intent.id for item in page.items]
+        listed = page(session, flt, cursor, size=1000, scan_limit=20_000)
+        ids = [item.intent.id for item in listed.items]
         policies: dict[str, set[str]] = defaultdict(set)
         templates: dict[str, set[int]] = defaultdict(set)
         if ids:
@@ -602,7 +263,7 @@ def csv_rows(session: Session, flt: IntentFilter) -> Any:
                 templates[intent_id].add(template_version)
         buffer.seek(0)
         buffer.truncate()
-        for item in page.items:
+        for item in listed.items:
             i = item.intent
             cells = [
                 i.id,
@@ -623,9 +284,9 @@ def csv_rows(session: Session, flt: IntentFilter) -> Any:
             ]
             writer.writerow([csv_cell(c) for c in cells])
         yield buffer.getvalue()
-        if page.next_cursor is None:
+        if listed.next_cursor is None:
             return
-        after = decode_cursor(page.next_cursor)
+        cursor = read_cursor(listed.next_cursor, flt)
 
 
 # --- one intent ----------------------------------------------------------------------------

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from api.console import reads
 from domain.destinations import masked, normalize_email, phone_e164, search_form
+from ledger import listing
 from ledger.models import Attempt, Intent
 
 MAX_MATCHES = 100
@@ -30,7 +30,7 @@ _PHONE_CHARACTERS = re.compile(r"^[+\d\s().\-/]{6,40}$")
 class Found:
     searched: str
     """What was searched for, in words, contact data masked."""
-    listed: reads.IntentList
+    listed: listing.IntentList
     recipients: list[str] = field(default_factory=list)
     """Recipient refs of a phone number or an address."""
 
@@ -117,5 +117,5 @@ def find(session: Session, text: str, *, country: str, lookup: Callable[[str], s
             select(Intent.recipient_ref).where(Intent.id.in_(by_destination)).distinct().limit(20)
         ).scalars()
     )
-    flt = reads.IntentFilter(intent_ids=tuple(sorted(ids))[:MAX_MATCHES] or ("",))
-    return Found("; ".join(words), reads.list_page(session, flt, size=MAX_MATCHES), recipients)
+    flt = listing.IntentFilter(intent_ids=tuple(sorted(ids))[:MAX_MATCHES] or ("",))
+    return Found("; ".join(words), listing.list_page(session, flt, size=MAX_MATCHES), recipients)

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from api.app import Ingress, create_app
 from api.console import reads
 from domain.principals import BREAK_GLASS_NAME, Principal, Role
-from ledger import evidence, principals, reconcile
+from ledger import evidence, listing, principals, reconcile
 from ledger.models import (
     Attempt,
     Consent,
@@ -313,22 +313,22 @@ async def test_the_list_pages_by_keyset_with_no_gap_and_counts_by_state(http, co
             session.get(Intent, s.intent_id).business_key = f"{prefix}:{n}"  # type: ignore[union-attr]
         session.commit()
         for state in (None, "sending"):
-            flt = reads.IntentFilter(key_prefix=prefix, state=state)
-            first = reads.list_page(session, flt, size=2)
+            flt = listing.IntentFilter(key_prefix=prefix, state=state)
+            first = listing.list_page(session, flt, size=2)
             assert [i.intent.business_key for i in first.items] == [f"{prefix}:2", f"{prefix}:1"]
             assert first.next_cursor
-            second = reads.list_page(
-                session, flt, after=reads.decode_cursor(first.next_cursor), size=2
+            second = listing.list_page(
+                session, flt, after=listing.read_cursor(first.next_cursor, flt).position, size=2
             )
             assert [i.intent.business_key for i in second.items] == [f"{prefix}:0"]
             assert second.next_cursor is None
         assert (
-            reads.list_page(session, reads.IntentFilter(key_prefix=prefix, state="delivered")).items
+            listing.page(session, listing.IntentFilter(key_prefix=prefix, state="delivered")).items
             == []
         )
-        counted = reads.counts_by_state(session, reads.IntentFilter(key_prefix=prefix))
+        counted = reads.counts_by_state(session, listing.IntentFilter(key_prefix=prefix))
         assert counted.counts == {"sending": 3} and not counted.capped
-        capped = reads.counts_by_state(session, reads.IntentFilter(key_prefix=prefix), cap=2)
+        capped = reads.counts_by_state(session, listing.IntentFilter(key_prefix=prefix), cap=2)
         assert capped.counts == {"sending": 2} and capped.capped
     assert keys
     await sign_in(http, *principal(committed, Role.VIEWER))

@@ -149,13 +149,13 @@ async def test_a_control_character_in_a_filter_is_a_400_page_with_the_security_h
 async def test_a_crash_is_a_500_page_with_the_security_headers(
     committed: sessionmaker[Session], cipher: FieldCipher, temporal, monkeypatch
 ) -> None:
-    from api.console import reads
+    from ledger import listing
 
     def broken(*_args, **_kwargs):  # type: ignore[no-untyped-def]
         raise RuntimeError("a bug")
 
     app, _ = build_app(committed, cipher, temporal)
-    monkeypatch.setattr(reads, "list_page", broken)
+    monkeypatch.setattr(listing, "page", broken)
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False, client=("9.9.9.9", 1))
     async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
         await sign_in(http, *principal(committed, Role.VIEWER))

@@ -7,6 +7,7 @@ import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.console import reads
+from ledger import listing
 from ledger.crypto import FieldCipher
 from ledger.models import Intent
 from tests.api.conftest import submitted_attempt
@@ -24,27 +25,27 @@ def test_paging_back_returns_the_pages_paging_forward_showed(
     with committed.begin() as session:
         for n, s in enumerate(sent):
             session.get(Intent, s.intent_id).business_key = f"{prefix}:{n}"  # type: ignore[union-attr]
-    flt = reads.IntentFilter(key_prefix=prefix, state=state)
+    flt = listing.IntentFilter(key_prefix=prefix, state=state)
 
-    def keys(page: reads.IntentList) -> list[str]:
+    def keys(page: listing.IntentList) -> list[str]:
         return [i.intent.business_key[len(prefix) + 1 :] for i in page.items]
 
+    def at(value: str | None) -> listing.Cursor:
+        assert value is not None
+        return listing.read_cursor(value, flt)
+
     with committed() as session:
-        first = reads.list_page(session, flt, size=2)
+        first = listing.page(session, flt, size=2)
         assert keys(first) == ["4", "3"] and first.newer_cursor is None and first.next_cursor
-        second = reads.list_page(session, flt, after=reads.decode_cursor(first.next_cursor), size=2)
+        second = listing.page(session, flt, at(first.next_cursor), size=2)
         assert keys(second) == ["2", "1"] and second.newer_cursor and second.next_cursor
-        third = reads.list_page(session, flt, after=reads.decode_cursor(second.next_cursor), size=2)
+        third = listing.page(session, flt, at(second.next_cursor), size=2)
         assert keys(third) == ["0"] and third.next_cursor is None and third.newer_cursor
-        back = reads.newer_page(
-            session, flt, before=reads.decode_cursor(third.newer_cursor), size=2
-        )
+        back = listing.page(session, flt, at(third.newer_cursor), size=2)
         assert keys(back) == ["2", "1"] and back.newer_cursor and back.next_cursor
-        front = reads.newer_page(
-            session, flt, before=reads.decode_cursor(back.newer_cursor), size=2
-        )
+        front = listing.page(session, flt, at(back.newer_cursor), size=2)
         assert keys(front) == ["4", "3"] and front.newer_cursor is None
-        again = reads.list_page(session, flt, after=reads.decode_cursor(back.next_cursor), size=2)
+        again = listing.page(session, flt, at(back.next_cursor), size=2)
         assert keys(again) == ["0"]
 
 

@@ -13,9 +13,9 @@ import pytest
 from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
-from api.console import reads
 from domain.destinations import masked
 from domain.principals import Role
+from ledger import listing
 from ledger.crypto import FieldCipher
 from ledger.models import Attempt, Intent
 from tests.api.conftest import random_mobile, submitted_attempt
@@ -63,7 +63,11 @@ async def test_the_list_offers_choices_from_the_data_presets_paging_back_and_the
         newest = session.get(Intent, sent[1].intent_id)
         assert newest is not None
         key = newest.business_key.rsplit("-", 1)[0]
-        cursor = reads.encode_cursor_of((newest.created_at, newest.id))
+        cursor = listing.encode_cursor_of(
+            (newest.created_at, newest.id),
+            listing.Toward.OLDER,
+            listing.IntentFilter(key_prefix=key),
+        )
     await sign_in(http, *principal(committed, Role.VIEWER))
     page = (await http.get("/console/intents", params={"state": "sending"})).text
     assert re.search(r'<option value="order-created"[^>]*>order-created</option>', page)

@@ -259,3 +259,33 @@ def test_an_unreachable_database_is_a_clear_error_not_a_traceback(tmp_path):
     done = run_herald("list", "--json", database_url=url, data_dir=tmp_path)
     assert done.returncode == 2
     assert "cannot use the ledger database" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_list_pages_with_the_cursor_it_prints_and_all_follows_every_page(
+    herald, cli_ledger, cipher
+):
+    since = datetime.now(UTC).isoformat()
+    # One transaction each: intents recorded together share their created_at.
+    keys = [_record(cli_ledger, cipher)[0] for _ in range(5)]
+    newest_first = keys[::-1]
+    scope = ("--since", since, "--event-type", "class-opening", "--limit", "2")
+    first = herald("list", *scope, "--json").json()
+    assert [i["business_key"] for i in first["items"]] == newest_first[:2]
+    assert first["previous"] is None and first["next"]
+    second = herald("list", *scope, "--cursor", first["next"], "--json").json()
+    assert [i["business_key"] for i in second["items"]] == newest_first[2:4]
+    back = herald("list", *scope, "--cursor", second["previous"], "--json").json()
+    assert [i["business_key"] for i in back["items"]] == newest_first[:2]
+    # The table says where the next page starts, as a flag to give back.
+    table = herald("list", *scope, "--cursor", first["next"])
+    assert f"older: --cursor {second['next']}" in table.stdout
+    assert f"newer: --cursor {second['previous']}" in table.stdout
+    everything = herald("list", *scope, "--all", "--json").json()
+    assert [i["business_key"] for i in everything["items"]] == newest_first
+    assert everything["next"] is None
+
+    foreign = herald("list", "--state", "failed", "--cursor", first["next"])
+    assert foreign.returncode == 2 and "--cursor: a page cursor of another filter" in foreign.stderr
+    assert "Traceback" not in foreign.stderr and len(foreign.stderr.strip().splitlines()) == 1
+    garbage = herald("list", "--cursor", "%%%")
+    assert garbage.returncode == 2 and "--cursor: not a page cursor" in garbage.stderr

@@ -4,7 +4,7 @@ refusals (a 422 naming its field, a 404). Python's by `openapi-python-client`, T
 by `openapi-typescript` + `openapi-fetch` (tests/clients/ts, pinned by its lock file; the
 test says so and skips when `node` is absent). docs/apps.md shows the same calls.
 
-Each client is generated once per session. Paging is by `limit` until cursors land
+Each client is generated once per session. It pages by the cursor a page hands out
 (issue #50, item 3); the app cancels its own intent (item 1).
 """
 
@@ -143,10 +143,13 @@ async def test_a_generated_python_client_creates_replays_reads_pages_cancels_and
         client=app, body=_intent(models, f"{prefix}-2", phone)
     )
     assert second.status_code == 201
+    # A page at a time, newest first: the next page by the cursor the first handed out.
     page = await list_intents.asyncio_detailed(client=app, limit=1)
-    both = await list_intents.asyncio_detailed(client=app, limit=2)
     assert [i.id for i in page.parsed.items] == [second.parsed.intent_id]
-    assert [i.id for i in both.parsed.items] == [second.parsed.intent_id, created.intent_id]
+    cursor = page.parsed.to_dict()["next"]
+    older = await list_intents.asyncio_detailed(client=app, limit=1, cursor=cursor)
+    assert [i.id for i in older.parsed.items] == [created.intent_id]
+    assert older.parsed.to_dict()["previous"] is not None
 
     cancelled = await cancel_intent.asyncio_detailed(
         created.intent_id,
@@ -213,7 +216,7 @@ async def test_a_generated_typescript_client_creates_replays_reads_pages_cancels
     assert seen["replay"] == [201, intent_id, "true"]
     assert seen["read"] == [200, f"{prefix}:1"]
     second = seen["second"][1]
-    assert seen["page"] == [200, [second]] and seen["both"] == [200, [second, intent_id]]
+    assert seen["page"] == [200, [second]] and seen["older"] == [200, [intent_id], True]
     assert seen["cancel"] == [200, True]
     assert seen["invalid"] == [422, ["body.template_version"]]
     assert seen["missing"][0] == 404

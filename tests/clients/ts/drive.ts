@@ -44,9 +44,10 @@ const read = await app.GET("/v1/intents/{id_or_key}", {
   params: { path: { id_or_key: created.intent_id } },
 });
 const second = await app.POST("/v1/intents", { body: intent(2) });
-// Paging by `limit` (newest first); cursors are on their way (issue #50, item 3).
+// A page at a time, newest first: the next page by the cursor the first handed out.
 const page = await app.GET("/v1/intents", { params: { query: { limit: 1 } } });
-const both = await app.GET("/v1/intents", { params: { query: { limit: 2 } } });
+const cursor = page.data?.next ?? undefined;
+const older = await app.GET("/v1/intents", { params: { query: { limit: 1, cursor } } });
 const ids = (p: Page | undefined) => (p ? p.items.map((item) => item.id) : []);
 // An app cancels the intents it created (another app's is a 404, as for a read).
 const cancel = await app.POST("/v1/intents/{id_or_key}/cancel", {
@@ -69,7 +70,7 @@ console.log(
     read: [read.response.status, read.data?.intent.business_key],
     second: [second.response.status, second.data?.intent_id],
     page: [page.response.status, ids(page.data)],
-    both: [both.response.status, ids(both.data)],
+    older: [older.response.status, ids(older.data), older.data?.previous !== null],
     cancel: [cancel.response.status, cancel.data?.accepted],
     invalid: [invalid.response.status, fields(invalid.error?.detail)],
     missing: [missing.response.status, missing.error?.detail],

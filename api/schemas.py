@@ -347,7 +347,12 @@ class IntentCreate(BaseModel):
             Field(
                 description="ISO 3166-1 alpha-2, in capitals: the recipient's country when "
                 "no phone number gives it. "
-                + _rule("country.required", "required when no phone number gives it."),
+                + _rule(
+                    "country.required",
+                    "required when no phone number gives it and the active policy lists "
+                    "the countries a channel of the intent may reach (an email address "
+                    "alone needs none under the default policy).",
+                ),
             ),
         ]
         | None

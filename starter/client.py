@@ -48,7 +48,7 @@ from activities.contracts import (
     SettleRequest,
     SettleResult,
 )
-from domain import key_privacy, proof
+from domain import key_privacy, keys, proof
 from domain.principals import Principal
 from domain.requests import NotificationRequest
 from ledger import intake, settlements, timeline
@@ -156,8 +156,12 @@ class HeraldClient:
         task_queue: str = "herald",
         retention_days: int = 30,
         policy_name: str = "default",
+        namespace: str = keys.DEFAULT_NAMESPACE,
     ) -> None:
+        """`namespace`: where the keys this client records with no principal live
+        (HERALD_KEY_NAMESPACE; an intent recorded `by` a principal is in the principal's)."""
         self.temporal = temporal
+        self.namespace = keys.validate_namespace(namespace)
         self.sessions = sessions
         self._cipher = cipher
         self._task_queue = task_queue
@@ -185,19 +189,23 @@ class HeraldClient:
             task_queue=cfg.task_queue,
             retention_days=cfg.pii_retention_days,
             policy_name=cfg.policy_name,
+            namespace=cfg.key_namespace,
         )
 
     # --- apps ------------------------------------------------------------------------
 
     def record(
-        self, session: Session, request: NotificationRequest, *, created_by: str | None = None
+        self, session: Session, request: NotificationRequest, *, by: Principal | None = None
     ) -> IntentRef:
         """Add the intent and its outbox row to the caller's transaction (no commit here).
-        `created_by` is the authenticated principal recording it (the API passes it)."""
-        return self._record(session, request, created_by=created_by)[0]
+
+        `by` is the authenticated principal recording it (the API passes it): the intent
+        names it, and its key lives in the principal's namespace. Without one (a Python
+        app in-process), the key lives in this client's `namespace`."""
+        return self._record(session, request, by=by)[0]
 
     def _record(
-        self, session: Session, request: NotificationRequest, *, created_by: str | None = None
+        self, session: Session, request: NotificationRequest, *, by: Principal | None = None
     ) -> tuple[IntentRef, repo.IntentFields]:
         fields = intake.validate(
             session,
@@ -205,8 +213,9 @@ class HeraldClient:
             self._cipher,
             now=datetime.now(UTC),
             retention_days=self._retention_days,
+            namespace=by.key_namespace if by is not None else self.namespace,
         )
-        fields = replace(fields, created_by=created_by)
+        fields = replace(fields, created_by=by.name if by is not None else None)
         recorded = repo.record_intent(session, fields)
         ref = IntentRef(
             recorded.intent_id,
@@ -218,19 +227,20 @@ class HeraldClient:
         return ref, fields
 
     async def notify(
-        self, request: NotificationRequest, *, created_by: str | None = None
+        self, request: NotificationRequest, *, by: Principal | None = None
     ) -> IntentRef:
         """Record the intent in its own transaction, then start its workflow at once.
 
         A crash between the two is healed by the outbox relay; a second call with the same
-        business key returns the existing intent and starts nothing new. `created_by` is
-        the principal recording it, when one signed in (`herald send` passes it).
+        business key (in the same namespace) returns the existing intent and starts
+        nothing new. `by` is the principal recording it, when one signed in (`herald
+        send` passes it), as for `record`.
         """
 
         def work() -> tuple[IntentRef, StartOptions]:
             with self.sessions.begin() as session:
                 # An existing intent with this key has the same payload (or record raised).
-                ref, fields = self._record(session, request, created_by=created_by)
+                ref, fields = self._record(session, request, by=by)
                 return ref, self._start_options_of(ref.intent_id, fields)
 
         ref, start = await asyncio.to_thread(work)
@@ -374,18 +384,19 @@ class HeraldClient:
         with self.sessions() as session:
             return repo.get_intent(session, intent_id).cancelled_at is not None
 
-    def _resolve(self, id_or_key: str) -> tuple[str, str, str]:
+    def _resolve(self, id_or_key: str, by: Principal | None) -> tuple[str, str, str]:
         with self.sessions() as session:
-            intent = repo.get_intent(session, id_or_key)
+            intent = repo.get_intent(session, id_or_key, repo.KeyScope.of(by))
             return intent.id, intent.workflow_id, intent.country
 
     async def _handle(
-        self, id_or_key: str, **notes: str
+        self, id_or_key: str, by: Principal | None = None, **notes: str
     ) -> tuple[str, WorkflowHandle[Any, Any], bool]:
         """The intent's id, its workflow's handle and whether it runs, once each of the
         operator's `notes` (field -> text) is known to hold no contact data: they go into
-        the workflow's history and every timeline (NoteRefused otherwise)."""
-        intent_id, workflow_id, country = await asyncio.to_thread(self._resolve, id_or_key)
+        the workflow's history and every timeline (NoteRefused otherwise). A business key
+        is looked up in `by`'s scope (repository.KeyScope)."""
+        intent_id, workflow_id, country = await asyncio.to_thread(self._resolve, id_or_key, by)
         key_privacy.refuse_unfit_notes(notes, country=country)
         handle = self.temporal.get_workflow_handle(workflow_id)
         try:
@@ -422,7 +433,7 @@ class HeraldClient:
     async def cancel(self, id_or_key: str, *, by: Principal, reason: str) -> CancelResult:
         """Close the intent's future work; recorded under `by` (name and role). The one
         cancel path of the API, the CLI and the console."""
-        intent_id, handle, running = await self._handle(id_or_key, reason=reason)
+        intent_id, handle, running = await self._handle(id_or_key, by, reason=reason)
         if running:
             with contextlib.suppress(FinishedMeanwhile):
                 return await self._update(
@@ -450,7 +461,7 @@ class HeraldClient:
     ) -> ResendResult:
         """Approve a new attempt (or record why not); recorded under `by`. The one
         approve-resend path of the API, the CLI and the console."""
-        intent_id, handle, running = await self._handle(id_or_key, reason=reason)
+        intent_id, handle, running = await self._handle(id_or_key, by, reason=reason)
         refusal = "the intent's workflow has finished; record a new intent instead"
         if running:
             try:
@@ -494,7 +505,7 @@ class HeraldClient:
         (or record why not); recorded under `by`. The one settle path of the API, the CLI
         and the console: the workflow's `settle` update, with the proof of `by`."""
         intent_id, handle, running = await self._handle(
-            id_or_key, reason=reason, reference=reference
+            id_or_key, by, reason=reason, reference=reference
         )
         refusal = "the intent's workflow has finished; its settlement window is closed"
         if running:
@@ -594,7 +605,7 @@ class HeraldClient:
     async def lookup(self, id_or_key: str, *, channel: str, by: Principal) -> LookupResult:
         """Ask the provider what it holds for the channel's latest attempt, through the
         intent's workflow (the lookup runs where the transports live, and is recorded)."""
-        intent_id, handle, running = await self._handle(id_or_key)
+        intent_id, handle, running = await self._handle(id_or_key, by)
         refusal = "the intent's workflow has finished; there is nothing left to settle"
         if running:
             try:
@@ -640,9 +651,13 @@ class HeraldClient:
             return await handle.query(NotificationWorkflow.projection)
         return (await asyncio.to_thread(self.timeline, id_or_key))["intent"]
 
-    def timeline(self, id_or_key: str) -> dict[str, Any]:
+    def timeline(self, id_or_key: str, *, by: Principal | None = None) -> dict[str, Any]:
+        """The intent's timeline; a business key is looked up in `by`'s scope (an app's:
+        its namespace alone; docs/api.md "How keys are scoped")."""
         with self.sessions() as session:
-            return timeline.timeline(session, id_or_key, cipher=self._cipher)
+            return timeline.timeline(
+                session, id_or_key, cipher=self._cipher, scope=repo.KeyScope.of(by)
+            )
 
     async def _record_action(
         self,

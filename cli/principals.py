@@ -113,14 +113,14 @@ def _render_list(rows: list[dict[str, Any]], clock: Clock) -> str:
     columns = [
         "name",
         "role",
-        "namespace",
         "created_at",
         "created_by",
         "last_used_at",
         "revoked_at",
+        "namespace",
     ]
     headers = {
-        "namespace": "KEYS IN",
+        "namespace": "KEY NAMESPACE",
         "created_at": "CREATED",
         "created_by": "BY",
         "last_used_at": "LAST USED",

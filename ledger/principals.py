@@ -38,6 +38,10 @@ class PrincipalExists(Exception):
     """
 
 
+class InvalidNamespace(ValueError):
+    """A key namespace a principal cannot have (malformed, contact data, or reserved)."""
+
+
 class PrincipalRevoked(Exception):
     """The principal is revoked; it cannot be rotated or revoked again."""
 
@@ -131,7 +135,7 @@ RESERVED_NAMESPACES = frozenset({keys.DEFAULT_NAMESPACE, BREAK_GLASS_NAME})
 
 
 def check_namespace(namespace: str) -> str:
-    """A principal's key namespace, or ValueError saying why it cannot be one.
+    """A principal's key namespace, or InvalidNamespace saying why it cannot be one.
 
     Well formed (domain.keys), no contact data (it enters every workflow id of its keys),
     not one of RESERVED_NAMESPACES.
@@ -140,9 +144,9 @@ def check_namespace(namespace: str) -> str:
         keys.validate_namespace(namespace)
         key_privacy.refuse_contact_data_in_namespace(namespace)
     except keys.InvalidKey as err:
-        raise ValueError(str(err)) from None
+        raise InvalidNamespace(str(err)) from None
     if namespace.lower() in RESERVED_NAMESPACES:
-        raise ValueError(
+        raise InvalidNamespace(
             f"namespace {namespace!r} is reserved (the starter client's default and "
             "break-glass's): choose another with --namespace"
         )

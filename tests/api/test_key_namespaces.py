@@ -195,3 +195,31 @@ async def test_an_intent_recorded_before_namespaces_keeps_its_ids_and_is_read_re
     )
     assert cancelled.status_code == 200, cancelled.text
     assert temporal.closed == {legacy_workflow}
+
+
+async def test_an_admin_adds_an_app_with_its_namespace_over_the_api(
+    http: httpx.AsyncClient,
+) -> None:
+    namespace = unique("shop")
+    added = await http.post(
+        "/v1/principals",
+        json={"name": unique("app"), "role": "app", "namespace": namespace},
+        headers=BEARER,
+    )
+    assert added.status_code == 201, added.text
+    listed = (await http.get("/v1/principals", headers=BEARER)).json()["items"]
+    assert {p["namespace"] for p in listed if p["name"] == added.json()["name"]} == {namespace}
+    taken = await http.post(
+        "/v1/principals",
+        json={"name": unique("app"), "role": "app", "namespace": namespace},
+        headers=BEARER,
+    )
+    assert taken.status_code == 409 and "belongs to principal" in taken.json()["detail"]
+    phone = await http.post(
+        "/v1/principals",
+        json={"name": unique("app"), "role": "app", "namespace": "shop-447911123456"},
+        headers=BEARER,
+    )
+    assert phone.status_code == 422
+    (issue,) = phone.json()["detail"]
+    assert issue["loc"] == ["body", "namespace"] and "447911" not in issue["msg"]

@@ -226,7 +226,10 @@ def _rule_needing_country(
     rule's `allowed_countries` (`regions.default.rules.email.allowed_countries`). Under a
     policy that allows every country there, no country is needed.
     """
-    version = repo.active_policy_version(session)
+    try:
+        version = repo.active_policy_version(session)
+    except repo.NotFound:
+        return None  # no policy yet: nothing can need a country (nor send)
     if version not in _POLICIES:
         _POLICIES[version] = policy.load_policy(repo.policy_document(session, version))
     active = _POLICIES[version]

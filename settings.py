@@ -434,6 +434,23 @@ class Settings(BaseSettings):
     when the settings are built, so `herald migrate`, the worker and the API all refuse a
     name that is neither."""
 
+    key_namespace: str = "starter"
+    """The namespace of the business keys a Python app records in-process through the
+    starter client (domain.keys.DEFAULT_NAMESPACE by default; docs/api.md, "How keys are
+    scoped"). A principal's requests use the principal's own namespace instead."""
+
+    @field_validator("key_namespace")
+    @classmethod
+    def _a_namespace(cls, namespace: str) -> str:
+        from domain import key_privacy, keys
+
+        try:
+            keys.validate_namespace(namespace)
+            key_privacy.refuse_contact_data_in_namespace(namespace)
+        except keys.InvalidKey as err:
+            raise ValueError(str(err)) from None
+        return namespace
+
     @field_validator("policy_name")
     @classmethod
     def _a_policy_that_loads(cls, spec: str) -> str:

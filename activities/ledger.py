@@ -93,6 +93,7 @@ _LOADED_INTENT = select(
 _AUTHORIZED_INTENT = select(
     _INTENT.id,
     _INTENT.business_key,
+    _INTENT.workflow_id,
     _INTENT.category,
     _INTENT.region,
     _INTENT.country,
@@ -201,7 +202,11 @@ class LedgerActivities:
 
         def work(session: Session) -> AuthorizeResult:
             intent = _intent_row(session, _AUTHORIZED_INTENT, input.intent_id)
-            token = keys.attempt_token(intent.business_key, input.channel, input.attempt_number)
+            # Made from the identity the workflow id was made from: an intent recorded
+            # before key namespaces keeps its bare-key tokens (domain.keys).
+            token = keys.attempt_token(
+                keys.identity_of_workflow(intent.workflow_id), input.channel, input.attempt_number
+            )
             existing = session.execute(_DECISION_OF_TOKEN, {"token": token}).scalar_one_or_none()
             if existing is not None:
                 decision_row = session.get(PolicyDecision, existing)

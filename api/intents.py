@@ -163,7 +163,7 @@ async def record_and_start(
     """
     client = ingress.client
     try:
-        ref = await ingress.tx(lambda s: client.record(s, body.to_request(), created_by=by.name))
+        ref = await ingress.tx(lambda s: client.record(s, body.to_request(), by=by))
     except InvalidRequest as err:
         raise _invalid(err) from err
     except repo.IntentConflict as err:
@@ -292,7 +292,13 @@ async def get_intent(id_or_key: IdOrKey, by: ReadingIntents, ingress: IngressDep
     if not _lookupable(id_or_key):
         raise _not_found(id_or_key)
     try:
-        doc: dict[str, Any] = await asyncio.to_thread(ingress.client.timeline, id_or_key)
+        # A key is looked up in the caller's namespace (an app's alone): docs/api.md.
+        doc: dict[str, Any] = await asyncio.to_thread(
+            lambda: ingress.client.timeline(id_or_key, by=by)
+        )
+    except repo.AmbiguousKey as err:
+        # A person's bare key that several apps use (an app never meets this): say which.
+        raise HTTPException(404, str(err)) from err
     except repo.NotFound as err:
         raise _not_found(id_or_key) from err
     if not by.reads_intent_of(doc["intent"].get("created_by")):

@@ -60,7 +60,10 @@ async def list_principals(_by: Administering, ingress: IngressDep) -> PrincipalL
     status_code=201,
     response_model=PrincipalToken,
     summary="Add a principal; its token is in this answer and nowhere else",
-    responses={409: {"model": Problem, "description": "The name is taken."}, **BAD_BODY},
+    responses={
+        409: {"model": Problem, "description": "The name, or the namespace, is taken."},
+        **BAD_BODY,
+    },
 )
 async def add_principal(
     body: PrincipalCreate, by: Administering, ingress: IngressDep
@@ -68,8 +71,14 @@ async def add_principal(
     now = datetime.now(UTC)
     try:
         issued = await ingress.tx(
-            lambda s: principals.create(s, body.name, body.role, by=by, at=now)
+            lambda s: principals.create(
+                s, body.name, body.role, by=by, at=now, namespace=body.namespace
+            )
         )
+    except principals.InvalidNamespace as err:
+        raise HTTPException(
+            422, [{"loc": ["body", "namespace"], "msg": str(err), "type": "invalid_request"}]
+        ) from err
     except ValueError as err:
         raise HTTPException(
             422, [{"loc": ["body", "name"], "msg": str(err), "type": "invalid_name"}]

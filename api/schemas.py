@@ -19,6 +19,7 @@ from domain.channels import NAMES as CHANNEL_NAMES
 from domain.channels import NAMES_AND_ALL, SMS
 from domain.destinations import COUNTRIES
 from domain.intents import IntentState
+from domain.keys import NAMESPACE_PATTERN
 from domain.principals import NAME_PATTERN, Role
 from domain.recipients import RecipientKind
 from domain.requests import Category, NotificationRequest, PlanMode
@@ -367,7 +368,12 @@ class IntentCreate(BaseModel):
             Field(
                 description="ISO 3166-1 alpha-2, in capitals: the recipient's country when "
                 "no phone number gives it. "
-                + _rule("country.required", "required when no phone number gives it."),
+                + _rule(
+                    "country.required",
+                    "required when no phone number gives it and the active policy lists "
+                    "the countries a channel of the intent may reach (an email address "
+                    "alone needs none under the default policy).",
+                ),
             ),
         ]
         | None
@@ -973,6 +979,23 @@ class PrincipalCreate(BaseModel):
 
     name: Annotated[str, Field(pattern=NAME_PATTERN)]
     role: Role
+    namespace: (
+        Annotated[
+            str,
+            Field(
+                pattern=NAMESPACE_PATTERN,
+                description="The namespace of the business keys it records (docs/api.md, "
+                "'How keys are scoped'); default its name. Its own for ever: one another "
+                "principal holds, whatever its case, is 409. "
+                + _rule(
+                    "business_key.no_contact_data",
+                    "no phone number or email address (it is part of every workflow id of "
+                    "its keys); `starter` and `break-glass` are reserved.",
+                ),
+            ),
+        ]
+        | None
+    ) = None
 
 
 class PrincipalView(BaseModel):
@@ -980,6 +1003,8 @@ class PrincipalView(BaseModel):
 
     name: str
     role: Role
+    namespace: str
+    """The namespace of the business keys it records."""
     created_by: str
     created_at: datetime
     last_used_at: datetime | None

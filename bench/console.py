@@ -116,6 +116,8 @@ def seed(url: str, cipher: FieldCipher, count: int, rng: random.Random) -> Seede
         created = now - timedelta(seconds=rng.uniform(0, 30 * 86_400))
         outcome = rng.choices([o for o, _ in OUTCOMES], weights)[0]
         key = f"{event_type}:x-{n}:m-{who}"
+        # Recorded as the in-process client records: in its namespace (domain.keys).
+        identity = keys.identity(keys.DEFAULT_NAMESPACE, key)
         fallback = category == "transactional" and rng.random() < 0.3
         channels = [SMS.name, EMAIL.name] if fallback else [SMS.name]
         intents.append(
@@ -134,7 +136,8 @@ def seed(url: str, cipher: FieldCipher, count: int, rng: random.Random) -> Seede
                 "en",
                 hashlib.sha256(key.encode()).hexdigest(),
                 hmacs[who],
-                f"notification:{key}",
+                keys.workflow_id(identity),
+                keys.DEFAULT_NAMESPACE,
                 False,
                 created + timedelta(minutes=1) if outcome == "cancelled" else None,
                 created,
@@ -158,7 +161,7 @@ def seed(url: str, cipher: FieldCipher, count: int, rng: random.Random) -> Seede
             decision_id += 1
             continue
         state = {"cancelled": "delivered"}.get(outcome, outcome)
-        token = keys.attempt_token(key, SMS.name, 1)
+        token = keys.attempt_token(identity, SMS.name, 1)
         submitted = created + timedelta(seconds=rng.uniform(0.2, 2))
         terminal = submitted + timedelta(seconds=rng.uniform(0.5, 20))
         attempts.append(
@@ -234,6 +237,7 @@ def seed(url: str, cipher: FieldCipher, count: int, rng: random.Random) -> Seede
                     "payload_sha256",
                     "sms_destination_hmac",
                     "workflow_id",
+                    "namespace",
                     "legal_hold",
                     "cancelled_at",
                     "created_at",

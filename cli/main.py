@@ -349,7 +349,7 @@ async def cmd_send(args: argparse.Namespace, cfg: settings_module.Settings) -> i
     # As the API: an app or an admin records intents, and the intent names who did.
     by = acting(cfg, Access.CREATE_INTENTS)
     try:
-        ref = await client.notify(request, created_by=by.name)
+        ref = await client.notify(request, by=by)
     except (asyncio.CancelledError, KeyboardInterrupt):
         # Ctrl-C between the ledger's commit and the answer: the intent may be recorded
         # (and the relay then starts it). Say so rather than nothing.

@@ -42,6 +42,7 @@ async def cmd_principals(args: argparse.Namespace, cfg: settings_module.Settings
                     {
                         "name": v.name,
                         "role": v.role,
+                        "namespace": v.namespace,
                         "created_by": v.created_by,
                         "created_at": iso_utc(v.created_at),
                         "last_used_at": iso_utc(v.last_used_at),
@@ -59,7 +60,9 @@ async def cmd_principals(args: argparse.Namespace, cfg: settings_module.Settings
                 _print(out, args.json, lambda o: f"principal {o['name']} revoked")
                 return 0
             if command == "add":
-                issued = principals.create(session, args.name, Role(args.role), by=by, at=now)
+                issued = principals.create(
+                    session, args.name, Role(args.role), by=by, at=now, namespace=args.namespace
+                )
             else:
                 file_held_it = file_token is not None and principals.holds_token(
                     session, args.name, file_token
@@ -87,6 +90,7 @@ async def cmd_principals(args: argparse.Namespace, cfg: settings_module.Settings
     out = {
         "name": issued.principal.name,
         "role": issued.principal.role.value,
+        "namespace": issued.principal.key_namespace,
         "token": issued.token,
         "warning": WARNING,
     }
@@ -106,8 +110,17 @@ def _render_list(rows: list[dict[str, Any]], clock: Clock) -> str:
     if not rows:
         return "no principals"
     listed = [{**r, "last_used_at": r["last_used_at"] or "never"} for r in rows]
-    columns = ["name", "role", "created_at", "created_by", "last_used_at", "revoked_at"]
+    columns = [
+        "name",
+        "role",
+        "created_at",
+        "created_by",
+        "last_used_at",
+        "revoked_at",
+        "namespace",
+    ]
     headers = {
+        "namespace": "KEY NAMESPACE",
         "created_at": "CREATED",
         "created_by": "BY",
         "last_used_at": "LAST USED",
@@ -146,6 +159,12 @@ def register(add: Callable[..., argparse.ArgumentParser]) -> dict[str, Any]:
         choices=[r.value for r in ORDER],
         help="what it may do (docs/api.md, 'Principals and roles'): app creates and reads "
         "intents, viewer reads evidence, operator acts, admin manages",
+    )
+    add_p.add_argument(
+        "--namespace",
+        metavar="NS",
+        help="the namespace of the business keys it records (docs/api.md, 'How keys are "
+        "scoped'): its own, for ever; default its name",
     )
     action(
         sub,

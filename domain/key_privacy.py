@@ -140,3 +140,26 @@ def refuse_unfit_notes(notes: Mapping[str, str], *, country: str | None) -> None
             raise ContactDataInNote(field, "an email address")
         if any(_holds_phone_number(text, region) for region in regions):
             raise ContactDataInNote(field, "a phone number")
+
+
+def refuse_contact_data_in_namespace(namespace: str) -> None:
+    """Refuse a key namespace that holds contact data (rule `business_key.no_contact_data`).
+
+    A namespace is part of every workflow id and attempt token of its keys, so it is held
+    to the rule of the keys themselves; with no country to read it in, a phone number
+    counts in international form (a digit run of 10 to 15 reads as one). The error never
+    echoes the namespace.
+    """
+    kind = None
+    if _EMAIL.search(namespace) or "@" in namespace:
+        kind = "an email address"
+    else:
+        try:
+            refuse_contact_data(namespace, country=None)
+        except ContactDataInKey:
+            kind = "a phone number"
+    if kind is not None:
+        raise ContactDataInKey(
+            f"the key namespace holds {kind} (rule {RULE}): name it after the app, "
+            "e.g. shop or billing"
+        )

@@ -138,6 +138,9 @@ class Rule:
     """Whether another provider of the channel's list may take over when one refuses for
     its own reasons (docs/transports.md, "Failover"); ``false`` for a category that
     would rather wait than change provider. Moot with one provider."""
+    allowed_countries_from: str = ""
+    """Where the document sets a list of ``allowed_countries`` (``regions.EU.rules.
+    allowed_countries``), to name the rule that needs a country; ``""`` for ``"*"``."""
 
 
 @dataclass(frozen=True)
@@ -369,6 +372,7 @@ def _resolve_rule(layers: list[tuple[str, dict[str, object]]], category: str) ->
         return merged[name]
 
     where, countries = need("allowed_countries")
+    countries_where = where
     if countries == "*" or countries == ["*"]:
         allowed: frozenset[str] | None = None
     elif isinstance(countries, list) and all(
@@ -404,6 +408,7 @@ def _resolve_rule(layers: list[tuple[str, dict[str, object]]], category: str) ->
         raise PolicyError(f"{where_failover}: must be true or false")
     return Rule(
         allowed_countries=allowed,
+        allowed_countries_from=countries_where if allowed is not None else "",
         consent_purposes=tuple(purposes),
         quiet_hours=quiet_hours,
         quiet_hours_exempt=exempt,

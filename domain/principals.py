@@ -7,7 +7,7 @@ least role that would do (:func:`least_role_for`) when they refuse.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 
@@ -90,6 +90,14 @@ class Principal:
 
     name: str
     role: Role
+    namespace: str | None = field(default=None, compare=False)
+    """The namespace of the business keys it records (domain.keys); None: its name (the
+    default, and break-glass's). Not part of who it is: the name says that."""
+
+    @property
+    def key_namespace(self) -> str:
+        """The namespace its business keys live in, and its reads by key look in first."""
+        return self.namespace or self.name
 
     def may(self, access: Access) -> bool:
         """Whether this principal's role grants `access`."""

@@ -24,8 +24,9 @@ ledger backup holds the archive with everything else. `herald archive export` wr
 documents as JSON Lines for cold storage, and `herald archive verify [FILE]` checks the
 chain and each document (in the ledger or in such a file) against its tombstone.
 
-The business key stays taken: `archived_intent.business_key` is unique, and recording an
-intent under an archived key is refused (ledger.repository.record_intent).
+The business key stays taken in its namespace: `archived_intent` holds one per namespace
+and key, and recording an intent under an archived key is refused
+(ledger.repository.record_intent).
 """
 
 from __future__ import annotations
@@ -293,6 +294,8 @@ def _move(
             ArchivedIntent(
                 intent_id=intent.id,
                 business_key=intent.business_key,
+                namespace=intent.namespace,
+                workflow_id=intent.workflow_id,
                 recorded_at=intent.created_at,
                 last_activity_at=last_activity,
                 archived_at=now,

@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from sqlalchemy.orm import Session
 
-from domain import channels, destinations, key_privacy, keys, templates
+from domain import channels, destinations, key_privacy, keys, policy, templates
 from domain.channels import DestinationKind
 from domain.requests import TIME_HORIZON, Category, NotificationRequest, PlanMode
 from ledger import repository as repo
@@ -70,13 +70,21 @@ def validate(
     *,
     now: datetime,
     retention_days: int,
+    namespace: str = keys.DEFAULT_NAMESPACE,
 ) -> repo.IntentFields:
-    """Check a request and turn it into ledger fields, PII encrypted; raise InvalidRequest."""
+    """Check a request and turn it into ledger fields, PII encrypted; raise InvalidRequest.
+
+    `namespace` is the key's (the recording principal's, or the starter client's): the
+    key and its namespace together must fit an identity (domain.keys.identity), and the
+    namespace holds no contact data either, since both enter the workflow id.
+    """
     problems = _Problems()
     try:
         # Contact data first: the format check would name the part it refuses.
         key_privacy.refuse_contact_data(request.business_key, country=_country_hint(request))
         keys.validate_business_key(request.business_key)
+        key_privacy.refuse_contact_data_in_namespace(namespace)
+        keys.identity(namespace, request.business_key)
     except keys.InvalidKey as err:
         problems.add("business_key", str(err))
     category = mode = None
@@ -119,8 +127,19 @@ def validate(
     if request.country and request.country.upper() not in destinations.COUNTRIES:
         problems.add("country", "not an ISO 3166-1 alpha-2 country code (e.g. GB)")
     country = (phone.country if phone else (request.country or "")).upper()
-    if not country and not (DestinationKind.PHONE in kinds and phone is None):
-        problems.add("country", "required when no phone number gives it")
+    if (
+        not country
+        and category is not None
+        and not (DestinationKind.PHONE in kinds and phone is None)
+    ):
+        needing = _rule_needing_country(session, plan, category)
+        if needing:
+            problems.add(
+                "country",
+                f"required by the active policy: {needing} lists the countries it allows, "
+                "so an intent with no country would be denied (rule country.unknown); give "
+                "the recipient's country",
+            )
     tz = request.timezone or (phone.timezone if phone else "UTC")
     try:
         ZoneInfo(tz)
@@ -188,7 +207,38 @@ def validate(
         expires_at=request.expires_at,
         # Retention counts from when the message can go out, not from when it was recorded.
         purge_after=max(now, request.send_at or now) + timedelta(days=retention_days),
+        namespace=namespace,
     )
+
+
+_POLICIES: dict[str, policy.Policy] = {}
+"""Parsed policy versions (immutable, so a version is parsed once per process)."""
+
+
+def _rule_needing_country(
+    session: Session, plan: tuple[str, ...], category: Category
+) -> str | None:
+    """Where the active policy needs the country of an intent that has none, or None.
+
+    An intent with no country (an email address alone, no `country`) is in the `default`
+    region; a channel whose rule there allows only listed countries would deny it
+    (`country.unknown`) at every attempt, so intake refuses it at once, naming that
+    rule's `allowed_countries` (`regions.default.rules.email.allowed_countries`). Under a
+    policy that allows every country there, no country is needed.
+    """
+    try:
+        version = repo.active_policy_version(session)
+    except repo.NotFound:
+        return None  # no policy yet: nothing can need a country (nor send)
+    if version not in _POLICIES:
+        _POLICIES[version] = policy.load_policy(repo.policy_document(session, version))
+    active = _POLICIES[version]
+    region = destinations.region_of("")
+    for channel in plan:
+        rule = active.rule_for(region, channel, category.value)
+        if rule.allowed_countries is not None:
+            return rule.allowed_countries_from or f"rule for {region} {channel} {category.value}"
+    return None
 
 
 def _check_templates(

@@ -54,11 +54,11 @@ class Base(DeclarativeBase):
 
 
 class Intent(Base):
-    """One notification intent: one business key, its plan and its encrypted contact data."""
+    """One notification intent: a business key in its namespace, plan, encrypted contacts."""
 
     __tablename__ = "intent"
     __table_args__ = (
-        UniqueConstraint("business_key", name="uq_intent_business_key"),
+        UniqueConstraint("namespace", "business_key", name="uq_intent_namespace_business_key"),
         # The console's list: newest first, keyset paging, a business-key prefix, a category.
         Index("ix_intent_created_id", text("created_at DESC"), text("id DESC")),
         Index(
@@ -86,6 +86,10 @@ class Intent(Base):
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
     business_key: Mapped[str] = mapped_column(String(200))
+    namespace: Mapped[str] = mapped_column(String(80))
+    """The key's owner (domain.keys): the recording principal's namespace, or the starter
+    client's. The workflow id and tokens are made from both (`notification:<ns>~<key>`),
+    except on intents recorded before namespaces, which keep their bare-key ones."""
     event_type: Mapped[str] = mapped_column(String(80), index=True)
     category: Mapped[str] = mapped_column(String(20))
     region: Mapped[str] = mapped_column(String(10), index=True)
@@ -493,11 +497,15 @@ class PrincipalRecord(Base):
     __table_args__ = (
         UniqueConstraint("name", name="uq_principal_name"),
         UniqueConstraint("token_sha256", name="uq_principal_token_sha256"),
+        UniqueConstraint("namespace", name="uq_principal_namespace"),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
     name: Mapped[str] = mapped_column(String(80))
     role: Mapped[str] = mapped_column(String(20))
+    namespace: Mapped[str] = mapped_column(String(80))
+    """The namespace of the business keys it records (default its name); its own, for
+    ever, like the name (domain.keys)."""
     token_sha256: Mapped[str] = mapped_column(String(64))
     created_by: Mapped[str] = mapped_column(String(80))
     created_at: Mapped[datetime]
@@ -563,13 +571,19 @@ class ArchivedIntent(Base):
     __tablename__ = "archived_intent"
     __table_args__ = (
         UniqueConstraint("intent_id", name="uq_archived_intent_intent_id"),
-        UniqueConstraint("business_key", name="uq_archived_intent_business_key"),
+        UniqueConstraint(
+            "namespace", "business_key", name="uq_archived_intent_namespace_business_key"
+        ),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
     """The position in the chain."""
     intent_id: Mapped[str] = mapped_column(String(36))
     business_key: Mapped[str] = mapped_column(String(200))
+    namespace: Mapped[str] = mapped_column(String(80))
+    """The key's namespace: the key stays taken in it."""
+    workflow_id: Mapped[str] = mapped_column(String(240))
+    """The intent's workflow id, so the reconciler knows its workflow for a workflow of its."""
     recorded_at: Mapped[datetime]
     """When the intent was recorded (its `created_at`)."""
     last_activity_at: Mapped[datetime]

@@ -19,7 +19,8 @@ from typing import Any
 from sqlalchemy import func, or_, select, update
 from sqlalchemy.orm import Session
 
-from domain.principals import Principal, Role, check_name
+from domain import key_privacy, keys
+from domain.principals import BREAK_GLASS_NAME, Principal, Role, check_name
 from ledger.models import AuditEvent, PrincipalRecord
 from ledger.repository import NotFound
 
@@ -35,6 +36,10 @@ class PrincipalExists(Exception):
     A principal of that name is on record (revoked ones included: names are not reused,
     so the audit trail of one name is one principal's).
     """
+
+
+class InvalidNamespace(ValueError):
+    """A key namespace a principal cannot have (malformed, contact data, or reserved)."""
 
 
 class PrincipalRevoked(Exception):
@@ -54,6 +59,7 @@ class PrincipalView:
 
     name: str
     role: str
+    namespace: str
     created_by: str
     created_at: datetime
     last_used_at: datetime | None
@@ -92,6 +98,7 @@ def _view(row: PrincipalRecord) -> PrincipalView:
     return PrincipalView(
         name=row.name,
         role=row.role,
+        namespace=row.namespace,
         created_by=row.created_by,
         created_at=row.created_at,
         last_used_at=row.last_used_at,
@@ -123,11 +130,44 @@ def record_audit(
     return row
 
 
-def create(session: Session, name: str, role: Role, *, by: Principal, at: datetime) -> IssuedToken:
+RESERVED_NAMESPACES = frozenset({keys.DEFAULT_NAMESPACE, BREAK_GLASS_NAME})
+"""Never a principal's namespace: the starter client's default, and break-glass's."""
+
+
+def check_namespace(namespace: str) -> str:
+    """A principal's key namespace, or InvalidNamespace saying why it cannot be one.
+
+    Well formed (domain.keys), no contact data (it enters every workflow id of its keys),
+    not one of RESERVED_NAMESPACES.
+    """
+    try:
+        keys.validate_namespace(namespace)
+        key_privacy.refuse_contact_data_in_namespace(namespace)
+    except keys.InvalidKey as err:
+        raise InvalidNamespace(str(err)) from None
+    if namespace.lower() in RESERVED_NAMESPACES:
+        raise InvalidNamespace(
+            f"namespace {namespace!r} is reserved (the starter client's default and "
+            "break-glass's): choose another with --namespace"
+        )
+    return namespace
+
+
+def create(
+    session: Session,
+    name: str,
+    role: Role,
+    *,
+    by: Principal,
+    at: datetime,
+    namespace: str | None = None,
+) -> IssuedToken:
     """Add a principal and return its token, once.
 
-    Add a principal; its token is returned once. Raises ValueError (a bad name) or
-    PrincipalExists.
+    Add a principal; its token is returned once. `namespace` is where the business keys
+    it records live (default its name): its own for ever, like its name, so no other
+    principal meets its keys. Raises ValueError (a bad name or namespace) or
+    PrincipalExists (the name, or the namespace, is taken, whatever its case).
     """
     check_name(name)
     role = Role(role)
@@ -140,20 +180,37 @@ def create(session: Session, name: str, role: Role, *, by: Principal, at: dateti
         raise PrincipalExists(
             f"a principal named {taken!r} exists (names are not reused, whatever their case)"
         )
+    namespace = check_namespace(name if namespace is None else namespace)
+    held = session.execute(
+        select(PrincipalRecord.name).where(
+            func.lower(PrincipalRecord.namespace) == namespace.lower()
+        )
+    ).scalar()
+    if held is not None:
+        raise PrincipalExists(
+            f"namespace {namespace!r} belongs to principal {held!r} (a namespace is one "
+            "principal's, like its name): choose another with --namespace"
+        )
     token = new_token()
     session.add(
         PrincipalRecord(
             name=name,
             role=role.value,
+            namespace=namespace,
             token_sha256=token_hash(token),
             created_by=by.name,
             created_at=at,
         )
     )
     record_audit(
-        session, by=by, action="principal.added", subject=name, at=at, detail={"role": role.value}
+        session,
+        by=by,
+        action="principal.added",
+        subject=name,
+        at=at,
+        detail={"role": role.value, "namespace": namespace},
     )
-    return IssuedToken(Principal(name, role), token)
+    return IssuedToken(Principal(name, role, namespace), token)
 
 
 def authenticate(session: Session, token: str, *, at: datetime) -> Principal | None:
@@ -170,7 +227,7 @@ def authenticate(session: Session, token: str, *, at: datetime) -> Principal | N
     if row is None or row.revoked_at is not None:
         return None
     touch_last_used(session, row.id, at=at)
-    return Principal(row.name, Role(row.role))
+    return Principal(row.name, Role(row.role), row.namespace)
 
 
 def authenticate_name(
@@ -194,7 +251,7 @@ def authenticate_name(
     stored = row.token_sha256 if row is not None else token_hash(new_token())
     if not hmac.compare_digest(offered, stored) or row is None or row.revoked_at is not None:
         return None
-    principal = Principal(row.name, Role(row.role))
+    principal = Principal(row.name, Role(row.role), row.namespace)
     if not allowed(principal):
         return None
     touch_last_used(session, row.id, at=at)
@@ -286,7 +343,7 @@ def rotate(session: Session, name: str, *, by: Principal, at: datetime) -> Issue
         session, by=by, action="principal.rotated", subject=name, at=at, detail={"role": row.role}
     )
     session.flush()
-    return IssuedToken(Principal(row.name, Role(row.role)), token)
+    return IssuedToken(Principal(row.name, Role(row.role), row.namespace), token)
 
 
 def holds_token(session: Session, name: str, token: str) -> bool:

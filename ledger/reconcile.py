@@ -72,7 +72,6 @@ from sqlalchemy.orm import Session, aliased, sessionmaker
 
 from domain import channels
 from domain.clocks import iso_utc
-from domain.keys import workflow_id as workflow_id_for
 from domain.policy import Outcome
 from domain.states import AttemptState
 from ledger import repository as repo
@@ -685,7 +684,6 @@ async def _workflows_without_intent(
     ]
 
     def known(ids: list[str]) -> set[str]:
-        keys = [i.removeprefix(workflow_id_for("")) for i in ids]
         with sessions() as session:
             live = set(
                 session.execute(
@@ -693,9 +691,9 @@ async def _workflows_without_intent(
                 ).scalars()
             )
             archived = session.execute(
-                select(ArchivedIntent.business_key).where(ArchivedIntent.business_key.in_(keys))
+                select(ArchivedIntent.workflow_id).where(ArchivedIntent.workflow_id.in_(ids))
             ).scalars()
-            return live | {workflow_id_for(key) for key in archived}
+            return live | set(archived)
 
     found = await asyncio.to_thread(known, [w for w, _ in workflows])
     return [

@@ -16,13 +16,25 @@ from dataclasses import fields as dataclass_fields
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Row, Select, String, Table, any_, bindparam, exists, select, update
+from sqlalchemy import (
+    Row,
+    Select,
+    String,
+    Table,
+    any_,
+    bindparam,
+    exists,
+    select,
+    true,
+    update,
+)
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
-from domain import states
+from domain import keys, states
 from domain.keys import workflow_id as workflow_id_for
+from domain.principals import Principal
 from domain.states import AttemptState, Verdict
 from ledger import metrics
 from ledger.models import (
@@ -59,7 +71,8 @@ _DECISIONS = cast(Table, PolicyDecision.__table__)
 # execution parameters, named like the columns.
 _INSERT_OUTBOX = pg_insert(_OUTBOXES)
 _ARCHIVED_KEY = exists().where(
-    cast(Table, ArchivedIntent.__table__).c.business_key == bindparam("business_key")
+    cast(Table, ArchivedIntent.__table__).c.business_key == bindparam("business_key"),
+    cast(Table, ArchivedIntent.__table__).c.namespace == bindparam("namespace"),
 )
 _INSERT_DECISION = pg_insert(_DECISIONS).returning(_DECISIONS.c.id)
 _INSERT_ATTEMPT = (
@@ -95,6 +108,14 @@ class NotFound(LookupError):
     """No row for the id or key given."""
 
     pass
+
+
+class AmbiguousKey(NotFound):
+    """A bare business key that several namespaces hold, none of them the caller's.
+
+    Only a scope that searches anywhere (people's roles) meets it; the message names the
+    namespaces, never the key, and says to name one as `NAMESPACE~KEY`.
+    """
 
 
 @dataclass(frozen=True)
@@ -137,6 +158,8 @@ class IntentFields:
     created_by: str | None = None
     """The principal recording it (not part of the payload: who asks does not change what
     is asked)."""
+    namespace: str = keys.DEFAULT_NAMESPACE
+    """The key's namespace (domain.keys): part of the key's identity, not of the payload."""
     email_search_hmac: str | None = None
     """The console search's lookup of the email address in any letter case
     (`domain.destinations.search_form`); not part of the payload hash."""
@@ -177,35 +200,31 @@ _INSERT_INTENT = (
             ~_ARCHIVED_KEY
         ),
     )
-    .on_conflict_do_nothing(index_elements=["business_key"])
+    .on_conflict_do_nothing(index_elements=["namespace", "business_key"])
     .returning(_INTENT.id)
 )
 
 
 def record_intent(session: Session, fields: IntentFields) -> RecordedIntent:
-    """Insert the intent and its outbox row, or return the existing intent for the key."""
+    """Insert the intent and its outbox row, or return the existing intent for the key.
+
+    The key is looked for in its namespace only: another namespace's intent of the same
+    key is never met, never replayed, never a conflict.
+    """
     payload = fields.payload_sha256()
     values = {k: v for k, v in fields.__dict__.items() if k not in ("variables_sha256",)}
+    workflow_id = workflow_id_for(keys.identity(fields.namespace, fields.business_key))
     new_id = session.execute(
         _INSERT_INTENT,
-        dict(
-            id=_uuid(),
-            payload_sha256=payload,
-            workflow_id=workflow_id_for(fields.business_key),
-            **values,
-        ),
+        dict(id=_uuid(), payload_sha256=payload, workflow_id=workflow_id, **values),
     ).scalar_one_or_none()
     if new_id is not None:
         session.execute(_INSERT_OUTBOX, {"intent_id": new_id})
-        return RecordedIntent(
-            new_id,
-            workflow_id_for(fields.business_key),
-            fields.business_key,
-            True,
-            fields.created_by,
-        )
+        return RecordedIntent(new_id, workflow_id, fields.business_key, True, fields.created_by)
     existing = session.execute(
-        select(Intent).where(Intent.business_key == fields.business_key)
+        select(Intent).where(
+            Intent.namespace == fields.namespace, Intent.business_key == fields.business_key
+        )
     ).scalar_one_or_none()
     if existing is None:
         # Not inserted and no intent: the key's intent was archived (ledger/archive.py).
@@ -228,16 +247,72 @@ def _uuid() -> str:
     return str(uuid.uuid4())
 
 
-def get_intent(session: Session, id_or_key: str) -> Intent:
-    """The intent with this id or business key; raise NotFound."""
-    row = session.execute(
-        select(Intent).where((Intent.id == id_or_key) | (Intent.business_key == id_or_key))
-    ).scalar_one_or_none()
-    if row is None:
-        archived = session.execute(
-            select(ArchivedIntent.archived_at).where(
-                (ArchivedIntent.intent_id == id_or_key) | (ArchivedIntent.business_key == id_or_key)
+@dataclass(frozen=True)
+class KeyScope:
+    """Where a caller's business keys are looked up (docs/api.md "How keys are scoped")."""
+
+    namespace: str | None = None
+    """The caller's namespace, searched first; None: no namespace of its own."""
+    anywhere: bool = True
+    """Whether other namespaces are searched too (people's roles read every intent); an
+    app's scope is its namespace alone."""
+
+    @classmethod
+    def of(cls, by: Principal | None) -> KeyScope:
+        """The scope of principal `by`; None (in-process, the CLI's ledger reads): anywhere."""
+        if by is None:
+            return cls()
+        return cls(by.key_namespace, anywhere=not by.reads_only_own_intents)
+
+
+def get_intent(session: Session, id_or_key: str, scope: KeyScope | None = None) -> Intent:
+    """The intent with this id, or with this business key; raise NotFound.
+
+    A key is read as docs/api.md "How keys are scoped" says: `NS~KEY` names the key in
+    namespace NS; a bare KEY is looked up in the scope's namespace (the caller's) and
+    then, when the scope is `anywhere` (people's roles), in whichever one namespace holds
+    it. Otherwise only the caller's namespace is searched, even when `NS~KEY` names
+    another: an app never learns of another namespace's key. Several namespaces holding
+    a bare key (none of them the caller's) is NotFound naming them, to be named `NS~KEY`.
+    """
+    scope = scope or KeyScope()
+    namespace, anywhere = scope.namespace, scope.anywhere
+    named, key = keys.split_key_ref(id_or_key)
+    scopes: list[str | None]
+    if named is not None:
+        scopes = [named] if anywhere or named == namespace else []
+    else:
+        scopes = [namespace] if namespace is not None else []
+        if anywhere:
+            scopes.append(None)
+    by_key = Intent.business_key == key
+    row = session.execute(select(Intent).where(Intent.id == id_or_key)).scalar_one_or_none()
+    for space in scopes if row is None else []:
+        found = list(
+            session.execute(
+                select(Intent)
+                .where(by_key, *([Intent.namespace == space] if space is not None else []))
+                .limit(11)
+            ).scalars()
+        )
+        if len(found) == 1:
+            row = found[0]
+            break
+        if found:
+            spaces = ", ".join(sorted(i.namespace for i in found)[:10])
+            raise AmbiguousKey(
+                f"that business key is recorded in several namespaces ({spaces}): name "
+                f"one as NAMESPACE{keys.NAMESPACE_SEPARATOR}KEY"
             )
+    if row is None:
+        named_scopes = [s for s in scopes if s is not None]
+        stone_key = (ArchivedIntent.business_key == key) & (
+            true() if None in scopes else ArchivedIntent.namespace.in_(named_scopes)
+        )
+        archived = session.execute(
+            select(ArchivedIntent.archived_at)
+            .where((ArchivedIntent.intent_id == id_or_key) | stone_key)
+            .limit(1)
         ).scalar_one_or_none()
         if archived is not None:
             raise NotFound(

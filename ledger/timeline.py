@@ -33,14 +33,18 @@ def _masked_destination(cipher: FieldCipher | None, attempt: Attempt) -> str | N
 
 
 def timeline(
-    session: Session, id_or_key: str, *, cipher: FieldCipher | None = None
+    session: Session,
+    id_or_key: str,
+    *,
+    cipher: FieldCipher | None = None,
+    scope: repo.KeyScope | None = None,
 ) -> dict[str, Any]:
     """Everything the ledger knows about an intent, without any PII.
 
-    With `cipher`, each
-    attempt carries its destination masked (`+44********42`), never readable.
+    With `cipher`, each attempt carries its destination masked (`+44********42`), never
+    readable. A business key is looked up in `scope` (repository.get_intent).
     """
-    intent = repo.get_intent(session, id_or_key)
+    intent = repo.get_intent(session, id_or_key, scope)
     attempts = repo.attempts_of(session, intent.id)
     decisions = session.execute(
         select(PolicyDecision)

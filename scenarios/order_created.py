@@ -1,6 +1,6 @@
 """`order-created`: a marketplace order alert to an EU seller over email AND SMS at once.
 
-Each channel has its own channel key and attempt token (`<key>:email:1`, `<key>:sms:1`)
+Each channel has its own channel key and attempt token (`<ns>~<key>:email:1`, `<ns>~<key>:sms:1`)
 and each attempt records the exact template version and content hash it rendered. An
 operator then rolls the template back (activates the previous version): the next order
 renders the previous version, while the first order's evidence still names its own.
@@ -19,6 +19,7 @@ from typing import Any
 
 from sqlalchemy import select
 
+from domain import keys
 from domain.channels import EMAIL, SMS
 from domain.requests import NotificationRequest, PlanMode
 from ledger import timeline
@@ -92,8 +93,10 @@ async def _order(ctx: DemoContext, seller: str, order_id: str, email: str) -> di
         mail["state"] in EMAIL_REACHED,
         f"{key}: email is {mail['state']}, not sent (SMTP 250) or delivered (provider event)",
     )
+    # The key in its namespace (the in-process client's: docs/api.md, "How keys are scoped").
+    identity = keys.identity(ctx.client.namespace, key)
     expect(
-        sms["token"] == f"{key}:sms:1" and mail["token"] == f"{key}:email:1",
+        sms["token"] == f"{identity}:sms:1" and mail["token"] == f"{identity}:email:1",
         f"{key}: channel tokens are {sms['token']} and {mail['token']}",
     )
     return doc

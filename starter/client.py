@@ -48,7 +48,7 @@ from activities.contracts import (
     SettleRequest,
     SettleResult,
 )
-from domain import key_privacy, proof
+from domain import key_privacy, keys, proof
 from domain.principals import Principal
 from domain.requests import NotificationRequest
 from ledger import intake, settlements, timeline
@@ -156,8 +156,12 @@ class HeraldClient:
         task_queue: str = "herald",
         retention_days: int = 30,
         policy_name: str = "default",
+        namespace: str = keys.DEFAULT_NAMESPACE,
     ) -> None:
+        """`namespace`: where the keys this client records with no principal live
+        (HERALD_KEY_NAMESPACE; an intent recorded `by` a principal is in the principal's)."""
         self.temporal = temporal
+        self.namespace = keys.validate_namespace(namespace)
         self.sessions = sessions
         self._cipher = cipher
         self._task_queue = task_queue
@@ -185,19 +189,23 @@ class HeraldClient:
             task_queue=cfg.task_queue,
             retention_days=cfg.pii_retention_days,
             policy_name=cfg.policy_name,
+            namespace=cfg.key_namespace,
         )
 
     # --- apps ------------------------------------------------------------------------
 
     def record(
-        self, session: Session, request: NotificationRequest, *, created_by: str | None = None
+        self, session: Session, request: NotificationRequest, *, by: Principal | None = None
     ) -> IntentRef:
         """Add the intent and its outbox row to the caller's transaction (no commit here).
-        `created_by` is the authenticated principal recording it (the API passes it)."""
-        return self._record(session, request, created_by=created_by)[0]
+
+        `by` is the authenticated principal recording it (the API passes it): the intent
+        names it, and its key lives in the principal's namespace. Without one (a Python
+        app in-process), the key lives in this client's `namespace`."""
+        return self._record(session, request, by=by)[0]
 
     def _record(
-        self, session: Session, request: NotificationRequest, *, created_by: str | None = None
+        self, session: Session, request: NotificationRequest, *, by: Principal | None = None
     ) -> tuple[IntentRef, repo.IntentFields]:
         fields = intake.validate(
             session,
@@ -205,8 +213,9 @@ class HeraldClient:
             self._cipher,
             now=datetime.now(UTC),
             retention_days=self._retention_days,
+            namespace=by.key_namespace if by is not None else self.namespace,
         )
-        fields = replace(fields, created_by=created_by)
+        fields = replace(fields, created_by=by.name if by is not None else None)
         recorded = repo.record_intent(session, fields)
         ref = IntentRef(
             recorded.intent_id,
@@ -218,19 +227,20 @@ class HeraldClient:
         return ref, fields
 
     async def notify(
-        self, request: NotificationRequest, *, created_by: str | None = None
+        self, request: NotificationRequest, *, by: Principal | None = None
     ) -> IntentRef:
         """Record the intent in its own transaction, then start its workflow at once.
 
         A crash between the two is healed by the outbox relay; a second call with the same
-        business key returns the existing intent and starts nothing new. `created_by` is
-        the principal recording it, when one signed in (`herald send` passes it).
+        business key (in the same namespace) returns the existing intent and starts
+        nothing new. `by` is the principal recording it, when one signed in (`herald
+        send` passes it), as for `record`.
         """
 
         def work() -> tuple[IntentRef, StartOptions]:
             with self.sessions.begin() as session:
                 # An existing intent with this key has the same payload (or record raised).
-                ref, fields = self._record(session, request, created_by=created_by)
+                ref, fields = self._record(session, request, by=by)
                 return ref, self._start_options_of(ref.intent_id, fields)
 
         ref, start = await asyncio.to_thread(work)
@@ -376,9 +386,9 @@ class HeraldClient:
 
     def _resolve(self, id_or_key: str, by: Principal | None) -> tuple[str, str, str]:
         with self.sessions() as session:
-            intent = repo.get_intent(session, id_or_key)
+            intent = repo.get_intent(session, id_or_key, repo.KeyScope.of(by))
             if by is not None and not by.reads_intent_of(intent.created_by):
-                # Another app's intent is as unknown to this one as a missing one.
+                # Another app's intent (named by its id) is as unknown as a missing one.
                 raise repo.NotFound("no intent with that id or business key")
             return intent.id, intent.workflow_id, intent.country
 
@@ -387,8 +397,9 @@ class HeraldClient:
     ) -> tuple[str, WorkflowHandle[Any, Any], bool]:
         """The intent's id, its workflow's handle and whether it runs, once each of the
         operator's `notes` (field -> text) is known to hold no contact data: they go into
-        the workflow's history and every timeline (NoteRefused otherwise). With `by`, only
-        an intent `by` may read is found: an app acts on its own intents alone."""
+        the workflow's history and every timeline (NoteRefused otherwise). A business key
+        is looked up in `by`'s scope (repository.KeyScope), and only an intent `by` may
+        read is found: an app acts on its own intents alone."""
         intent_id, workflow_id, country = await asyncio.to_thread(self._resolve, id_or_key, by)
         key_privacy.refuse_unfit_notes(notes, country=country)
         handle = self.temporal.get_workflow_handle(workflow_id)
@@ -644,9 +655,13 @@ class HeraldClient:
             return await handle.query(NotificationWorkflow.projection)
         return (await asyncio.to_thread(self.timeline, id_or_key))["intent"]
 
-    def timeline(self, id_or_key: str) -> dict[str, Any]:
+    def timeline(self, id_or_key: str, *, by: Principal | None = None) -> dict[str, Any]:
+        """The intent's timeline; a business key is looked up in `by`'s scope (an app's:
+        its namespace alone; docs/api.md "How keys are scoped")."""
         with self.sessions() as session:
-            return timeline.timeline(session, id_or_key, cipher=self._cipher)
+            return timeline.timeline(
+                session, id_or_key, cipher=self._cipher, scope=repo.KeyScope.of(by)
+            )
 
     async def _record_action(
         self,

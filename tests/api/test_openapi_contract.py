@@ -82,6 +82,7 @@ DOMAIN_RULES: dict[tuple[str, str], tuple[str, ...]] = {
     ("/v1/intents", "cursor"): ("cursor.issued",),
     ("/v1/erasures", "value"): ("recipient.valid",),
     ("/v1/erasures", "reason"): REASON_RULES,
+    ("/v1/principals", "namespace"): ("business_key.no_contact_data",),
 }
 """Where schema-valid data may still be refused, and for which named rules: those an
 OpenAPI schema cannot express (a number valid in its country's plan, a zone the IANA

@@ -80,7 +80,9 @@ async def test_send_show_and_cancel_through_the_cli(stack):
     shown = as_json(herald(stack, "show", key, "--json"))
     assert shown["intent"]["state"] == "delivered"
     assert shown["intent"]["created_by"]  # the token's principal, as the API records it
-    assert shown["attempts"][0]["token"] == f"{key}:sms:1"
+    # The key in the sending principal's namespace (its name).
+    namespace = shown["intent"]["created_by"]
+    assert shown["attempts"][0]["token"] == f"{namespace}~{key}:sms:1"
     text = herald(stack, "show", key)
     assert text.returncode == 0 and "delivered" in text.stdout and PHONE not in text.stdout
 

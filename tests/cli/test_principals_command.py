@@ -183,3 +183,35 @@ def test_an_empty_reason_is_refused_as_the_api_refuses_it(
 ) -> None:
     refused = _herald(cli_ledger, *args, "--reason", reason)
     assert "--reason: say why in words" in assert_one_line_error(refused, args[0])
+
+
+def test_an_app_is_added_with_its_key_namespace_and_a_bad_or_taken_one_is_one_line(
+    cli_ledger: Ledger,
+) -> None:
+    name, namespace = f"app-{uuid.uuid4().hex[:8]}", f"shop-{uuid.uuid4().hex[:8]}"
+    added = _herald(
+        cli_ledger, "principals", "add", name, "--role", "app", "--namespace", namespace, "--json"
+    ).json()
+    assert added["namespace"] == namespace
+    # Without one, a principal's keys are in its own name.
+    other = f"app-{uuid.uuid4().hex[:8]}"
+    assert (
+        _herald(cli_ledger, "principals", "add", other, "--role", "app", "--json").json()[
+            "namespace"
+        ]
+        == other
+    )
+    listed = {p["name"]: p for p in _herald(cli_ledger, "principals", "list", "--json").json()}
+    assert (listed[name]["namespace"], listed[other]["namespace"]) == (namespace, other)
+
+    taken = _herald(
+        cli_ledger, "principals", "add", f"app-{uuid.uuid4().hex[:8]}", "--role", "app",
+        "--namespace", namespace.upper(),
+    )  # fmt: skip
+    assert f"belongs to principal '{name}'" in assert_one_line_error(taken, "principals")
+    phone = _herald(
+        cli_ledger, "principals", "add", f"app-{uuid.uuid4().hex[:8]}", "--role", "app",
+        "--namespace", "shop-447911123456",
+    )  # fmt: skip
+    message = assert_one_line_error(phone, "principals")
+    assert "business_key.no_contact_data" in message and "447911" not in message

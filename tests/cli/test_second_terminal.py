@@ -180,6 +180,12 @@ def _show(stack: Stack, key: str) -> dict[str, Any]:
     return json.loads(done.stdout)
 
 
+def _workflow_of(stack: Stack, key: str) -> str:
+    """The intent's workflow id: its key in the recording principal's namespace."""
+    workflow_id: str = _show(stack, key)["intent"]["workflow_id"]
+    return workflow_id
+
+
 def _wait_for_state(stack: Stack, key: str, state: str, within: float = 60) -> dict[str, Any]:
     deadline = time.monotonic() + within
     while True:
@@ -268,14 +274,12 @@ def test_reconcile_with_workflows_files_what_a_restore_leaves(dev: Stack) -> Non
 
     kept = _scheduled_intent(dev, "class-opening:c-9085")
     lost = _scheduled_intent(dev, "class-opening:c-9086")
+    kept_workflow, lost_workflow = _workflow_of(dev, kept), _workflow_of(dev, lost)
     # Temporal restored older than the ledger: it no longer has `kept`'s workflow.
-    gone = _temporal(dev, "workflow", "delete", "--yes", "--workflow-id", f"notification:{kept}")
+    gone = _temporal(dev, "workflow", "delete", "--yes", "--workflow-id", kept_workflow)
     assert gone.returncode == 0, gone.stderr
     deadline = time.monotonic() + 60
-    while (
-        _temporal(dev, "workflow", "describe", "--workflow-id", f"notification:{kept}").returncode
-        == 0
-    ):
+    while _temporal(dev, "workflow", "describe", "--workflow-id", kept_workflow).returncode == 0:
         assert time.monotonic() < deadline, "Temporal never deleted the workflow"
         time.sleep(0.5)
     # The ledger restored older than Temporal: it no longer has `lost`'s intent.
@@ -294,21 +298,21 @@ def test_reconcile_with_workflows_files_what_a_restore_leaves(dev: Stack) -> Non
     first = dev.herald(*args).json()
     found = {(r["kind"], r["subject"]) for r in first["rows"]}
     assert ("intent_without_workflow", f"intent:{kept_id}") in found
-    assert ("workflow_without_intent", f"workflow:notification:{lost}") in found
+    assert ("workflow_without_intent", f"workflow:{lost_workflow}") in found
     again = dev.herald(*args).json()
     mine = {(r["kind"], r["subject"]) for r in again["rows"]} & {
         ("intent_without_workflow", f"intent:{kept_id}"),
-        ("workflow_without_intent", f"workflow:notification:{lost}"),
+        ("workflow_without_intent", f"workflow:{lost_workflow}"),
     }
     # The intent is marked (not found again); the workflow is found again, filed once.
-    assert mine == {("workflow_without_intent", f"workflow:notification:{lost}")}
+    assert mine == {("workflow_without_intent", f"workflow:{lost_workflow}")}
     [mark] = [a for a in _show(dev, kept)["operator_actions"] if a["action"] == "workflow-missing"]
     assert (mark["operator"], mark["outcome"]) == ("reconciler", "marked")
 
 
 def test_temporal_workflow_cancel_takes_the_herald_cancel_path(dev: Stack) -> None:
     key = _scheduled_intent(dev, "class-opening:c-9083")
-    workflow_id = f"notification:{key}"
+    workflow_id = _workflow_of(dev, key)
     # The CLI sends no reason with a single workflow's cancel (`--reason` is for batches).
     done = _temporal(dev, "workflow", "cancel", "--workflow-id", workflow_id)
     assert done.returncode == 0, done.stderr
@@ -337,7 +341,7 @@ def test_a_temporal_update_claiming_root_is_recorded_as_an_unauthenticated_calle
     dev: Stack,
 ) -> None:
     key = _scheduled_intent(dev, "class-opening:c-9086")
-    workflow_id = f"notification:{key}"
+    workflow_id = _workflow_of(dev, key)
     # What an engineer can type: the update carries any operator it likes, no proof.
     done = _temporal(
         dev, "workflow", "update", "execute", "--workflow-id", workflow_id, "--name", "cancel",
@@ -367,7 +371,7 @@ async def test_a_terminated_workflow_becomes_a_review_item_after_one_reconcile_p
     from ledger.models import ReviewItem
 
     key = _scheduled_intent(dev, "class-opening:c-9084")
-    workflow_id = f"notification:{key}"
+    workflow_id = _workflow_of(dev, key)
     done = _temporal(dev, "workflow", "terminate", "--workflow-id", workflow_id, "--reason", "x")
     assert done.returncode == 0, done.stderr
     intent_id = _show(dev, key)["intent"]["id"]
@@ -674,6 +678,8 @@ def _sample_pattern(line: str, key: str) -> re.Pattern[str]:
     # An id shown by its first characters (`7b1b5a7e-...`, `SM8db5691d...`) is any id.
     text = re.escape(re.sub(r"[\w-]*\.\.\.", "...", line))
     text = text.replace(re.escape("..."), ".*")
+    # `ana~`: the sending principal's key namespace (the user's admin, named after them).
+    text = text.replace(re.escape("ana~"), r"[\w.-]+~")
     text = re.sub(
         r"2026\\-12\\-06T\d\d:\d\d:\d\d\\.\d{3}", r"\\d{4}-\\d\\d-\\d\\dT[\\d:.]{12}", text
     )
@@ -723,7 +729,7 @@ def test_the_readmes_temporal_update_example_works_as_written(dev: Stack) -> Non
     argv = shlex.split(
         example.group(1)
         .replace("127.0.0.1:57233", dev.addresses["temporal"])
-        .replace("notification:KEY", f"notification:{key}")
+        .replace("notification:NS~KEY", _workflow_of(dev, key))
     )
     done = subprocess.run(
         [str(find_binary("temporal")), *argv[1:]], capture_output=True, text=True, timeout=60

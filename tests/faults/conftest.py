@@ -105,7 +105,10 @@ class Faults:
         return self.client.timeline(key)
 
     def token(self, key: str) -> str:
-        return f"{key}:sms:1"
+        # The key in the client's namespace (in-process: HERALD_KEY_NAMESPACE's).
+        from domain import keys
+
+        return keys.attempt_token(keys.identity(self.client.namespace, key), "sms", 1)
 
     async def until(self, predicate, *, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
         """Wait for an async condition with a deadline (no sleeps that hope)."""

@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from domain.key_privacy import RULE, ContactDataInKey, refuse_contact_data
+from domain.key_privacy import (
+    RULE,
+    ContactDataInKey,
+    refuse_contact_data,
+    refuse_contact_data_in_namespace,
+)
 
 
 @pytest.mark.parametrize(
@@ -73,3 +78,20 @@ def test_a_reason_is_worded_only_with_a_visible_character(text: str, worded: boo
         with pytest.raises(UnwordedNote, match="rule reason.worded"):
             refuse_unfit_notes({"reason": text}, country=None)
     refuse_unfit_notes({"reference": text}, country=None)  # a reference may be empty
+
+
+@pytest.mark.parametrize(
+    ("namespace", "kind"),
+    [("shop-447911123456", "phone number"), ("ann.lee@example.com", "email address")],
+)
+def test_a_namespace_is_held_to_the_rule_of_keys_without_echoing_it(namespace, kind) -> None:
+    # A namespace enters every workflow id of its keys (notification:<ns>~<key>).
+    with pytest.raises(ContactDataInKey) as refused:
+        refuse_contact_data_in_namespace(namespace)
+    assert RULE in str(refused.value) and kind in str(refused.value)
+    assert namespace not in str(refused.value) and "447911" not in str(refused.value)
+
+
+@pytest.mark.parametrize("namespace", ["shop", "billing-eu", "app-2026.12"])
+def test_an_apps_name_is_a_fine_namespace(namespace) -> None:
+    refuse_contact_data_in_namespace(namespace)

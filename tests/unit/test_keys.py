@@ -6,8 +6,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from domain import keys
 from domain.channels import NAMES, UnknownChannel
 from domain.keys import (
+    MAX_KEY_LENGTH,
     AttemptToken,
     InvalidKey,
     attempt_token,
@@ -89,3 +91,45 @@ def test_an_attempt_token_on_an_unknown_channel_is_refused() -> None:
 def test_the_content_hash_is_the_same_for_text_and_its_bytes() -> None:
     assert content_sha256("héllo") == content_sha256("héllo".encode())
     assert len(content_sha256("")) == 64
+
+
+def test_a_keys_identity_is_its_namespace_then_the_key_and_never_reads_as_a_bare_key() -> None:
+    key = "order-created:o-77"
+    identity = keys.identity("shop", key)
+    assert identity == "shop~order-created:o-77"
+    assert keys.workflow_id(identity) == "notification:shop~order-created:o-77"
+    assert keys.attempt_token(identity, "sms", 1) == "shop~order-created:o-77:sms:1"
+    assert parse_attempt_token(keys.attempt_token(identity, "email", 2)).business_key == identity
+    # `~` is never in a key: no identity is a key recorded before namespaces.
+    with pytest.raises(InvalidKey):
+        validate_business_key(identity)
+
+
+def test_the_identity_of_a_workflow_id_gives_each_scheme_its_own_tokens() -> None:
+    assert keys.identity_of_workflow("notification:shop~order-created:o-77") == (
+        "shop~order-created:o-77"
+    )
+    # An intent recorded before namespaces keeps its bare-key tokens.
+    legacy = keys.identity_of_workflow("notification:order-created:o-77")
+    assert keys.attempt_token(legacy, "email", 1) == "order-created:o-77:email:1"
+    with pytest.raises(InvalidKey):
+        keys.identity_of_workflow("other:order-created:o-77")
+
+
+@pytest.mark.parametrize("namespace", ["", "-shop", "shop~eu", "shop/eu", "a" * 81, "shöp"])
+def test_a_malformed_namespace_is_refused(namespace: str) -> None:
+    with pytest.raises(InvalidKey, match="namespace"):
+        keys.identity(namespace, "order-created:o-77")
+
+
+def test_a_key_and_its_namespace_fit_the_identitys_length_together() -> None:
+    namespace = "n" * 40
+    longest = "e:" + "k" * (MAX_KEY_LENGTH - 41 - 2)
+    assert len(keys.identity(namespace, longest)) == MAX_KEY_LENGTH
+    with pytest.raises(InvalidKey, match=f"longer than {MAX_KEY_LENGTH - 41} characters"):
+        keys.identity(namespace, longest + "k")
+
+
+def test_a_key_is_named_in_a_namespace_with_a_tilde() -> None:
+    assert keys.split_key_ref("shop~order-created:o-77") == ("shop", "order-created:o-77")
+    assert keys.split_key_ref("order-created:o-77") == (None, "order-created:o-77")

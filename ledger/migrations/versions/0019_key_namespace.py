@@ -8,7 +8,7 @@ is placed in its recorder's namespace, so the app that recorded it still replays
 and cancels it by key: `created_by`, else the starter client's default namespace.
 
 Revision ID: 0019
-Revises: 0017
+Revises: 0018
 Create Date: 2026-12-07 20:00:00
 """
 
@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0019"
-down_revision = "0017"
+down_revision = "0018"
 branch_labels = None
 depends_on = None
 

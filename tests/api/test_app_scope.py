@@ -18,21 +18,13 @@ from domain.principals import Role
 from ledger import principals
 from ledger.artifacts import FolderArtifactStore, PostgresArtifactStore
 from ledger.models import ArtifactContent, AuditEvent, Consent, OperatorAction
+from tests.activities.test_email_send import VARIABLES as ITINERARY
 from tests.api.conftest import BEARER, random_mobile
 from tests.conftest import unique
 
 pytestmark = pytest.mark.ledger
 
 CSV = b"session_id,hands\ngs-1,184\n"
-ITINERARY = {
-    "first_name": "Ada",
-    "flight": "HR 204",
-    "origin": "LHR",
-    "destination": "OSL",
-    "new_departure": "14:05",
-    "old_departure": "12:40",
-    "trip_url": "https://x.test/t",
-}
 
 
 def app_principal(committed: sessionmaker[Session]) -> tuple[str, dict[str, str]]:

@@ -140,7 +140,9 @@ def test_ctrl_c_during_send_wait_says_the_notification_goes_ahead(dev: Stack, me
     finally:
         if waiting.poll() is None:
             waiting.kill()
-    assert waiting.returncode == 130, (out, err)  # what it said, if it ended by itself
+    if waiting.returncode != 130:  # it ended by itself: all it said, in the failure's report
+        print(f"send --wait's stdout:\n{out}\nits stderr:\n{err}")
+    assert waiting.returncode == 130
     assert err.strip().splitlines() == [
         f"herald send: stopped waiting; the notification {key} goes ahead: follow it with "
         f"`herald show {key} --follow`, or stop it with `herald cancel {key} --reason TEXT`"

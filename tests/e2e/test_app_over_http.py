@@ -13,19 +13,10 @@ import pytest
 from domain.principals import Role
 from ledger import principals
 from scenarios.base import EMAIL_REACHED
+from tests.activities.test_email_send import VARIABLES as ITINERARY
 from tests.conftest import key_id, until
 
 pytestmark = pytest.mark.e2e
-
-ITINERARY = {
-    "first_name": "Ada",
-    "flight": "HR 204",
-    "origin": "LHR",
-    "destination": "OSL",
-    "new_departure": "14:05",
-    "old_departure": "12:40",
-    "trip_url": "https://x.test/t",
-}
 
 
 def app_token(stack) -> tuple[str, dict[str, str]]:  # type: ignore[no-untyped-def]

@@ -272,3 +272,27 @@ def attempt_state(sessions: sessionmaker[Session], attempt_id: int) -> str:
 def observation_count(engine: Engine) -> int:
     with engine.connect() as conn:
         return conn.execute(select(func.count()).select_from(Observation)).scalar_one()
+
+
+def production_api_env(pg_url: str, time_env, data_dir) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    """The environment of a `herald api` run as production runs it, on the test's ledger
+    and time-skipping Temporal: every secret given, and the addresses production takes no
+    dev default for (the API sends nothing, so nothing is ever asked of these hosts)."""
+    import os
+
+    from tests.conftest import TEST_KEYRING
+
+    return {
+        **os.environ,
+        "HERALD_ENV": "production",
+        "HERALD_DATA_DIR": str(data_dir),
+        "HERALD_DATABASE_URL": pg_url,
+        "HERALD_TEMPORAL_ADDRESS": time_env.client.service_client.config.target_host,
+        "HERALD_OPERATOR_TOKEN": "cli-test-token",
+        "HERALD_SMS_AUTH_TOKEN": "cli-test-sms-token",
+        "HERALD_UNSUBSCRIBE_SECRET": "cli-test-unsubscribe",
+        "HERALD_DATA_KEY": TEST_KEYRING,
+        "HERALD_PUBLIC_BASE_URL": PUBLIC_BASE,
+        "HERALD_SMS_BASE_URL": "https://api.twilio.example.com",
+        "HERALD_SMTP_HOST": "smtp.example.com",
+    }

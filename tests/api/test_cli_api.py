@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -12,7 +11,7 @@ import httpx
 import pytest
 
 from devstack import free_port
-from tests.conftest import TEST_KEYRING
+from tests.api.conftest import production_api_env
 
 HERALD = str(Path(sys.executable).with_name("herald"))
 
@@ -36,22 +35,7 @@ def test_herald_api_serves_health_metrics_guards_operator_routes_and_logs_no_con
     pg_url, time_env, tmp_path
 ):
     port = free_port()
-    env = {
-        **os.environ,
-        "HERALD_ENV": "production",
-        "HERALD_DATA_DIR": str(tmp_path),
-        "HERALD_DATABASE_URL": pg_url,
-        "HERALD_TEMPORAL_ADDRESS": time_env.client.service_client.config.target_host,
-        "HERALD_OPERATOR_TOKEN": "cli-test-token",
-        "HERALD_SMS_AUTH_TOKEN": "cli-test-sms-token",
-        "HERALD_UNSUBSCRIBE_SECRET": "cli-test-unsubscribe",
-        "HERALD_DATA_KEY": TEST_KEYRING,
-        # Production takes no dev default: where providers call back and messages go (the
-        # API sends nothing, so nothing is ever asked of these hosts).
-        "HERALD_PUBLIC_BASE_URL": "https://herald.example.com",
-        "HERALD_SMS_BASE_URL": "https://sms.example.com",
-        "HERALD_SMTP_HOST": "smtp.example.com",
-    }
+    env = production_api_env(pg_url, time_env, tmp_path)
     proc = subprocess.Popen(
         [HERALD, "api", "--port", str(port)],
         env=env,

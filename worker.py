@@ -65,7 +65,7 @@ from transports.sms import SmsTransport
 from transports.telnyx import TelnyxSms
 from transports.twilio import TwilioSms
 from workflows.maintenance import MaintenanceWorkflow
-from workflows.notification import PATCHES, NotificationWorkflow
+from workflows.notification import NotificationWorkflow
 
 log = logging.getLogger("herald.worker")
 
@@ -213,7 +213,6 @@ def build_workers(
         retention_days=cfg.pii_retention_days,
         senders=senders,
         default_providers={channels.EMAIL.name: (cfg.resolved_email_provider,)},
-        workflow_patches=PATCHES,
     )
     sms_acts = SmsActivities(
         sms,

@@ -106,8 +106,6 @@ class CarriedState:
     settlement_rules: list[SettlementRuleFacts] = field(default_factory=list)
     lookups: dict[str, datetime] = field(default_factory=dict)
     """When each attempt was last looked up at the provider through this workflow."""
-    settling: bool = False
-    """The run that carried it was past SETTLE_UNKNOWN (workflows.notification)."""
 
 
 @dataclass
@@ -157,13 +155,6 @@ class IntentFacts:
     settlement_window_seconds: float = 0.0
     """How long after an unknown verdict the workflow waits for a settlement (the active
     policy's [settlement] window); 0 in results recorded before settlements existed."""
-    born_with: list[str] = field(default_factory=list)
-    """The workflow patches the code that loaded these facts already has (the worker's
-    workflow code, handed to this activity by worker.py). A run takes the new path of each
-    of them from its first task without asking `workflow.patched`, so it records neither
-    a patch marker nor the TemporalChangeVersion upsert the SDK adds to each. Recorded in
-    the local activity's marker, so a replay, on any later code, sees what the run was
-    born with; results recorded before the field decode as empty (every patch asked)."""
 
 
 @dataclass

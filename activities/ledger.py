@@ -4,7 +4,7 @@ operator actions. Each is one database transaction; the rules come from `domain`
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any, cast
 
@@ -136,14 +136,10 @@ class LedgerActivities:
         retention_days: int = 30,
         senders: SenderBook | None = None,
         default_providers: Mapping[str, tuple[str, ...]] | None = None,
-        workflow_patches: Sequence[str] = (),
     ) -> None:
         """`default_providers`: channel -> provider aliases where the policy names none
-        (settings: HERALD_EMAIL_PROVIDER); else the registry's defaults.
-        `workflow_patches`: the patches of the workflow code this worker runs, which
-        `load_intent` hands a new run as `IntentFacts.born_with` (worker.py passes them)."""
+        (settings: HERALD_EMAIL_PROVIDER); else the registry's defaults."""
         self._default_providers = dict(default_providers or {})
-        self._workflow_patches = list(workflow_patches)
         self._sessions = sessions
         self._tx = Transactions(sessions)
         self._cipher = cipher
@@ -181,7 +177,6 @@ class LedgerActivities:
                 resend_window_seconds=float(getattr(rule, "resend_window_seconds", 3600)),
                 submit_window_seconds=float(getattr(rule, "submit_window_seconds", 600)),
                 settlement_window_seconds=float(pol.settlement.window_seconds),
-                born_with=self._workflow_patches,
             )
 
         return await self._tx(work)

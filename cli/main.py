@@ -192,8 +192,8 @@ async def _awaiting_operator_note(cfg: settings_module.Settings, doc: dict[str, 
 
     Only asked of Temporal when the ledger allows it (a retryable failure or an unknown),
     and only as an addition: `herald show` works from the ledger alone when Temporal is
-    down, without this line. Workflows since SETTLE_UNKNOWN record what they wait for in
-    the ledger (`_waiting_note`); Temporal is asked only about older ones."""
+    down, without this line. The workflow records what it waits for in the ledger
+    (`_waiting_note`); Temporal is asked only when the ledger says nothing."""
     from temporalio.service import RPCError
 
     if doc["intent"]["state"] not in ("failed", "undelivered", "unknown"):

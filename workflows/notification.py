@@ -100,39 +100,6 @@ RECORD_OPERATOR_ACTION = "record_operator_action"
 RECORD_SETTLEMENT = "record_settlement"
 RECORD_WAITING = "record_waiting"
 
-EMAIL_SENT_REACHES = "email-sent-reaches"
-"""Patch id: an accepted email (`sent`) reaches the person (domain.fallback). Workflows that
-started before it fell back to the next channel after an accepted email; on replay they
-keep doing so."""
-
-EMAIL_EVENTS = "email-events"
-"""Patch id: an email a provider accepted with events to follow (SendGrid's 202, the
-attempt's `submitted`) is followed until a final event (delivered, bounce, dropped)
-signals it or the policy's events horizon passes, when `sent` is recorded. Runs before it
-never saw a `submitted` email (SMTP answers `sent`); the marker is asked for only there."""
-
-UNKNOWN_WITHOUT_LOOKUP_STAYS = "unknown-without-lookup-stays"
-"""Patch id: a channel whose provider has no lookup (email) that ends `unknown` (a lost
-send answer) is not followed by the next channel: an email-first plan falls back only on
-a bounce or a drop. Runs before it followed the policy's `fallback_when_unresolved` there
-too; the marker is asked for only in that case."""
-
-AUTHORIZE_LOCAL = "authorize-local"
-"""Patch id: `authorize` runs as a local activity (one workflow task and one activity task
-fewer per attempt). Workflows that started before it schedule it as an activity; on
-replay they keep doing so."""
-
-OUTCOME_ATTRIBUTES = "outcome-attributes"
-"""Patch id: the run's end upserts HeraldOutcome and HeraldChannelsUsed. Runs that started
-before it end with HeraldState alone (and no upsert at all when it already held the
-outcome); on replay they keep doing so."""
-
-PROVIDER_FAILOVER = "provider-failover"
-"""Patch id: with more than one provider routed for a channel that fails over, a
-definitive provider-side refusal (or a lost create the lookup found absent) moves to the
-next provider as the next attempt (domain.failover). Runs that started before it never
-asked; an attempt with one provider never asks either, so its history is unchanged."""
-
 LOOKUP_WINDOW = settlement.LOOKUP_WINDOW
 
 ALL_REFUSED_WAIT = timedelta(minutes=1)
@@ -141,51 +108,10 @@ reasons and none said when it would take work again (an open circuit says)."""
 
 MAX_REFUSED_WAIT = timedelta(minutes=15)
 """The longest wait between tries while the providers keep refusing for their own reasons
-(since PROVIDER_REFUSAL_DEFERS): each wait is at least twice the one before, up to this, so
-an account refused for a whole day costs about a hundred tries (attempts in the ledger,
-events in the history), not thousands, and a fixed account is used within this long."""
-
-SETTLE_UNKNOWN = "settle-unknown"
-"""Patch id: an `unknown` attempt waits for a person's settlement until the policy's window
-closes (its review item filed at once), a resend needs a retryable failure or a
-settlement whose rule allows one (`unknown` alone, even reconciled, no longer does), and
-the workflow records in the ledger what it waits for and until when. Runs that started
-before it finish at the horizon verdict, or wait in the resend window without recording
-it; on replay they keep doing so."""
-
-LOCAL_AUTHORIZE_FAILURE = "local-authorize-failure"
-"""Patch id: a permanent failure of the local `authorize` (a data key the worker's ring
-cannot read, a template that does not render, no destination) fails its channel with the
-reason (`prepare.failed`), as the scheduled activity's failure always did. The SDK raises a
-local activity's failure as its ApplicationError itself, not wrapped in an ActivityError,
-so such runs failed the whole workflow instead. Runs before it fail so on replay; the
-marker is asked for only on that failure."""
-
-PROVIDER_REFUSAL_DEFERS = "provider-refusal-defers"
-"""Patch id: a refusal about the provider (its account: credentials, suspension,
-permissions; or its open circuit) that no other provider may take defers the channel until
-the provider may take work again, then tries it as a new attempt, however many providers
-the channel has; at the business expiry the channel ends `expired`, never `failed`
-(docs/transports.md, "Account refusals"). Runs before it failed the channel there (a lone
-provider's refusal, or every provider's at the expiry); the marker is asked for only
-there."""
-
-PATCHES = (
-    EMAIL_SENT_REACHES,
-    EMAIL_EVENTS,
-    UNKNOWN_WITHOUT_LOOKUP_STAYS,
-    AUTHORIZE_LOCAL,
-    OUTCOME_ATTRIBUTES,
-    PROVIDER_FAILOVER,
-    SETTLE_UNKNOWN,
-    LOCAL_AUTHORIZE_FAILURE,
-    PROVIDER_REFUSAL_DEFERS,
-)
-"""Every patch of this code. The worker hands them to `load_intent`, so a run it starts is
-born with them (`IntentFacts.born_with`) and never asks `workflow.patched` for these ids:
-no patch markers, and none of the TemporalChangeVersion upserts the SDK adds to each (two
-or three per intent). A patch added later is asked for as usual until it joins this
-list; runs recorded before the list (or before a patch joined it) replay as they ran."""
+(docs/transports.md, "Account refusals"): each wait is at least twice the one before, up
+to this, so an account refused for a whole day costs about a hundred tries (attempts in
+the ledger, events in the history), not thousands, and a fixed account is used within
+this long."""
 
 SETTLEMENT_REFUSED = "SettlementRefused"
 """The type of the error a `settle` update fails with when the ledger refuses what the
@@ -197,7 +123,9 @@ TEMPORAL_CANCEL_OPERATOR = "temporal"
 recorded under; the ledger activity adds the request's identity from the history."""
 
 MIN_DEFER = timedelta(seconds=1)
-"""The shortest wait after a deferring policy decision (since AUTHORIZE_LOCAL)."""
+"""The shortest wait after a deferring policy decision: the local `authorize` runs on the
+worker's clock, and one that defers to a moment the workflow clock has passed waits this
+long rather than asking again in the same workflow task."""
 
 SEND_HEARTBEAT_TIMEOUT = timedelta(seconds=10)
 """The SMS submit heartbeats (activities.heartbeating): a worker that dies mid-submit is
@@ -249,8 +177,7 @@ class NotificationWorkflow:
         self._resend: ResendRequest | None = None
         self._error_codes: dict[str, str] = {}
         self._continued = False
-        # Settling ambiguity (since SETTLE_UNKNOWN).
-        self._settling = False
+        # Settling ambiguity: the window opens when an attempt ends `unknown`.
         self._settle_until: datetime | None = None
         self._settle_rules: list[SettlementRuleFacts] = []
         self._settlements: dict[str, SettlementStanding] = {}
@@ -272,8 +199,7 @@ class NotificationWorkflow:
 
     # Each operator action is a signal and an update of the same name (the SDK keeps the
     # two kinds apart): `temporal workflow update execute --name cancel` reads as what it
-    # does. The updates were first registered as `cancel_update` / `approve_resend_update`;
-    # those names stay as aliases, so a client of that time and recorded histories still work.
+    # does.
 
     @workflow.signal(
         name=CANCEL,
@@ -289,10 +215,6 @@ class NotificationWorkflow:
         'carrier. {"operator": "...", "reason": "..."}',
     )
     async def cancel_update(self, request: CancelRequest) -> CancelResult:
-        return await self._cancel(request)
-
-    @workflow.update(name="cancel_update", description="The first name of `cancel`.")
-    async def cancel_update_alias(self, request: CancelRequest) -> CancelResult:
         return await self._cancel(request)
 
     @workflow.signal(
@@ -329,16 +251,6 @@ class NotificationWorkflow:
         refusal = self._resend_refusal(request)
         if refusal:
             raise ValueError(refusal)
-
-    @workflow.update(
-        name="approve_resend_update", description="The first name of `approve_resend`."
-    )
-    async def approve_resend_update_alias(self, request: ResendRequest) -> ResendResult:
-        return await self._accept_resend(request)
-
-    @approve_resend_update_alias.validator
-    def _validate_resend_alias(self, request: ResendRequest) -> None:
-        self._validate_resend(request)
 
     @workflow.update(
         name=SETTLE,
@@ -402,7 +314,7 @@ class NotificationWorkflow:
 
     @lookup_update.validator
     def _validate_lookup(self, request: LookupRequest) -> None:
-        if not self._settling or self._settle_until is None:
+        if self._settle_until is None:
             raise ValueError("the intent is not waiting for a settlement")
         token = self._latest_token(request.channel)
         if token is None:
@@ -484,10 +396,7 @@ class NotificationWorkflow:
             # Continued as new while waiting for an operator: pick the window up again.
             self._continued = True
             self._restore(input.carried)
-            if self._settling:
-                await self._operator_window(input.carried.resend_until)
-            else:
-                await self._resend_window(input.carried.resend_until)
+            await self._operator_window(input.carried.resend_until)
             return await self._finish("")
 
         if facts.send_at is not None and facts.send_at > workflow.now():
@@ -507,14 +416,10 @@ class NotificationWorkflow:
                     break
         # An operator may still settle an unknown attempt, or approve a resend after a
         # retryable failure or a settlement that allows one.
-        if self._settling or (
-            any(self._resend_refusal(ResendRequest(channel=c)) is None for c in self._results)
-            and self._patched(SETTLE_UNKNOWN)
+        if self._settle_until is not None or any(
+            self._resend_refusal(ResendRequest(channel=c)) is None for c in self._results
         ):
-            self._settling = True
             await self._operator_window()
-        else:
-            await self._resend_window()
         return await self._finish("")
 
     async def _run_channel(self, channel: str, number: int = 1) -> ChannelResult:
@@ -526,11 +431,9 @@ class NotificationWorkflow:
             and not self._cancelled
             # The next channel follows a fallback-window or expiry stop: no question to ask.
             and self._stopped_by.get(result.attempt_token) not in ("fallback", "expiry", "cancel")
-            and (self._settling or self._patched(SETTLE_UNKNOWN))
         ):
             # The horizon verdict (or a lost send the lookup could not place) is a
             # question: open the settlement window now and file its review item at once.
-            self._settling = True
             facts = self._require_facts()
             window = facts.settlement_window_seconds or settlement.DEFAULT_WINDOW_SECONDS
             self._settle_until = workflow.now() + timedelta(seconds=window)
@@ -570,8 +473,8 @@ class NotificationWorkflow:
         self, channel: str, number: int, why: str
     ) -> ChannelResult | tuple[str, datetime | None]:
         """One attempt on `channel`: authorized, submitted, followed. A refusal about the
-        provider that no other provider may take (since PROVIDER_REFUSAL_DEFERS) returns
-        (what was refused, when the provider may take work again) instead of a result."""
+        provider that no other provider may take returns (what was refused, when the
+        provider may take work again) instead of a result."""
         spec = _channel(channel)
         facts = self._require_facts()
         label = f"{channel} #{number}"
@@ -594,23 +497,11 @@ class NotificationWorkflow:
                     AuthorizeInput(facts.intent_id, channel, number),
                     summary=f"authorize {label}{why}",
                 )
-            except ActivityError as err:
+            except ApplicationError as err:
                 # A permanent problem preparing this channel (template, destination, a data
                 # key the worker cannot use): this channel fails with the reason; the
-                # fallback rules still apply.
-                cause = err.cause
-                reason = cause.message if isinstance(cause, ApplicationError) else str(err)
-                return ChannelResult(
-                    channel,
-                    AttemptState.FAILED.value,
-                    reason,
-                    attempts=number - 1,
-                    rule="prepare.failed",
-                )
-            except ApplicationError as err:
-                # The same problem met by the local authorize: its failure comes unwrapped.
-                if not self._patched(LOCAL_AUTHORIZE_FAILURE):
-                    raise
+                # fallback rules still apply. A local activity's failure is raised as its
+                # ApplicationError itself, not wrapped in an ActivityError.
                 return ChannelResult(
                     channel,
                     AttemptState.FAILED.value,
@@ -631,12 +522,10 @@ class NotificationWorkflow:
                 break
             # Deferred: backpressure is data. Wait until eligible, bounded by the expiry.
             self._set_phase(f"deferred:{channel}", details=f"{label} deferred by policy")
-            until = auth.next_eligible_at or workflow.now() + timedelta(minutes=1)
-            if self._patched(AUTHORIZE_LOCAL):
-                # A local authorize that defers to a moment the workflow clock has passed
-                # (worker and server clocks differ) waits a second rather than asking again
-                # in the same workflow task.
-                until = max(until, workflow.now() + MIN_DEFER)
+            until = max(
+                auth.next_eligible_at or workflow.now() + timedelta(minutes=1),
+                workflow.now() + MIN_DEFER,
+            )
             if facts.expires_at is not None:
                 until = min(until, facts.expires_at)
             workflow.set_current_details(
@@ -645,7 +534,7 @@ class NotificationWorkflow:
             await self._wait(until, summary=f"{label} deferred ({auth.rule}) until {_at(until)}")
         token = auth.attempt_token
         assert token is not None
-        if spec.fails_over and len(auth.providers) > 1 and self._patched(PROVIDER_FAILOVER):
+        if spec.fails_over and len(auth.providers) > 1:
             return await self._attempt_across_providers(spec, number, auth, why)
         self._attempt_states[token] = AttemptState.PREPARED.value
         base = ChannelResult(
@@ -664,9 +553,7 @@ class NotificationWorkflow:
         finally:
             self._in_flight.discard(token)
         self._observe(token, outcome.state, outcome.error_code)
-        if outcome.answer == failover.Answer.REFUSED_BY_PROVIDER.value and self._patched(
-            PROVIDER_REFUSAL_DEFERS
-        ):
+        if outcome.answer == failover.Answer.REFUSED_BY_PROVIDER.value:
             provider = auth.provider or spec.name
             refusal = f"{provider} refused: {outcome.error_code or ''} {outcome.reason}"
             return " ".join(refusal.split())[:200], outcome.retry_at
@@ -682,7 +569,6 @@ class NotificationWorkflow:
         elif (
             spec.poll_activity is None
             and self._attempt_states[token] == AttemptState.SUBMITTED.value
-            and self._patched(EMAIL_EVENTS)
         ):
             await self._await_events(spec, token, facts, label)
         base.state = self._attempt_states[token]
@@ -698,7 +584,8 @@ class NotificationWorkflow:
         (domain.failover): each try is its own attempt (`<key>:sms:<n>`, its own token and
         provider alias); the next provider tries only after a definitive provider-side
         refusal, or after the lookup found a lost create absent. Every provider refusing
-        defers to a half-open or the business expiry, then fails (nothing was sent)."""
+        defers until one may take work again, then tries them all as a new attempt; the
+        business expiry ends the channel `expired` (nothing was sent)."""
         facts = self._require_facts()
         providers = list(auth.providers)
         run = failover.ChannelRun(providers, failover_allowed=auth.failover, first_number=number)
@@ -762,50 +649,12 @@ class NotificationWorkflow:
                     return next_auth
                 auth = next_auth
                 continue
-            if decision.move == failover.Move.DEFER and self._patched(PROVIDER_REFUSAL_DEFERS):
+            if decision.move == failover.Move.DEFER:
                 ended, at_least = await self._wait_for_providers(
                     spec, retry_at, number, refusal, at_least, moved_on, who="every provider"
                 )
                 if ended is not None:
                     return ended
-                moved_on.append(refusal)
-                number += 1
-                run = failover.ChannelRun(
-                    providers, failover_allowed=auth.failover, first_number=number
-                )
-                retry_at = []
-                next_auth = await self._authorize_failover(
-                    spec, number, providers[0], "every provider refused; trying again"
-                )
-                if isinstance(next_auth, ChannelResult):
-                    return next_auth
-                auth = next_auth
-                continue
-            if decision.move == failover.Move.DEFER:
-                until = min(retry_at) if retry_at else workflow.now() + ALL_REFUSED_WAIT
-                until = max(until, workflow.now() + MIN_DEFER)
-                if facts.expires_at is None or self._expired() or until >= facts.expires_at:
-                    base.state = AttemptState.FAILED.value
-                    base.error_code = outcome.error_code
-                    base.reason = (
-                        "; ".join([*moved_on, refusal])
-                        + "; every provider refused before the business expiry; nothing was sent"
-                    )
-                    return base
-                self._set_phase(
-                    f"deferred:{spec.name}",
-                    details=f"every {spec.name} provider refused; trying again at {_at(until)}",
-                )
-                await self._wait(
-                    until, summary=f"every {spec.name} provider refused; again at {_at(until)}"
-                )
-                if self._cancelled or self._expired():
-                    base.state = AttemptState.FAILED.value
-                    base.reason = (
-                        "; ".join([*moved_on, refusal])
-                        + "; every provider refused until the intent closed; nothing was sent"
-                    )
-                    return base
                 moved_on.append(refusal)
                 number += 1
                 run = failover.ChannelRun(
@@ -926,16 +775,11 @@ class NotificationWorkflow:
     async def _authorize(self, request: AuthorizeInput, *, summary: str) -> AuthorizeResult:
         """One policy decision (and the attempt it allows), in one ledger transaction.
 
-        A local activity since AUTHORIZE_LOCAL: it runs in the workflow task that asked for
-        it and is recorded as a marker, instead of a scheduled/started/completed activity
-        and a workflow task of its own. A re-run after a lost workflow task finds the
-        attempt it prepared (keyed by its token) and allows it again."""
-        run = (
-            workflow.execute_local_activity
-            if self._patched(AUTHORIZE_LOCAL)
-            else workflow.execute_activity
-        )
-        return await run(
+        A local activity: it runs in the workflow task that asked for it and is recorded as
+        a marker, instead of a scheduled/started/completed activity and a workflow task of
+        its own. A re-run after a lost workflow task finds the attempt it prepared (keyed by
+        its token) and allows it again."""
+        return await workflow.execute_local_activity(
             AUTHORIZE,
             request,
             result_type=AuthorizeResult,
@@ -1159,69 +1003,25 @@ class NotificationWorkflow:
             on_permanent_failure=facts.email_on_permanent_failure,
             on_unresolved=facts.fallback_when_unresolved,
         )
-        # The rule only changed for an accepted email; asking `patched` there alone keeps
-        # every other history free of the marker.
-        if (
-            not fall_back
-            and result.state == AttemptState.SENT.value
-            and not self._patched(EMAIL_SENT_REACHES)
-        ):
-            return True
         # A channel whose provider cannot be asked (email: SMTP, SendGrid) that ended
         # `unknown` may well have reached the person; a person settles it, and the plan
-        # does not add another channel on a guess (asked only there, as above).
+        # does not add another channel on a guess.
         if (
             fall_back
             and result.state == AttemptState.UNKNOWN.value
             and not _channel(result.channel).provider_lookup
-            and self._patched(UNKNOWN_WITHOUT_LOOKUP_STAYS)
         ):
             return False
         return fall_back
 
-    async def _resend_window(self, until: datetime | None = None) -> None:
-        """After a retryable failure, stay open for an operator's approve-resend.
+    async def _operator_window(self, resend_until: datetime | None = None) -> None:
+        """Stay open while an operator may still act, and say so in the ledger. An unknown
+        attempt waits for a settlement until the settlement window closes (then it is
+        recorded as expired unsettled); a retryable failure, or a settlement whose rule
+        allows it, waits for an approve-resend until the resend window closes.
 
         This is where an intent can live long (resend after resend), so it is where the
-        workflow continues as new when the server suggests it, carrying its state.
-        """
-        facts = self._require_facts()
-        if until is None:
-            until = workflow.now() + timedelta(seconds=facts.resend_window_seconds)
-            if facts.expires_at is not None:
-                until = min(until, facts.expires_at)
-        while not self._cancelled and any(
-            self._resend_refusal(ResendRequest(channel=c)) is None for c in self._results
-        ):
-            waiting = ", ".join(
-                f"{r.channel} #{r.attempts} {r.state}"
-                for r in self._results.values()
-                if self._resend_refusal(ResendRequest(channel=r.channel)) is None
-            )
-            self._set_phase(
-                "awaiting-operator",
-                details=f"{waiting}; open for an operator's approve_resend until {_at(until)}",
-            )
-            if self._history_is_long():
-                await workflow.wait_condition(workflow.all_handlers_finished)
-                workflow.continue_as_new(NotificationInput(facts.intent_id, self._carry(until)))
-            await self._wait(
-                until,
-                extra=lambda: self._resend is not None,
-                summary=f"resend window until {_at(until)}",
-            )
-            request, self._resend = self._resend, None
-            if request is None:
-                return
-            previous = self._results[request.channel]
-            await self._run_channel(request.channel, previous.attempts + 1)
-
-    async def _operator_window(self, resend_until: datetime | None = None) -> None:
-        """Since SETTLE_UNKNOWN: stay open while an operator may still act, and say so in
-        the ledger. An unknown attempt waits for a settlement until the settlement window
-        closes (then it is recorded as expired unsettled); a retryable failure, or a
-        settlement whose rule allows it, waits for an approve-resend until the resend
-        window closes. Continues as new when the history grows long."""
+        workflow continues as new when the history grows long, carrying its state."""
         facts = self._require_facts()
 
         def resend_end() -> datetime:
@@ -1335,7 +1135,7 @@ class NotificationWorkflow:
         return result.attempt_token if result is not None else None
 
     def _settle_refusal(self, request: SettleRequest) -> str | None:
-        if not self._settling or self._settle_until is None:
+        if self._settle_until is None:
             return "the intent is not waiting for a settlement"
         if self._busy_settling:
             return "another settlement of this intent is being recorded; try again"
@@ -1428,10 +1228,11 @@ class NotificationWorkflow:
         reason = reason or "; ".join(
             f"{r.channel}: {r.state} ({r.reason})" for r in self._results.values()
         )
-        extra: list[SearchAttributeUpdate[Any]] = []
-        if self._patched(OUTCOME_ATTRIBUTES):
-            used = sorted({r.channel for r in self._results.values() if r.attempt_token})
-            extra = [OUTCOME.value_set(outcome), CHANNELS_USED.value_set(used)]
+        used = sorted({r.channel for r in self._results.values() if r.attempt_token})
+        extra: list[SearchAttributeUpdate[Any]] = [
+            OUTCOME.value_set(outcome),
+            CHANNELS_USED.value_set(used),
+        ]
         self._set_phase("finished", state=outcome, extra=extra, details=f"{outcome}: {reason}")
         return NotificationResult(
             intent_id=self._require_facts().intent_id,
@@ -1498,37 +1299,20 @@ class NotificationWorkflow:
             return f"no finished {request.channel} attempt to resend"
         if request.channel in {keys.channel_of_token(t) for t in self._in_flight}:
             return f"a {request.channel} attempt is still in flight"
-        if self._settling:
-            permanent = None
-            if result.error_code and result.attempt_token not in self._settlements:
-                kind = provider_errors.classify(result.error_code)
-                if kind.kind == provider_errors.ErrorKind.PERMANENT:
-                    permanent = (
-                        f"the {request.channel} failure {result.error_code} is permanent "
-                        f"({kind.reason}); a resend would fail the same way"
-                    )
-            if result.state not in {s.value for s in AttemptState}:
-                return f"latest {request.channel} attempt is {result.state}; nothing to resend"
-            return settlement.resend_refusal(
-                AttemptState(result.state),
-                self._standing(result.attempt_token),
-                permanent_error=permanent,
-            )
-        if result.state in (AttemptState.FAILED.value, AttemptState.UNDELIVERED.value):
-            if result.error_code and provider_errors.classify(result.error_code).kind == (
-                provider_errors.ErrorKind.PERMANENT
-            ):
-                kind = provider_errors.classify(result.error_code)
-                return (
+        permanent = None
+        if result.error_code and result.attempt_token not in self._settlements:
+            kind = provider_errors.classify(result.error_code)
+            if kind.kind == provider_errors.ErrorKind.PERMANENT:
+                permanent = (
                     f"the {request.channel} failure {result.error_code} is permanent "
                     f"({kind.reason}); a resend would fail the same way"
                 )
-            return None
-        if result.state == AttemptState.UNKNOWN.value and "reconcil" in result.reason:
-            return None
-        return (
-            f"latest {request.channel} attempt is {result.state}; a resend needs a retryable "
-            "failure or a reconciled unknown"
+        if result.state not in {s.value for s in AttemptState}:
+            return f"latest {request.channel} attempt is {result.state}; nothing to resend"
+        return settlement.resend_refusal(
+            AttemptState(result.state),
+            self._standing(result.attempt_token),
+            permanent_error=permanent,
         )
 
     async def _accept_resend(self, request: ResendRequest) -> ResendResult:
@@ -1687,27 +1471,16 @@ class NotificationWorkflow:
             settlements=dict(self._settlements),
             settlement_rules=list(self._settle_rules),
             lookups=dict(self._lookups),
-            settling=self._settling,
         )
 
     def _restore(self, carried: CarriedState) -> None:
         self._results = {r.channel: r for r in carried.results}
         self._attempt_states = dict(carried.attempt_states)
         self._error_codes = dict(carried.error_codes)
-        # A run continued from the settlement-aware window keeps that window's rules; one
-        # continued from the old resend window (settling false) keeps the old ones.
-        self._settling = carried.settling
         self._settle_until = carried.settle_until
         self._settlements = dict(carried.settlements)
         self._settle_rules = list(carried.settlement_rules)
         self._lookups = dict(carried.lookups)
-
-    def _patched(self, patch_id: str) -> bool:
-        """`workflow.patched`, unless the run was born with the patch (PATCHES): then the
-        new path, with no marker and no upsert. Deterministic either way: what a run was
-        born with is in its history (the load_intent marker)."""
-        born_with = self._facts.born_with if self._facts is not None else ()
-        return patch_id in born_with or workflow.patched(patch_id)
 
     def _require_facts(self) -> IntentFacts:
         assert self._facts is not None

@@ -1,7 +1,7 @@
 """A worker whose data key ring cannot read the intent stops it: the non-retryable
 DataKeyUnreadable (activities/key_errors.py) takes the workflow's path for a failed step,
-once per channel, and nothing is sent or retried. A local authorize's failure reaches the
-workflow unwrapped: before the `local-authorize-failure` patch it failed the run."""
+once per channel, and nothing is sent or retried (a local authorize's failure reaches the
+workflow unwrapped, not as an ActivityError)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ async def test_an_unreadable_intent_fails_each_channel_once_and_ends(harness, qu
     async with harness.worker(world, queue):
         handle = await harness.start(world, queue)
         result = await handle.result()
-        await keep_history(handle, "authorize_failure_local")
+        await keep_history(handle, "authorize_failure")
     # One authorize per channel: the error's own flag stops the retry policy.
     assert [c[1].channel for c in world.calls if c[0] == "authorize"] == ["sms", "email"]
     assert "submit_sms" not in world.names() and "send_email" not in world.names()

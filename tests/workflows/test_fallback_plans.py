@@ -5,22 +5,13 @@ workflow on the time-skipping server."""
 
 from __future__ import annotations
 
-import json
 from datetime import timedelta
-from typing import Any
 
 import pytest
-from temporalio.client import WorkflowHandle
 from temporalio.exceptions import ApplicationError
 
 from activities.contracts import SubmitOutcome
 from tests.workflows.conftest import World, facts, keep_history
-from workflows.notification import (
-    AUTHORIZE_LOCAL,
-    EMAIL_SENT_REACHES,
-    OUTCOME_ATTRIBUTES,
-    SETTLE_UNKNOWN,
-)
 
 pytestmark = pytest.mark.workflow
 
@@ -34,17 +25,6 @@ def mailbox_unavailable() -> ApplicationError:
     )
 
 
-async def patches(handle: WorkflowHandle[Any, Any]) -> list[str]:
-    """The ids of the `workflow.patched` markers in the history."""
-    history = await handle.fetch_history()
-    return [
-        json.loads(e.marker_recorded_event_attributes.details["patch-data"].payloads[0].data)["id"]
-        for e in history.events
-        if e.HasField("marker_recorded_event_attributes")
-        and e.marker_recorded_event_attributes.marker_name == "core_patch"
-    ]
-
-
 async def test_an_accepted_email_first_reaches_the_person_and_no_sms_is_attempted(harness, queue):
     world = World(
         facts(channels=EMAIL_FIRST),
@@ -54,13 +34,10 @@ async def test_an_accepted_email_first_reaches_the_person_and_no_sms_is_attempte
         handle = await harness.start(world, queue)
         result = await handle.result()
         await keep_history(handle, "email_first_sent")
-        recorded = await patches(handle)
     assert result.outcome == "sent"
     assert [(r.channel, r.state) for r in result.channels] == [("email", "sent")]
     assert [c[1].channel for c in world.calls if c[0] == "authorize"] == ["email"]
     assert "submit_sms" not in world.names() and "poll_sms" not in world.names()
-    # New runs take the patched rule (histories from before it replay the old one).
-    assert recorded == [AUTHORIZE_LOCAL, EMAIL_SENT_REACHES, OUTCOME_ATTRIBUTES]
 
 
 async def test_an_email_rejected_by_the_relay_is_followed_by_the_sms(harness, queue):
@@ -78,7 +55,6 @@ async def test_an_email_rejected_by_the_relay_is_followed_by_the_sms(harness, qu
         handle = await harness.start(world, queue)
         result = await handle.result()
         await keep_history(handle, "email_first_bounced_sms")
-        recorded = await patches(handle)
     assert result.outcome == "delivered"
     assert {r.channel: r.state for r in result.channels} == {"email": "failed", "sms": "delivered"}
     assert result.channels[0].error_code == "550"
@@ -87,9 +63,6 @@ async def test_an_email_rejected_by_the_relay_is_followed_by_the_sms(harness, qu
     # "At once": the SMS does not wait for a fallback timer after a permanent email failure.
     sends = {c[0]: c[2] for c in world.calls if c[0] in ("send_email", "submit_sms")}
     assert sends["submit_sms"] - sends["send_email"] < timedelta(seconds=30)
-    # The rule did not change for a failed email (no EMAIL_SENT_REACHES); the retryable
-    # email failure opens an operator window, since SETTLE_UNKNOWN recorded in the ledger.
-    assert recorded == [AUTHORIZE_LOCAL, SETTLE_UNKNOWN, OUTCOME_ATTRIBUTES]
 
 
 async def test_an_email_rejected_by_the_relay_ends_the_plan_when_the_policy_says_so(harness, queue):
@@ -121,7 +94,6 @@ async def test_mode_all_sends_every_channel_at_once_whatever_each_one_says(harne
         handle = await harness.start(world, queue)
         result = await handle.result()
         await keep_history(handle, "mode_all")
-        recorded = await patches(handle)
     assert result.outcome == "delivered"
     assert {r.channel: r.state for r in result.channels} == {"sms": "delivered", "email": "sent"}
     assert sorted(c[1].channel for c in world.calls if c[0] == "authorize") == ["email", "sms"]
@@ -131,6 +103,5 @@ async def test_mode_all_sends_every_channel_at_once_whatever_each_one_says(harne
     first_poll = next(c[2] for c in world.calls if c[0] == "poll_sms")
     assert sends["send_email"] <= first_poll
     assert abs(sends["send_email"] - sends["submit_sms"]) < timedelta(seconds=30)
-    # No fallback decision is taken in mode `all`: no verdict, only the local-authorize marker.
+    # No fallback decision is taken in mode `all`: no verdict.
     assert "record_verdict" not in world.names()
-    assert recorded == [AUTHORIZE_LOCAL, OUTCOME_ATTRIBUTES]

@@ -186,7 +186,7 @@ async def test_failover_forbidden_by_the_policy_keeps_the_first_provider(harness
     async with harness.worker(world, queue):
         handle = await harness.start(world, queue)
         result = await handle.result()
-        await keep_history(handle, "failover_forbidden_account_refusal_defers")
+        await keep_history(handle, "failover_forbidden_by_policy")
     sms = {r.channel: r for r in result.channels}["sms"]
     assert (sms.state, sms.attempts) == ("delivered", 2)
     submits = sms_calls(world, "submit_sms")
@@ -210,7 +210,7 @@ async def test_every_provider_down_defers_then_ends_expired_at_the_expiry_with_n
     async with harness.worker(world, queue):
         handle = await harness.start(world, queue)
         result = await handle.result()
-        await keep_history(handle, "failover_all_refused_ends_expired")
+        await keep_history(handle, "failover_all_refused_expired")
     sms = {r.channel: r for r in result.channels}["sms"]
     assert (sms.state, result.outcome) == ("expired", "expired")  # never `failed`
     assert "every provider refused until the business expiry" in sms.reason

@@ -1,5 +1,5 @@
-"""An unknown attempt waits for a person's settlement (since the SETTLE_UNKNOWN patch): the
-window, the `settle` and `lookup` updates and their validator, and resend after them."""
+"""An unknown attempt waits for a person's settlement: the window, the `settle` and
+`lookup` updates and their validator, and resend after them."""
 
 from __future__ import annotations
 

@@ -54,7 +54,6 @@ async def test_every_activity_and_timer_says_what_it_is_for(harness, queue):
     async with harness.worker(world, queue):
         handle = await harness.start(world, queue)
         await handle.result()
-        await keep_history(handle, "fallback_window_email_summaries")
         history = await handle.fetch_history()
     activities, timers = summaries(history)
     assert activities["submit_sms"] == ["submit sms #1"]
@@ -96,33 +95,30 @@ async def _outcome_of(handle: WorkflowHandle[Any, Any]) -> tuple[str | None, lis
 
 
 @pytest.mark.parametrize(
-    ("name", "world", "outcome", "used"),
+    ("world", "outcome", "used"),
     [
         (
-            "delivered",
             lambda: World(facts(channels=["sms"]), poll=lambda t, n: "delivered"),
             "delivered",
             ["sms"],
         ),
-        ("denied", lambda: World(facts(), decide=lambda i, now: deny()), "denied", []),
+        (lambda: World(facts(), decide=lambda i, now: deny()), "denied", []),
         (
-            "unknown",
             lambda: World(facts(channels=["sms"], resend_window_seconds=0)),
             "unknown",
             ["sms"],
         ),
     ],
+    ids=["delivered", "denied", "unknown"],
 )
 async def test_the_outcome_and_the_channels_used_are_search_attributes(
-    harness, queue, name, world, outcome, used
+    harness, queue, world, outcome, used
 ):
     world = world()
     async with harness.worker(world, queue):
         handle = await harness.start(world, queue)
         result = await handle.result()
         assert (result.outcome, await _outcome_of(handle)) == (outcome, (outcome, used))
-        if name == "denied":
-            await keep_history(handle, "opted_out_outcome")
 
 
 async def test_a_cancelled_intent_has_the_cancelled_outcome(harness, queue):
@@ -193,40 +189,37 @@ async def test_a_cancel_requested_in_temporal_before_send_at_ends_cancelled(harn
     assert action.reason == "cancellation requested in Temporal"
 
 
-async def test_the_updates_answer_to_their_names_and_to_the_names_they_had(harness, queue):
+async def test_the_updates_answer_to_their_names(harness, queue):
     world = World(facts(channels=["sms"]), poll=lambda t, n: "undelivered")
     async with harness.worker(world, queue):
         handle = await harness.start(world, queue)
         # Time skips only while the test sleeps on the server (or waits for the result).
         await harness.env.sleep(60)
         await phase_is(handle, "awaiting-operator")
+        # The names as `temporal workflow update execute --name ...` sends them.
         accepted = await handle.execute_update(
             "approve_resend", ResendRequest("sms", "ops", "number fixed"), result_type=None
         )
         await harness.env.sleep(60)
         await phase_is(handle, "awaiting-operator")
-        again = await handle.execute_update(
-            "approve_resend_update", ResendRequest("sms", "ops", "once more"), result_type=None
-        )
-        await harness.env.sleep(60)
-        await phase_is(handle, "awaiting-operator")
-        closed = await handle.execute_update("cancel_update", CancelRequest("ops", "enough"))
+        closed = await handle.execute_update("cancel", CancelRequest("ops", "enough"))
         await handle.result()
-    assert accepted["accepted"] and again["accepted"] and closed["accepted"]
-    assert [c[1].attempt_number for c in world.calls if c[0] == "authorize"] == [1, 2, 3]
+    assert accepted["accepted"] and closed["accepted"]
+    assert [c[1].attempt_number for c in world.calls if c[0] == "authorize"] == [1, 2]
 
 
-def test_the_recorded_histories_of_the_new_branch_carry_every_summary():
+def test_every_recorded_history_carries_every_summary():
     # What a worker replays (tests/workflows/test_replay.py) is what the Web UI showed.
     from pathlib import Path
 
     from temporalio.client import WorkflowHistory
 
-    folder = Path(__file__).parent / "histories"
-    for name in ("fallback_window_email_summaries", "temporal_cancel_in_flight"):
-        history = WorkflowHistory.from_json(name, (folder / f"{name}.json").read_text())
+    paths = sorted((Path(__file__).parent / "histories").glob("*.json"))
+    assert paths
+    for path in paths:
+        name = path.stem
+        history = WorkflowHistory.from_json(name, path.read_text())
         activities, timers = summaries(history)
-        assert activities and all(all(s) for s in activities.values()), (name, activities)
+        assert all(all(s) for s in activities.values()), (name, activities)
         assert all(timers), (name, timers)
-        assert history.events[0].user_metadata.HasField("summary"), name
     assert timers == []  # the cancelled one: no timer was started after the cancel

@@ -310,11 +310,15 @@ HISTORIES = Path(__file__).parent / "histories"
 
 
 async def keep_history(handle: WorkflowHandle[Any, Any], name: str) -> None:
-    """With HERALD_RECORD_HISTORIES=1, write the history for the replay tests to commit."""
-    if os.environ.get("HERALD_RECORD_HISTORIES") == "1":
+    """With HERALD_RECORD_HISTORIES=1, write the history for the replay tests to commit,
+    unless one by that name exists: a recorded history is never re-recorded, since it
+    stands for runs that are open somewhere (docs/operations.md, "Changing the workflow
+    while intents are open"). A new case or a patch's new branch gets a new name."""
+    path = HISTORIES / f"{name}.json"
+    if os.environ.get("HERALD_RECORD_HISTORIES") == "1" and not path.exists():
         HISTORIES.mkdir(exist_ok=True)
         history = await handle.fetch_history()
-        (HISTORIES / f"{name}.json").write_text(history.to_json())
+        path.write_text(history.to_json())
 
 
 def permanent(code: str = "21211") -> ApplicationError:

@@ -1,7 +1,9 @@
 """Histories recorded from the real workflow (tests/workflows/histories/*.json) must replay
-against the current code: a non-deterministic change fails here, in CI, before it reaches
-intents that are open in production. Re-record with HERALD_RECORD_HISTORIES=1 only when a
-change is deliberately versioned (docs/operations.md)."""
+against the current code: a change to the commands of a recorded history fails here, in
+CI, before it reaches intents that are open in production. What to do then is in the
+failure's message and in docs/operations.md ("Changing the workflow while intents are
+open"): a new build, or a patch with a new history beside the old ones; never a
+re-recording."""
 
 from __future__ import annotations
 
@@ -12,21 +14,71 @@ from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
 from runtime.sandbox import sandbox_runner
+from tests.workflows import conftest
+from tests.workflows.altered_workflow import AuthorizeAsAnActivity
 from workflows.notification import NotificationWorkflow
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 
+WHAT_TO_DO = (
+    "this change alters the commands of a recorded history, so runs that are open in "
+    "production would fail the same way on the new worker. Ship it as a new build under "
+    'Worker Versioning (docs/operations.md, "Deploying a new build"), or guard it with '
+    "`workflow.patched` and record a new history beside the old ones "
+    "(HERALD_RECORD_HISTORIES=1, under a new name). Never re-record an existing history "
+    "to make this pass."
+)
+"""What a failed replay tells whoever made the change (docs/operations.md, "Changing the
+workflow while intents are open")."""
+
+
+async def replay_failure(path: Path, workflow_class: type = NotificationWorkflow) -> str | None:
+    """Replay one recorded history; None when it replays, else what failed and what to do."""
+    replayer = Replayer(workflows=[workflow_class], workflow_runner=sandbox_runner())
+    history = WorkflowHistory.from_json(path.stem, path.read_text())
+    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    if result.replay_failure is None:
+        return None
+    return f"{path.name} no longer replays ({result.replay_failure}); {WHAT_TO_DO}"
+
 
 def test_histories_were_recorded():
-    assert len(HISTORIES) >= 10
+    assert len(HISTORIES) >= 30
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
 async def test_a_recorded_history_replays_deterministically(path: Path):
-    replayer = Replayer(workflows=[NotificationWorkflow], workflow_runner=sandbox_runner())
-    history = WorkflowHistory.from_json(path.stem, path.read_text())
-    result = await replayer.replay_workflow(history, raise_on_replay_failure=True)
-    assert result.replay_failure is None
+    failure = await replay_failure(path)
+    assert failure is None, failure
+
+
+async def test_a_changed_command_fails_the_replay_saying_what_to_do():
+    # A variant registered under the workflow's name whose commands differ (altered_workflow).
+    path = Path(__file__).parent / "histories" / "delivered_by_receipt.json"
+    assert await replay_failure(path) is None
+    failure = await replay_failure(path, AuthorizeAsAnActivity)
+    assert failure is not None
+    assert failure.startswith("delivered_by_receipt.json no longer replays (")
+    assert "Nondeterminism" in failure or "nondeterminism" in failure, failure
+    assert 'new build under Worker Versioning (docs/operations.md, "Deploying a new build")' in (
+        failure
+    )
+    assert "`workflow.patched` and record a new history beside the old ones" in failure
+    assert "Never re-record an existing history" in failure
+
+
+async def test_recording_never_overwrites_a_recorded_history(monkeypatch, tmp_path):
+    class Handle:
+        async def fetch_history(self) -> WorkflowHistory:
+            return WorkflowHistory.from_json("new", HISTORIES[0].read_text())
+
+    monkeypatch.setenv("HERALD_RECORD_HISTORIES", "1")
+    monkeypatch.setattr(conftest, "HISTORIES", tmp_path)
+    (tmp_path / "kept.json").write_text("the 1.0 history")
+    await conftest.keep_history(Handle(), "kept")  # type: ignore[arg-type]
+    await conftest.keep_history(Handle(), "new_case")  # type: ignore[arg-type]
+    assert (tmp_path / "kept.json").read_text() == "the 1.0 history"
+    assert WorkflowHistory.from_json("new", (tmp_path / "new_case.json").read_text()).events
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])

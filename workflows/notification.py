@@ -198,8 +198,7 @@ class NotificationWorkflow:
         self._observe(signal.attempt_token, signal.state, signal.error_code)
 
     # Each operator action is a signal and an update of the same name (the SDK keeps the
-    # two kinds apart): `temporal workflow update execute --name cancel` reads as what it
-    # does.
+    # two kinds apart): `temporal workflow update execute --name cancel` says what it does.
 
     @workflow.signal(
         name=CANCEL,

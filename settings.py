@@ -286,6 +286,12 @@ class Settings(BaseSettings):
     worker_herald_metrics_address: OptionalAddress = None
     """`host:port` where each worker serves Herald's own event-time metrics (ledger.metrics:
     scheduled -> submitted, fallbacks, duplicates suppressed, ...)."""
+    worker_versioning: bool = True
+    """Workers poll as a version of a Worker Deployment (Worker Versioning)."""
+    worker_deployment: str = "herald"
+    """The Worker Deployment's name every Herald worker polls under."""
+    build_id: str | None = None
+    """This build's id within the deployment; docker-compose.yml requires one per deploy."""
 
     api_host: str = "127.0.0.1"
     api_port: Port = 58080

@@ -45,7 +45,7 @@ from sqlalchemy import ForeignKey, String, create_engine, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
-from bench.harness import cpu_seconds
+from bench.stack import cpu_seconds
 from devstack.ports import free_port
 from devstack.postgres import EmbeddedPostgres
 from runtime.loop import run

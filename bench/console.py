@@ -34,7 +34,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.orm import sessionmaker
 
 from api.app import Ingress, create_app
-from bench.harness import percentile
+from bench.stack import percentile
 from devstack import EmbeddedPostgres, free_port
 from domain import keys
 from domain.channels import EMAIL, SMS

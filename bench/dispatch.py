@@ -22,7 +22,7 @@ import uuid
 from pathlib import Path
 
 from bench.baseline import BaselineInput, BaselineWorkflow
-from bench.harness import percentile
+from bench.stack import percentile
 from devstack import ChildProcess, TemporalDevServer, free_port
 
 ROOT = Path(__file__).resolve().parent.parent

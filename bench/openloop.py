@@ -31,7 +31,7 @@ from typing import Any
 
 from sqlalchemy import text
 
-from bench.harness import (
+from bench.stack import (
     Bench,
     BenchOptions,
     CpuMeter,

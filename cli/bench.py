@@ -12,8 +12,9 @@ import settings as settings_module
 async def cmd_bench(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
     import sys
 
-    from bench.harness import BenchOptions, run_bench
+    from bench.harness import run_bench
     from bench.openloop import arrival_offsets
+    from bench.stack import BenchOptions
 
     if args.rate is not None and args.rate_sweep:
         print("herald bench: --rate and --rate-sweep exclude each other", file=sys.stderr)

@@ -56,7 +56,7 @@ async def cmd_keys(args: argparse.Namespace, cfg: settings_module.Settings) -> i
     from sqlalchemy import create_engine
 
     from cli.context import CliError, adopt_running
-    from cli.main import _print
+    from cli.output import print_value
     from ledger import keys
     from ledger.crypto import FieldCipher, KeyRingError
 
@@ -79,7 +79,9 @@ async def cmd_keys(args: argparse.Namespace, cfg: settings_module.Settings) -> i
         keys.check_key_ring(engine, cipher)
         if args.keys_command == "status":
             rows = [_status_row(s) for s in keys.key_status(engine, cipher)]
-            _print(rows, args.json, lambda listed: _render_status(listed, Clock.for_args(args.utc)))
+            print_value(
+                rows, args.json, lambda listed: _render_status(listed, Clock.for_args(args.utc))
+            )
             return 0
         if args.keys_command == "rotate":
             progress = ProgressLine(f"re-encrypting under {cipher.primary}")
@@ -91,10 +93,10 @@ async def cmd_keys(args: argparse.Namespace, cfg: settings_module.Settings) -> i
                 s.kid: s.rows for s in keys.key_status(engine, cipher) if s.rows and not s.primary
             }
             out: dict[str, Any] = {"primary": cipher.primary, "reencrypted": done, "left": left}
-            _print(out, args.json, _render_rotated)
+            print_value(out, args.json, _render_rotated)
             return 0
         keys.retire(engine, cipher, args.kid)
-        _print(
+        print_value(
             {"retired": args.kid},
             args.json,
             lambda o: (
@@ -160,7 +162,7 @@ def _render_rotated(out: dict[str, Any]) -> str:
 
 
 def register(add: Callable[..., argparse.ArgumentParser]) -> dict[str, Any]:
-    from cli.main import action
+    from cli.output import action
 
     top = add(
         "keys",

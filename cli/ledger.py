@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from cli.main import Command
 
 from cli.context import CliError, acting, adopt_running
-from cli.main import action
+from cli.output import action
 from domain.channels import NAMES as CHANNEL_NAMES
 from domain.channels import NAMES_AND_ALL
 from runtime.tables import Clock, table

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import settings as settings_module
 from cli.context import CliError, acting, herald_client
-from cli.main import action
+from cli.output import action
 
 if TYPE_CHECKING:
     from cli.main import Command

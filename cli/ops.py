@@ -11,7 +11,7 @@ import settings as settings_module
 
 async def cmd_api(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
     from cli.context import CliError, adopt_dev_stack
-    from cli.main import operational_error
+    from cli.errors import operational_error
 
     # Beside a running `herald dev`, reuse its Temporal and Postgres (like `herald show`).
     adopt_dev_stack(cfg)

@@ -23,7 +23,7 @@ WARNING = "store this token now: Herald keeps only its hash and will not show it
 
 async def cmd_principals(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
     from cli.context import CliError, acting, ledger_sessions
-    from cli.main import _print
+    from cli.output import print_value
     from domain.principals import Access, Role
     from ledger import principals
     from ledger import repository as repo
@@ -52,12 +52,12 @@ async def cmd_principals(args: argparse.Namespace, cfg: settings_module.Settings
                     for v in views
                 ]
                 clock = Clock.for_args(args.utc)
-                _print(rows, args.json, lambda listed: _render_list(listed, clock))
+                print_value(rows, args.json, lambda listed: _render_list(listed, clock))
                 return 0
             if command == "revoke":
                 view = principals.revoke(session, args.name, by=by, at=now)
                 out: dict[str, Any] = {"name": view.name, "revoked_at": iso_utc(view.revoked_at)}
-                _print(out, args.json, lambda o: f"principal {o['name']} revoked")
+                print_value(out, args.json, lambda o: f"principal {o['name']} revoked")
                 return 0
             if command == "add":
                 issued = principals.create(
@@ -94,7 +94,7 @@ async def cmd_principals(args: argparse.Namespace, cfg: settings_module.Settings
         "token": issued.token,
         "warning": WARNING,
     }
-    _print(out, args.json, lambda o: o["token"])
+    print_value(out, args.json, lambda o: o["token"])
     return 0
 
 
@@ -137,7 +137,7 @@ def _render_list(rows: list[dict[str, Any]], clock: Clock) -> str:
 
 
 def register(add: Callable[..., argparse.ArgumentParser]) -> dict[str, Any]:
-    from cli.main import action
+    from cli.output import action
 
     top = add(
         "principals",

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import settings as settings_module
 from cli.context import CliError, acting
 from cli.ledger import _emit, _session, _when
-from cli.main import action
+from cli.output import action
 
 if TYPE_CHECKING:
     from cli.main import Command

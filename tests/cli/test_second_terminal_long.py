@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from cli.main import STILL_WAITING_AFTER
+from cli.intents import STILL_WAITING_AFTER
 from domain.principals import local_principal_name
 from tests.cli.conftest import HERALD, assert_one_line_error, run_installed_herald
 from tests.cli.test_second_terminal import (

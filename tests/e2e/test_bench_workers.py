@@ -74,7 +74,7 @@ def test_a_two_worker_run_reports_both_workers_and_leaves_nothing_running(
     assert herald["cpu_ms_per_intent"]["worker"] >= sum(by_worker.values()) - 0.2
     assert len(herald["worker_rss"]["peak_mib_by_worker"]) == 2
     # One stack, or more when a port was taken meanwhile and the bench started again on
-    # other ports (bench.harness.start_bench): none of them may leave a process behind.
+    # other ports (bench.stack.start_bench): none of them may leave a process behind.
     data_dirs = re.findall(r"embedded stack in (\S+)", done.stderr)
     assert data_dirs, done.stderr[-3000:]
     for data_dir in data_dirs:

@@ -28,7 +28,7 @@ REQUIRED_SECRETS = {
     "HERALD_SMS_AUTH_TOKEN",
     "HERALD_UNSUBSCRIBE_SECRET",
 }
-ONE_SHOTS = {"migrate", "temporal-admin-tools"}
+ONE_SHOTS = {"migrate", "temporal-schema", "temporal-admin-tools"}
 
 
 def load() -> dict:
@@ -262,3 +262,126 @@ def test_the_example_sender_settings_pass_the_start_up_check(monkeypatch):
             monkeypatch.setenv(name, value)
     book = settings.Settings(env="dev").sender_book()
     assert book.resolve("sms", "herald-us-10dlc").startswith("MG")
+
+
+def image_version(image: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in image.rpartition(":")[2].split("."))
+
+
+def test_temporal_runs_a_server_and_ui_that_support_worker_versioning_without_auto_setup():
+    services = load()["services"]
+    assert "auto-setup" not in COMPOSE.read_text()
+    server = services["temporal"]["image"]
+    assert server.startswith("temporalio/server:")
+    assert image_version(server) >= (1, 29, 1)
+    assert image_version(services["temporal-ui"]["image"]) >= (2, 36, 0)
+    # The schema tool and the CLI come from the server's own release.
+    for name in ("temporal-schema", "temporal-admin-tools"):
+        assert services[name]["image"] == server.replace("/server:", "/admin-tools:"), name
+
+
+def test_the_schema_is_set_up_by_its_own_step_before_the_server_starts():
+    services = load()["services"]
+    assert services["temporal"]["depends_on"]["temporal-schema"] == {
+        "condition": "service_completed_successfully"
+    }
+    assert services["temporal-schema"]["depends_on"]["temporal-db"]["condition"] == (
+        "service_healthy"
+    )
+    server_env = services["temporal"]["environment"]
+    script = services["temporal-schema"]["command"][0]
+    for database in (server_env["DBNAME"], server_env["VISIBILITY_DBNAME"]):
+        assert f"{database}" in script
+    # The server image only serves: nothing in it creates or upgrades a schema.
+    assert "command" not in services["temporal"] and "entrypoint" not in services["temporal"]
+
+
+def run_compose_script(service: str, fakes: dict[str, str], tmp_path: Path):
+    """Run a one-shot's shell command as its container would (compose's `$$` -> `$`), with
+    fake tools on PATH that append each call to calls.log."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "calls.log"
+    for tool, body in fakes.items():
+        fake = bin_dir / tool
+        fake.write_text(f'#!/bin/sh\necho "{tool} $*" >> {log}\n{body}\n')
+        fake.chmod(0o755)
+    service_def = load()["services"][service]
+    assert service_def["entrypoint"] == ["/bin/sh", "-c"]
+    script = service_def["command"][0].replace("$$", "$")
+    done = subprocess.run(
+        ["/bin/sh", "-c", script],
+        env={"PATH": f"{bin_dir}:/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    calls = log.read_text().splitlines() if log.exists() else []
+    return done, calls
+
+
+def test_the_schema_step_creates_sets_up_and_upgrades_both_stores_and_tolerates_a_rerun(
+    tmp_path,
+):
+    """The database `temporal` exists already (Postgres created it for the user), as both do
+    on every later `up`: the step goes on; any other failure stops it."""
+    already = (
+        'case "$*" in *"--db temporal create-database"*) '
+        "echo 'pq: database \"temporal\" already exists' >&2; exit 1;; esac"
+    )
+    done, calls = run_compose_script("temporal-schema", {"temporal-sql-tool": already}, tmp_path)
+    assert done.returncode == 0, done.stderr
+    steps = [
+        (db, step)
+        for call in calls
+        for db in ("temporal_visibility", "temporal")
+        if f"--db {db} " in call
+        for step in ("create-database", "setup-schema", "update-schema")
+        if step in call
+    ]
+    assert steps == [
+        (db, step)
+        for db in ("temporal", "temporal_visibility")
+        for step in ("create-database", "setup-schema", "update-schema")
+    ]
+    assert all("--plugin postgres12 --ep temporal-db" in call for call in calls)
+    assert "postgresql/v12/visibility/versioned" in calls[-1]
+
+
+def test_the_schema_step_fails_on_any_other_error(tmp_path):
+    broken = "echo 'pq: password authentication failed' >&2; exit 1"
+    done, calls = run_compose_script("temporal-schema", {"temporal-sql-tool": broken}, tmp_path)
+    assert done.returncode != 0
+    assert "password authentication failed" in done.stderr
+    assert len(calls) == 1
+
+
+def test_the_admin_step_creates_the_namespace_and_search_attributes_once_the_server_serves(
+    tmp_path,
+):
+    fake = (
+        'case "$*" in "operator cluster health") echo SERVING;; '
+        '"operator namespace describe"*) exit 1;; "operator search-attribute list") ;; esac'
+    )
+    done, calls = run_compose_script("temporal-admin-tools", {"temporal": fake}, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "temporal operator namespace create --namespace default --retention 24h" in calls
+    from activities.contracts import SEARCH_ATTRIBUTES
+
+    created = {
+        tuple(c.split("--name ")[1].replace(" --type", "").split())
+        for c in calls
+        if "search-attribute create" in c
+    }
+    assert created == set(SEARCH_ATTRIBUTES.items())
+
+
+def test_the_worker_runs_versioned_with_a_deployment_and_a_build_id_set_per_deploy():
+    env = load()["services"]["worker"]["environment"]
+    assert env["HERALD_WORKER_DEPLOYMENT"] == "${HERALD_WORKER_DEPLOYMENT:-herald}"
+    assert env["HERALD_WORKER_DEPLOYMENT"].endswith(
+        f"-{settings.Settings.model_fields['worker_deployment'].default}}}"
+    )
+    # Required: a deploy without a build id stops at `docker compose up`, in one line.
+    assert env["HERALD_BUILD_ID"].startswith("${HERALD_BUILD_ID:?")
+    assert "HERALD_WORKER_VERSIONING" not in env or env["HERALD_WORKER_VERSIONING"] == "true"

@@ -17,7 +17,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from cli.main import DEV_STACK_MODULES
+from cli.errors import DEV_STACK_MODULES
 
 ROOT = Path(__file__).resolve().parents[2]
 HERALD = str(Path(sys.executable).with_name("herald"))
@@ -229,7 +229,7 @@ def closed_port() -> int:
 def test_herald_api_and_migrate_report_a_missing_service_without_the_dev_stack(
     without_dev_stack, closed_port
 ):
-    """Their errors go through `cli.main.operational_error`, which knew the dev stack's
+    """Their errors go through `cli.errors.operational_error`, which knew the dev stack's
     error types by importing them: without it, that import was a traceback instead."""
     env = production_env(without_dev_stack, closed_port)
     api = run([HERALD, "api", "--port", str(closed_port)], env)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.harness import BenchOptions, ahead_of_budget, in_bare_worker_units, percentile
+from bench.harness import ahead_of_budget
+from bench.stack import BenchOptions, in_bare_worker_units, percentile
 
 
 def test_a_stall_and_its_catch_up_stay_on_the_budget_line() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from temporalio.client import WorkflowHistory
 
-from bench.harness import event_counts
+from bench.stack import event_counts
 
 HISTORIES = Path(__file__).parents[1] / "workflows" / "histories"
 

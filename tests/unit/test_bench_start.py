@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from bench import harness
+from bench import stack
 from devstack import PortInUse
 
 
@@ -21,7 +21,7 @@ def _starts(monkeypatch: pytest.MonkeyPatch, outcomes: list[Any]) -> list[dict[s
             raise outcome
         return outcome
 
-    monkeypatch.setattr(harness, "_start_bench_once", once)
+    monkeypatch.setattr(stack, "_start_bench_once", once)
     return calls
 
 
@@ -31,7 +31,7 @@ async def test_a_taken_port_starts_the_stack_again_on_other_ports(
     taken = PortInUse("127.0.0.1", 41234, "HERALD_API_PORT")
     calls = _starts(monkeypatch, [taken, taken, "the bench"])
     said: list[str] = []
-    assert await harness.start_bench(sms_rate=5.0, log=said.append, workers=2) == "the bench"
+    assert await stack.start_bench(sms_rate=5.0, log=said.append, workers=2) == "the bench"
     assert len(calls) == 3 and all(c["workers"] == 2 and c["sms_rate"] == 5.0 for c in calls)
     assert (
         said
@@ -47,14 +47,14 @@ async def test_a_port_taken_every_time_is_reported_after_the_last_attempt(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     taken = PortInUse("127.0.0.1", 41234, "HERALD_API_PORT")
-    calls = _starts(monkeypatch, [taken] * harness.START_ATTEMPTS)
+    calls = _starts(monkeypatch, [taken] * stack.START_ATTEMPTS)
     with pytest.raises(PortInUse):
-        await harness.start_bench(sms_rate=5.0, log=lambda _: None)
-    assert len(calls) == harness.START_ATTEMPTS
+        await stack.start_bench(sms_rate=5.0, log=lambda _: None)
+    assert len(calls) == stack.START_ATTEMPTS
 
 
 async def test_any_other_start_failure_is_not_retried(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = _starts(monkeypatch, [RuntimeError("worker exited: bad sender"), "the bench"])
     with pytest.raises(RuntimeError, match="bad sender"):
-        await harness.start_bench(sms_rate=5.0, log=lambda _: None)
+        await stack.start_bench(sms_rate=5.0, log=lambda _: None)
     assert len(calls) == 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import itertools
 
-from bench.harness import CpuMeter, activity_count, worker_cpu_parts, worker_env
+from bench.stack import CpuMeter, activity_count, worker_cpu_parts, worker_env
 
 BASE = {
     "HERALD_TASK_QUEUE": "herald",

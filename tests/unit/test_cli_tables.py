@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from cli.main import DEMO_SCENARIOS, parser
+from cli.dev import DEMO_SCENARIOS
+from cli.main import parser
 from ledger import timeline
 from runtime.tables import Clock, table, timeline_text
 
@@ -205,7 +206,7 @@ def test_the_send_example_gives_every_variable_its_template_needs():
 def test_a_run_waiting_for_a_settlement_ends_naming_settle_not_approve_resend():
     # `send --wait` and `show --follow` once ended on an unknown SMS with the approve-resend
     # line, which the workflow then refused ("settle it first").
-    from cli.main import AWAITING_OPERATOR, _ending
+    from cli.intents import AWAITING_OPERATOR, _ending
 
     doc = copy.deepcopy(resent_intent())
     doc["attempts"] = doc["attempts"][:1]
@@ -224,7 +225,7 @@ def test_an_update_interrupted_by_ctrl_c_is_one_line_not_a_traceback():
     from temporalio.client import WorkflowUpdateRPCTimeoutOrCancelledError
 
     import settings
-    from cli.main import operational_error
+    from cli.errors import operational_error
 
     line = operational_error(WorkflowUpdateRPCTimeoutOrCancelledError(), settings.Settings())
     assert line is not None and "\n" not in line

@@ -121,9 +121,9 @@ def test_the_workflow_retries_exactly_the_errors_that_are_not_permanent():
 
 
 def test_the_cli_waits_for_the_domains_final_states():
-    from cli import main
+    from cli import intents as cli_intents
 
-    assert main.FINAL_STATES is intents.FINAL_STATES
+    assert cli_intents.FINAL_STATES is intents.FINAL_STATES
     assert intents.REACHED < intents.FINAL_STATES
     on_the_way = set(intents.IntentState) - intents.FINAL_STATES
     assert on_the_way == {

@@ -41,7 +41,7 @@ def test_every_dotted_name_it_names_is_in_the_code():
     names = [token for token in CODE if DOTTED.match(token) and "/" not in token]
     packages = {"api", "cli", "domain", "ledger", "activities", "starter", "runtime"}
     names = [n for n in names if n.split(".")[0] in packages]
-    assert "cli.main.action" in names and "api.console.PAGE_GROUPS" in names
+    assert "cli.output.action" in names and "api.console.PAGE_GROUPS" in names
     for name in names:
         _resolve(name)
 

@@ -15,7 +15,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from domain.states import AttemptState
-from ledger import reconcile, review_items, settlements
+from ledger import review_items, settlements
 from ledger.models import Attempt, Intent, ReviewItem
 
 WAITING_SHOWN = 10
@@ -65,7 +65,7 @@ def needs_attention(session: Session, now: datetime) -> Attention:
             OpenSet(
                 kind,
                 n,
-                reconcile.format_age(now - oldest) if oldest else None,
+                review_items.format_age(now - oldest) if oldest else None,
                 [(e, c, k) for (e, c), k in exposure.get(kind, Counter()).most_common(3)],
             )
             for kind, (n, oldest) in totals.items()

@@ -17,8 +17,8 @@ from api.console.rendering import page
 from api.console.sessions import SignedIn
 from api.deps import Ingress, IngressDep
 from domain import channels, key_privacy
+from ledger import operator_actions, review_items, timeline
 from ledger import repository as repo
-from ledger import review_items, timeline
 from ledger.models import ReviewItem, intent_destination
 
 log = logging.getLogger("herald.console")
@@ -253,7 +253,7 @@ async def reveal(
             )
             if ct
         }
-        repo.record_operator_action(
+        operator_actions.record_operator_action(
             session,
             intent_id=intent.id,
             action="reveal",

@@ -40,7 +40,7 @@ from domain.policy import Outcome
 from domain.provider_errors import meaning
 from domain.settlement import AWAITING_FILTERS
 from domain.states import AttemptState
-from ledger import email_health, reconcile, review_items
+from ledger import email_health, review_items
 from ledger.email_health import EmailRates
 from ledger.listing import (
     Cursor,
@@ -395,17 +395,17 @@ def review_items_of(session: Session, intent_id: str) -> list[ReviewItem]:
 # --- reconciliation ------------------------------------------------------------------------
 
 SET_TITLES = {
-    reconcile.INTENT_WITHOUT_ATTEMPT: "Intents with no attempt",
-    reconcile.PREPARED_WITHOUT_REMOTE_ID: "Prepared attempts with no remote id",
-    reconcile.SUBMITTED_PAST_CHECK: "Submitted attempts past their next check",
-    reconcile.CONFLICTING_OBSERVATION: "Conflicting terminal observations",
-    reconcile.CANCELLED_THEN_DELIVERED: "Cancelled intents that later produced a delivery",
-    reconcile.UNKNOWN_OUTCOME: "Unknown outcomes",
-    reconcile.ORPHAN_OBSERVATION: "Observations with no attempt",
-    reconcile.WORKFLOW_CLOSED_INTENT_OPEN: "Open intents whose workflow was closed (terminated)",
-    reconcile.INTENT_WITHOUT_WORKFLOW: "Open intents whose workflow Temporal does not have",
-    reconcile.WORKFLOW_WITHOUT_INTENT: "Running workflows whose intent the ledger does not have",
-    reconcile.DATA_KEY_UNREADABLE: "Intents a worker's data key could not read",
+    review_items.INTENT_WITHOUT_ATTEMPT: "Intents with no attempt",
+    review_items.PREPARED_WITHOUT_REMOTE_ID: "Prepared attempts with no remote id",
+    review_items.SUBMITTED_PAST_CHECK: "Submitted attempts past their next check",
+    review_items.CONFLICTING_OBSERVATION: "Conflicting terminal observations",
+    review_items.CANCELLED_THEN_DELIVERED: "Cancelled intents that later produced a delivery",
+    review_items.UNKNOWN_OUTCOME: "Unknown outcomes",
+    review_items.ORPHAN_OBSERVATION: "Observations with no attempt",
+    review_items.WORKFLOW_CLOSED_INTENT_OPEN: "Open intents whose workflow was closed (terminated)",
+    review_items.INTENT_WITHOUT_WORKFLOW: "Open intents whose workflow Temporal does not have",
+    review_items.WORKFLOW_WITHOUT_INTENT: "Running workflows whose intent the ledger does not have",
+    review_items.DATA_KEY_UNREADABLE: "Intents a worker's data key could not read",
 }
 
 
@@ -502,7 +502,7 @@ def reconciliation(session: Session, now: datetime) -> list[SetSummary]:
                         "id": item.id,
                         "subject": item.subject,
                         "since": when(began or item.found_at),
-                        "age": reconcile.format_age(now - (began or item.found_at)),
+                        "age": review_items.format_age(now - (began or item.found_at)),
                         "found_at": when(item.found_at),
                         "intent_id": detail.get("intent_id"),
                         "business_key": detail.get("business_key"),
@@ -516,7 +516,7 @@ def reconciliation(session: Session, now: datetime) -> list[SetSummary]:
                 kind,
                 title,
                 count,
-                reconcile.format_age(now - oldest) if oldest else None,
+                review_items.format_age(now - oldest) if oldest else None,
                 exposure.get(kind, []),
                 members,
             )

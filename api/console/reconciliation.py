@@ -16,7 +16,7 @@ from api.console.deps import Reason, Who, checked
 from api.console.rendering import page
 from api.deps import IngressDep
 from domain import key_privacy
-from ledger import reconcile, settlements
+from ledger import reconcile, review_items, settlements
 from ledger.models import ReviewItem
 from ledger.principals import record_audit
 
@@ -65,8 +65,8 @@ async def sweep_now(
 
     def work(session: Session) -> str:
         rows = reconcile.find(session, now=now)
-        filed = reconcile.record_review_items(session, rows, now)
-        closed = settlements.close_settled_items(session, at=now)
+        filed = review_items.record_review_items(session, rows, now)
+        closed = review_items.close_settled_items(session, at=now)
         return f"the sweep found {len(rows)}, filed {filed} new and closed {len(closed)} settled"
 
     outcome = await ingress.tx(work)

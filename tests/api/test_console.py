@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from api.app import Ingress, create_app
 from api.console import reads
 from domain.principals import BREAK_GLASS_NAME, Principal, Role
-from ledger import evidence, listing, principals, reconcile
+from ledger import evidence, listing, principals, review_items
 from ledger.models import (
     Attempt,
     Consent,
@@ -224,11 +224,11 @@ async def test_resolving_a_review_item_records_who_and_the_note(http, committed,
     sent = submitted_attempt(committed, cipher)
     now = datetime.now(UTC)
     with committed.begin() as session:
-        reconcile.record_review_items(
+        review_items.record_review_items(
             session,
             [
-                reconcile.ReviewRow(
-                    kind=reconcile.UNKNOWN_OUTCOME,
+                review_items.ReviewRow(
+                    kind=review_items.UNKNOWN_OUTCOME,
                     subject=f"attempt:{sent.attempt_id}",
                     since=now,
                     age=now - now,
@@ -270,15 +270,15 @@ async def test_an_intent_whose_workflow_was_terminated_is_its_own_set(http, comm
     # The page lists a set's oldest members first, 50 of them: other tests sharing this
     # ledger leave items of the same kind, so this one is made the oldest to be listed.
     since = now - timedelta(days=3650)
-    row = reconcile.ReviewRow(
-        kind=reconcile.WORKFLOW_CLOSED_INTENT_OPEN,
+    row = review_items.ReviewRow(
+        kind=review_items.WORKFLOW_CLOSED_INTENT_OPEN,
         subject=f"intent:{sent.intent_id}",
         since=since,
         age=now - since,
         intent_id=sent.intent_id,
     )
     with committed.begin() as session:
-        reconcile.record_review_items(session, [row], now)
+        review_items.record_review_items(session, [row], now)
         item = session.execute(
             select(ReviewItem).where(ReviewItem.subject == f"intent:{sent.intent_id}")
         ).scalar_one()
@@ -725,7 +725,7 @@ async def test_an_operator_opens_a_review_item_from_the_intent_page_and_not_twic
         [item] = session.execute(
             select(ReviewItem).where(ReviewItem.subject == f"attempt:{sent.attempt_id}")
         ).scalars()
-    assert item.kind == reconcile.SUBMITTED_PAST_CHECK and item.resolved_at is None
+    assert item.kind == review_items.SUBMITTED_PAST_CHECK and item.resolved_at is None
     assert f"Opened review item #{item.id} (submitted_past_check)" in page
     assert f"submitted_past_check opened by {name}" in page
     # Open now: the page says so and offers no second one; the server refuses one anyway.

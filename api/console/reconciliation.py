@@ -19,6 +19,7 @@ from domain import key_privacy
 from ledger import reconcile, review_items, settlements
 from ledger.models import ReviewItem
 from ledger.principals import record_audit
+from ledger.read_models.reconciliation import MEMBERS_SHOWN, ReviewSet, review_sets
 
 log = logging.getLogger("herald.console")
 router = APIRouter(prefix="/console", include_in_schema=False)
@@ -28,22 +29,23 @@ router = APIRouter(prefix="/console", include_in_schema=False)
 async def reconciliation(request: Request, who: Who, ingress: IngressDep) -> HTMLResponse:
     now = sessions.now()
 
-    def work(session: Session) -> tuple[list[reads.SetSummary], list[dict[str, Any]], int]:
+    def work(session: Session) -> tuple[list[ReviewSet], list[dict[str, Any]], int]:
         _, policy = settlements.active_settlement_policy(session)
         return (
-            reads.reconciliation(session, now),
+            review_sets(session),
             [r.as_dict() for r in policy.rules],
             len(settlements.unknown_members(session)),
         )
 
-    sets, rules, settleable = await ingress.tx(work)
+    found, rules, settleable = await ingress.tx(work)
+    sets = reads.reconciliation(found, now)
     return page(
         request,
         "reconciliation.html",
         who,
         sets=sets,
         open_total=sum(s.count for s in sets),
-        shown=reads.MEMBERS_SHOWN,
+        shown=MEMBERS_SHOWN,
         rules=rules,
         settleable=settleable,
         bulk=request.query_params.get("bulk"),

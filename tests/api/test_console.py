@@ -16,7 +16,6 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.app import Ingress, create_app
-from api.console import reads
 from domain.principals import BREAK_GLASS_NAME, Principal, Role
 from ledger import evidence, listing, principals, review_items
 from ledger.models import (
@@ -28,6 +27,8 @@ from ledger.models import (
     ReviewItem,
     Suppression,
 )
+from ledger.read_models import intent_list
+from ledger.read_models.overview import overview as read_overview
 from starter.client import HeraldClient
 from tests.api.conftest import (
     AUTH_TOKEN,
@@ -326,9 +327,11 @@ async def test_the_list_pages_by_keyset_with_no_gap_and_counts_by_state(http, co
             listing.page(session, listing.IntentFilter(key_prefix=prefix, state="delivered")).items
             == []
         )
-        counted = reads.counts_by_state(session, listing.IntentFilter(key_prefix=prefix))
+        counted = intent_list.counts_by_state(session, listing.IntentFilter(key_prefix=prefix))
         assert counted.counts == {"sending": 3} and not counted.capped
-        capped = reads.counts_by_state(session, listing.IntentFilter(key_prefix=prefix), cap=2)
+        capped = intent_list.counts_by_state(
+            session, listing.IntentFilter(key_prefix=prefix), cap=2
+        )
         assert capped.counts == {"sending": 2} and capped.capped
     assert keys
     await sign_in(http, *principal(committed, Role.VIEWER))
@@ -393,7 +396,7 @@ def test_the_overviews_chart_counts_each_new_intent_by_its_derived_state(committ
 
     def charted() -> Counter[str]:
         with committed() as session:
-            hours = reads.overview(session, now).hours
+            hours = read_overview(session, now).hours
         return sum((Counter(h["counts"]) for h in hours), Counter())
 
     before = charted()

@@ -49,6 +49,7 @@ from ledger import repository as repo
 from ledger.models import Attempt, Intent, Observation, ReviewItem
 from ledger.operator_actions import record_operator_action
 from ledger.principals import record_audit
+from ledger.transactions import rows_changed
 
 INTENT_WITHOUT_ATTEMPT = "intent_without_attempt"
 PREPARED_WITHOUT_REMOTE_ID = "prepared_without_remote_id"
@@ -267,6 +268,30 @@ def close_items(session: Session, *, attempt_id: int, at: datetime, by: str, not
         .values(resolved_at=at, resolved_by=by[:120], resolution_note=note)
     )
     return int(getattr(result, "rowcount", 0) or 0)
+
+
+def resolve(session: Session, item_id: int, *, by: Principal, note: str, at: datetime) -> bool:
+    """A person's "no action": close the open item with their note, and audit it.
+
+    False when there is no such item or it is already closed (nothing is written).
+    """
+    changed = rows_changed(
+        session.execute(
+            update(ReviewItem)
+            .where(ReviewItem.id == item_id, ReviewItem.resolved_at.is_(None))
+            .values(resolved_at=at, resolved_by=by.name, resolution_note=note)
+        )
+    )
+    if changed:
+        record_audit(
+            session,
+            by=by,
+            action="review_item.resolved",
+            subject=f"review_item:{item_id}",
+            at=at,
+            detail={"note": note},
+        )
+    return bool(changed)
 
 
 # --- opened on demand ---------------------------------------------------------------

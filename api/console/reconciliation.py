@@ -8,7 +8,6 @@ from urllib.parse import urlencode
 
 from fastapi import APIRouter, Form, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
-from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from api.console import reads, sessions
@@ -17,8 +16,6 @@ from api.console.rendering import page
 from api.deps import IngressDep
 from domain import key_privacy
 from ledger import reconcile, review_items, settlements
-from ledger.models import ReviewItem
-from ledger.principals import record_audit
 from ledger.read_models.reconciliation import MEMBERS_SHOWN, ReviewSet, review_sets
 
 log = logging.getLogger("herald.console")
@@ -125,27 +122,11 @@ async def resolve(
 ) -> Response:
     checked(who, csrf, act=True)
     now = sessions.now()
-
-    def work(session: Session) -> int:
-        changed: int = session.execute(
-            update(ReviewItem)
-            .where(ReviewItem.id == item_id, ReviewItem.resolved_at.is_(None))
-            .values(resolved_at=now, resolved_by=who.principal.name, resolution_note=note)
-        ).rowcount  # type: ignore[attr-defined]
-        if changed:
-            record_audit(
-                session,
-                by=who.principal,
-                action="review_item.resolved",
-                subject=f"review_item:{item_id}",
-                at=now,
-                detail={"note": note},
-            )
-        return changed
-
-    changed = await ingress.tx(work)
+    changed = await ingress.tx(
+        lambda s: review_items.resolve(s, item_id, by=who.principal, note=note, at=now)
+    )
     if not changed:
         # No such item, or already closed: say so rather than pretend it was resolved.
         raise HTTPException(404, f"no open review item {item_id}")
-    log.info("review item %d resolved by %s (changed=%s)", item_id, who.principal.name, changed)
+    log.info("review item %d resolved by %s (changed=1)", item_id, who.principal.name)
     return RedirectResponse("/console/reconciliation", 303)

@@ -247,6 +247,40 @@ def test_a_package_gathering_its_modules_is_no_circle() -> None:
     ]
 
 
+CONSOLE_SIGN_IN = {"api/console/sessions.py", "api/console/sign_in_answer.py"}
+"""The console's own sign-in sessions: the only console modules that query."""
+
+
+def console_queries(path: str, source: str) -> list[str]:
+    """Imports of `source` (a console module) that build SQL: the ledger's read models do
+    the reading (ledger/read_models/), the console keeps the words."""
+    return [
+        f"{path}:{line} imports {module}"
+        for line, module in imports_in(source)
+        if module.split(".")[0] == "sqlalchemy" and module != "sqlalchemy.orm"
+    ] + [
+        f"{path}:{node.lineno} imports {alias.name} from sqlalchemy.orm"
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.ImportFrom) and node.module == "sqlalchemy.orm"
+        for alias in node.names
+        if alias.name != "Session"
+    ]
+
+
+def test_the_console_reads_through_the_ledgers_read_models() -> None:
+    found = [
+        q
+        for path, source in project_files()
+        if path.startswith("api/console/") and path not in CONSOLE_SIGN_IN
+        for q in console_queries(path, source)
+    ]
+    assert found == []
+    assert console_queries("api/console/x.py", "from sqlalchemy import select\n") == [
+        "api/console/x.py:1 imports sqlalchemy"
+    ]
+    assert console_queries("api/console/x.py", "from sqlalchemy.orm import Session\n") == []
+
+
 def test_the_check_reports_what_breaks_a_rule() -> None:
     assert violations("workflows/x.py", "from activities.maintenance import Job\n") == [
         "workflows/x.py:1 imports activities.maintenance (not a layer workflows/ may use)"

@@ -51,6 +51,8 @@ from ledger.operator_actions import record_operator_action
 from ledger.principals import record_audit
 from ledger.transactions import rows_changed
 
+# The kinds; what each means, and who files it: ledger.reconcile's docstring and
+# docs/ledger.md, "Reconciliation".
 INTENT_WITHOUT_ATTEMPT = "intent_without_attempt"
 PREPARED_WITHOUT_REMOTE_ID = "prepared_without_remote_id"
 SUBMITTED_PAST_CHECK = "submitted_past_check"

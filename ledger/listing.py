@@ -319,7 +319,7 @@ class ListedIntent:
     """The latest attempt's state per channel."""
 
 
-def _latest_outcome() -> Any:
+def latest_outcome() -> Any:
     """Per intent, its latest policy decision's outcome (through the intent_id index).
 
     A scalar subquery of a statement over `Intent`.
@@ -353,7 +353,7 @@ def listed(query: Any) -> Any:
         .where(Attempt.intent_id == Intent.id)
         .scalar_subquery()
     )
-    latest = _latest_outcome()
+    latest = latest_outcome()
     return query.with_only_columns(
         *LISTED_COLUMNS, attempts.label("attempts"), latest.label("outcome")
     )

@@ -23,8 +23,8 @@ from ledger.listing import (
     Cursor,
     IntentFilter,
     ListedIntent,
-    _latest_outcome,
     derived_state,
+    latest_outcome,
     page,
     plan_for_these_values,
     read_cursor,
@@ -104,7 +104,7 @@ def counted_by_state(
         .where(Attempt.intent_id == Intent.id)
         .scalar_subquery()
     )
-    latest = _latest_outcome()
+    latest = latest_outcome()
     base = (
         unfiltered.apply(
             select(

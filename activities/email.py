@@ -26,12 +26,12 @@ from domain.email_events import without_addresses
 from domain.senders import SenderBook
 from domain.states import AttemptState
 from domain.unsubscribe import unsubscribe_token
-from ledger import metrics
+from ledger import metrics, observations
 from ledger import repository as repo
 from ledger.artifacts import ArtifactError, ArtifactStore, ref_of
 from ledger.crypto import FieldCipher
 from ledger.models import Artifact, Attempt, Intent
-from ledger.repository import ObservationFacts
+from ledger.observations import ObservationFacts
 from ledger.transactions import Transactions
 from transports.email import (
     EmailAmbiguousError,
@@ -202,7 +202,7 @@ class EmailActivities:
             raw, normalized = f"{transport.provider}_{sent.response}", AttemptState.SUBMITTED
         else:
             raw, normalized = "smtp_250", AttemptState.SENT
-        result = repo.record_observation(
+        result = observations.record_observation(
             session,
             ObservationFacts(
                 source="send",
@@ -249,7 +249,7 @@ class EmailActivities:
         )
         state = await self._tx(
             lambda s: (
-                repo.record_observation(
+                observations.record_observation(
                     s,
                     ObservationFacts(
                         source="send",
@@ -276,7 +276,7 @@ class EmailActivities:
     ) -> NoReturn:
         """Record the send as failed and end the activity with a non-retryable error."""
         await self._tx(
-            lambda s: repo.record_observation(
+            lambda s: observations.record_observation(
                 s,
                 ObservationFacts(
                     source="send",

@@ -37,11 +37,11 @@ from domain import channels, keys, policy, proof, settlement, templates
 from domain.clocks import parse_iso_utc
 from domain.senders import SenderBook
 from domain.states import AttemptState
-from ledger import metrics, settlements
+from ledger import metrics, observations, operator_actions, settlements
 from ledger import repository as repo
 from ledger.crypto import FieldCipher
 from ledger.models import Attempt, Intent, PolicyDecision, PolicyVersion, intent_destination
-from ledger.repository import ObservationFacts
+from ledger.observations import ObservationFacts
 from ledger.templates import active_templates
 from ledger.transactions import Transactions
 
@@ -392,7 +392,7 @@ class LedgerActivities:
         now = now_utc()
 
         def work(session: Session) -> str:
-            result = repo.record_observation(
+            result = observations.record_observation(
                 session,
                 ObservationFacts(
                     source=input.source,
@@ -446,7 +446,7 @@ class LedgerActivities:
             )
 
         def work(session: Session) -> None:
-            repo.record_operator_action(
+            operator_actions.record_operator_action(
                 session,
                 intent_id=input.intent_id,
                 action=input.action,

@@ -19,7 +19,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities import now_utc
 from activities.contracts import ARCHIVE, PURGE, RECONCILE, MaintenanceInput, MaintenanceResult
-from ledger import archive, reconcile, retention, settlements
+from ledger import archive, reconcile, retention, review_items
 
 NOTIFICATION_WORKFLOW = "NotificationWorkflow"
 """The notification workflow's type (workflows/notification.py), as Temporal lists it."""
@@ -82,10 +82,10 @@ class MaintenanceActivities:
             now = now_utc()
             with self._sessions.begin() as session:
                 rows = reconcile.find(session, now=now)
-                recorded = reconcile.record_review_items(session, rows, now)
+                recorded = review_items.record_review_items(session, rows, now)
                 # The lifecycle's other half: items whose attempt a later observation
                 # settled are closed, saying which observation did.
-                closed = settlements.close_settled_items(session, at=now)
+                closed = review_items.close_settled_items(session, at=now)
             if closed:
                 activity.logger.info("reconcile closed %d settled review item(s)", len(closed))
             by_kind: dict[str, int] = {}

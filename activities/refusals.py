@@ -23,9 +23,10 @@ from activities.contracts import ErrorType
 from domain.policy import Outcome
 from domain.provider_errors import PROVIDER_REFUSED_RULE, Cause
 from domain.states import AttemptState
+from ledger import observations
 from ledger import repository as repo
 from ledger.models import Attempt, PolicyDecision
-from ledger.repository import ObservationFacts
+from ledger.observations import ObservationFacts
 
 RULE = PROVIDER_REFUSED_RULE
 """The rule such a deferral is recorded under: not a policy rule, the provider's own word."""
@@ -51,7 +52,7 @@ def record_deferred(
     the reason and when the provider may take work again, in the caller's transaction: the
     intent reads `deferred`, not `failed`, while it waits (backpressure is data)."""
     at = now_utc()
-    repo.record_observation(
+    observations.record_observation(
         session,
         ObservationFacts(
             source="send",

@@ -33,11 +33,11 @@ from domain.circuit import BreakerSettings
 from domain.provider_errors import ErrorKind
 from domain.senders import SenderBook
 from domain.states import AttemptState
-from ledger import circuits, metrics
+from ledger import circuits, metrics, observations
 from ledger import repository as repo
 from ledger.crypto import FieldCipher
 from ledger.models import Attempt, Suppression
-from ledger.repository import ObservationFacts
+from ledger.observations import ObservationFacts
 from ledger.transactions import Transactions
 from transports.sms import (
     ProviderStatus,
@@ -249,19 +249,19 @@ class SmsActivities:
         outcome: circuit.Outcome,
         token: str,
         facts: ObservationFacts,
-    ) -> repo.ObservationResult:
+    ) -> observations.ObservationResult:
         """What a send's answer says about the provider's health and about the attempt,
         in one transaction (`_health` then `_record`)."""
         if self._breaker is not None and outcome != circuit.Outcome.NEUTRAL:
             circuits.note_outcome(session, provider, outcome, now_utc(), self._breaker)
-        return repo.record_observation(session, facts, token=token)
+        return observations.record_observation(session, facts, token=token)
 
     async def _release_claim(self, token: str) -> None:
         """Nothing left for the attempt: a retry may send it (clears `send_started_at`)."""
         await self._tx(lambda s: s.execute(_RELEASE, {"released_token": token}))
 
-    async def _record(self, token: str, facts: ObservationFacts) -> repo.ObservationResult:
-        return await self._tx(lambda s: repo.record_observation(s, facts, token=token))
+    async def _record(self, token: str, facts: ObservationFacts) -> observations.ObservationResult:
+        return await self._tx(lambda s: observations.record_observation(s, facts, token=token))
 
     @activity.defn(name=channels.SMS.send_activity)
     @heartbeating

@@ -19,7 +19,7 @@ from api.auth import Authenticator
 from api.metrics import build_registry
 from api.telnyx_signature import TelnyxVerifier
 from ledger.artifacts import DEFAULT_MAX_BYTES, ArtifactStore, PostgresArtifactStore
-from ledger.repository import Through
+from ledger.observations import Through
 from ledger.transactions import Transactions
 from starter.client import HeraldClient
 
@@ -79,7 +79,7 @@ class Ingress:
             kind: Through(name, channel, frozenset(a for a, k in kinds.items() if k == kind))
             for kind, (name, channel) in INGRESS_OF.items()
         }
-        """What each provider's ingress speaks for (`ledger.repository.Through`), by the
+        """What each provider's ingress speaks for (`ledger.observations.Through`), by the
         provider's kind: its channel and every alias of that kind (HERALD_PROVIDERS)."""
         self.email_events = email_events or EventsConfig(public_key=None)
         """The email provider's Event Webhook key and tolerance (api.email_events)."""

@@ -58,10 +58,10 @@ from domain.email_events import (
 from domain.policy import fallback_for, load_policy
 from domain.requests import Category
 from domain.states import AttemptState, is_terminal
-from ledger import evidence
+from ledger import evidence, observations
 from ledger import repository as repo
 from ledger.models import Attempt, Intent, Observation, Suppression
-from ledger.repository import ObservationFacts, ObservationResult
+from ledger.observations import ObservationFacts, ObservationResult
 
 log = logging.getLogger("herald.api")
 
@@ -383,7 +383,7 @@ def record_event(
     """One event in one transaction: the observation (deduplicated), then its effect."""
     facts, token = _event_facts(event, now)
     through = ingress.through["sendgrid"]
-    result = repo.record_observation(session, facts, token=token, through=through)
+    result = observations.record_observation(session, facts, token=token, through=through)
     if result.verdict != "duplicate":
         # The attempt it moved, if any: a token naming another channel's attempt places
         # nothing (its category and destination are not this message's).

@@ -38,11 +38,12 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from domain import channels
 from domain.circuit import CircuitState
-from domain.intents import IntentState, derive_intent_state
+from domain.intents import IntentState
 from domain.policy import Outcome
 from domain.states import AttemptState
 from ledger import email_health
 from ledger.circuits import all_circuits
+from ledger.listing import derived_state
 from ledger.metrics import REGISTRY as EVENT_REGISTRY
 from ledger.metrics import label
 
@@ -68,8 +69,7 @@ _INTENTS_BY_DERIVATION_INPUTS = text(
     SELECT a.states,
            d.outcome,
            i.cancelled_at IS NOT NULL AS cancelled,
-           (i.expires_at IS NOT NULL AND i.expires_at <= now() AND a.intent_id IS NULL)
-               AS expired,
+           (i.expires_at IS NOT NULL AND i.expires_at <= now()) AS past_expiry,
            (i.send_at IS NOT NULL AND i.send_at > now()) AS scheduled,
            count(*) AS n
     FROM intent i
@@ -213,16 +213,16 @@ class LedgerCollector(Collector):
             labels=["state"],
         )
         counts = {s.value: 0 for s in IntentState}
-        for states, outcome, cancelled, expired, scheduled, n in session.execute(
+        for states, outcome, cancelled, past_expiry, scheduled, n in session.execute(
             _INTENTS_BY_DERIVATION_INPUTS
         ):
-            # One row per combination of derivation inputs, derived by the domain's own
-            # function, so this can never disagree with `herald show`.
-            state = derive_intent_state(
-                attempt_states=[AttemptState(s) for s in states or []],
-                last_decision=Outcome(outcome) if outcome else None,
+            # One row per combination of derivation inputs, derived by the ledger's one
+            # reading of them, so this can never disagree with `herald show`.
+            state = derived_state(
+                states or [],
+                outcome,
                 cancelled=bool(cancelled),
-                expired=bool(expired),
+                past_expiry=bool(past_expiry),
                 scheduled=bool(scheduled),
             )
             counts[state.value] += n

@@ -25,8 +25,9 @@ from api.telnyx_signature import TOLERANCE_SECONDS, TelnyxVerifier
 from api.webhooks import TOKEN_MAX_LENGTH, record_keyword, require_media_type, wake_workflow
 from domain.clocks import parse_iso_utc
 from domain.states import TELNYX_STATUSES, normalize_telnyx_status
+from ledger import observations
 from ledger import repository as repo
-from ledger.repository import ObservationFacts
+from ledger.observations import ObservationFacts
 
 log = logging.getLogger("herald.api")
 
@@ -220,9 +221,9 @@ async def receive_telnyx_event(
         detail={"provider": "telnyx", "event_type": event_type},
     )
 
-    def work(session: Session) -> repo.ObservationResult:
+    def work(session: Session) -> observations.ObservationResult:
         trusted = _token_for(session, token, remote_id)
-        return repo.record_observation(
+        return observations.record_observation(
             session, facts, token=trusted, through=ingress.through["telnyx"]
         )
 

@@ -36,10 +36,10 @@ from domain.states import (
     normalize_provider_status,
 )
 from domain.unsubscribe import verify_unsubscribe_token
-from ledger import evidence
+from ledger import evidence, observations
 from ledger import repository as repo
 from ledger.models import InboundKeyword, Suppression
-from ledger.repository import ObservationFacts
+from ledger.observations import ObservationFacts
 
 log = logging.getLogger("herald.api")
 
@@ -199,7 +199,9 @@ TWIML: dict[int | str, dict[str, Any]] = {
 }
 
 
-async def wake_workflow(ingress: Ingress, result: repo.ObservationResult, code: str | None) -> None:
+async def wake_workflow(
+    ingress: Ingress, result: observations.ObservationResult, code: str | None
+) -> None:
     """Signal the intent's workflow after a receipt (from any provider) that settled its
     attempt.
 
@@ -367,7 +369,7 @@ async def receive_sms_receipt(request: Request, ingress: Ingress, token: str | N
     )
     through = ingress.through["twilio"]
     result = await ingress.tx(
-        lambda s: repo.record_observation(s, facts, token=token, through=through)
+        lambda s: observations.record_observation(s, facts, token=token, through=through)
     )
     ingress.counters.receipts.labels(result.verdict).inc()
     if result.verdict == "duplicate":

@@ -39,7 +39,7 @@ from devstack import EmbeddedPostgres, free_port
 from domain import keys
 from domain.channels import EMAIL, SMS
 from domain.principals import Principal, Role
-from ledger import migrate, principals, reconcile
+from ledger import migrate, principals, reconcile, review_items
 from ledger import repository as repo
 from ledger.crypto import FieldCipher
 from ledger.templates import seed_packaged
@@ -315,7 +315,7 @@ def sweep(url: str) -> int:
     now = datetime.now(UTC)
     with sessionmaker(engine).begin() as session:
         rows = reconcile.find(session, now=now, limit=1_000_000)
-        recorded = reconcile.record_review_items(session, rows, now)
+        recorded = review_items.record_review_items(session, rows, now)
     engine.dispose()
     return recorded
 

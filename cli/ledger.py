@@ -203,7 +203,7 @@ async def cmd_legal_hold(args: argparse.Namespace, cfg: settings_module.Settings
 
 
 async def cmd_reconcile(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
-    from ledger import reconcile, settlements
+    from ledger import reconcile, review_items, settlements
 
     now = _when(args.now, "--now") or datetime.now(UTC)
     if args.record:
@@ -218,7 +218,7 @@ async def cmd_reconcile(args: argparse.Namespace, cfg: settings_module.Settings)
             submitted_check_after=timedelta(minutes=args.check_after_minutes),
             grace=timedelta(minutes=args.grace_minutes),
         )
-        recorded = reconcile.record_review_items(session, rows, now) if args.record else None
+        recorded = review_items.record_review_items(session, rows, now) if args.record else None
         waiting = settlements.waiting_intents(session)
         settled = settlements.recent_settlements(session, since=now - timedelta(days=1))
     if args.workflows:

@@ -36,7 +36,7 @@ from sqlalchemy import Column, Engine, Table, bindparam, func, insert, select, u
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
-from ledger import reconcile
+from ledger import review_items
 from ledger.contact_data import ENCRYPTED_COLUMNS, EncryptedColumn
 from ledger.crypto import DerivedKeys, FieldCipher, KeyRingError, kid_of
 from ledger.models import Base, DataKeyRecord, LedgerSecret
@@ -368,11 +368,11 @@ def file_unreadable(
         query = query.where(Intent.id == intent_id)
     found = session.execute(query).one_or_none()
     if found is not None:
-        reconcile.record_review_items(
+        review_items.record_review_items(
             session,
             [
-                reconcile.ReviewRow(
-                    kind=reconcile.DATA_KEY_UNREADABLE,
+                review_items.ReviewRow(
+                    kind=review_items.DATA_KEY_UNREADABLE,
                     subject=f"intent:{found.id}",
                     since=now,
                     age=now - now,

@@ -20,7 +20,7 @@ import binascii
 import hashlib
 import json
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -85,13 +85,39 @@ def state_of(
     now: datetime,
 ) -> str:
     """The derived state of one intent from its facts as the ledger records them."""
+    return derived_state(
+        attempts,
+        last_decision,
+        cancelled=cancelled_at is not None,
+        past_expiry=expires_at is not None and expires_at <= now,
+        scheduled=send_at is not None and send_at > now,
+    ).value
+
+
+def derived_state(
+    attempt_states: Iterable[str],
+    last_decision: str | None,
+    *,
+    cancelled: bool,
+    past_expiry: bool,
+    scheduled: bool,
+) -> IntentState:
+    """The derived state (`domain.intents.derive_intent_state`) of an intent's facts.
+
+    The facts as the ledger reads them: its attempts' states, its latest decision's
+    outcome, and whether it was cancelled, is past its expiry, or has a send-at still
+    ahead. The one reading of those facts: every list, count and metric of intents by state comes
+    here, so none can disagree with `herald show`. An intent past its expiry is `expired`
+    only when nothing was attempted (an attempt's own outcome says more).
+    """
+    attempts = [AttemptState(s) for s in attempt_states]
     return derive_intent_state(
         attempt_states=attempts,
         last_decision=Outcome(last_decision) if last_decision else None,
-        cancelled=cancelled_at is not None,
-        expired=expires_at is not None and expires_at <= now and not attempts,
-        scheduled=send_at is not None and send_at > now,
-    ).value
+        cancelled=cancelled,
+        expired=past_expiry and not attempts,
+        scheduled=scheduled,
+    )
 
 
 def to_recipient(lookup_hmac: str) -> ColumnElement[bool]:
@@ -293,7 +319,7 @@ class ListedIntent:
     """The latest attempt's state per channel."""
 
 
-def _latest_outcome() -> Any:
+def latest_outcome() -> Any:
     """Per intent, its latest policy decision's outcome (through the intent_id index).
 
     A scalar subquery of a statement over `Intent`.
@@ -327,7 +353,7 @@ def listed(query: Any) -> Any:
         .where(Attempt.intent_id == Intent.id)
         .scalar_subquery()
     )
-    latest = _latest_outcome()
+    latest = latest_outcome()
     return query.with_only_columns(
         *LISTED_COLUMNS, attempts.label("attempts"), latest.label("outcome")
     )

@@ -24,7 +24,8 @@ orphan_observation             an observation with no attempt (e.g. a receipt fo
                                nobody knew when it arrived), older than `grace`.
 =============================  =================================================================
 
-`record_review_items` turns rows into review items, each (kind, subject) once.
+`ledger.review_items.record_review_items` turns rows into review items, each (kind,
+subject) once; the kinds are named there.
 
 Three more kinds need Temporal as well as the ledger, so they have their own pass,
 `reconcile_workflows`, run by the reconcile schedule after `find` and by `herald
@@ -62,19 +63,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import and_, exists, func, or_, select
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session, aliased, sessionmaker
 
 from domain import channels
 from domain.clocks import iso_utc
 from domain.policy import Outcome
 from domain.states import AttemptState
-from ledger import repository as repo
 from ledger.listing import derive_states
 from ledger.models import (
     ArchivedIntent,
@@ -84,34 +83,21 @@ from ledger.models import (
     OperatorAction,
     Outbox,
     PolicyDecision,
-    ReviewItem,
 )
-
-INTENT_WITHOUT_ATTEMPT = "intent_without_attempt"
-PREPARED_WITHOUT_REMOTE_ID = "prepared_without_remote_id"
-SUBMITTED_PAST_CHECK = "submitted_past_check"
-CONFLICTING_OBSERVATION = "conflicting_observation"
-CANCELLED_THEN_DELIVERED = "cancelled_then_delivered"
-UNKNOWN_OUTCOME = "unknown_outcome"
-ORPHAN_OBSERVATION = "orphan_observation"
-WORKFLOW_CLOSED_INTENT_OPEN = "workflow_closed_intent_open"
-INTENT_WITHOUT_WORKFLOW = "intent_without_workflow"
-WORKFLOW_WITHOUT_INTENT = "workflow_without_intent"
-DATA_KEY_UNREADABLE = "data_key_unreadable"
-"""Filed by an activity whose data key ring cannot read the intent (ledger.keys)."""
-
-KINDS = (
+from ledger.operator_actions import record_operator_action
+from ledger.review_items import (
+    CANCELLED_THEN_DELIVERED,
+    CONFLICTING_OBSERVATION,
     INTENT_WITHOUT_ATTEMPT,
+    INTENT_WITHOUT_WORKFLOW,
+    ORPHAN_OBSERVATION,
     PREPARED_WITHOUT_REMOTE_ID,
     SUBMITTED_PAST_CHECK,
-    CONFLICTING_OBSERVATION,
-    CANCELLED_THEN_DELIVERED,
     UNKNOWN_OUTCOME,
-    ORPHAN_OBSERVATION,
     WORKFLOW_CLOSED_INTENT_OPEN,
-    INTENT_WITHOUT_WORKFLOW,
     WORKFLOW_WITHOUT_INTENT,
-    DATA_KEY_UNREADABLE,
+    ReviewRow,
+    record_review_items,
 )
 
 OPEN_STATES = ("pending", "scheduled", "deferred", "sending")
@@ -139,52 +125,6 @@ DEFAULT_SUBMITTED_CHECK_AFTER = timedelta(minutes=15)
 DEFAULT_LIMIT = 1000
 
 
-@dataclass(frozen=True)
-class ReviewRow:
-    """One thing the reconciler found."""
-
-    kind: str
-    """One of `KINDS`."""
-    subject: str
-    """What it is about: `intent:<id>`, `attempt:<id>` or `observation:<id>`."""
-    since: datetime
-    """When the trouble began (the moment the thing became overdue or was observed)."""
-    age: timedelta
-    """`now - since` at the time of `find`."""
-    intent_id: str | None = None
-    business_key: str | None = None
-    detail: dict[str, Any] = field(default_factory=dict)
-    """Ids, states and times only: never PII."""
-
-    def as_dict(self) -> dict[str, Any]:
-        """The row as JSON: times as ISO 8601, the age in seconds and in words."""
-        return {
-            "kind": self.kind,
-            "subject": self.subject,
-            "since": iso_utc(self.since),
-            "age_seconds": round(self.age.total_seconds(), 3),
-            "age": format_age(self.age),
-            "intent_id": self.intent_id,
-            "business_key": self.business_key,
-            "detail": self.detail,
-        }
-
-
-def format_age(age: timedelta) -> str:
-    """An age as a person reads it (`2h 5m`)."""
-    seconds = max(int(age.total_seconds()), 0)
-    days, rest = divmod(seconds, 86_400)
-    hours, rest = divmod(rest, 3_600)
-    minutes, seconds = divmod(rest, 60)
-    if days:
-        return f"{days}d{hours:02d}h"
-    if hours:
-        return f"{hours}h{minutes:02d}m"
-    if minutes:
-        return f"{minutes}m{seconds:02d}s"
-    return f"{seconds}s"
-
-
 def find(
     session: Session,
     *,
@@ -206,47 +146,6 @@ def find(
     rows += _unknown_outcomes(session, now, unknown_older_than, limit)
     rows += _orphan_observations(session, now, grace, limit)
     return rows
-
-
-def record_review_items(session: Session, rows: list[ReviewRow], now: datetime) -> int:
-    """Insert a review item per row unless one exists for its (kind, subject); count new ones."""
-    if not rows:
-        return 0
-    # Each item carries its intent's event type and category, so the console shows a
-    # set's exposure from the items alone (no join over the intents on every page).
-    intent_ids = list({row.intent_id for row in rows if row.intent_id})
-    exposure = {
-        i: (event_type, category)
-        for i, event_type, category in session.execute(
-            select(Intent.id, Intent.event_type, Intent.category).where(Intent.id.in_(intent_ids))
-        )
-    }
-    values = [
-        {
-            "kind": row.kind,
-            "subject": row.subject,
-            "detail": {
-                **row.detail,
-                "intent_id": row.intent_id,
-                "business_key": row.business_key,
-                "since": iso_utc(row.since),
-                "event_type": exposure.get(row.intent_id or "", (None, None))[0],
-                "category": exposure.get(row.intent_id or "", (None, None))[1],
-            },
-            "found_at": now,
-            "intent_id": row.intent_id,
-            "event_type": exposure.get(row.intent_id or "", (None, None))[0],
-            "category": exposure.get(row.intent_id or "", (None, None))[1],
-        }
-        for row in rows
-    ]
-    inserted = session.execute(
-        pg_insert(ReviewItem)
-        .values(values)
-        .on_conflict_do_nothing(constraint="uq_review_item_kind_subject")
-        .returning(ReviewItem.id)
-    ).scalars()
-    return len(list(inserted))
 
 
 # --- the kinds ----------------------------------------------------------------------------
@@ -718,7 +617,7 @@ def _record_workflow_rows(
             mark = MARK_OF_KIND.get(row.kind)
             if mark is None or row.intent_id is None:
                 continue
-            repo.record_operator_action(
+            record_operator_action(
                 session,
                 intent_id=row.intent_id,
                 action=mark,

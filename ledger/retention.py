@@ -26,6 +26,7 @@ from typing import Any
 from sqlalchemy import and_, delete, exists, false, func, or_, select, update
 from sqlalchemy.orm import Session
 
+from ledger import operator_actions
 from ledger import repository as repo
 from ledger.models import Attempt, IdempotencyRecord, Intent
 from ledger.transactions import rows_changed
@@ -319,7 +320,7 @@ def set_legal_hold(
     if operator is not None:
         if at is None:
             raise ValueError("recording an operator action needs `at`")
-        repo.record_operator_action(
+        operator_actions.record_operator_action(
             session,
             intent_id=intent.id,
             action=LEGAL_HOLD_ACTION,

@@ -1,12 +1,18 @@
-"""Review items an operator opens on demand, for one attempt of one intent.
+"""Review items: what a person should look at, each (kind, subject) filed once.
 
-The sweep and the horizon verdict open review items by themselves; an operator who sees
-that an attempt needs a person sooner (a recipient says nothing came while the send is
-still `submitted`, an unknown outcome to hand to the next shift) opens one from the
-intent's page. The kind is the one the sweep would file for the attempt as it is now
-(`ledger.reconcile`), so the item joins its reconciliation set and has that set's
-lifecycle: a settlement or a later observation that settles the attempt closes it
-(`ledger.settlements.close_items`, `close_settled_items`), or an operator's "no action".
+The sweep (`ledger.reconcile.find`, `reconcile_workflows`) files them, and so do the
+moments that need a person at once: the horizon verdict of an unknown attempt
+(`ledger.settlements.record_waiting`), a provider's terminal that replaced a settlement
+(`file_replaced_settlement`, from `ledger.observations`), an activity that cannot read an
+intent's contact data (`ledger.keys`). An item about an unresolved attempt closes when a
+settlement (`close_items`) or a later observation (`close_settled_items`, the sweep's half)
+settles the attempt, or with an operator's "no action".
+
+An operator also opens one on demand, for one attempt of one intent: one who sees that an
+attempt needs a person sooner (a recipient says nothing came while the send is still
+`submitted`, an unknown outcome to hand to the next shift) opens it from the intent's
+page. The kind is the one the sweep would file for the attempt as it is now, so the item
+joins its reconciliation set and has that set's lifecycle.
 
 =============================  ================================================================
 the attempt is                 the item opened
@@ -27,21 +33,271 @@ also writes an audit row.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
 from domain import channels
 from domain.clocks import iso_utc
 from domain.principals import Access, Principal
 from domain.states import AttemptState
-from ledger import reconcile
 from ledger import repository as repo
-from ledger.models import Attempt, ReviewItem
+from ledger.models import Attempt, Intent, Observation, ReviewItem
+from ledger.operator_actions import record_operator_action
 from ledger.principals import record_audit
+from ledger.transactions import rows_changed
+
+# The kinds; what each means, and who files it: ledger.reconcile's docstring and
+# docs/ledger.md, "Reconciliation".
+INTENT_WITHOUT_ATTEMPT = "intent_without_attempt"
+PREPARED_WITHOUT_REMOTE_ID = "prepared_without_remote_id"
+SUBMITTED_PAST_CHECK = "submitted_past_check"
+CONFLICTING_OBSERVATION = "conflicting_observation"
+CANCELLED_THEN_DELIVERED = "cancelled_then_delivered"
+UNKNOWN_OUTCOME = "unknown_outcome"
+ORPHAN_OBSERVATION = "orphan_observation"
+WORKFLOW_CLOSED_INTENT_OPEN = "workflow_closed_intent_open"
+INTENT_WITHOUT_WORKFLOW = "intent_without_workflow"
+WORKFLOW_WITHOUT_INTENT = "workflow_without_intent"
+DATA_KEY_UNREADABLE = "data_key_unreadable"
+"""Filed by an activity whose data key ring cannot read the intent (ledger.keys)."""
+
+KINDS = (
+    INTENT_WITHOUT_ATTEMPT,
+    PREPARED_WITHOUT_REMOTE_ID,
+    SUBMITTED_PAST_CHECK,
+    CONFLICTING_OBSERVATION,
+    CANCELLED_THEN_DELIVERED,
+    UNKNOWN_OUTCOME,
+    ORPHAN_OBSERVATION,
+    WORKFLOW_CLOSED_INTENT_OPEN,
+    INTENT_WITHOUT_WORKFLOW,
+    WORKFLOW_WITHOUT_INTENT,
+    DATA_KEY_UNREADABLE,
+)
+
+CLOSING_KINDS = (
+    UNKNOWN_OUTCOME,
+    PREPARED_WITHOUT_REMOTE_ID,
+    SUBMITTED_PAST_CHECK,
+)
+"""Review items about an unresolved attempt: a settlement or a later observation closes them."""
+
+
+@dataclass(frozen=True)
+class ReviewRow:
+    """One thing the reconciler found."""
+
+    kind: str
+    """One of `KINDS`."""
+    subject: str
+    """What it is about: `intent:<id>`, `attempt:<id>` or `observation:<id>`."""
+    since: datetime
+    """When the trouble began (the moment the thing became overdue or was observed)."""
+    age: timedelta
+    """`now - since` at the time of `find`."""
+    intent_id: str | None = None
+    business_key: str | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+    """Ids, states and times only: never PII."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """The row as JSON: times as ISO 8601, the age in seconds and in words."""
+        return {
+            "kind": self.kind,
+            "subject": self.subject,
+            "since": iso_utc(self.since),
+            "age_seconds": round(self.age.total_seconds(), 3),
+            "age": format_age(self.age),
+            "intent_id": self.intent_id,
+            "business_key": self.business_key,
+            "detail": self.detail,
+        }
+
+
+def format_age(age: timedelta) -> str:
+    """An age as a person reads it (`2h 5m`)."""
+    seconds = max(int(age.total_seconds()), 0)
+    days, rest = divmod(seconds, 86_400)
+    hours, rest = divmod(rest, 3_600)
+    minutes, seconds = divmod(rest, 60)
+    if days:
+        return f"{days}d{hours:02d}h"
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{seconds:02d}s"
+    return f"{seconds}s"
+
+
+def record_review_items(session: Session, rows: list[ReviewRow], now: datetime) -> int:
+    """Insert a review item per row unless one exists for its (kind, subject); count new ones."""
+    if not rows:
+        return 0
+    # Each item carries its intent's event type and category, so the console shows a
+    # set's exposure from the items alone (no join over the intents on every page).
+    intent_ids = list({row.intent_id for row in rows if row.intent_id})
+    exposure = {
+        i: (event_type, category)
+        for i, event_type, category in session.execute(
+            select(Intent.id, Intent.event_type, Intent.category).where(Intent.id.in_(intent_ids))
+        )
+    }
+    values = [
+        {
+            "kind": row.kind,
+            "subject": row.subject,
+            "detail": {
+                **row.detail,
+                "intent_id": row.intent_id,
+                "business_key": row.business_key,
+                "since": iso_utc(row.since),
+                "event_type": exposure.get(row.intent_id or "", (None, None))[0],
+                "category": exposure.get(row.intent_id or "", (None, None))[1],
+            },
+            "found_at": now,
+            "intent_id": row.intent_id,
+            "event_type": exposure.get(row.intent_id or "", (None, None))[0],
+            "category": exposure.get(row.intent_id or "", (None, None))[1],
+        }
+        for row in rows
+    ]
+    inserted = session.execute(
+        pg_insert(ReviewItem)
+        .values(values)
+        .on_conflict_do_nothing(constraint="uq_review_item_kind_subject")
+        .returning(ReviewItem.id)
+    ).scalars()
+    return len(list(inserted))
+
+
+def file_replaced_settlement(session: Session, *, observation_id: int, at: datetime) -> None:
+    """File the review item of a provider terminal that replaced a settlement, at once.
+
+    The sweep would find it too (the observation is flagged as a conflict).
+    """
+    row = session.execute(
+        select(Observation, Attempt, Intent)
+        .join(Attempt, Attempt.id == Observation.attempt_id)
+        .join(Intent, Intent.id == Attempt.intent_id)
+        .where(Observation.id == observation_id)
+    ).one_or_none()
+    if row is None:
+        return
+    obs, attempt, intent = row
+    record_review_items(
+        session,
+        [
+            ReviewRow(
+                kind=CONFLICTING_OBSERVATION,
+                subject=f"observation:{obs.id}",
+                since=obs.observed_at,
+                age=at - obs.observed_at,
+                intent_id=intent.id,
+                business_key=intent.business_key,
+                detail={
+                    "attempt_token": attempt.token,
+                    "channel": attempt.channel,
+                    "observation_id": obs.id,
+                    "source": obs.source,
+                    "observed_status": obs.normalized_status,
+                    "replaced": "an operator's settlement",
+                },
+            )
+        ],
+        at,
+    )
+
+
+def close_settled_items(session: Session, *, at: datetime) -> list[tuple[int, str]]:
+    """The sweep's half of the lifecycle: close the items a later observation settled.
+
+    Each open item about an unresolved attempt whose attempt is no longer in trouble is
+    closed, its note naming the observation. Returns (item id, note) pairs.
+    """
+    trouble = {
+        UNKNOWN_OUTCOME: (AttemptState.UNKNOWN.value,),
+        PREPARED_WITHOUT_REMOTE_ID: (AttemptState.PREPARED.value,),
+        SUBMITTED_PAST_CHECK: (AttemptState.SUBMITTED.value, AttemptState.SENT.value),
+    }
+    attempt_id = func.cast(func.split_part(ReviewItem.subject, ":", 2), Attempt.id.type)
+    rows = session.execute(
+        select(ReviewItem.id, ReviewItem.kind, Attempt.id.label("attempt_id"), Attempt.state)
+        .join(Attempt, Attempt.id == attempt_id)
+        .where(
+            ReviewItem.resolved_at.is_(None),
+            ReviewItem.kind.in_(CLOSING_KINDS),
+            ReviewItem.subject.like("attempt:%"),
+        )
+    ).all()
+    closed: list[tuple[int, str]] = []
+    for row in rows:
+        if row.state in trouble[row.kind]:
+            continue
+        settling = session.execute(
+            select(Observation.id, Observation.source, Observation.raw_status)
+            .where(Observation.attempt_id == row.attempt_id, Observation.applied.is_(True))
+            .order_by(Observation.id.desc())
+            .limit(1)
+        ).one_or_none()
+        note = f"closed by the sweep: the attempt is now {row.state}" + (
+            f" (observation #{settling.id}, {settling.source} {settling.raw_status})"
+            if settling
+            else ""
+        )
+        session.execute(
+            update(ReviewItem)
+            .where(ReviewItem.id == row.id, ReviewItem.resolved_at.is_(None))
+            .values(resolved_at=at, resolved_by="reconciler", resolution_note=note)
+        )
+        closed.append((row.id, note))
+    return closed
+
+
+def close_items(session: Session, *, attempt_id: int, at: datetime, by: str, note: str) -> int:
+    """Close the open review items about this attempt's unresolved outcome."""
+    result = session.execute(
+        update(ReviewItem)
+        .where(
+            ReviewItem.subject == f"attempt:{attempt_id}",
+            ReviewItem.kind.in_(CLOSING_KINDS),
+            ReviewItem.resolved_at.is_(None),
+        )
+        .values(resolved_at=at, resolved_by=by[:120], resolution_note=note)
+    )
+    return int(getattr(result, "rowcount", 0) or 0)
+
+
+def resolve(session: Session, item_id: int, *, by: Principal, note: str, at: datetime) -> bool:
+    """A person's "no action": close the open item with their note, and audit it.
+
+    False when there is no such item or it is already closed (nothing is written).
+    """
+    changed = rows_changed(
+        session.execute(
+            update(ReviewItem)
+            .where(ReviewItem.id == item_id, ReviewItem.resolved_at.is_(None))
+            .values(resolved_at=at, resolved_by=by.name, resolution_note=note)
+        )
+    )
+    if changed:
+        record_audit(
+            session,
+            by=by,
+            action="review_item.resolved",
+            subject=f"review_item:{item_id}",
+            at=at,
+            detail={"note": note},
+        )
+    return bool(changed)
+
+
+# --- opened on demand ---------------------------------------------------------------
+
 
 OPEN_REVIEW = "open-review"
 """The operator action that records a request to open a review item."""
@@ -56,13 +312,13 @@ class NotAllowed(PermissionError):
 def kind_for(channel: str, state: str) -> str | None:
     """The review kind the sweep files for an attempt in `state`; None: its outcome is final."""
     if state == AttemptState.UNKNOWN.value:
-        return reconcile.UNKNOWN_OUTCOME
+        return UNKNOWN_OUTCOME
     if state == AttemptState.PREPARED.value:
-        return reconcile.PREPARED_WITHOUT_REMOTE_ID
+        return PREPARED_WITHOUT_REMOTE_ID
     if state == AttemptState.SUBMITTED.value or (
         state == AttemptState.SENT.value and channel in channels.awaiting_delivery_report()
     ):
-        return reconcile.SUBMITTED_PAST_CHECK
+        return SUBMITTED_PAST_CHECK
     return None
 
 
@@ -174,7 +430,7 @@ def open_review_item(
         base |= {"attempt": attempt.token, "state": attempt.state}
 
     def recorded(outcome: str, detail: dict[str, Any]) -> None:
-        repo.record_operator_action(
+        record_operator_action(
             session,
             intent_id=intent.id,
             action=OPEN_REVIEW,
@@ -220,10 +476,10 @@ def open_review_item(
         session.flush()
         item_id = item.id
     else:
-        reconcile.record_review_items(
+        record_review_items(
             session,
             [
-                reconcile.ReviewRow(
+                ReviewRow(
                     kind=kind,
                     subject=f"attempt:{attempt.id}",
                     since=at,

@@ -23,9 +23,11 @@ from sqlalchemy.orm import Session
 from domain import channels, keys, settlement, states
 from domain import policy as domain_policy
 from domain.states import AttemptState
-from ledger import metrics, reconcile
+from ledger import metrics
 from ledger import repository as repo
 from ledger.models import Attempt, AuditEvent, Intent, Observation, OperatorAction, ReviewItem
+from ledger.operator_actions import record_operator_action
+from ledger.review_items import UNKNOWN_OUTCOME, ReviewRow, close_items, record_review_items
 
 OPERATOR_SOURCE = "operator"
 """The observation source of a settlement."""
@@ -37,14 +39,6 @@ SETTLEMENT_EXPIRED = "settlement-expired"
 
 AWAITING_SETTLEMENT = settlement.Awaiting.SETTLEMENT.value
 AWAITING_RESEND = settlement.Awaiting.RESEND.value
-
-CLOSING_KINDS = (
-    reconcile.UNKNOWN_OUTCOME,
-    reconcile.PREPARED_WITHOUT_REMOTE_ID,
-    reconcile.SUBMITTED_PAST_CHECK,
-)
-"""Review items about an unresolved attempt: a settlement or a later observation closes them."""
-
 
 SETTLEMENTS = Counter(
     "herald_settlements",
@@ -149,7 +143,7 @@ def record_settlement(
     base = {**(detail or {}), "channel": attempt.channel, "attempt": token, "rule": claim.rule}
 
     def recorded(outcome: str, note: dict[str, Any]) -> None:
-        repo.record_operator_action(
+        record_operator_action(
             session,
             intent_id=intent_id,
             action=SETTLE,
@@ -260,20 +254,6 @@ def record_settlement(
     )
 
 
-def close_items(session: Session, *, attempt_id: int, at: datetime, by: str, note: str) -> int:
-    """Close the open review items about this attempt's unresolved outcome."""
-    result = session.execute(
-        update(ReviewItem)
-        .where(
-            ReviewItem.subject == f"attempt:{attempt_id}",
-            ReviewItem.kind.in_(CLOSING_KINDS),
-            ReviewItem.resolved_at.is_(None),
-        )
-        .values(resolved_at=at, resolved_by=by[:120], resolution_note=note)
-    )
-    return int(getattr(result, "rowcount", 0) or 0)
-
-
 def record_waiting(
     session: Session,
     *,
@@ -308,11 +288,11 @@ def record_waiting(
     )
     intent = session.get(Intent, intent_id)
     if attempts and intent is not None:
-        reconcile.record_review_items(
+        record_review_items(
             session,
             [
-                reconcile.ReviewRow(
-                    kind=reconcile.UNKNOWN_OUTCOME,
+                ReviewRow(
+                    kind=UNKNOWN_OUTCOME,
                     subject=f"attempt:{a.id}",
                     since=a.last_status_at or at,
                     age=at - (a.last_status_at or at),
@@ -333,7 +313,7 @@ def record_waiting(
             at,
         )
     for token in expired_unsettled:
-        repo.record_operator_action(
+        record_operator_action(
             session,
             intent_id=intent_id,
             action=SETTLEMENT_EXPIRED,
@@ -352,89 +332,6 @@ def record_waiting(
         for r in rules.rules
         if all(r.offered(provider_has_lookup=provider_has_lookup(c)) for c in channels)
     ]
-
-
-def file_replaced_settlement(session: Session, *, observation_id: int, at: datetime) -> None:
-    """File the review item of a provider terminal that replaced a settlement, at once.
-
-    The sweep would find it too (the observation is flagged as a conflict).
-    """
-    row = session.execute(
-        select(Observation, Attempt, Intent)
-        .join(Attempt, Attempt.id == Observation.attempt_id)
-        .join(Intent, Intent.id == Attempt.intent_id)
-        .where(Observation.id == observation_id)
-    ).one_or_none()
-    if row is None:
-        return
-    obs, attempt, intent = row
-    reconcile.record_review_items(
-        session,
-        [
-            reconcile.ReviewRow(
-                kind=reconcile.CONFLICTING_OBSERVATION,
-                subject=f"observation:{obs.id}",
-                since=obs.observed_at,
-                age=at - obs.observed_at,
-                intent_id=intent.id,
-                business_key=intent.business_key,
-                detail={
-                    "attempt_token": attempt.token,
-                    "channel": attempt.channel,
-                    "observation_id": obs.id,
-                    "source": obs.source,
-                    "observed_status": obs.normalized_status,
-                    "replaced": "an operator's settlement",
-                },
-            )
-        ],
-        at,
-    )
-
-
-def close_settled_items(session: Session, *, at: datetime) -> list[tuple[int, str]]:
-    """The sweep's half of the lifecycle: close the items a later observation settled.
-
-    Each open item about an unresolved attempt whose attempt is no longer in trouble is
-    closed, its note naming the observation. Returns (item id, note) pairs.
-    """
-    trouble = {
-        reconcile.UNKNOWN_OUTCOME: (AttemptState.UNKNOWN.value,),
-        reconcile.PREPARED_WITHOUT_REMOTE_ID: (AttemptState.PREPARED.value,),
-        reconcile.SUBMITTED_PAST_CHECK: (AttemptState.SUBMITTED.value, AttemptState.SENT.value),
-    }
-    attempt_id = func.cast(func.split_part(ReviewItem.subject, ":", 2), Attempt.id.type)
-    rows = session.execute(
-        select(ReviewItem.id, ReviewItem.kind, Attempt.id.label("attempt_id"), Attempt.state)
-        .join(Attempt, Attempt.id == attempt_id)
-        .where(
-            ReviewItem.resolved_at.is_(None),
-            ReviewItem.kind.in_(CLOSING_KINDS),
-            ReviewItem.subject.like("attempt:%"),
-        )
-    ).all()
-    closed: list[tuple[int, str]] = []
-    for row in rows:
-        if row.state in trouble[row.kind]:
-            continue
-        settling = session.execute(
-            select(Observation.id, Observation.source, Observation.raw_status)
-            .where(Observation.attempt_id == row.attempt_id, Observation.applied.is_(True))
-            .order_by(Observation.id.desc())
-            .limit(1)
-        ).one_or_none()
-        note = f"closed by the sweep: the attempt is now {row.state}" + (
-            f" (observation #{settling.id}, {settling.source} {settling.raw_status})"
-            if settling
-            else ""
-        )
-        session.execute(
-            update(ReviewItem)
-            .where(ReviewItem.id == row.id, ReviewItem.resolved_at.is_(None))
-            .values(resolved_at=at, resolved_by="reconciler", resolution_note=note)
-        )
-        closed.append((row.id, note))
-    return closed
 
 
 def actions_of(session: Session, intent_id: str) -> list[OperatorAction]:
@@ -522,7 +419,7 @@ def unknown_members(
     item = (
         select(ReviewItem.found_at, ReviewItem.id, ReviewItem.resolved_at)
         .where(
-            ReviewItem.kind == reconcile.UNKNOWN_OUTCOME,
+            ReviewItem.kind == UNKNOWN_OUTCOME,
             ReviewItem.subject == literal("attempt:") + func.cast(Attempt.id, String),
         )
         .limit(1)  # one at most (the unique index); and Postgres does not flatten it

@@ -51,7 +51,7 @@ from activities.contracts import (
 from domain import key_privacy, keys, proof
 from domain.principals import Principal
 from domain.requests import NotificationRequest
-from ledger import intake, settlements, timeline
+from ledger import intake, operator_actions, settlements, timeline
 from ledger import repository as repo
 from ledger.crypto import FieldCipher
 from ledger.engine import ledger_engine
@@ -674,7 +674,7 @@ class HeraldClient:
     ) -> None:
         def work() -> None:
             with self.sessions.begin() as session:
-                repo.record_operator_action(
+                operator_actions.record_operator_action(
                     session,
                     intent_id=intent_id,
                     action=action,

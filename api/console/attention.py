@@ -1,28 +1,29 @@
-"""What needs a person now: the overview's first panel and the intent page's waiting line.
+"""What needs a person now: the overview's first panel and the intent page's actions.
 
-Read from the ledger alone (the workflow records what it waits for, `intent.awaiting`), so
-the console never asks Temporal to say whether an operator is needed.
+Read from the ledger alone (`ledger.read_models.attention`; the workflow records what it
+waits for, `intent.awaiting`), so the console never asks Temporal to say whether an
+operator is needed.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from domain.states import AttemptState
-from ledger import reconcile, review_items, settlements
-from ledger.models import Attempt, Intent, ReviewItem
+from ledger import review_items, settlements
+from ledger.read_models import attention as read_attention
 
-WAITING_SHOWN = 10
+WAITING_SHOWN = read_attention.WAITING_SHOWN
 
 
 @dataclass
 class OpenSet:
+    """A kind of open review items as the overview shows it."""
+
     kind: str
     count: int
     oldest_age: str | None
@@ -32,6 +33,8 @@ class OpenSet:
 
 @dataclass
 class Attention:
+    """The overview's first panel."""
+
     sets: list[OpenSet]
     """Sets with open review items, the one with the oldest item first."""
     unknown_attempts: int
@@ -47,44 +50,17 @@ class Attention:
 
 
 def needs_attention(session: Session, now: datetime) -> Attention:
-    open_items = ReviewItem.resolved_at.is_(None)
-    event_type, category = ReviewItem.event_type, ReviewItem.category
-    # One pass over the open items (the partial index): counts, oldest and exposure.
-    totals: dict[str, tuple[int, datetime]] = {}
-    exposure: dict[str, Counter[tuple[str, str]]] = {}
-    for kind, e, c, n, oldest in session.execute(
-        select(ReviewItem.kind, event_type, category, func.count(), func.min(ReviewItem.found_at))
-        .where(open_items)
-        .group_by(ReviewItem.kind, event_type, category)
-    ):
-        count, first = totals.get(kind, (0, oldest))
-        totals[kind] = (count + n, min(first, oldest))
-        exposure.setdefault(kind, Counter())[(e or "(none)", c or "(none)")] += n
-    sets = sorted(
-        (
-            OpenSet(
-                kind,
-                n,
-                reconcile.format_age(now - oldest) if oldest else None,
-                [(e, c, k) for (e, c), k in exposure.get(kind, Counter()).most_common(3)],
-            )
-            for kind, (n, oldest) in totals.items()
-        ),
-        key=lambda s: -(now - totals[s.kind][1]).total_seconds(),
+    """`ledger.read_models.attention.needs_attention`, its ages in words as of `now`."""
+    seen = read_attention.needs_attention(session)
+    return Attention(
+        [
+            OpenSet(k.kind, k.count, review_items.format_age(now - k.oldest), k.exposure)
+            for k in seen.kinds
+        ],
+        seen.unknown_attempts,
+        seen.waiting,
+        seen.soonest,
     )
-    unknown = session.execute(
-        select(func.count()).where(Attempt.state == AttemptState.UNKNOWN.value)
-    ).scalar_one()
-    waiting = {
-        str(awaiting): n
-        for awaiting, n in session.execute(
-            select(Intent.awaiting, func.count())
-            .where(Intent.awaiting.is_not(None))
-            .group_by(Intent.awaiting)
-        )
-    }
-    soonest = settlements.waiting_intents(session, limit=WAITING_SHOWN) if waiting else []
-    return Attention(sets, unknown, waiting, soonest)
 
 
 OPEN_STATES = ("pending", "scheduled", "deferred", "sending", "sent")

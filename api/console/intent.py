@@ -17,9 +17,10 @@ from api.console.rendering import page
 from api.console.sessions import SignedIn
 from api.deps import Ingress, IngressDep
 from domain import channels, key_privacy
+from ledger import operator_actions, review_items, timeline
 from ledger import repository as repo
-from ledger import review_items, timeline
 from ledger.models import ReviewItem, intent_destination
+from ledger.read_models import intent as intent_reads
 
 log = logging.getLogger("herald.console")
 ACTIONS = ("cancel", "approve-resend", "settle", "lookup", review_items.OPEN_REVIEW)
@@ -54,14 +55,14 @@ async def render_intent(
     ) -> tuple[dict[str, Any], list[ReviewItem], attention.Actions, dict[str, str]]:
         # Destinations masked as every surface masks them (domain.destinations.masked).
         doc = timeline.timeline(session, intent_id, cipher=ingress.client.cipher)
-        shown = reads.masked_destinations(
+        shown = intent_reads.masked_destinations(
             session,
             doc["intent"]["id"],
             lambda ct, context: ingress.client.decrypt_field(ct, context=context),
         )
         return (
             doc,
-            reads.review_items_of(session, doc["intent"]["id"]),
+            intent_reads.review_items_of(session, doc["intent"]["id"]),
             attention.applicable_actions(session, doc),
             shown,
         )
@@ -253,7 +254,7 @@ async def reveal(
             )
             if ct
         }
-        repo.record_operator_action(
+        operator_actions.record_operator_action(
             session,
             intent_id=intent.id,
             action="reveal",

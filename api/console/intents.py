@@ -20,6 +20,7 @@ from api.deps import IngressDep
 from domain import channels
 from ledger import listing
 from ledger.listing import IntentFilter
+from ledger.read_models import intent_list
 
 log = logging.getLogger("herald.console")
 router = APIRouter(prefix="/console", include_in_schema=False)
@@ -129,9 +130,13 @@ async def intents(
 
     def work(
         session: Session,
-    ) -> tuple[listing.IntentList, reads.StateCounts, dict[str, list[str]]]:
+    ) -> tuple[listing.IntentList, intent_list.StateCounts, dict[str, list[str]]]:
         listed = listing.page(session, flt, cursor)
-        return listed, reads.counts_by_state(session, flt), reads.filter_choices(session)
+        return (
+            listed,
+            intent_list.counts_by_state(session, flt),
+            intent_list.filter_choices(session),
+        )
 
     listed, counts, choices = await ingress.tx(work)
     now = datetime.now(UTC)
@@ -156,7 +161,7 @@ async def intents(
         flt=flt,
         listed=listed,
         counts=counts,
-        cap=reads.COUNT_CAP,
+        cap=intent_list.COUNT_CAP,
         params=flt.query_params(),
         next_url=(
             "/console/intents?" + urlencode({**flt.query_params(), "after": listed.next_cursor})

@@ -14,6 +14,8 @@ from api.console.deps import Who
 from api.console.rendering import page
 from api.deps import IngressDep
 from ledger import circuits
+from ledger.read_models.overview import CHART_OUTCOMES, WINDOWS, Overview
+from ledger.read_models.overview import overview as read_overview
 
 router = APIRouter(prefix="/console", include_in_schema=False)
 
@@ -23,7 +25,7 @@ async def overview(request: Request, who: Who, ingress: IngressDep) -> HTMLRespo
     now = sessions.now()
     data, needs, breakers = await ingress.tx(
         lambda s: (
-            reads.overview(s, now),
+            read_overview(s, now),
             attention.needs_attention(s, now),
             # Each SMS provider's circuit breaker, as every worker sees it (ledger.circuits).
             circuits.all_circuits(s),
@@ -38,7 +40,7 @@ async def overview(request: Request, who: Who, ingress: IngressDep) -> HTMLRespo
         attention=needs,
         set_titles=reads.SET_TITLES,
         chart=_chart(data),
-        since={name: (now - span).isoformat() for name, span in reads.WINDOWS.items()},
+        since={name: (now - span).isoformat() for name, span in WINDOWS.items()},
     )
 
 
@@ -53,7 +55,7 @@ CHART_COLOURS = {
 }
 
 
-def _chart(data: reads.Overview) -> dict[str, Any]:
+def _chart(data: Overview) -> dict[str, Any]:
     """Stacked bars for the last 24 hours, drawn as SVG rectangles by the server."""
     width, height, bar = 720, 160, 26
     peak = max((sum(h["counts"].values()) for h in data.hours), default=0) or 1
@@ -64,7 +66,7 @@ def _chart(data: reads.Overview) -> dict[str, Any]:
             "created_from": hour["start"].isoformat(),
             "created_to": (hour["start"] + timedelta(hours=1)).isoformat(),
         }
-        for outcome in reads.CHART_OUTCOMES:
+        for outcome in CHART_OUTCOMES:
             n = hour["counts"].get(outcome, 0)
             if not n:
                 continue

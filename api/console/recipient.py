@@ -10,12 +10,14 @@ from fastapi import APIRouter, Form, HTTPException, Request
 from fastapi.responses import HTMLResponse
 from sqlalchemy.orm import Session
 
-from api.console import reads, sessions
+from api.console import sessions
 from api.console.deps import Reason, Who, checked
 from api.console.rendering import page
 from api.console.sessions import SignedIn
 from api.deps import Ingress, IngressDep
 from ledger import evidence
+from ledger.read_models.recipient import recipient as read_recipient
+from ledger.read_models.recipient import suppression_belongs_to
 
 log = logging.getLogger("herald.console")
 router = APIRouter(prefix="/console", include_in_schema=False)
@@ -26,7 +28,7 @@ RecipientRef = Annotated[str, Form(min_length=1, max_length=120)]
 async def render_recipient(
     ingress: Ingress, request: Request, who: SignedIn, recipient_ref: str, notice: str | None = None
 ) -> HTMLResponse:
-    data = await ingress.tx(lambda s: reads.recipient(s, recipient_ref))
+    data = await ingress.tx(lambda s: read_recipient(s, recipient_ref))
     return page(request, "recipient.html", who, r=data, notice=notice)
 
 
@@ -100,7 +102,7 @@ async def lift(
     now = sessions.now()
 
     def work(session: Session) -> str:
-        if not reads.suppression_belongs_to(session, suppression_id, recipient_ref):
+        if not suppression_belongs_to(session, suppression_id, recipient_ref):
             raise HTTPException(404, "no such suppression for this recipient")
         _, changed = evidence.lift_suppression_by(
             session,

@@ -8,7 +8,6 @@ from urllib.parse import urlencode
 
 from fastapi import APIRouter, Form, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
-from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from api.console import reads, sessions
@@ -16,9 +15,8 @@ from api.console.deps import Reason, Who, checked
 from api.console.rendering import page
 from api.deps import IngressDep
 from domain import key_privacy
-from ledger import reconcile, settlements
-from ledger.models import ReviewItem
-from ledger.principals import record_audit
+from ledger import reconcile, review_items, settlements
+from ledger.read_models.reconciliation import MEMBERS_SHOWN, ReviewSet, review_sets
 
 log = logging.getLogger("herald.console")
 router = APIRouter(prefix="/console", include_in_schema=False)
@@ -28,22 +26,23 @@ router = APIRouter(prefix="/console", include_in_schema=False)
 async def reconciliation(request: Request, who: Who, ingress: IngressDep) -> HTMLResponse:
     now = sessions.now()
 
-    def work(session: Session) -> tuple[list[reads.SetSummary], list[dict[str, Any]], int]:
+    def work(session: Session) -> tuple[list[ReviewSet], list[dict[str, Any]], int]:
         _, policy = settlements.active_settlement_policy(session)
         return (
-            reads.reconciliation(session, now),
+            review_sets(session),
             [r.as_dict() for r in policy.rules],
             len(settlements.unknown_members(session)),
         )
 
-    sets, rules, settleable = await ingress.tx(work)
+    found, rules, settleable = await ingress.tx(work)
+    sets = reads.reconciliation(found, now)
     return page(
         request,
         "reconciliation.html",
         who,
         sets=sets,
         open_total=sum(s.count for s in sets),
-        shown=reads.MEMBERS_SHOWN,
+        shown=MEMBERS_SHOWN,
         rules=rules,
         settleable=settleable,
         bulk=request.query_params.get("bulk"),
@@ -65,8 +64,8 @@ async def sweep_now(
 
     def work(session: Session) -> str:
         rows = reconcile.find(session, now=now)
-        filed = reconcile.record_review_items(session, rows, now)
-        closed = settlements.close_settled_items(session, at=now)
+        filed = review_items.record_review_items(session, rows, now)
+        closed = review_items.close_settled_items(session, at=now)
         return f"the sweep found {len(rows)}, filed {filed} new and closed {len(closed)} settled"
 
     outcome = await ingress.tx(work)
@@ -123,27 +122,11 @@ async def resolve(
 ) -> Response:
     checked(who, csrf, act=True)
     now = sessions.now()
-
-    def work(session: Session) -> int:
-        changed: int = session.execute(
-            update(ReviewItem)
-            .where(ReviewItem.id == item_id, ReviewItem.resolved_at.is_(None))
-            .values(resolved_at=now, resolved_by=who.principal.name, resolution_note=note)
-        ).rowcount  # type: ignore[attr-defined]
-        if changed:
-            record_audit(
-                session,
-                by=who.principal,
-                action="review_item.resolved",
-                subject=f"review_item:{item_id}",
-                at=now,
-                detail={"note": note},
-            )
-        return changed
-
-    changed = await ingress.tx(work)
+    changed = await ingress.tx(
+        lambda s: review_items.resolve(s, item_id, by=who.principal, note=note, at=now)
+    )
     if not changed:
         # No such item, or already closed: say so rather than pretend it was resolved.
         raise HTTPException(404, f"no open review item {item_id}")
-    log.info("review item %d resolved by %s (changed=%s)", item_id, who.principal.name, changed)
+    log.info("review item %d resolved by %s (changed=1)", item_id, who.principal.name)
     return RedirectResponse("/console/reconciliation", 303)

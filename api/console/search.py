@@ -15,12 +15,11 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from domain.destinations import masked, normalize_email, phone_e164, search_form
 from ledger import listing
-from ledger.models import Attempt, Intent
+from ledger.read_models import search as searching
 
 MAX_MATCHES = 100
 _PHONE_CHARACTERS = re.compile(r"^[+\d\s().\-/]{6,40}$")
@@ -35,14 +34,6 @@ class Found:
     """Recipient refs of a phone number or an address."""
 
 
-def _message_ids(text: str) -> tuple[str, ...]:
-    """An email's Message-ID as the ledger keeps it (`<...>`), whether given with its angle
-    brackets (as a mail client shows the header) or without (as a person copies it)."""
-    if text.startswith("<") and text.endswith(">"):
-        return (text,)
-    return (text, f"<{text}>") if "@" in text else (text,)
-
-
 def _digits(text: str) -> int:
     return sum(c.isdigit() for c in text)
 
@@ -55,23 +46,7 @@ def find(session: Session, text: str, *, country: str, lookup: Callable[[str], s
     by_destination: set[str] = set()
 
     # Identifiers: exact matches (each through a unique index).
-    ids |= set(
-        session.execute(
-            select(Intent.id).where(or_(Intent.id == text, Intent.business_key == text))
-        ).scalars()
-    )
-    # Each through its own index (Postgres combines them with a bitmap OR).
-    ids |= set(
-        session.execute(
-            select(Attempt.intent_id).where(
-                or_(
-                    Attempt.token == text,
-                    Attempt.remote_id == text,
-                    Attempt.message_id.in_(_message_ids(text)),
-                )
-            )
-        ).scalars()
-    )
+    ids |= searching.intents_named(session, text)
     if ids:
         words.append(f"“{text}” as an intent id, business key, attempt token or message id")
 
@@ -83,16 +58,7 @@ def find(session: Session, text: str, *, country: str, lookup: Callable[[str], s
                 words.append("an email address that is not valid (not shown)")
         else:
             exact, folded = lookup(address), lookup(search_form(address))
-            by_destination |= set(
-                session.execute(
-                    select(Intent.id).where(
-                        or_(
-                            Intent.email_destination_hmac == exact,
-                            Intent.email_search_hmac == folded,
-                        )
-                    )
-                ).scalars()
-            )
+            by_destination |= searching.intents_to_address(session, exact, folded)
             words.append(f"the email address {masked(address.lower())} (in any letter case)")
     elif _PHONE_CHARACTERS.match(text) and _digits(text) >= 6:
         try:
@@ -102,9 +68,7 @@ def find(session: Session, text: str, *, country: str, lookup: Callable[[str], s
                 words.append("a phone number that is not valid (not shown)")
         else:
             h = lookup(e164)
-            by_destination |= set(
-                session.execute(select(Intent.id).where(Intent.sms_destination_hmac == h)).scalars()
-            )
+            by_destination |= searching.intents_to_number(session, h)
             national = "" if text.lstrip().startswith("+") else f", read as a number in {country}"
             words.append(f"the phone number {masked(e164)}{national}")
     if not words:
@@ -112,10 +76,6 @@ def find(session: Session, text: str, *, country: str, lookup: Callable[[str], s
         shown = "what you typed (not shown)" if _digits(text) >= 6 else f"“{text}”"
         words.append(f"{shown}: no intent id, business key, attempt token or message id")
     ids |= by_destination
-    recipients = sorted(
-        session.execute(
-            select(Intent.recipient_ref).where(Intent.id.in_(by_destination)).distinct().limit(20)
-        ).scalars()
-    )
+    recipients = searching.recipients_of(session, by_destination)
     flt = listing.IntentFilter(intent_ids=tuple(sorted(ids))[:MAX_MATCHES] or ("",))
     return Found("; ".join(words), listing.list_page(session, flt, size=MAX_MATCHES), recipients)

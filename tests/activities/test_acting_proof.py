@@ -85,8 +85,9 @@ async def test_a_settlement_signed_by_the_client_is_recorded_under_its_principal
     from activities.contracts import SettlementInput
     from domain.principals import Principal, Role
     from domain.states import AttemptState
+    from ledger import observations
     from ledger import repository as repo
-    from ledger.repository import ObservationFacts
+    from ledger.observations import ObservationFacts
     from starter.client import HeraldClient
 
     key = f"acting-proof:{uuid.uuid4().hex[:8]}"
@@ -94,7 +95,7 @@ async def test_a_settlement_signed_by_the_client_is_recorded_under_its_principal
     token = await intents.prepared(committed, cipher, request, "sms")
     now = datetime.now(UTC)
     with committed.begin() as session:
-        repo.record_observation(
+        observations.record_observation(
             session,
             ObservationFacts("horizon", "unknown", AttemptState.UNKNOWN, now, f"h:{token}"),
             token=token,
@@ -152,8 +153,9 @@ async def test_a_settlement_through_temporal_without_proof_is_recorded_as_unauth
 
     from activities.contracts import SettlementInput
     from domain.states import AttemptState
+    from ledger import observations
     from ledger import repository as repo
-    from ledger.repository import ObservationFacts
+    from ledger.observations import ObservationFacts
 
     key = f"acting-proof:{uuid.uuid4().hex[:8]}"
     token = await intents.prepared(
@@ -161,7 +163,7 @@ async def test_a_settlement_through_temporal_without_proof_is_recorded_as_unauth
     )
     now = datetime.now(UTC)
     with committed.begin() as session:
-        repo.record_observation(
+        observations.record_observation(
             session,
             ObservationFacts("horizon", "unknown", AttemptState.UNKNOWN, now, f"h:{token}"),
             token=token,

@@ -12,7 +12,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.contracts import AuthorizeInput, ErrorType
 from activities.ledger import LedgerActivities
-from ledger import reconcile
+from ledger import review_items
 from ledger.crypto import FieldCipher
 from ledger.metrics import REGISTRY
 from ledger.models import Attempt, ReviewItem
@@ -57,7 +57,7 @@ async def test_an_authorize_that_cannot_read_the_intent_stops_it_with_a_review_i
         item = session.execute(
             select(ReviewItem).where(ReviewItem.subject == f"intent:{intent_id}")
         ).scalar_one()
-        assert item.kind == reconcile.DATA_KEY_UNREADABLE and item.intent_id == intent_id
+        assert item.kind == review_items.DATA_KEY_UNREADABLE and item.intent_id == intent_id
         assert item.detail is not None and item.detail["step"] == "authorize"
         assert problem in item.detail["problem"]
         # Nothing was prepared: the decision's transaction rolled back with the error.

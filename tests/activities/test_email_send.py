@@ -191,14 +191,14 @@ async def test_the_horizon_verdict_answers_an_event_the_workflow_was_never_signa
     from activities.contracts import VerdictInput
     from activities.ledger import LedgerActivities
     from domain.states import AttemptState
-    from ledger import repository as repo
-    from ledger.repository import ObservationFacts
+    from ledger import observations
+    from ledger.observations import ObservationFacts
 
     email = sendgrid_activities(sendgrid_sim, committed, cipher, tmp_path)
     token = await prepared_to(committed, cipher, "ada@example.test")
     assert (await email.send_email(SubmitInput(token))).state == "submitted"
     with committed.begin() as session:  # the ingress recorded it; its signal was lost
-        repo.record_observation(
+        observations.record_observation(
             session,
             ObservationFacts(
                 source="webhook",

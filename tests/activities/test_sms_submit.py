@@ -14,6 +14,7 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from activities.contracts import LookupInput, PollInput, SubmitInput
 from activities.ledger import LedgerActivities
 from activities.sms import SmsActivities
+from ledger import observations
 from ledger import repository as repo
 from ledger.models import Attempt
 from tests.activities.conftest import SID, TOKEN, prepared, submissions
@@ -270,5 +271,5 @@ async def test_a_lookup_of_a_message_the_provider_does_not_hold_answers_not_foun
     assert result.message == "the provider holds nothing for it"
     with committed() as session:
         attempt = repo.attempt_by_token(session, token)
-        seen = [(o.source, o.raw_status) for o in repo.observations_of(session, attempt.id)]
+        seen = [(o.source, o.raw_status) for o in observations.observations_of(session, attempt.id)]
     assert ("lookup", "not_found") in seen

@@ -35,10 +35,11 @@ from api.app import Ingress, create_app
 from api.deps import EventsConfig
 from api.email_events import load_event_public_key
 from domain.states import AttemptState
+from ledger import observations
 from ledger import repository as repo
 from ledger.crypto import FieldCipher
 from ledger.models import Attempt, Observation
-from ledger.repository import ObservationFacts
+from ledger.observations import ObservationFacts
 from starter.client import HeraldClient
 from tests.conftest import unique
 from tests.ledger.conftest import fields, make_attempt
@@ -224,7 +225,7 @@ def submitted_attempt(
             rule="allow",
         )
         token = attempt.token
-        repo.record_observation(
+        observations.record_observation(
             session,
             ObservationFacts(
                 source="send",

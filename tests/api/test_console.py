@@ -16,9 +16,8 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.app import Ingress, create_app
-from api.console import reads
 from domain.principals import BREAK_GLASS_NAME, Principal, Role
-from ledger import evidence, listing, principals, reconcile
+from ledger import evidence, listing, principals, review_items
 from ledger.models import (
     Attempt,
     Consent,
@@ -28,6 +27,8 @@ from ledger.models import (
     ReviewItem,
     Suppression,
 )
+from ledger.read_models import intent_list
+from ledger.read_models.overview import overview as read_overview
 from starter.client import HeraldClient
 from tests.api.conftest import (
     AUTH_TOKEN,
@@ -224,11 +225,11 @@ async def test_resolving_a_review_item_records_who_and_the_note(http, committed,
     sent = submitted_attempt(committed, cipher)
     now = datetime.now(UTC)
     with committed.begin() as session:
-        reconcile.record_review_items(
+        review_items.record_review_items(
             session,
             [
-                reconcile.ReviewRow(
-                    kind=reconcile.UNKNOWN_OUTCOME,
+                review_items.ReviewRow(
+                    kind=review_items.UNKNOWN_OUTCOME,
                     subject=f"attempt:{sent.attempt_id}",
                     since=now,
                     age=now - now,
@@ -270,15 +271,15 @@ async def test_an_intent_whose_workflow_was_terminated_is_its_own_set(http, comm
     # The page lists a set's oldest members first, 50 of them: other tests sharing this
     # ledger leave items of the same kind, so this one is made the oldest to be listed.
     since = now - timedelta(days=3650)
-    row = reconcile.ReviewRow(
-        kind=reconcile.WORKFLOW_CLOSED_INTENT_OPEN,
+    row = review_items.ReviewRow(
+        kind=review_items.WORKFLOW_CLOSED_INTENT_OPEN,
         subject=f"intent:{sent.intent_id}",
         since=since,
         age=now - since,
         intent_id=sent.intent_id,
     )
     with committed.begin() as session:
-        reconcile.record_review_items(session, [row], now)
+        review_items.record_review_items(session, [row], now)
         item = session.execute(
             select(ReviewItem).where(ReviewItem.subject == f"intent:{sent.intent_id}")
         ).scalar_one()
@@ -326,9 +327,11 @@ async def test_the_list_pages_by_keyset_with_no_gap_and_counts_by_state(http, co
             listing.page(session, listing.IntentFilter(key_prefix=prefix, state="delivered")).items
             == []
         )
-        counted = reads.counts_by_state(session, listing.IntentFilter(key_prefix=prefix))
+        counted = intent_list.counts_by_state(session, listing.IntentFilter(key_prefix=prefix))
         assert counted.counts == {"sending": 3} and not counted.capped
-        capped = reads.counts_by_state(session, listing.IntentFilter(key_prefix=prefix), cap=2)
+        capped = intent_list.counts_by_state(
+            session, listing.IntentFilter(key_prefix=prefix), cap=2
+        )
         assert capped.counts == {"sending": 2} and capped.capped
     assert keys
     await sign_in(http, *principal(committed, Role.VIEWER))
@@ -393,7 +396,7 @@ def test_the_overviews_chart_counts_each_new_intent_by_its_derived_state(committ
 
     def charted() -> Counter[str]:
         with committed() as session:
-            hours = reads.overview(session, now).hours
+            hours = read_overview(session, now).hours
         return sum((Counter(h["counts"]) for h in hours), Counter())
 
     before = charted()
@@ -725,7 +728,7 @@ async def test_an_operator_opens_a_review_item_from_the_intent_page_and_not_twic
         [item] = session.execute(
             select(ReviewItem).where(ReviewItem.subject == f"attempt:{sent.attempt_id}")
         ).scalars()
-    assert item.kind == reconcile.SUBMITTED_PAST_CHECK and item.resolved_at is None
+    assert item.kind == review_items.SUBMITTED_PAST_CHECK and item.resolved_at is None
     assert f"Opened review item #{item.id} (submitted_past_check)" in page
     assert f"submitted_past_check opened by {name}" in page
     # Open now: the page says so and offers no second one; the server refuses one anyway.

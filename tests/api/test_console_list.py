@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from api.console import reads
 from ledger import listing
 from ledger.crypto import FieldCipher
 from ledger.models import Intent
+from ledger.read_models import intent_list
 from tests.api.conftest import submitted_attempt
 from tests.conftest import unique
 
@@ -59,7 +59,7 @@ def test_the_choices_are_the_values_on_record(
         intent.event_type = unique("Event-Type")
         event_type, region, category = intent.event_type, intent.region, intent.category
     with committed() as session:
-        choices = reads.filter_choices(session)
+        choices = intent_list.filter_choices(session)
     assert event_type in choices["event_type"]
     assert region in choices["region"] and category in choices["category"]
     assert choices["event_type"] == sorted(choices["event_type"])

@@ -135,7 +135,7 @@ async def test_a_row_settled_on_the_reconciliation_page_is_answered_there_when_r
 async def test_what_a_restore_leaves_is_a_set_on_the_reconciliation_page(
     http: httpx.AsyncClient, committed: sessionmaker[Session]
 ) -> None:
-    from ledger import reconcile
+    from ledger import review_items
     from ledger.models import ReviewItem
     from tests.conftest import key_id
 
@@ -143,7 +143,7 @@ async def test_what_a_restore_leaves_is_a_set_on_the_reconciliation_page(
     with committed.begin() as session:
         session.add(
             ReviewItem(
-                kind=reconcile.WORKFLOW_WITHOUT_INTENT,
+                kind=review_items.WORKFLOW_WITHOUT_INTENT,
                 subject=f"workflow:{workflow_id}",
                 detail={"workflow_id": workflow_id, "since": datetime.now(UTC).isoformat()},
                 found_at=datetime.now(UTC),

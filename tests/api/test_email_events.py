@@ -21,10 +21,11 @@ from api.email_events import EVENTS_PATH
 from domain.email_events import SIGNATURE_HEADER, TIMESTAMP_HEADER, TOKEN_ARG
 from domain.principals import Role
 from domain.states import AttemptState
+from ledger import observations
 from ledger import repository as repo
 from ledger.crypto import FieldCipher
 from ledger.models import Observation, Suppression
-from ledger.repository import ObservationFacts
+from ledger.observations import ObservationFacts
 from tests.api.conftest import (
     EVENT_PRIVATE_KEY,
     EVENT_PUBLIC_KEY,
@@ -74,7 +75,7 @@ def email_attempt(
             session, cipher, recorded.intent_id, key, channel="email", destination=address
         )
         attempt.sender_address = sender
-        repo.record_observation(
+        observations.record_observation(
             session,
             ObservationFacts(
                 source="send",
@@ -125,7 +126,9 @@ async def post(http: httpx.AsyncClient, events: list[dict[str, Any]], **kw: Any)
 def stored(sessions, token: str) -> list[Observation]:  # type: ignore[no-untyped-def]
     with sessions() as session:
         attempt = repo.attempt_by_token(session, token)
-        return [o for o in repo.observations_of(session, attempt.id) if o.source == "webhook"]
+        return [
+            o for o in observations.observations_of(session, attempt.id) if o.source == "webhook"
+        ]
 
 
 def suppressions(sessions, address: str, cipher: FieldCipher) -> list[Suppression]:  # type: ignore[no-untyped-def]

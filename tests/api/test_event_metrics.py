@@ -8,9 +8,10 @@ import pytest
 from sqlalchemy import select
 
 from domain.states import AttemptState
+from ledger import observations
 from ledger import repository as repo
 from ledger.models import Attempt, Intent
-from ledger.repository import ObservationFacts
+from ledger.observations import ObservationFacts
 from tests.api.conftest import post_signed, random_mobile, submitted_attempt
 from tests.api.test_metrics import samples, value
 from tests.ledger.conftest import fields
@@ -70,7 +71,7 @@ async def test_an_unknown_outcome_settled_later_is_counted_with_its_age(http, co
     became_unknown = datetime.now(UTC) - timedelta(minutes=2)
     before = await scrape(http)
     with committed.begin() as session:
-        repo.record_observation(
+        observations.record_observation(
             session,
             ObservationFacts(
                 source="horizon",
@@ -82,7 +83,7 @@ async def test_an_unknown_outcome_settled_later_is_counted_with_its_age(http, co
             token=sent.token,
         )
     with committed.begin() as session:
-        repo.record_observation(
+        observations.record_observation(
             session,
             ObservationFacts(
                 source="poll",
@@ -95,7 +96,7 @@ async def test_an_unknown_outcome_settled_later_is_counted_with_its_age(http, co
             token=sent.token,
         )
         # The same status again, by another path: kept as evidence, suppressed.
-        repo.record_observation(
+        observations.record_observation(
             session,
             ObservationFacts(
                 source="webhook",
@@ -125,7 +126,7 @@ async def test_a_rolled_back_transition_counts_nothing(http, committed, cipher):
     labels = labels_of(committed, sent.attempt_id)
     before = await scrape(http)
     with committed() as session:
-        repo.record_observation(
+        observations.record_observation(
             session,
             ObservationFacts(
                 source="poll",

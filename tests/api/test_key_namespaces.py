@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from domain import keys
 from domain.principals import Role
 from domain.states import AttemptState
-from ledger import principals
+from ledger import observations, principals
 from ledger import repository as repo
 from ledger.models import Intent
 from tests.api.conftest import BEARER, StubTemporal, post_signed, random_mobile
@@ -146,9 +146,9 @@ async def test_an_intent_recorded_before_namespaces_keeps_its_ids_and_is_read_re
         )
         attempt = make_attempt(session, cipher, recorded.intent_id, key, rule="allow")
         remote_id = unique("SM")
-        repo.record_observation(
+        observations.record_observation(
             session,
-            repo.ObservationFacts(
+            observations.ObservationFacts(
                 source="send",
                 raw_status="queued",
                 normalized=AttemptState.SUBMITTED,

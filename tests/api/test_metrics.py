@@ -8,9 +8,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from domain.states import AttemptState
+from ledger import observations
 from ledger import repository as repo
 from ledger.models import PolicyDecision, ReviewItem
-from ledger.repository import ObservationFacts
+from ledger.observations import ObservationFacts
 from tests.api.conftest import post_signed, random_mobile, submitted_attempt
 
 pytestmark = pytest.mark.ledger
@@ -32,7 +33,7 @@ async def test_metrics_show_heralds_series_after_a_delivered_intent(http, commit
     phone = random_mobile()
     sent = submitted_attempt(committed, cipher, phone=phone)
     with committed.begin() as session:
-        repo.record_observation(
+        observations.record_observation(
             session,
             ObservationFacts(
                 source="poll",

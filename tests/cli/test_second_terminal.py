@@ -367,7 +367,7 @@ async def test_a_terminated_workflow_becomes_a_review_item_after_one_reconcile_p
     from temporalio.client import Client
 
     from activities.maintenance import workflow_status
-    from ledger import reconcile
+    from ledger import reconcile, review_items
     from ledger.models import ReviewItem
 
     key = _scheduled_intent(dev, "class-opening:c-9084")
@@ -390,9 +390,9 @@ async def test_a_terminated_workflow_becomes_a_review_item_after_one_reconcile_p
     finally:
         engine.dispose()
     [row] = [r for r in first if r.intent_id == intent_id]
-    assert row.kind == reconcile.WORKFLOW_CLOSED_INTENT_OPEN
+    assert row.kind == review_items.WORKFLOW_CLOSED_INTENT_OPEN
     assert row.detail == {"workflow_status": "terminated", "intent_state": "scheduled"}
-    assert [i.kind for i in items] == [reconcile.WORKFLOW_CLOSED_INTENT_OPEN]
+    assert [i.kind for i in items] == [review_items.WORKFLOW_CLOSED_INTENT_OPEN]
     assert intent_id not in [r.intent_id for r in again]  # marked: not found twice
     [mark] = [a for a in _show(dev, key)["operator_actions"] if a["action"] == "workflow-closed"]
     assert (mark["operator"], mark["outcome"]) == ("reconciler", "marked")

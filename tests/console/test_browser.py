@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from domain.requests import NotificationRequest
-from ledger import reconcile
+from ledger import review_items
 from tests.console.conftest import (
     CHROMIUM,
     CLASS_VARIABLES,
@@ -109,11 +109,11 @@ async def test_an_operator_and_a_viewer_work_the_console_in_a_browser(stack, con
             # intent's screenshot, which would otherwise show an open item on it.)
             with stack.client.sessions.begin() as session:
                 now = datetime.now(UTC)
-                reconcile.record_review_items(
+                review_items.record_review_items(
                     session,
                     [
-                        reconcile.ReviewRow(
-                            kind=reconcile.UNKNOWN_OUTCOME,
+                        review_items.ReviewRow(
+                            kind=review_items.UNKNOWN_OUTCOME,
                             subject=f"intent:{opening.intent_id}:browser",
                             since=now,
                             age=timedelta(0),

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 import policies
 from domain.states import AttemptState
-from ledger import archive, migrate, retention
+from ledger import archive, migrate, operator_actions, retention
 from ledger import repository as repo
 from ledger.crypto import FieldCipher
 from ledger.models import (
@@ -69,7 +69,7 @@ def _intent(
             applied=True,
         )
     )
-    repo.record_operator_action(
+    operator_actions.record_operator_action(
         session,
         intent_id=recorded.intent_id,
         action="note",

@@ -8,10 +8,10 @@ import pytest
 from sqlalchemy import func, select, update
 
 from domain.states import AttemptState
-from ledger import reconcile
+from ledger import observations, operator_actions, reconcile, review_items
 from ledger import repository as repo
 from ledger.models import Attempt, Intent, ReviewItem
-from ledger.repository import ObservationFacts
+from ledger.observations import ObservationFacts
 from tests.conftest import unique
 from tests.ledger.conftest import fields, make_attempt
 
@@ -33,7 +33,7 @@ def _intent(db, cipher, **overrides) -> tuple[str, str]:  # type: ignore[no-unty
 
 
 def _observe(db, token, state, *, at=T0, remote_id=None, source="webhook"):  # type: ignore[no-untyped-def]
-    return repo.record_observation(
+    return observations.record_observation(
         db,
         ObservationFacts(
             source=source,
@@ -62,11 +62,11 @@ def _decide(db, intent_id, outcome, next_eligible_at=None):  # type: ignore[no-u
     )
 
 
-def _found(db, subject: str, **kw) -> list[reconcile.ReviewRow]:  # type: ignore[no-untyped-def]
+def _found(db, subject: str, **kw) -> list[review_items.ReviewRow]:  # type: ignore[no-untyped-def]
     return [r for r in reconcile.find(db, now=LATER, limit=100_000, **kw) if r.subject == subject]
 
 
-def _only(db, subject: str, kind: str, **kw) -> reconcile.ReviewRow:  # type: ignore[no-untyped-def]
+def _only(db, subject: str, kind: str, **kw) -> review_items.ReviewRow:  # type: ignore[no-untyped-def]
     rows = _found(db, subject, **kw)
     assert [r.kind for r in rows] == [kind]
     assert rows[0].age == LATER - rows[0].since and rows[0].age > timedelta(0)
@@ -87,7 +87,7 @@ def test_a_denied_a_cancelled_or_a_still_deferred_intent_is_not_trouble(db, ciph
     deferred, _ = _intent(db, cipher)
     _decide(db, deferred, "defer", next_eligible_at=LATER + timedelta(hours=1))
     cancelled, _ = _intent(db, cipher)
-    repo.record_operator_action(
+    operator_actions.record_operator_action(
         db,
         intent_id=cancelled,
         action="cancel",
@@ -152,7 +152,7 @@ def test_a_delivery_receipt_after_a_cancel_is_found(db, cipher):
     attempt = make_attempt(db, cipher, intent_id, key)
     _observe(db, attempt.token, AttemptState.SUBMITTED, remote_id=unique("SM"), source="send")
     cancelled_at = T0 + timedelta(minutes=1)
-    repo.record_operator_action(
+    operator_actions.record_operator_action(
         db,
         intent_id=intent_id,
         action="cancel",
@@ -173,7 +173,7 @@ def test_a_delivery_before_the_cancel_is_not_a_race(db, cipher):
     attempt = make_attempt(db, cipher, intent_id, key)
     _observe(db, attempt.token, AttemptState.SUBMITTED, remote_id=unique("SM"), source="send")
     _observe(db, attempt.token, AttemptState.DELIVERED, at=T0)
-    repo.record_operator_action(
+    operator_actions.record_operator_action(
         db,
         intent_id=intent_id,
         action="cancel",
@@ -197,7 +197,7 @@ def test_an_unknown_outcome_older_than_the_threshold_is_found(db, cipher):
 
 
 def test_an_orphan_observation_is_found(db):
-    result = repo.record_observation(
+    result = observations.record_observation(
         db,
         ObservationFacts(
             source="webhook",
@@ -223,8 +223,8 @@ def test_recording_review_items_twice_inserts_each_once(db, cipher):
     mine = [r for r in rows if r.intent_id in (intent_id, other)]
     assert {r.kind for r in mine} == {"unknown_outcome", "intent_without_attempt"}
 
-    first = reconcile.record_review_items(db, rows, LATER)
-    second = reconcile.record_review_items(db, reconcile.find(db, now=LATER), LATER)
+    first = review_items.record_review_items(db, rows, LATER)
+    second = review_items.record_review_items(db, reconcile.find(db, now=LATER), LATER)
     assert first >= len(mine) and second == 0
     for row in mine:
         assert (
@@ -235,7 +235,7 @@ def test_recording_review_items_twice_inserts_each_once(db, cipher):
             )
             == 1
         )
-    assert reconcile.record_review_items(db, [], LATER) == 0
+    assert review_items.record_review_items(db, [], LATER) == 0
 
 
 def test_find_refuses_a_naive_time(db):

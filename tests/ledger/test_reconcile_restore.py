@@ -13,7 +13,7 @@ from sqlalchemy import create_engine, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from domain.keys import workflow_id
-from ledger import migrate, reconcile
+from ledger import migrate, reconcile, review_items
 from ledger import repository as repo
 from ledger.crypto import FieldCipher
 from ledger.models import Intent, OperatorAction, ReviewItem
@@ -73,12 +73,12 @@ async def test_reconcile_files_each_difference_a_restore_leaves_once(
         missing_id = s.scalar(select(Intent.id).where(Intent.workflow_id == lost_in_temporal))
         relay_id = s.scalar(select(Intent.id).where(Intent.workflow_id == relay_will_start))
     assert found == [
-        (reconcile.INTENT_WITHOUT_WORKFLOW, f"intent:{missing_id}"),
-        (reconcile.WORKFLOW_WITHOUT_INTENT, f"workflow:{lost_in_ledger}"),
+        (review_items.INTENT_WITHOUT_WORKFLOW, f"intent:{missing_id}"),
+        (review_items.WORKFLOW_WITHOUT_INTENT, f"workflow:{lost_in_ledger}"),
     ]
 
     again = await reconcile.reconcile_workflows(sessions, describe, now=NOW, running=running)
-    assert [row.kind for row in again] == [reconcile.WORKFLOW_WITHOUT_INTENT]
+    assert [row.kind for row in again] == [review_items.WORKFLOW_WITHOUT_INTENT]
     with sessions() as s:
         filed = sorted(tuple(r) for r in s.execute(select(ReviewItem.kind, ReviewItem.subject)))
         marks = s.execute(

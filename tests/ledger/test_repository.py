@@ -12,10 +12,11 @@ import pytest
 from sqlalchemy import func, select
 
 from domain.states import AttemptState
+from ledger import observations
 from ledger import repository as repo
 from ledger.intake import InvalidRequest
 from ledger.models import Attempt, Intent, Observation, Outbox, Suppression
-from ledger.repository import ObservationFacts
+from ledger.observations import ObservationFacts
 from tests.conftest import unique
 from tests.ledger.conftest import fields, make_attempt
 
@@ -126,10 +127,10 @@ def test_pii_is_stored_only_encrypted(db, cipher):
 
 def test_a_duplicate_receipt_changes_nothing(db, cipher):
     attempt = _attempt(db, cipher, unique("demo:d"), state="submitted")
-    first = repo.record_observation(
+    first = observations.record_observation(
         db, _facts(AttemptState.DELIVERED, "dup-1"), token=attempt.token
     )
-    second = repo.record_observation(
+    second = observations.record_observation(
         db, _facts(AttemptState.DELIVERED, "dup-1"), token=attempt.token
     )
     assert first.verdict == "applied" and second.verdict == "duplicate"
@@ -145,8 +146,12 @@ def test_a_duplicate_receipt_changes_nothing(db, cipher):
 
 def test_a_late_sent_after_delivered_is_kept_as_evidence_and_not_applied(db, cipher):
     attempt = _attempt(db, cipher, unique("demo:d"), state="submitted")
-    repo.record_observation(db, _facts(AttemptState.DELIVERED, unique("d")), token=attempt.token)
-    late = repo.record_observation(db, _facts(AttemptState.SENT, unique("s")), token=attempt.token)
+    observations.record_observation(
+        db, _facts(AttemptState.DELIVERED, unique("d")), token=attempt.token
+    )
+    late = observations.record_observation(
+        db, _facts(AttemptState.SENT, unique("s")), token=attempt.token
+    )
     assert late.verdict == "stale"
     db.refresh(attempt)
     assert attempt.state == "delivered"
@@ -160,8 +165,10 @@ def test_a_late_sent_after_delivered_is_kept_as_evidence_and_not_applied(db, cip
 
 def test_conflicting_terminal_observations_are_kept_and_flagged(db, cipher):
     attempt = _attempt(db, cipher, unique("demo:d"), state="submitted")
-    repo.record_observation(db, _facts(AttemptState.UNDELIVERED, unique("u")), token=attempt.token)
-    result = repo.record_observation(
+    observations.record_observation(
+        db, _facts(AttemptState.UNDELIVERED, unique("u")), token=attempt.token
+    )
+    result = observations.record_observation(
         db, _facts(AttemptState.DELIVERED, unique("d")), token=attempt.token
     )
     assert result.verdict == "conflict"
@@ -186,7 +193,7 @@ def test_a_receipt_for_an_unknown_message_is_kept_as_orphan_evidence(db):
         dedupe_key=unique("orphan"),
         remote_id="SM" + "0" * 32,
     )
-    result = repo.record_observation(db, facts)
+    result = observations.record_observation(db, facts)
     assert result.verdict == "orphan"
     assert (
         db.scalar(
@@ -226,7 +233,7 @@ def test_a_delivered_receipt_and_a_late_unknown_racing_leave_delivered(committed
     def observe(state: AttemptState) -> str:
         with committed.begin() as session:
             barrier.wait()
-            return repo.record_observation(
+            return observations.record_observation(
                 session, _facts(state, unique("race")), token=token
             ).verdict
 
@@ -258,7 +265,7 @@ def test_an_orphan_receipt_is_applied_once_the_attempt_learns_its_remote_id(db, 
         dedupe_key=unique("orphan"),
         remote_id=remote,
     )
-    assert repo.record_observation(db, orphan).verdict == "orphan"
+    assert observations.record_observation(db, orphan).verdict == "orphan"
     sent = ObservationFacts(
         source="send",
         raw_status="queued",
@@ -267,7 +274,7 @@ def test_an_orphan_receipt_is_applied_once_the_attempt_learns_its_remote_id(db, 
         dedupe_key=unique("send"),
         remote_id=remote,
     )
-    result = repo.record_observation(db, sent, token=attempt.token)
+    result = observations.record_observation(db, sent, token=attempt.token)
     db.refresh(attempt)
     assert attempt.state == "delivered" and result.state == "delivered"
     linked = db.execute(
@@ -328,7 +335,7 @@ class _Statements:
 def test_a_receipt_is_recorded_in_three_statements_with_its_verdict_written_once(db, cipher):
     attempt = _attempt(db, cipher, unique("class-opening:c"), state="submitted")
     with _Statements(db) as run:
-        result = repo.record_observation(
+        result = observations.record_observation(
             db, _facts(AttemptState.DELIVERED, unique("w")), token=attempt.token
         )
     assert result.verdict == "applied" and result.state == "delivered"
@@ -353,7 +360,7 @@ def test_a_send_answer_learns_the_remote_id_without_reading_the_attempt_again(db
         remote_id=unique("SM"),
     )
     with _Statements(db) as run:
-        result = repo.record_observation(db, sent, token=attempt.token)
+        result = observations.record_observation(db, sent, token=attempt.token)
     assert (result.verdict, result.state) == ("applied", "submitted")
     # Read, insert, store the remote id (returning the row), compare-and-set, orphans.
     assert run.sql == ["SELECT", "INSERT", "UPDATE", "UPDATE", "SELECT"]

@@ -14,10 +14,10 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from domain.states import AttemptState
-from ledger import migrate, retention, timeline
+from ledger import migrate, observations, retention, timeline
 from ledger import repository as repo
 from ledger.models import Attempt, Base, IdempotencyRecord, Intent, OperatorAction
-from ledger.repository import ObservationFacts
+from ledger.observations import ObservationFacts
 from ledger.templates import seed_packaged
 from tests.conftest import fresh_database, unique
 from tests.ledger.conftest import EMAIL, PHONE, fields, make_attempt
@@ -86,7 +86,7 @@ def _delivered_intent(session: Session, cipher, key: str) -> str:  # type: ignor
         ("webhook", AttemptState.SENT, unique("wh"), remote_id),
         ("webhook", AttemptState.DELIVERED, unique("wh"), remote_id),
     ):
-        repo.record_observation(
+        observations.record_observation(
             session,
             ObservationFacts(
                 source=source,
@@ -103,7 +103,7 @@ def _delivered_intent(session: Session, cipher, key: str) -> str:  # type: ignor
         .where(Attempt.id == email.id)
         .values(message_id=f"<{email.token}@herald.localhost>")
     )
-    repo.record_observation(
+    observations.record_observation(
         session,
         ObservationFacts(
             source="send",

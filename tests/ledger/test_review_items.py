@@ -12,10 +12,10 @@ from sqlalchemy import select
 
 from domain.principals import Principal, Role
 from domain.states import AttemptState
-from ledger import reconcile, review_items, settlements
+from ledger import observations, reconcile, review_items
 from ledger import repository as repo
 from ledger.models import AuditEvent, OperatorAction, ReviewItem
-from ledger.repository import ObservationFacts
+from ledger.observations import ObservationFacts
 from tests.conftest import unique
 from tests.ledger.conftest import fields, make_attempt
 
@@ -30,7 +30,7 @@ def _attempt(db, cipher, *states: AttemptState):  # type: ignore[no-untyped-def]
     intent_id = repo.record_intent(db, fields(db, cipher, key)).intent_id
     attempt = make_attempt(db, cipher, intent_id, key)
     for n, state in enumerate(states):
-        repo.record_observation(
+        observations.record_observation(
             db,
             ObservationFacts(
                 source="horizon" if state == AttemptState.UNKNOWN else "webhook",
@@ -75,7 +75,7 @@ def test_an_operator_opens_an_unknown_outcome_item_at_once_recorded_under_their_
     [item] = _items(db, attempt.id)
     assert (item.id, item.kind, item.resolved_at) == (
         opened.item_id,
-        reconcile.UNKNOWN_OUTCOME,
+        review_items.UNKNOWN_OUTCOME,
         None,
     )
     assert item.detail is not None
@@ -104,14 +104,14 @@ def test_an_operator_opens_an_unknown_outcome_item_at_once_recorded_under_their_
         "operator",
     )
     # The sweep finds the same attempt later and files nothing new: one item per subject.
-    reconcile.record_review_items(db, reconcile.find(db, now=NOW + timedelta(hours=2)), NOW)
+    review_items.record_review_items(db, reconcile.find(db, now=NOW + timedelta(hours=2)), NOW)
     assert len(_items(db, attempt.id)) == 1
 
 
 def test_a_later_observation_that_settles_the_attempt_closes_it_in_the_sweep(db, cipher):
     intent_id, attempt = _attempt(db, cipher, AttemptState.SUBMITTED)
     opened = _open(db, intent_id)
-    repo.record_observation(
+    observations.record_observation(
         db,
         ObservationFacts(
             source="webhook",
@@ -122,7 +122,7 @@ def test_a_later_observation_that_settles_the_attempt_closes_it_in_the_sweep(db,
         ),
         token=attempt.token,
     )
-    closed = dict(settlements.close_settled_items(db, at=NOW))
+    closed = dict(review_items.close_settled_items(db, at=NOW))
     assert "the attempt is now delivered" in closed[opened.item_id]  # type: ignore[index]
 
 
@@ -144,7 +144,7 @@ def test_a_second_request_while_the_item_is_open_is_refused_and_recorded(db, cip
 def test_a_closed_item_is_reopened_with_its_earlier_resolution_kept(db, cipher):
     intent_id, attempt = _attempt(db, cipher, AttemptState.SUBMITTED, AttemptState.UNKNOWN)
     first = _open(db, intent_id)
-    settlements.close_items(db, attempt_id=attempt.id, at=NOW, by="ana", note="no action: known")
+    review_items.close_items(db, attempt_id=attempt.id, at=NOW, by="ana", note="no action: known")
     later = NOW + timedelta(minutes=5)
     again = _open(db, intent_id, reason="the recipient called again", at=later)
     assert (again.refused, again.item_id, again.reopened) == ("", first.item_id, True)
@@ -165,12 +165,12 @@ def test_a_closed_item_is_reopened_with_its_earlier_resolution_kept(db, cipher):
 def test_the_kind_follows_the_attempts_state_as_the_sweep_files_it(db, cipher):
     intent_id, attempt = _attempt(db, cipher, AttemptState.SUBMITTED)
     opened = _open(db, intent_id)
-    assert opened.kind == reconcile.SUBMITTED_PAST_CHECK
-    assert _items(db, attempt.id)[0].kind == reconcile.SUBMITTED_PAST_CHECK
+    assert opened.kind == review_items.SUBMITTED_PAST_CHECK
+    assert _items(db, attempt.id)[0].kind == review_items.SUBMITTED_PAST_CHECK
     prepared_intent, _ = _attempt(db, cipher)
-    assert _open(db, prepared_intent).kind == reconcile.PREPARED_WITHOUT_REMOTE_ID
+    assert _open(db, prepared_intent).kind == review_items.PREPARED_WITHOUT_REMOTE_ID
     # An SMS `sent` still waits for its receipt; an email `sent` is final (SMTP says no more).
-    assert review_items.kind_for("sms", "sent") == reconcile.SUBMITTED_PAST_CHECK
+    assert review_items.kind_for("sms", "sent") == review_items.SUBMITTED_PAST_CHECK
     assert review_items.kind_for("email", "sent") is None
 
 

@@ -10,10 +10,10 @@ from sqlalchemy import select
 
 from domain.settlement import SettlementClaim
 from domain.states import AttemptState
-from ledger import reconcile, settlements
+from ledger import observations, reconcile, review_items, settlements
 from ledger import repository as repo
 from ledger.models import AuditEvent, Intent, Observation, OperatorAction, ReviewItem
-from ledger.repository import ObservationFacts
+from ledger.observations import ObservationFacts
 from tests.conftest import unique
 from tests.ledger.conftest import fields, make_attempt
 
@@ -24,7 +24,7 @@ WINDOW = NOW + timedelta(hours=1)
 
 
 def _observe(db, token, state, *, source="webhook", at=NOW):  # type: ignore[no-untyped-def]
-    return repo.record_observation(
+    return observations.record_observation(
         db,
         ObservationFacts(
             source=source,
@@ -82,7 +82,7 @@ def test_a_settlement_is_evidence_an_action_and_an_audit_row_and_closes_its_item
     item = db.execute(
         select(ReviewItem).where(ReviewItem.subject == f"attempt:{attempt.id}")
     ).scalar_one()
-    assert item.kind == reconcile.UNKNOWN_OUTCOME and item.resolved_at is None  # filed at once
+    assert item.kind == review_items.UNKNOWN_OUTCOME and item.resolved_at is None  # filed at once
     intent = db.get(Intent, intent_id)
     assert (intent.awaiting, intent.awaiting_until) == ("settlement", WINDOW)
 
@@ -158,11 +158,11 @@ def test_the_providers_later_terminal_replaces_a_settlement_and_is_flagged(db, c
     filed = db.execute(
         select(ReviewItem).where(ReviewItem.subject == f"observation:{late.observation_id}")
     ).scalar_one()
-    assert filed.kind == reconcile.CONFLICTING_OBSERVATION and filed.resolved_at is None
+    assert filed.kind == review_items.CONFLICTING_OBSERVATION and filed.resolved_at is None
     assert filed.detail["replaced"] == "an operator's settlement"
     rows = reconcile.find(db, now=NOW + timedelta(minutes=10))
     assert any(
-        r.kind == reconcile.CONFLICTING_OBSERVATION and r.intent_id == intent_id for r in rows
+        r.kind == review_items.CONFLICTING_OBSERVATION and r.intent_id == intent_id for r in rows
     )
 
 
@@ -183,9 +183,9 @@ def test_a_wrong_settlement_is_corrected_by_a_superseding_one(db, cipher):
 
 def test_the_sweep_closes_an_item_whose_attempt_a_late_receipt_settled(db, cipher):
     intent_id, attempt, _ = _waiting(db, cipher)
-    assert settlements.close_settled_items(db, at=NOW) == []  # still unknown: stays open
+    assert review_items.close_settled_items(db, at=NOW) == []  # still unknown: stays open
     receipt = _observe(db, attempt.token, AttemptState.DELIVERED, at=NOW + timedelta(minutes=1))
-    closed = dict(settlements.close_settled_items(db, at=NOW + timedelta(minutes=2)))
+    closed = dict(review_items.close_settled_items(db, at=NOW + timedelta(minutes=2)))
     item = db.execute(
         select(ReviewItem).where(ReviewItem.subject == f"attempt:{attempt.id}")
     ).scalar_one()

@@ -21,8 +21,8 @@ from temporalio.worker import Worker
 from activities.contracts import ARCHIVE, PURGE, RECONCILE, MaintenanceInput, MaintenanceResult
 from activities.maintenance import MaintenanceActivities
 from cli.main import main as cli_main
-from ledger import reconcile
 from ledger import repository as repo
+from ledger import review_items
 from ledger.models import ArchivedIntent, Intent, ReviewItem
 from runtime.schedules import INTERVALS, ensure_schedules, job_schedules
 from tests.conftest import unique
@@ -115,13 +115,13 @@ async def _files_what_reconcile_finds(time_env, committed, cipher):  # type: ign
     ):
         found = await run(RECONCILE)
         assert found.job == RECONCILE
-        both = [reconcile.INTENT_WITHOUT_ATTEMPT, reconcile.WORKFLOW_CLOSED_INTENT_OPEN]
+        both = [review_items.INTENT_WITHOUT_ATTEMPT, review_items.WORKFLOW_CLOSED_INTENT_OPEN]
         assert _filed(committed, stuck) == sorted(both)
         assert all(found.rows_by_kind[kind] >= 1 for kind in both)
         assert found.review_items_recorded >= 2  # at least the two filed for `stuck`
         # Each (kind, subject) is filed once, however often the schedule runs.
         again = await run(RECONCILE, attempt=2)
-        assert again.rows_by_kind[reconcile.INTENT_WITHOUT_ATTEMPT] >= 1
+        assert again.rows_by_kind[review_items.INTENT_WITHOUT_ATTEMPT] >= 1
         assert _filed(committed, stuck) == sorted(both)
 
         purged = await run(PURGE)

@@ -3,7 +3,12 @@ contracts; activities -> domain, ledger, transports; api, cli and starter -> the
 and the Temporal client (starter); nothing imports workflows except worker.py and
 starter; no router imports the app factory (api.app), which only api/server.py serves.
 Checked on the source with `ast`, as test_domain_purity checks domain/ itself, with every
-import counted: at the top, inside a function, or under TYPE_CHECKING."""
+import counted: at the top, inside a function, or under TYPE_CHECKING.
+
+No module runs round a circle either, inside a package or across: an import inside a
+function hides a circle from Python, not from a reader, so it counts as well. None is
+known; a circle is broken at its cause (what both sides need goes in a module of its own),
+never by moving an import into a function."""
 
 from __future__ import annotations
 
@@ -47,7 +52,7 @@ ALLOWED: dict[str, set[str]] = {
     },
 }
 """What each layer may import of the project; a folder not named here is held only by the
-rules on workflows and on api.app, and by the absence of cycles."""
+rules on workflows and on api.app, and by the absence of circles."""
 WORKFLOW_IMPORTERS = {"worker", "starter"}
 APP_IMPORTERS = {"api/server.py"}
 """Inside api/, only the server imports the app factory; outside it, what serves the app
@@ -112,6 +117,63 @@ def violations(path: str, source: str) -> list[str]:
     return sorted(set(found))
 
 
+def module_name(path: str) -> str:
+    """`ledger/review_items.py` -> `ledger.review_items`; a package's `__init__.py` is the
+    package."""
+    return path.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+
+
+def module_edges(files: dict[str, str]) -> dict[str, set[str]]:
+    """Which of `files` (path -> source) each one imports, at any depth of its code.
+
+    `from pkg import sub` where `sub` is a module imports that module, not the package:
+    the package's `__init__` runs first (Python imports every parent), but nothing of it is
+    used, or every package whose `__init__` gathers its modules would be a circle. An
+    import of a name inside a module is an import of that module.
+    """
+    known = {module_name(path) for path in files}
+    edges: dict[str, set[str]] = {}
+    for path, source in files.items():
+        importer = module_name(path)
+        targets = edges.setdefault(importer, set())
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                subs = [f"{node.module}.{alias.name}" for alias in node.names]
+                names = [sub if sub in known else node.module for sub in subs]
+            else:
+                continue
+            for name in names:
+                while name and name not in known:
+                    name = name.rpartition(".")[0]
+                if name and name != importer:
+                    targets.add(name)
+    return edges
+
+
+def circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Every group of modules that import one another round a circle, each sorted."""
+
+    def reach(start: str) -> set[str]:
+        seen: set[str] = set()
+        todo = list(edges.get(start, ()))
+        while todo:
+            module = todo.pop()
+            if module not in seen:
+                seen.add(module)
+                todo.extend(edges.get(module, ()))
+        return seen
+
+    reached = {module: reach(module) for module in edges}
+    groups = {
+        frozenset(m for m in reached[module] if module in reached[m])
+        for module in edges
+        if module in reached[module]
+    }
+    return sorted(sorted(group) for group in groups)
+
+
 def project_files() -> Iterator[tuple[str, str]]:
     for name in sorted(PACKAGES):
         for file in sorted((ROOT / name).glob("**/*.py")):
@@ -150,6 +212,73 @@ def test_every_known_departure_still_exists() -> None:
 def test_no_two_folders_import_each_other() -> None:
     edges = folder_edges()
     assert sorted(f"{a} <-> {b}" for a, b in edges if (b, a) in edges and a < b) == []
+
+
+def test_no_module_imports_round_a_circle() -> None:
+    assert circles(module_edges(dict(project_files()))) == []
+
+
+def test_the_circle_check_sees_a_circle_hidden_in_a_function() -> None:
+    files = {
+        "ledger/__init__.py": "",
+        "ledger/a.py": "from ledger import b\n",
+        "ledger/b.py": "from ledger.c import X\n",
+        "ledger/c.py": "def f():\n    from ledger.a import Y\n",
+        "ledger/d.py": "from ledger import a\n",
+    }
+    assert circles(module_edges(files)) == [["ledger.a", "ledger.b", "ledger.c"]]
+    files["ledger/c.py"] = "import json\n"
+    assert circles(module_edges(files)) == []
+
+
+def test_a_package_gathering_its_modules_is_no_circle() -> None:
+    """`api/console/__init__.py` imports its page modules, which import their siblings
+    through the package (`from api.console import reads`): no name of the package's own is
+    used, so no circle; one that is used is."""
+    files = {
+        "api/console/__init__.py": "from api.console import deps\n",
+        "api/console/deps.py": "from api.console import sessions\n",
+        "api/console/sessions.py": "",
+    }
+    assert circles(module_edges(files)) == []
+    files["api/console/sessions.py"] = "from api.console import mount_console\n"
+    assert circles(module_edges(files)) == [
+        ["api.console", "api.console.deps", "api.console.sessions"]
+    ]
+
+
+CONSOLE_SIGN_IN = {"api/console/sessions.py", "api/console/sign_in_answer.py"}
+"""The console's own sign-in sessions: the only console modules that query."""
+
+
+def console_queries(path: str, source: str) -> list[str]:
+    """Imports of `source` (a console module) that build SQL: the ledger's read models do
+    the reading (ledger/read_models/), the console keeps the words."""
+    return [
+        f"{path}:{line} imports {module}"
+        for line, module in imports_in(source)
+        if module.split(".")[0] == "sqlalchemy" and module != "sqlalchemy.orm"
+    ] + [
+        f"{path}:{node.lineno} imports {alias.name} from sqlalchemy.orm"
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.ImportFrom) and node.module == "sqlalchemy.orm"
+        for alias in node.names
+        if alias.name != "Session"
+    ]
+
+
+def test_the_console_reads_through_the_ledgers_read_models() -> None:
+    found = [
+        q
+        for path, source in project_files()
+        if path.startswith("api/console/") and path not in CONSOLE_SIGN_IN
+        for q in console_queries(path, source)
+    ]
+    assert found == []
+    assert console_queries("api/console/x.py", "from sqlalchemy import select\n") == [
+        "api/console/x.py:1 imports sqlalchemy"
+    ]
+    assert console_queries("api/console/x.py", "from sqlalchemy.orm import Session\n") == []
 
 
 def test_the_check_reports_what_breaks_a_rule() -> None:

@@ -112,3 +112,19 @@ def test_every_intent_state_is_reachable(state: IntentState) -> None:
         I.EXPIRED: derive(expired=True),
     }
     assert examples[state] == state
+
+
+def test_the_ledger_reads_an_intent_past_its_expiry_as_expired_only_if_nothing_was_tried():
+    """`ledger.listing.derived_state`, the one reading of the ledger's facts behind every
+    list, count and metric by state: an attempt's own outcome says more than the expiry."""
+    from ledger.listing import derived_state
+
+    def read(*states: str, past_expiry: bool) -> IntentState:
+        return derived_state(
+            states, None, cancelled=False, past_expiry=past_expiry, scheduled=False
+        )
+
+    assert read(past_expiry=True) == I.EXPIRED
+    assert read("failed", past_expiry=True) == I.FAILED
+    assert read("delivered", past_expiry=True) == I.DELIVERED
+    assert read(past_expiry=False) == I.PENDING

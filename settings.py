@@ -148,7 +148,7 @@ class TwilioProvider(BaseModel):
 
 
 class SmtpProvider(BaseModel):
-    """An SMTP relay (transports.email)."""
+    """An SMTP relay (transports.smtp)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

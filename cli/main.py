@@ -340,7 +340,7 @@ def _send_request(args: argparse.Namespace) -> Any:
 async def cmd_send(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
     from api.schemas import IntentCreated, Timeline
     from domain.principals import Access
-    from ledger.intake import InvalidRequest
+    from ledger.errors import InvalidRequest
 
     if args.timeout <= 0:
         raise CliError("--timeout: must be more than 0 seconds")
@@ -1219,7 +1219,7 @@ def operational_error(err: BaseException, cfg: settings_module.Settings) -> str 
     from cli.context import temporal_unreachable
     from domain.key_privacy import NoteRefused
     from ledger.crypto import KeyRingError
-    from ledger.repository import IntentConflict, NotFound
+    from ledger.errors import IntentConflict, NotFound
     from starter.temporal import TemporalSettingError
 
     if isinstance(err, NotFound | IntentConflict | TemporalSettingError | NoteRefused):

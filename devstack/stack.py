@@ -24,7 +24,7 @@ from sqlalchemy.orm import sessionmaker
 import settings as settings_module
 from activities.contracts import SEARCH_ATTRIBUTES
 from api.app import Ingress, create_app
-from api.email_events import EVENTS_PATH
+from api.ingress.sendgrid import EVENTS_PATH
 from api.server import email_events_config
 from devstack.ports import bound_or_named, free_port
 from devstack.postgres import EmbeddedPostgres

@@ -40,6 +40,7 @@ from domain.principals import Access, Principal
 from domain.states import AttemptState
 from ledger import reconcile
 from ledger import repository as repo
+from ledger.errors import NotAllowed
 from ledger.models import Attempt, ReviewItem
 from ledger.principals import record_audit
 
@@ -47,10 +48,6 @@ OPEN_REVIEW = "open-review"
 """The operator action that records a request to open a review item."""
 FILED_BY = "operator"
 """`detail.filed_by` of an item an operator opened (the sweep's say `reconciler`)."""
-
-
-class NotAllowed(PermissionError):
-    """The principal's role does not grant operating (a viewer or an app)."""
 
 
 def kind_for(channel: str, state: str) -> str | None:
@@ -149,7 +146,7 @@ def open_review_item(
     """Open a review item for the channel's latest attempt of the intent.
 
     In the caller's transaction, recorded under `by` (an operator or admin; NotAllowed
-    otherwise). Raises `repository.NotFound` for no such intent. A refusal is recorded (an operator
+    otherwise). Raises `NotFound` for no such intent. A refusal is recorded (an operator
     action `open-review`, refused, with why) and returned.
     """
     if not by.may(Access.OPERATE):

@@ -25,6 +25,7 @@ from domain import policy as domain_policy
 from domain.states import AttemptState
 from ledger import metrics, reconcile
 from ledger import repository as repo
+from ledger.errors import NotFound
 from ledger.models import Attempt, AuditEvent, Intent, Observation, OperatorAction, ReviewItem
 
 OPERATOR_SOURCE = "operator"
@@ -130,7 +131,7 @@ def record_settlement(
         .execution_options(populate_existing=True)
     ).scalar_one_or_none()
     if attempt is None or attempt.intent_id != intent_id:
-        raise repo.NotFound(f"no attempt {token} on intent {intent_id}")
+        raise NotFound(f"no attempt {token} on intent {intent_id}")
     version, rules = active_settlement_policy(session)
     current = AttemptState(attempt.state)
     by_operator = attempt.settled_rule is not None

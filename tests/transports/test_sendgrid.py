@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from api.email_events import load_event_public_key, verify_event_batch
+from api.ingress.sendgrid import load_event_public_key, verify_event_batch
 from domain.email_events import SIGNATURE_HEADER, TIMESTAMP_HEADER, TOKEN_ARG
 from simulators.sendgrid import SendGridSimulatorServer, SimEmailDelays
 from simulators.server import LoopbackServer

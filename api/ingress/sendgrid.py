@@ -43,8 +43,8 @@ from sqlalchemy.orm import Session
 
 from activities.contracts import ReceiptSignal
 from api.deps import EventsConfig, Ingress, IngressDep
+from api.ingress.receiving import require_media_type
 from api.schemas import Problem
-from api.webhooks import require_media_type
 from domain import channels, email_events
 from domain.destinations import InvalidDestination, normalize_email
 from domain.email_events import (

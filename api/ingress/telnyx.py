@@ -20,12 +20,18 @@ from fastapi import APIRouter, HTTPException, Query, Request, Response
 from sqlalchemy.orm import Session
 
 from api.deps import IngressDep
+from api.ingress.receiving import (
+    TOKEN_MAX_LENGTH,
+    record_keyword,
+    require_media_type,
+    wake_workflow,
+)
+from api.ingress.telnyx_signature import TOLERANCE_SECONDS, TelnyxVerifier
 from api.schemas import NO_CONTROL, Problem
-from api.telnyx_signature import TOLERANCE_SECONDS, TelnyxVerifier
-from api.webhooks import TOKEN_MAX_LENGTH, record_keyword, require_media_type, wake_workflow
 from domain.clocks import parse_iso_utc
 from domain.states import TELNYX_STATUSES, normalize_telnyx_status
 from ledger import repository as repo
+from ledger.errors import NotFound
 from ledger.repository import ObservationFacts
 
 log = logging.getLogger("herald.api")
@@ -132,7 +138,7 @@ def _token_for(session: Session, token: str | None, remote_id: str) -> str | Non
         return None
     try:
         attempt = repo.attempt_by_token(session, token)
-    except repo.NotFound:
+    except NotFound:
         return None
     return token if attempt.remote_id in (None, remote_id) else None
 

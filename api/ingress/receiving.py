@@ -32,6 +32,8 @@ TOKEN_MAX_LENGTH = 240
 
 
 def malformed(ingress: Ingress, detail: str) -> HTTPException:
+    """The 400 for a request no provider would send (`detail` names what is wrong),
+    counted as malformed."""
     ingress.counters.rejected.labels("malformed").inc()
     return HTTPException(400, detail)
 

@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 from api.deps import IngressDep
 from api.ingress.receiving import (
     TOKEN_MAX_LENGTH,
+    malformed,
     record_keyword,
     require_media_type,
     wake_workflow,
@@ -184,21 +185,18 @@ async def receive_telnyx_event(
         ingress.counters.rejected.labels("signature").inc()
         raise HTTPException(403, refusal)
     if token is not None and "\x00" in token:
-        ingress.counters.rejected.labels("malformed").inc()
-        raise HTTPException(400, "token contains a NUL character")
+        raise malformed(ingress, "token contains a NUL character")
     try:
         event_type, event_id, payload = _event(body)
     except ValueError as err:
-        ingress.counters.rejected.labels("malformed").inc()
-        raise HTTPException(400, str(err)) from err
+        raise malformed(ingress, str(err)) from err
 
     if event_type == INBOUND_EVENT:
         sender = payload.get("from")
         number = sender.get("phone_number") if isinstance(sender, dict) else None
         text = payload.get("text")
         if not isinstance(number, str) or not isinstance(text, str) or "\x00" in text:
-            ingress.counters.rejected.labels("malformed").inc()
-            raise HTTPException(400, "'payload.from.phone_number' and 'payload.text' needed")
+            raise malformed(ingress, "'payload.from.phone_number' and 'payload.text' needed")
         # Kept once by the event id (a redelivery repeats it), ordered by Telnyx's time.
         stamp = payload.get("received_at")
         at = parse_iso_utc(stamp) if isinstance(stamp, str) else None
@@ -212,8 +210,7 @@ async def receive_telnyx_event(
     try:
         remote_id, raw, code = _status_of(payload)
     except ValueError as err:
-        ingress.counters.rejected.labels("malformed").inc()
-        raise HTTPException(400, str(err)) from err
+        raise malformed(ingress, str(err)) from err
     facts = ObservationFacts(
         source="webhook",
         raw_status=raw,

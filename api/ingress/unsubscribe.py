@@ -17,6 +17,7 @@ from api.schemas import NO_CONTROL, Problem, Unsubscribed
 from domain import channels
 from domain.unsubscribe import verify_unsubscribe_token
 from ledger import repository as repo
+from ledger.errors import NotFound
 
 router = APIRouter(tags=["recipients"])
 """The one-click unsubscribe link, signed by Herald."""
@@ -84,6 +85,8 @@ async def unsubscribe_in_one_click(value: LinkValue, ingress: IngressDep) -> dic
 
     try:
         await ingress.tx(work)
-    except repo.NotFound as err:
+    except NotFound as err:
+        # Signed, but naming no attempt the ledger holds: to the recipient an unknown link,
+        # in this route's own words (the ledger's message names the token).
         raise HTTPException(404, "unknown unsubscribe link") from err
     return {"status": "unsubscribed"}

@@ -3,9 +3,9 @@
 #
 # Reproducible: the dependencies come from requirements.lock (every version pinned, every
 # file's hash checked; `make lock` writes it), then Herald itself without resolving
-# anything. Only the runtime packages are copied: no dev stack, bench or scenarios, and
-# none of the `dev-stack` extra (the embedded Postgres and Temporal binaries); `herald dev`
-# here says so in one line. .dockerignore admits nothing else into the build context.
+# anything. Only the runtime packages are copied: no dev stack, simulators, bench or
+# scenarios, and none of the `dev-stack` extra (the embedded Postgres and Temporal
+# binaries); `herald dev` here says so in one line. .dockerignore admits nothing else into the build context.
 FROM python:3.12-slim
 
 ENV PYTHONUNBUFFERED=1 \

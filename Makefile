@@ -55,7 +55,7 @@ test-fast: $(STAMP)
 	$(BIN)/pytest -q -m "not workflow and not e2e and not slow"
 
 # every Python tree of the product and its bench (tests are checked by ruff only)
-TYPED := domain workflows activities starter api ledger cli runtime devstack transports bench settings.py worker.py
+TYPED := domain workflows activities starter api ledger cli runtime devstack transports simulators bench settings.py worker.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -148,7 +148,7 @@ class TwilioProvider(BaseModel):
 
 
 class SmtpProvider(BaseModel):
-    """An SMTP relay (transports.email)."""
+    """An SMTP relay (transports.smtp)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -370,7 +370,7 @@ class Settings(BaseSettings):
     dev: the key the simulator of this data folder signs with."""
     sendgrid_event_tolerance_seconds: int = 26 * 3600
     """How old an event batch's signed timestamp may be: SendGrid retries for up to 24
-    hours (api.email_events); deduplication by event id makes a replay harmless."""
+    hours (api.ingress.sendgrid); deduplication by event id makes a replay harmless."""
     email_simulator_port: BindPort = 58083
     telnyx_base_url: HttpUrlText | None = None
     """Telnyx Messaging v2 API base (`https://api.telnyx.com`). Unset: `herald dev`'s

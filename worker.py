@@ -59,9 +59,10 @@ from runtime.schedules import ensure_schedules
 from starter import temporal as starter_temporal
 from starter.client import HeraldClient
 from starter.relay import run_relay
-from transports.email import DkimConfig, EmailTransport, SmtpEmail
+from transports.email import EmailTransport
 from transports.sendgrid import SendGridEmail
 from transports.sms import SmsTransport
+from transports.smtp import DkimConfig, SmtpEmail
 from transports.telnyx import TelnyxSms
 from transports.twilio import TwilioSms
 from workflows.maintenance import MaintenanceWorkflow

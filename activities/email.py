@@ -33,15 +33,8 @@ from ledger.crypto import FieldCipher
 from ledger.models import Artifact, Attempt, Intent
 from ledger.observations import ObservationFacts
 from ledger.transactions import Transactions
-from transports.email import (
-    EmailAmbiguousError,
-    EmailAttachment,
-    EmailMessageSpec,
-    EmailPermanentError,
-    EmailSubmitted,
-    EmailTransientError,
-    EmailTransport,
-)
+from transports.email import EmailAttachment, EmailMessageSpec, EmailSubmitted, EmailTransport
+from transports.errors import EmailAmbiguousError, EmailPermanentError, EmailTransientError
 
 # Categories that are subscription-like and so carry RFC 8058 one-click unsubscribe headers.
 SUBSCRIPTION_LIKE = {"promotional", "operational"}

@@ -39,15 +39,8 @@ from ledger.crypto import FieldCipher
 from ledger.models import Attempt, Suppression
 from ledger.observations import ObservationFacts
 from ledger.transactions import Transactions
-from transports.sms import (
-    ProviderStatus,
-    SmsAmbiguousError,
-    SmsMessage,
-    SmsNotFound,
-    SmsPermanentError,
-    SmsTransientError,
-    SmsTransport,
-)
+from transports.errors import SmsAmbiguousError, SmsNotFound, SmsPermanentError, SmsTransientError
+from transports.sms import ProviderStatus, SmsMessage, SmsTransport
 
 # A timed-out create may take a moment to show in the provider's list; before this grace
 # has passed, "not found" is not evidence that nothing was sent.

@@ -1,8 +1,9 @@
 """The HTTP ingress: provider receipts and inbound SMS (signed), one-click unsubscribe,
 the operator and app API (bearer token), metrics, health and the OpenAPI document.
 
-The app factory: the routes live in their modules (`api/webhooks.py`, `api/intents.py`,
-`api/evidence.py`, `api/principals.py`, `api/console/`) and take what they share from
+The app factory: the routes live in their modules (the providers' ingress in
+`api/ingress/`; `api/intents.py`, `api/evidence.py`, `api/principals.py`, ...,
+`api/console/`) and take what they share from
 `api/deps.py`; this module adds the body limit, the error handlers (`api/errors.py`),
 health and metrics.
 Every request body is bounded (`MAX_BODY_BYTES`), chunked ones included.
@@ -34,13 +35,16 @@ from api.attachments import router as attachment_routes
 from api.auth import check_every_route_declared
 from api.console import mount_console
 from api.deps import MAX_BODY_BYTES, Ingress
-from api.email_events import EVENTS_PATH, MAX_BATCH_BYTES
-from api.email_events import router as email_event_routes
 from api.erasures import router as erasure_routes
 from api.errors import install_error_answers
 from api.evidence import router as evidence_routes
-from api.fast_receipts import FastReceipts
 from api.idempotency import NOTE as RETENTION_NOTE
+from api.ingress.fast_receipts import FastReceipts
+from api.ingress.sendgrid import EVENTS_PATH, MAX_BATCH_BYTES
+from api.ingress.sendgrid import router as sendgrid_routes
+from api.ingress.telnyx import router as telnyx_routes
+from api.ingress.twilio import router as twilio_routes
+from api.ingress.unsubscribe import router as unsubscribe_routes
 from api.intent_search import router as recipient_routes
 from api.intents import router as intents_routes
 from api.intents import validation_problem
@@ -49,9 +53,6 @@ from api.principals import router as principals_routes
 from api.query_params import refuse_unknown_query_parameters
 from api.schemas import Health, Readiness
 from api.settlements import router as settlement_routes
-from api.telnyx_webhooks import router as telnyx_routes
-from api.webhooks import router as webhook_routes
-from api.webhooks import unsubscribe_router as unsubscribe_routes
 
 log = logging.getLogger("herald.api")
 
@@ -189,9 +190,10 @@ async def method_not_allowed(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
-PUBLIC_ROUTERS = (webhook_routes, email_event_routes, telnyx_routes, unsubscribe_routes)
-"""What providers and recipients call, each request authenticated by a signature (the
-provider's, or Herald's in the unsubscribe link): the public ingress serves only these."""
+PUBLIC_ROUTERS = (twilio_routes, sendgrid_routes, telnyx_routes, unsubscribe_routes)
+"""What providers and recipients call (`api/ingress/`), each request authenticated by a
+signature (the provider's, or Herald's in the unsubscribe link): the public ingress
+serves only these."""
 PRIVATE_ROUTERS = (
     recipient_routes,
     intents_routes,
@@ -234,7 +236,7 @@ def create_app(ingress: Ingress, *, public: bool = False) -> FastAPI:
         )
     app.state.ingress = ingress
     app.state.authenticator = ingress.auth
-    # The ordinary SMS receipt skips the rest of the stack (api.fast_receipts), inside the
+    # The ordinary SMS receipt skips the rest of the stack (api.ingress.fast_receipts), inside the
     # body limit (added after, so outside it).
     app.add_middleware(FastReceipts, ingress=ingress)
     app.add_middleware(

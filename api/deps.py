@@ -16,8 +16,8 @@ from twilio.request_validator import RequestValidator
 
 from api import idempotency
 from api.auth import Authenticator
+from api.ingress.telnyx_signature import TelnyxVerifier
 from api.metrics import build_registry
-from api.telnyx_signature import TelnyxVerifier
 from ledger.artifacts import DEFAULT_MAX_BYTES, ArtifactStore, PostgresArtifactStore
 from ledger.observations import Through
 from ledger.transactions import Transactions
@@ -27,7 +27,7 @@ MAX_BODY_BYTES = 64 * 1024
 """The largest request body the app reads (413 beyond it, `api.app.BodyLimit`)."""
 DEFAULT_EVENT_TOLERANCE_SECONDS = 26 * 3600
 """How old an email event batch's signed timestamp may be: SendGrid's 24 hours of retries,
-and two to spare (api.email_events)."""
+and two to spare (api.ingress.sendgrid)."""
 
 
 INGRESS_OF: dict[str, tuple[str, str]] = {
@@ -82,7 +82,7 @@ class Ingress:
         """What each provider's ingress speaks for (`ledger.observations.Through`), by the
         provider's kind: its channel and every alias of that kind (HERALD_PROVIDERS)."""
         self.email_events = email_events or EventsConfig(public_key=None)
-        """The email provider's Event Webhook key and tolerance (api.email_events)."""
+        """The email provider's Event Webhook key and tolerance (api.ingress.sendgrid)."""
         self.tx = Transactions(client.sessions)
         """One transaction of the ledger, run off the event loop (ledger.transactions)."""
         self.telnyx_verifier = TelnyxVerifier(telnyx_public_key) if telnyx_public_key else None

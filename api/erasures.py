@@ -21,6 +21,7 @@ from api.intents import BAD_BODY, INVALID
 from api.schemas import ErasureBody, ErasureRecorded, Problem
 from domain.key_privacy import NoteRefused
 from ledger import erasure
+from ledger.errors import ErasureRefused
 
 log = logging.getLogger("herald.api")
 
@@ -73,7 +74,7 @@ async def erase_recipient(
                 s, who, by=by, reason=body.reason, at=datetime.now(UTC), dry_run=body.dry_run
             )
         )
-    except erasure.ErasureRefused as err:
+    except ErasureRefused as err:
         raise HTTPException(409, str(err)) from err
     except NoteRefused as err:
         raise HTTPException(

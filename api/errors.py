@@ -2,6 +2,11 @@
 that is down (503, with Retry-After) or a fault in Herald (500), both in the API's one
 error shape (`api.schemas.Problem`, `{"detail": "..."}`), never a traceback.
 
+The ledger's "not found" is answered here too, once for every route: a `NotFound` that
+carries an `answer` (what a caller may be told: `ledger.errors.NotFound`) is a 404 with
+that `detail`, answered as `HTTPException(404, answer)` would be (so the console's pages
+answer their own paths); one without is a fault like any other.
+
 `install_error_answers(app)` puts this on any FastAPI app in one call (the full ingress
 of `api.app.create_app`, or an app that serves only part of it). Call it before
 `api.console.mount_console`: the console wraps the handler installed here so that its
@@ -23,14 +28,17 @@ from collections.abc import Callable
 from pathlib import PurePath
 from typing import Any
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.responses import JSONResponse, Response
 from sqlalchemy import exc as sa_exc
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from temporalio.client import WorkflowUpdateRPCTimeoutOrCancelledError
 from temporalio.service import RPCError, RPCStatusCode
 
 from api.schemas import Problem
+from ledger.errors import NotFound
 
 log = logging.getLogger("herald.api")
 
@@ -117,6 +125,16 @@ async def answer_error(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"detail": "internal error; the API's log names it"}, status_code=500)
 
 
+async def answer_not_found(request: Request, exc: Exception) -> Response:
+    """404 with the `answer` of a `NotFound` that has one, through the app's own handler
+    for HTTP errors; any other is raised on, to be answered as the fault it is."""
+    if not isinstance(exc, NotFound) or exc.answer is None:
+        raise exc
+    handler = request.app.exception_handlers.get(StarletteHTTPException, http_exception_handler)
+    response: Response = await handler(request, HTTPException(404, exc.answer))
+    return response
+
+
 class ErrorAnswers:
     """ASGI middleware: an exception from inside becomes the app's answer for it (the
     handler registered for `Exception`), instead of reaching the server's traceback."""
@@ -195,6 +213,7 @@ def declare_error_answers(doc: dict[str, Any]) -> dict[str, Any]:
 def install_error_answers(app: FastAPI) -> None:
     """Answer every unhandled exception as above, and say so in the OpenAPI document."""
     app.add_exception_handler(Exception, answer_error)
+    app.add_exception_handler(NotFound, answer_not_found)
     app.add_middleware(ErrorAnswers)
     generate: Callable[[], dict[str, Any]] = app.openapi
 

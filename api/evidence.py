@@ -37,7 +37,6 @@ from api.schemas import (
 )
 from domain.destinations import normalized_destination
 from ledger import evidence
-from ledger import repository as repo
 from ledger.models import Consent, Suppression
 
 log = logging.getLogger("herald.api")
@@ -236,9 +235,6 @@ async def lift_suppression(
         )
         return SuppressionLifted(**suppression_fields(row), changed=changed)
 
-    try:
-        result: SuppressionLifted = await ingress.tx(work)
-    except repo.NotFound as err:
-        raise HTTPException(404, f"no suppression {suppression_id}") from err
+    result: SuppressionLifted = await ingress.tx(work)
     log.info("suppression %d lifted (changed=%s)", suppression_id, result.changed)
     return result

@@ -54,8 +54,7 @@ from domain import key_privacy
 from domain.intents import IntentState
 from domain.principals import Principal
 from ledger import listing
-from ledger import repository as repo
-from ledger.intake import InvalidRequest
+from ledger.errors import NO_INTENT, AmbiguousKey, IntentConflict, InvalidRequest
 
 log = logging.getLogger("herald.api")
 
@@ -110,9 +109,10 @@ LOCATION = {
 
 
 def _not_found(id_or_key: str) -> HTTPException:
-    # The key is not echoed: a business key may hold a subject id that is contact data
-    # (`GET /v1/intents/%2B447400952999`), and answers end up in logs and trackers.
-    return HTTPException(404, "no intent with that id or business key")
+    # The key is not echoed (ledger.errors.NO_INTENT): a business key may hold a subject id
+    # that is contact data (`GET /v1/intents/%2B447400952999`). The ledger's own "not found"
+    # is answered with the same words by api.errors.answer_not_found.
+    return HTTPException(404, NO_INTENT)
 
 
 def _lookupable(id_or_key: str) -> bool:
@@ -166,7 +166,7 @@ async def record_and_start(
         ref = await ingress.tx(lambda s: client.record(s, body.to_request(), by=by))
     except InvalidRequest as err:
         raise _invalid(err) from err
-    except repo.IntentConflict as err:
+    except IntentConflict as err:
         return 409, {"detail": str(err)}
     if ref.existed and not by.reads_intent_of(ref.created_by):
         # Another app's intent: its id is not this app's to learn.
@@ -296,11 +296,9 @@ async def get_intent(id_or_key: IdOrKey, by: ReadingIntents, ingress: IngressDep
         doc: dict[str, Any] = await asyncio.to_thread(
             lambda: ingress.client.timeline(id_or_key, by=by)
         )
-    except repo.AmbiguousKey as err:
+    except AmbiguousKey as err:
         # A person's bare key that several apps use (an app never meets this): say which.
         raise HTTPException(404, str(err)) from err
-    except repo.NotFound as err:
-        raise _not_found(id_or_key) from err
     if not by.reads_intent_of(doc["intent"].get("created_by")):
         # Another app's intent is as unknown as a missing one: a 403 would confirm it.
         raise _not_found(id_or_key)
@@ -327,8 +325,6 @@ async def cancel_intent(
         raise _not_found(id_or_key)
     try:
         result = await ingress.client.cancel(id_or_key, by=by, reason=body.reason)
-    except repo.NotFound as err:
-        raise _not_found(id_or_key) from err
     except key_privacy.NoteRefused as err:
         raise _note_refused(err) from err
     return {**asdict(result), "operator": by.name}
@@ -354,8 +350,6 @@ async def approve_resend(
         result = await ingress.client.approve_resend(
             id_or_key, channel=body.channel, by=by, reason=body.reason
         )
-    except repo.NotFound as err:
-        raise _not_found(id_or_key) from err
     except key_privacy.NoteRefused as err:
         raise _note_refused(err) from err
     return JSONResponse(

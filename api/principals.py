@@ -19,7 +19,7 @@ from api.intents import BAD_BODY, INVALID
 from api.schemas import PrincipalCreate, PrincipalList, PrincipalToken, PrincipalView, Problem
 from domain.principals import NAME_PATTERN, Principal
 from ledger import principals
-from ledger import repository as repo
+from ledger.errors import InvalidNamespace, LastAdmin, PrincipalExists, PrincipalRevoked
 
 log = logging.getLogger("herald.api")
 
@@ -75,7 +75,7 @@ async def add_principal(
                 s, body.name, body.role, by=by, at=now, namespace=body.namespace
             )
         )
-    except principals.InvalidNamespace as err:
+    except InvalidNamespace as err:
         raise HTTPException(
             422, [{"loc": ["body", "namespace"], "msg": str(err), "type": "invalid_request"}]
         ) from err
@@ -83,7 +83,7 @@ async def add_principal(
         raise HTTPException(
             422, [{"loc": ["body", "name"], "msg": str(err), "type": "invalid_name"}]
         ) from err
-    except principals.PrincipalExists as err:
+    except PrincipalExists as err:
         raise HTTPException(409, str(err)) from err
     log.info("principal %s added (%s) by %s", body.name, body.role.value, by.name)
     return _issued(issued)
@@ -92,9 +92,7 @@ async def add_principal(
 async def _change(ingress: Ingress, name: str, by: Principal, work: Any) -> Any:
     try:
         return await ingress.tx(lambda s: work(s, name, by=by, at=datetime.now(UTC)))
-    except repo.NotFound as err:
-        raise HTTPException(404, str(err)) from err
-    except (principals.PrincipalRevoked, principals.LastAdmin) as err:
+    except (PrincipalRevoked, LastAdmin) as err:
         raise HTTPException(409, str(err)) from err
 
 

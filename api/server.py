@@ -21,7 +21,7 @@ from fastapi import FastAPI
 import settings as settings_module
 from api.app import Ingress, create_app
 from api.deps import EventsConfig
-from api.email_events import load_event_public_key
+from api.ingress.sendgrid import load_event_public_key
 from ledger import artifacts
 from starter.client import HeraldClient
 

@@ -37,7 +37,6 @@ from api.schemas import (
     SettleOutcome,
 )
 from domain import key_privacy
-from ledger import repository as repo
 from ledger import settlements
 
 router = APIRouter(
@@ -92,10 +91,7 @@ async def look_up_attempt(
     if not _lookupable(id_or_key):
         raise _not_found(id_or_key)
     channel = (body or LookupBody()).channel
-    try:
-        result = await ingress.client.lookup(id_or_key, channel=channel, by=by)
-    except repo.NotFound as err:
-        raise _not_found(id_or_key) from err
+    result = await ingress.client.lookup(id_or_key, channel=channel, by=by)
     return asdict(result)
 
 
@@ -125,8 +121,6 @@ async def settle_intent(
             reference=body.reference,
             by=by,
         )
-    except repo.NotFound as err:
-        raise _not_found(id_or_key) from err
     except key_privacy.NoteRefused as err:
         raise _note_refused(err) from err
     return JSONResponse(

@@ -25,10 +25,10 @@ import httpx
 
 import settings as settings_module
 from devstack import ChildProcess
-from transports.simulator import (
+from simulators.server import LoopbackServer
+from simulators.twilio import (
     FAULT_NUMBERS,
     Fault,
-    LoopbackServer,
     SimDelays,
     create_simulator_app,
 )

@@ -33,7 +33,7 @@ from devstack.stack import DevStack
 from domain.channels import SMS
 from domain.requests import NotificationRequest
 from ledger.models import Consent
-from transports.simulator import FAULT_NUMBERS
+from simulators.twilio import FAULT_NUMBERS
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO_ROOT / "bench" / "results"

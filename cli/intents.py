@@ -263,7 +263,7 @@ def _send_request(args: argparse.Namespace) -> Any:
 async def cmd_send(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
     from api.schemas import IntentCreated, Timeline
     from domain.principals import Access
-    from ledger.intake import InvalidRequest
+    from ledger.errors import InvalidRequest
 
     if args.timeout <= 0:
         raise CliError("--timeout: must be more than 0 seconds")

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import settings as settings_module
 from domain.clocks import iso_utc
+from ledger.errors import NotFound
 
 if TYPE_CHECKING:
     from cli.main import Command
@@ -168,7 +169,6 @@ def _business_keys(cfg: settings_module.Settings, intent_ids: list[str]) -> list
 
 async def cmd_legal_hold(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
     from domain.principals import Access
-    from ledger import repository as repo
     from ledger import retention
 
     by = acting(cfg, Access.ADMINISTER)
@@ -183,7 +183,7 @@ async def cmd_legal_hold(args: argparse.Namespace, cfg: settings_module.Settings
                 reason=args.reason,
                 at=datetime.now(UTC),
             )
-        except repo.NotFound as err:
+        except NotFound as err:
             raise CliError(str(err)) from err
         out = result.as_dict()
 
@@ -666,7 +666,6 @@ async def cmd_suppression(args: argparse.Namespace, cfg: settings_module.Setting
     is taken as an argument and never printed back (only the suppression's id)."""
     from domain.principals import Access
     from ledger import evidence
-    from ledger import repository as repo
 
     source = getattr(args, "source", "cli")
     if not source or len(source) > 60 or "\x00" in source:
@@ -733,7 +732,7 @@ async def cmd_suppression(args: argparse.Namespace, cfg: settings_module.Setting
                 row, changed = evidence.lift_suppression_by(
                     session, by, args.id, source=source, at=now
                 )
-            except repo.NotFound as err:
+            except NotFound as err:
                 raise CliError(f"no suppression {args.id}") from err
             out = {**_suppression(row), "changed": changed}
         _emit(

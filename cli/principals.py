@@ -16,6 +16,7 @@ from typing import Any
 import settings as settings_module
 from domain.clocks import iso_utc
 from domain.principals import ORDER
+from ledger.errors import LastAdmin, NotFound, PrincipalExists, PrincipalRevoked
 from runtime.tables import Clock, table
 
 WARNING = "store this token now: Herald keeps only its hash and will not show it again"
@@ -26,7 +27,6 @@ async def cmd_principals(args: argparse.Namespace, cfg: settings_module.Settings
     from cli.output import print_value
     from domain.principals import Access, Role
     from ledger import principals
-    from ledger import repository as repo
 
     by = acting(cfg, Access.ADMINISTER)
     now = datetime.now(UTC)
@@ -71,10 +71,10 @@ async def cmd_principals(args: argparse.Namespace, cfg: settings_module.Settings
     except ValueError as err:
         raise CliError(str(err)) from err
     except (
-        principals.PrincipalExists,
-        principals.PrincipalRevoked,
-        principals.LastAdmin,
-        repo.NotFound,
+        PrincipalExists,
+        PrincipalRevoked,
+        LastAdmin,
+        NotFound,
     ) as err:
         raise CliError(str(err)) from err
     if file_held_it:

@@ -22,6 +22,7 @@ import settings as settings_module
 from cli.context import CliError, acting
 from cli.ledger import _emit, _session, _when
 from cli.output import action
+from ledger.errors import ErasureRefused
 
 if TYPE_CHECKING:
     from cli.main import Command
@@ -207,7 +208,7 @@ async def cmd_erase(args: argparse.Namespace, cfg: settings_module.Settings) -> 
                 at=datetime.now(UTC),
                 dry_run=args.dry_run,
             )
-        except (erasure.ErasureRefused, ValueError) as err:  # a hold, an open intent, a note
+        except (ErasureRefused, ValueError) as err:  # a hold, an open intent, a note
             raise CliError(str(err)) from err
     out = report.as_dict()
 

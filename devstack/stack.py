@@ -24,7 +24,7 @@ from sqlalchemy.orm import sessionmaker
 import settings as settings_module
 from activities.contracts import SEARCH_ATTRIBUTES
 from api.app import Ingress, create_app
-from api.email_events import EVENTS_PATH
+from api.ingress.sendgrid import EVENTS_PATH
 from api.server import email_events_config
 from devstack.ports import bound_or_named, free_port
 from devstack.postgres import EmbeddedPostgres
@@ -36,12 +36,13 @@ from ledger.engine import ledger_engine
 from ledger.keys import load_cipher
 from ledger.templates import seed_packaged
 from settings import write_secret_file
+from simulators.sendgrid import SendGridSimulatorServer
+from simulators.server import LoopbackServer
+from simulators.smtp import SmtpSink
+from simulators.telnyx import TelnyxSimulatorServer
+from simulators.twilio import SimulatorServer
 from starter.client import HeraldClient
 from transports.sendgrid import generate_event_key_pair, public_key_of
-from transports.sendgrid_sim import SendGridSimulatorServer
-from transports.simulator import LoopbackServer, SimulatorServer
-from transports.smtp_sink import SmtpSink
-from transports.telnyx_simulator import TelnyxSimulatorServer
 
 
 class AlreadyRunning(RuntimeError):

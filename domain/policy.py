@@ -85,7 +85,7 @@ class InvalidPolicyRequest(ValueError):
     """A policy request with an unknown channel, category or time zone.
 
     A policy request with an unknown channel, category or time zone (a request refused
-    at intake is ledger.intake.InvalidRequest).
+    at intake is ledger.errors.InvalidRequest).
     """
 
 

@@ -52,7 +52,7 @@ KINDS: Mapping[str, ProviderKind] = {
     )
 }
 """Every adapter by kind: a Twilio-compatible REST API (transports.twilio), Telnyx
-Messaging v2 (transports.telnyx), SMTP (transports.email) and a SendGrid-compatible HTTP
+Messaging v2 (transports.telnyx), SMTP (transports.smtp) and a SendGrid-compatible HTTP
 API with a signed Event Webhook (transports.sendgrid; its Email Activity lookup is a paid,
 rate-limited add-on, so no lookup)."""
 

@@ -46,6 +46,7 @@ from domain.principals import Principal
 from domain.recipients import RecipientKind
 from domain.states import AttemptState
 from ledger import contact_data
+from ledger.errors import ErasureRefused
 from ledger.listing import derive_states
 from ledger.models import (
     DESTINATION_COLUMNS,
@@ -62,10 +63,6 @@ from ledger.transactions import rows_changed
 ERASED_ACTION = "recipient.erased"
 """The audit event's action."""
 IN_FLIGHT = (AttemptState.PREPARED.value, AttemptState.SUBMITTED.value)
-
-
-class ErasureRefused(Exception):
-    """The erasure would destroy data a hold needs or an open intent still uses."""
 
 
 @dataclass(frozen=True)

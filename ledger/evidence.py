@@ -15,9 +15,9 @@ from sqlalchemy.orm import Session
 
 from domain import channels
 from domain.principals import Principal
+from ledger.errors import NotFound
 from ledger.models import Consent, Suppression
 from ledger.principals import record_audit
-from ledger.repository import NotFound
 
 CHANNELS = channels.NAMES_AND_ALL
 """`*` means every channel, for consents and suppressions alike."""
@@ -166,7 +166,8 @@ def lift_suppression(
     ).scalar_one_or_none()
     row = session.get(Suppression, suppression_id, populate_existing=True)
     if row is None:
-        raise NotFound(f"no suppression {suppression_id}")
+        said = f"no suppression {suppression_id}"
+        raise NotFound(said, answer=said)
     return row, changed is not None
 
 

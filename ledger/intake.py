@@ -18,25 +18,11 @@ from domain.channels import DestinationKind
 from domain.requests import TIME_HORIZON, Category, NotificationRequest, PlanMode
 from ledger import repository as repo
 from ledger.crypto import FieldCipher
+from ledger.errors import InvalidRequest, NotFound
 from ledger.models import Artifact
 from ledger.templates import active_templates
 
 MAX_VARIABLES_BYTES = 16_384
-
-
-class InvalidRequest(ValueError):
-    """Request fields are wrong.
-
-    `problems` names each field and what is wrong with it, all
-    of them at once (`field` and `problem` are the first).
-    """
-
-    def __init__(self, field: str, problem: str, *more: tuple[str, str]) -> None:
-        """Name the first problem; `more` are the others, all refused at once."""
-        self.problems = [(field, problem), *more]
-        super().__init__("; ".join(f"{f}: {p}" for f, p in self.problems))
-        self.field = field
-        self.problem = problem
 
 
 def _country_hint(request: NotificationRequest) -> str | None:
@@ -228,7 +214,7 @@ def _rule_needing_country(
     """
     try:
         version = repo.active_policy_version(session)
-    except repo.NotFound:
+    except NotFound:
         return None  # no policy yet: nothing can need a country (nor send)
     if version not in _POLICIES:
         _POLICIES[version] = policy.load_policy(repo.policy_document(session, version))

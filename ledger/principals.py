@@ -21,36 +21,13 @@ from sqlalchemy.orm import Session
 
 from domain import key_privacy, keys
 from domain.principals import BREAK_GLASS_NAME, Principal, Role, check_name
+from ledger.errors import InvalidNamespace, LastAdmin, NotFound, PrincipalExists, PrincipalRevoked
 from ledger.models import AuditEvent, PrincipalRecord
-from ledger.repository import NotFound
 
 TOKEN_BYTES = 32
 LAST_USED_RESOLUTION = timedelta(minutes=1)
 """`last_used_at` is written at most this often per principal, so a busy app's requests
 do not each write a row."""
-
-
-class PrincipalExists(Exception):
-    """A principal of that name is on record.
-
-    A principal of that name is on record (revoked ones included: names are not reused,
-    so the audit trail of one name is one principal's).
-    """
-
-
-class InvalidNamespace(ValueError):
-    """A key namespace a principal cannot have (malformed, contact data, or reserved)."""
-
-
-class PrincipalRevoked(Exception):
-    """The principal is revoked; it cannot be rotated or revoked again."""
-
-
-class LastAdmin(Exception):
-    """Revoking this principal would leave no live admin in the ledger.
-
-    Nobody could manage principals again without the break-glass HERALD_OPERATOR_TOKEN.
-    """
 
 
 @dataclass(frozen=True)
@@ -293,7 +270,8 @@ def _live_row(session: Session, name: str) -> PrincipalRecord:
         select(PrincipalRecord).where(PrincipalRecord.name == name).with_for_update()
     ).scalar_one_or_none()
     if row is None:
-        raise NotFound(f"no principal named {name!r}")
+        said = f"no principal named {name!r}"
+        raise NotFound(said, answer=said)
     if row.revoked_at is not None:
         raise PrincipalRevoked(f"principal {name!r} was revoked at {row.revoked_at.isoformat()}")
     return row

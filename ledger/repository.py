@@ -45,6 +45,7 @@ from domain.keys import workflow_id as workflow_id_for
 from domain.principals import Principal
 from domain.states import AttemptState
 from ledger import metrics
+from ledger.errors import NO_INTENT, AmbiguousKey, IntentConflict, NotFound
 from ledger.models import (
     ArchivedIntent,
     Attempt,
@@ -93,24 +94,6 @@ _MARK_OUTBOX_STARTED = (
     )
     .values(started_at=bindparam("at"))
 )
-
-
-class IntentConflict(ValueError):
-    """The business key exists with a different payload: never a second intent."""
-
-
-class NotFound(LookupError):
-    """No row for the id or key given."""
-
-    pass
-
-
-class AmbiguousKey(NotFound):
-    """A bare business key that several namespaces hold, none of them the caller's.
-
-    Only a scope that searches anywhere (people's roles) meets it; the message names the
-    namespaces, never the key, and says to name one as `NAMESPACE~KEY`.
-    """
 
 
 @dataclass(frozen=True)
@@ -297,7 +280,8 @@ def get_intent(session: Session, id_or_key: str, scope: KeyScope | None = None) 
             spaces = ", ".join(sorted(i.namespace for i in found)[:10])
             raise AmbiguousKey(
                 f"that business key is recorded in several namespaces ({spaces}): name "
-                f"one as NAMESPACE{keys.NAMESPACE_SEPARATOR}KEY"
+                f"one as NAMESPACE{keys.NAMESPACE_SEPARATOR}KEY",
+                answer=NO_INTENT,
             )
     if row is None:
         named_scopes = [s for s in scopes if s is not None]
@@ -313,9 +297,10 @@ def get_intent(session: Session, id_or_key: str, scope: KeyScope | None = None) 
             raise NotFound(
                 f"intent {id_or_key!r} was archived on {archived.date().isoformat()}, past the "
                 "policy's evidence retention: its evidence is in the archive (herald archive "
-                "export)"
+                "export)",
+                answer=NO_INTENT,
             )
-        raise NotFound(f"no intent with id or business key {id_or_key!r}")
+        raise NotFound(f"no intent with id or business key {id_or_key!r}", answer=NO_INTENT)
     return row
 
 

@@ -295,7 +295,7 @@ def set_legal_hold(
     change is also recorded as an operator action in the same transaction.
 
     Raises:
-        repository.NotFound: no intent has that id or business key.
+        NotFound: no intent has that id or business key.
     """
     intent = repo.get_intent(session, id_or_key)
     changed = (

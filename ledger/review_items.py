@@ -46,6 +46,7 @@ from domain.clocks import iso_utc
 from domain.principals import Access, Principal
 from domain.states import AttemptState
 from ledger import repository as repo
+from ledger.errors import NotAllowed
 from ledger.models import Attempt, Intent, Observation, ReviewItem
 from ledger.operator_actions import record_operator_action
 from ledger.principals import record_audit
@@ -305,10 +306,6 @@ FILED_BY = "operator"
 """`detail.filed_by` of an item an operator opened (the sweep's say `reconciler`)."""
 
 
-class NotAllowed(PermissionError):
-    """The principal's role does not grant operating (a viewer or an app)."""
-
-
 def kind_for(channel: str, state: str) -> str | None:
     """The review kind the sweep files for an attempt in `state`; None: its outcome is final."""
     if state == AttemptState.UNKNOWN.value:
@@ -405,7 +402,7 @@ def open_review_item(
     """Open a review item for the channel's latest attempt of the intent.
 
     In the caller's transaction, recorded under `by` (an operator or admin; NotAllowed
-    otherwise). Raises `repository.NotFound` for no such intent. A refusal is recorded (an operator
+    otherwise). Raises `NotFound` for no such intent. A refusal is recorded (an operator
     action `open-review`, refused, with why) and returned.
     """
     if not by.may(Access.OPERATE):

@@ -25,6 +25,7 @@ from domain import policy as domain_policy
 from domain.states import AttemptState
 from ledger import metrics
 from ledger import repository as repo
+from ledger.errors import NotFound
 from ledger.models import Attempt, AuditEvent, Intent, Observation, OperatorAction, ReviewItem
 from ledger.operator_actions import record_operator_action
 from ledger.review_items import UNKNOWN_OUTCOME, ReviewRow, close_items, record_review_items
@@ -124,7 +125,7 @@ def record_settlement(
         .execution_options(populate_existing=True)
     ).scalar_one_or_none()
     if attempt is None or attempt.intent_id != intent_id:
-        raise repo.NotFound(f"no attempt {token} on intent {intent_id}")
+        raise NotFound(f"no attempt {token} on intent {intent_id}")
     version, rules = active_settlement_policy(session)
     current = AttemptState(attempt.state)
     by_operator = attempt.settled_rule is not None

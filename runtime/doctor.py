@@ -28,7 +28,7 @@ from sqlalchemy.engine import make_url
 import settings as settings_module
 from activities.contracts import SEARCH_ATTRIBUTES
 from ledger.crypto import FieldCipher, KeyRingError
-from transports.accounts import AccountCheckFailed
+from transports.errors import AccountCheckFailed
 
 CHECK_TIMEOUT_SECONDS = 5.0
 """The longest any one check waits for a service (connect and answer)."""
@@ -226,8 +226,8 @@ def providers_in_use(
 
 async def check_provider(cfg: settings_module.Settings, alias: str) -> str:
     """The account's cheapest authenticated read (never a send)."""
-    from transports.email import SmtpEmail
     from transports.sendgrid import SendGridEmail
+    from transports.smtp import SmtpEmail
     from transports.telnyx import TelnyxSms
     from transports.twilio import TwilioSms
 

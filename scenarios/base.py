@@ -26,8 +26,8 @@ from domain.requests import NotificationRequest
 from ledger.artifacts import StoreKind
 from ledger.models import Consent
 from runtime.tables import Clock, timeline_text
+from simulators.smtp import SmtpSink
 from starter.client import HeraldClient, IntentRef
-from transports.smtp_sink import SmtpSink
 
 EMAIL_REACHED = ("sent", "delivered")
 """An email that reached the person: `sent` through SMTP (the relay's 250 is the last word),
@@ -50,7 +50,7 @@ def suffix() -> str:
 
 def random_uk_mobile() -> str:
     """A valid UK mobile number outside the simulator's fault table (it delivers normally)."""
-    from transports.simulator import FAULT_NUMBERS
+    from simulators.twilio import FAULT_NUMBERS
 
     while True:
         number = f"+447400{secrets.randbelow(800_000) + 100_000:06d}"

@@ -23,7 +23,7 @@ from domain.channels import EMAIL
 from domain.principals import Principal, Role
 from domain.requests import NotificationRequest
 from ledger.artifacts import POSTGRES_LOCATION, ArtifactRef, open_store, register
-from ledger.intake import InvalidRequest
+from ledger.errors import InvalidRequest
 from ledger.models import ArtifactContent
 from scenarios.base import EMAIL_REACHED, DemoContext, ScenarioFailed, expect, sha256_hex, suffix
 from transports.email import message_id_for

@@ -55,6 +55,7 @@ from ledger import intake, operator_actions, settlements, timeline
 from ledger import repository as repo
 from ledger.crypto import FieldCipher
 from ledger.engine import ledger_engine
+from ledger.errors import NO_INTENT, NotFound
 from ledger.keys import check_key_ring
 from ledger.models import Intent
 from starter import temporal as temporal_connection
@@ -389,7 +390,7 @@ class HeraldClient:
             intent = repo.get_intent(session, id_or_key, repo.KeyScope.of(by))
             if by is not None and not by.reads_intent_of(intent.created_by):
                 # Another app's intent (named by its id) is as unknown as a missing one.
-                raise repo.NotFound("no intent with that id or business key")
+                raise NotFound(NO_INTENT, answer=NO_INTENT)
             return intent.id, intent.workflow_id, intent.country
 
     async def _handle(

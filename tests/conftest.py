@@ -21,7 +21,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from ledger.crypto import FieldCipher
-from transports.smtp_sink import SmtpSink
+from simulators.smtp import SmtpSink
 
 TEST_KEYRING = "t1:" + base64.b64encode(b"k" * 32).decode()
 

@@ -14,9 +14,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-
-class AccountCheckFailed(Exception):
-    """The account cannot be used as configured; the message is one line saying why."""
+from transports.errors import AccountCheckFailed
 
 
 async def authenticated_read(

@@ -40,15 +40,18 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from domain.email_events import ADDRESS, TOKEN_ARG, without_addresses
 from domain.provider_errors import classify
-from transports.accounts import AccountCheckFailed, authenticated_read
+from transports.accounts import authenticated_read
 from transports.email import (
     DEFAULT_MESSAGE_ID_DOMAIN,
-    EmailAmbiguousError,
     EmailMessageSpec,
-    EmailPermanentError,
     EmailSubmitted,
-    EmailTransientError,
     message_id_for,
+)
+from transports.errors import (
+    AccountCheckFailed,
+    EmailAmbiguousError,
+    EmailPermanentError,
+    EmailTransientError,
 )
 from transports.twilio import parse_retry_after
 

@@ -11,7 +11,8 @@ things is true:
 
 Which of the three an HTTP exchange came to is read here once for every adapter
 (:func:`unanswered`, :func:`unreadable`, :func:`answer_body`, :func:`refusal`); an
-adapter brings only its provider's body shape and error table.
+adapter brings only its provider's body shape and error table. The errors themselves are
+in `transports.errors`, with the email ones.
 """
 
 from __future__ import annotations
@@ -22,8 +23,15 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import httpx
 
-from domain.provider_errors import Cause, ErrorKind, about_the_account, classify
+from domain.provider_errors import Cause, ErrorKind, classify
 from domain.states import AttemptState
+from transports.errors import (
+    SmsAmbiguousError,
+    SmsError,
+    SmsNotFound,
+    SmsPermanentError,
+    SmsTransientError,
+)
 
 
 @dataclass(frozen=True)
@@ -93,98 +101,11 @@ class ProviderStatus:
     says nothing about an outbound message (an inbound status)."""
 
 
-class SmsError(Exception):
-    """A provider interaction did not produce a result. Never carries a number or a body."""
-
-    kind = "error"
-
-    def __init__(
-        self,
-        reason: str,
-        code: str | None = None,
-        *,
-        http_status: int | None = None,
-        about: Cause = Cause.UNKNOWN,
-    ) -> None:
-        super().__init__(reason, code)
-        self.reason = reason
-        """Why, in a sentence; safe to log (phone numbers are redacted)."""
-        self.code = code
-        """The provider's error code (``"21211"``) or a transport code (``"timeout"``)."""
-        self.http_status = http_status
-        self.about = about
-        """Whose problem it is (``domain.provider_errors.Cause``): a refusal about this
-        provider (credentials, sender, outage) lets another provider try; one about the
-        destination, or an unknown one, never does."""
-
-    def __str__(self) -> str:
-        code = f" [{self.code}]" if self.code else ""
-        status = f" (HTTP {self.http_status})" if self.http_status else ""
-        return f"{self.kind}{code}{status}: {self.reason}"
-
-
-class SmsPermanentError(SmsError):
-    """The provider refused it and will refuse the same request again (bad number, STOP)."""
-
-    kind = "permanent"
-
-    @property
-    def about_the_account(self) -> bool:
-        """A refusal about the provider account (credentials, suspension, permissions, its
-        sender): refused again until someone fixes the account, never the message's fault
-        (``domain.provider_errors.about_the_account``)."""
-        return about_the_account(ErrorKind.PERMANENT, self.about)
-
-
-class SmsTransientError(SmsError):
-    """Nothing was processed; the same request may be sent later (429, connect failure)."""
-
-    kind = "transient"
-
-    def __init__(
-        self,
-        reason: str,
-        code: str | None = None,
-        *,
-        http_status: int | None = None,
-        retry_after: float | None = None,
-        about: Cause = Cause.UNKNOWN,
-    ) -> None:
-        super().__init__(reason, code, http_status=http_status, about=about)
-        self.retry_after = retry_after
-        """Seconds the provider asked us to wait (from ``Retry-After``), if it said."""
-
-
-class SmsAmbiguousError(SmsError):
-    """The request may have been processed (read timeout or reset after sending it).
-
-    Record the attempt as ``unknown`` and reconcile with :meth:`SmsTransport.find`
-    before any new request is made.
-    """
-
-    kind = "ambiguous"
-
-
-class SmsNotFound(SmsError):
-    """The provider answered, in its own error body, that it holds no such message (Twilio
-    20404, Telnyx 10005 on a 404). Only that: a 404 without the provider's own code (a
-    proxy's page, a wrong base URL) stays an error, since "not found" is evidence an
-    operator may settle on."""
-
-    kind = "not_found"
-
-
 def not_found(err: SmsError, *, code: str) -> SmsError:
     """`err` as SmsNotFound when it is a 404 carrying the provider's not-found `code`."""
     if err.http_status == 404 and err.code == code:
         return SmsNotFound(err.reason, err.code, http_status=404, about=err.about)
     return err
-
-
-class SmsLookupUnavailable(SmsError):
-    """The provider offers no lookup by destination: a lost create cannot be placed."""
-
-    kind = "lookup_unavailable"
 
 
 def unanswered(exc: httpx.TransportError, *, what: str, creates: bool) -> SmsError:

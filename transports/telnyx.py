@@ -25,15 +25,18 @@ from domain.clocks import parse_iso_utc
 from domain.keys import content_sha256
 from domain.provider_errors import TELNYX_ERRORS, Cause
 from domain.states import normalize_telnyx_status
-from transports.accounts import AccountCheckFailed, authenticated_read
-from transports.sms import (
-    ProviderStatus,
+from transports.accounts import authenticated_read
+from transports.errors import (
+    AccountCheckFailed,
     SmsAmbiguousError,
     SmsError,
     SmsLookupUnavailable,
+    SmsTransientError,
+)
+from transports.sms import (
+    ProviderStatus,
     SmsMessage,
     SmsSubmitted,
-    SmsTransientError,
     answer_body,
     not_found,
     refusal,

@@ -19,10 +19,10 @@ import httpx
 from domain.keys import content_sha256
 from domain.provider_errors import TWILIO_ERRORS
 from domain.states import normalize_provider_status
-from transports.accounts import AccountCheckFailed, authenticated_read
+from transports.accounts import authenticated_read
+from transports.errors import AccountCheckFailed, SmsError
 from transports.sms import (
     ProviderStatus,
-    SmsError,
     SmsMessage,
     SmsSubmitted,
     answer_body,

@@ -11,8 +11,9 @@ import httpx
 import pytest
 
 from activities.ledger import LedgerActivities
+from simulators.server import CarrierServer
+from simulators.twilio import SimDelays, SimulatorServer
 from tests.activities import intents
-from transports.simulator import CarrierServer, SimDelays, SimulatorServer
 
 SID, TOKEN = "AC" + "0" * 32, "sim-token"
 FAST = SimDelays(

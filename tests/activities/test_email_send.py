@@ -13,9 +13,9 @@ from activities.email import EmailActivities
 from domain.requests import NotificationRequest
 from ledger.artifacts import FolderArtifactStore
 from ledger.metrics import DUPLICATES_SUPPRESSED
+from simulators.smtp import SmtpSink
 from tests.activities import intents
-from transports.email import SmtpEmail
-from transports.smtp_sink import SmtpSink
+from transports.smtp import SmtpEmail
 
 pytestmark = pytest.mark.ledger
 
@@ -74,7 +74,7 @@ async def test_a_retried_send_of_an_accepted_email_sends_nothing_and_is_counted(
 
 @pytest.fixture
 async def sendgrid_sim():  # type: ignore[no-untyped-def]
-    from transports.sendgrid_sim import SendGridSimulatorServer, SimEmailDelays
+    from simulators.sendgrid import SendGridSimulatorServer, SimEmailDelays
 
     server = SendGridSimulatorServer(
         api_key="SG.test", delays=SimEmailDelays(step=0.01, batch=0.01, hang=30.0)

@@ -16,8 +16,8 @@ from activities.sms import SmsActivities
 from ledger import repository as repo
 from ledger.models import Attempt
 from ledger.timeline import rows, timeline
+from simulators.twilio import SimDelays, SimulatorServer
 from tests.activities import intents
-from transports.simulator import SimDelays, SimulatorServer
 from transports.twilio import TwilioSms
 
 pytestmark = pytest.mark.ledger

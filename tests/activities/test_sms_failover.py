@@ -22,9 +22,9 @@ from domain.circuit import BreakerSettings, CircuitState
 from ledger import circuits
 from ledger import repository as repo
 from ledger.models import ProviderCircuit
+from simulators.twilio import Fault, SimulatorServer
 from tests.activities import intents
 from tests.activities.conftest import SID, TOKEN, prepared
-from transports.simulator import Fault, SimulatorServer
 from transports.twilio import TwilioSms
 
 pytestmark = pytest.mark.ledger

@@ -15,10 +15,10 @@ from activities.contracts import SubmitInput
 from activities.ledger import LedgerActivities
 from activities.sms import NO_LOOKUP_REASON, SmsActivities
 from ledger import repository as repo
+from simulators.carrier import Fault
+from simulators.telnyx import TelnyxSimulatorServer
 from tests.activities.conftest import FAST, prepared, submissions
-from transports.sim_carrier import Fault
 from transports.telnyx import TelnyxSms
-from transports.telnyx_simulator import TelnyxSimulatorServer
 
 pytestmark = pytest.mark.ledger
 

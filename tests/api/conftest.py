@@ -33,7 +33,7 @@ from twilio.request_validator import RequestValidator
 
 from api.app import Ingress, create_app
 from api.deps import EventsConfig
-from api.email_events import load_event_public_key
+from api.ingress.sendgrid import load_event_public_key
 from domain.states import AttemptState
 from ledger import observations
 from ledger import repository as repo

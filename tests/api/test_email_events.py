@@ -17,7 +17,7 @@ from sendgrid.helpers.eventwebhook import EventWebhook
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from api.email_events import EVENTS_PATH
+from api.ingress.sendgrid import EVENTS_PATH
 from domain.email_events import SIGNATURE_HEADER, TIMESTAMP_HEADER, TOKEN_ARG
 from domain.principals import Role
 from domain.states import AttemptState

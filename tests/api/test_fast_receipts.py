@@ -1,4 +1,4 @@
-"""The ordinary SMS receipt is served by `api.fast_receipts` (no routing or dependency
+"""The ordinary SMS receipt is served by `api.ingress.fast_receipts` (no routing or dependency
 stack), with the same handler and the same answers; anything unusual goes on to the app's
 route, its body limit and its unknown-parameter rule."""
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-import api.fast_receipts as fast
+import api.ingress.fast_receipts as fast
 from tests.api.conftest import attempt_state, post_signed, submitted_attempt
 from tests.api.test_receipts import path_for, receipt
 
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.ledger
 @pytest.fixture
 def served_fast(monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
     """The tokens of the receipts the fast path handled (the route calls the handler
-    through api.webhooks, so it is not counted)."""
+    through api.ingress.twilio, so it is not counted)."""
     tokens: list[str | None] = []
     original = fast.receive_sms_receipt
 

@@ -473,7 +473,7 @@ async def test_the_python_client_refuses_a_business_key_holding_a_phone_number(
     committed, cipher, temporal
 ):
     from domain.requests import NotificationRequest
-    from ledger.intake import InvalidRequest
+    from ledger.errors import InvalidRequest
     from starter.client import HeraldClient
 
     client = HeraldClient(temporal, committed, cipher)

@@ -16,6 +16,7 @@ from domain.principals import Role
 from domain.states import AttemptState
 from ledger import observations, principals
 from ledger import repository as repo
+from ledger.errors import PrincipalExists
 from ledger.models import Intent
 from tests.api.conftest import BEARER, StubTemporal, post_signed, random_mobile
 from tests.api.test_receipts import path_for, receipt
@@ -115,7 +116,7 @@ async def test_a_declared_namespace_names_the_keys_and_holds_no_contact_data(
             at=datetime.now(UTC),
             namespace="shop-447911123456",
         )
-    with committed.begin() as session, pytest.raises(principals.PrincipalExists):
+    with committed.begin() as session, pytest.raises(PrincipalExists):
         principals.create(
             session,
             unique("app"),

@@ -21,7 +21,7 @@ from fastapi import FastAPI
 import settings
 from api.app import create_app
 from api.auth import app_routes
-from api.email_events import EVENTS_PATH
+from api.ingress.sendgrid import EVENTS_PATH
 from domain.unsubscribe import unsubscribe_token
 from tests.api.conftest import (
     INTERNAL_BASE,

@@ -127,7 +127,7 @@ async def test_a_read_a_create_and_an_operator_action_are_503_json_with_retry_af
 
 async def test_the_providers_webhooks_get_a_5xx_so_they_retry(down: httpx.AsyncClient) -> None:
     receipt = {"MessageSid": "SM" + secrets.token_hex(16), "MessageStatus": "delivered"}
-    # The ordinary receipt (api.fast_receipts) and an inbound STOP (through the router).
+    # The ordinary receipt (api.ingress.fast_receipts) and an inbound STOP (through the router).
     _is_503_problem(await post_signed(down, "/v1/receipts/sms", receipt))
     _is_503_problem(await post_signed(down, "/v1/inbound/sms", inbound(random_mobile(), "STOP")))
 

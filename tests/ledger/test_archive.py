@@ -16,6 +16,7 @@ from domain.states import AttemptState
 from ledger import archive, migrate, operator_actions, retention
 from ledger import repository as repo
 from ledger.crypto import FieldCipher
+from ledger.errors import IntentConflict, NotFound
 from ledger.models import (
     ArchivedIntent,
     Attempt,
@@ -288,11 +289,11 @@ def test_an_archived_business_key_cannot_be_recorded_again_and_says_where_it_wen
         key = s.get(Intent, intent_id).business_key  # type: ignore[union-attr]
     archive.archive_in_batches(sessions.begin, now=LATER, batch=10)
     with sessions.begin() as s:
-        with pytest.raises(repo.IntentConflict, match="belongs to an archived intent"):
+        with pytest.raises(IntentConflict, match="belongs to an archived intent"):
             repo.record_intent(s, fields(s, cipher, key))
     with sessions() as s:
         # `herald show`, the API and the console say where it went.
-        with pytest.raises(repo.NotFound, match="was archived on .*herald archive export"):
+        with pytest.raises(NotFound, match="was archived on .*herald archive export"):
             repo.get_intent(s, key)
 
 

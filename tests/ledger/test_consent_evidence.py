@@ -13,6 +13,7 @@ from activities.ledger import LedgerActivities
 from domain.requests import NotificationRequest
 from ledger import evidence, intake
 from ledger import repository as repo
+from ledger.errors import NotFound
 from ledger.models import Consent, PolicyDecision
 from tests.conftest import key_id
 
@@ -205,5 +206,5 @@ def test_a_lifted_suppression_stays_as_history_and_no_longer_applies(committed, 
     with committed() as session:
         assert repo.suppressions_for(session, lookup, "email") == []
         assert [s.id for s in evidence.suppressions_of(session, lookup)] == [row.id]
-        with pytest.raises(repo.NotFound):
+        with pytest.raises(NotFound):
             evidence.lift_suppression(session, -1, source="api", at=now)

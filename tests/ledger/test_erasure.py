@@ -18,6 +18,7 @@ from domain.states import AttemptState
 from ledger import contact_data, erasure, retention
 from ledger import repository as repo
 from ledger.crypto import FieldCipher
+from ledger.errors import ErasureRefused
 from ledger.models import Attempt, AuditEvent, Base, Intent, Suppression
 from tests.conftest import key_id
 from tests.ledger.conftest import fields, make_attempt
@@ -189,7 +190,7 @@ def test_erasure_is_refused_under_legal_hold_naming_it_and_changes_nothing(
     retention.set_legal_hold(db, intent_id, True)
     before = _contact(db, intent_id)
     who = erasure.recipient("phone", phone, cipher.lookup_hmac)
-    with pytest.raises(erasure.ErasureRefused, match=f"legal hold on {key}"):
+    with pytest.raises(ErasureRefused, match=f"legal hold on {key}"):
         erasure.erase(db, who, by=ADMIN, reason="request", at=datetime.now(UTC))
     assert _contact(db, intent_id) == before
     assert db.scalar(select(AuditEvent).where(AuditEvent.subject == who.subject)) is None
@@ -201,7 +202,7 @@ def test_erasure_is_refused_while_an_intent_is_open(db: Session, cipher: FieldCi
     key = db.get(Intent, intent_id).business_key  # type: ignore[union-attr]
     before = _contact(db, intent_id)
     who = erasure.recipient("phone", phone, cipher.lookup_hmac)
-    with pytest.raises(erasure.ErasureRefused, match=f"still open: {key}; cancel"):
+    with pytest.raises(ErasureRefused, match=f"still open: {key}; cancel"):
         erasure.erase(db, who, by=ADMIN, reason="request", at=datetime.now(UTC))
     assert _contact(db, intent_id) == before
 

@@ -8,7 +8,7 @@ import pytest
 
 import policies
 from ledger import repository as repo
-from ledger.intake import InvalidRequest
+from ledger.errors import InvalidRequest
 from ledger.templates import seed_policy
 from tests.conftest import unique
 from tests.ledger.conftest import EMAIL, fields

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 
 from domain.principals import Principal, Role
 from ledger import migrate, principals
+from ledger.errors import LastAdmin, PrincipalExists, PrincipalRevoked
 from ledger.models import AuditEvent, PrincipalRecord
 from tests.conftest import fresh_database
 
@@ -49,9 +50,9 @@ def test_revoke_and_rotate_take_effect_on_the_next_lookup(db):
     principals.revoke(db, name, by=ADMIN, at=NOW)
     assert principals.authenticate(db, second.token, at=NOW) is None
     assert principals.authenticate_name(db, name, second.token, at=NOW) is None
-    with pytest.raises(principals.PrincipalRevoked):
+    with pytest.raises(PrincipalRevoked):
         principals.rotate(db, name, by=ADMIN, at=NOW)
-    with pytest.raises(principals.PrincipalExists):
+    with pytest.raises(PrincipalExists):
         principals.create(db, name, Role.VIEWER, by=ADMIN, at=NOW)
     actions = db.execute(
         select(AuditEvent.action).where(AuditEvent.subject == name).order_by(AuditEvent.id)
@@ -96,7 +97,7 @@ def test_the_last_live_admin_cannot_be_revoked_and_nothing_changes(db):
     principals.create(db, second, Role.ADMIN, by=ADMIN, at=NOW)
     principals.create(db, operator, Role.OPERATOR, by=ADMIN, at=NOW)
     principals.revoke(db, second, by=ADMIN, at=NOW)
-    with pytest.raises(principals.LastAdmin, match="last active admin"):
+    with pytest.raises(LastAdmin, match="last active admin"):
         principals.revoke(db, first, by=ADMIN, at=NOW)
     row = db.execute(select(PrincipalRecord).where(PrincipalRecord.name == first)).scalar_one()
     assert row.revoked_at is None
@@ -136,7 +137,7 @@ def test_two_admins_revoking_each_other_at_once_leave_one(pg_url):
                 try:
                     principals.revoke(session, "ana", by=Principal("bo", Role.ADMIN), at=NOW)
                     outcome["ana"] = "revoked"
-                except principals.LastAdmin:
+                except LastAdmin:
                     outcome["ana"] = "refused"
 
         with Session(first_engine) as first, first.begin():
@@ -165,5 +166,5 @@ def test_a_name_that_differs_only_by_case_is_taken(db):
     # `Root` beside `root` would read as one person in every timeline and audit trail.
     name = _name()
     principals.create(db, name, Role.VIEWER, by=ADMIN, at=NOW)
-    with pytest.raises(principals.PrincipalExists, match=f"named '{name}' exists"):
+    with pytest.raises(PrincipalExists, match=f"named '{name}' exists"):
         principals.create(db, name.upper(), Role.ADMIN, by=ADMIN, at=NOW)

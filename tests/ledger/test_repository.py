@@ -14,7 +14,7 @@ from sqlalchemy import func, select
 from domain.states import AttemptState
 from ledger import observations
 from ledger import repository as repo
-from ledger.intake import InvalidRequest
+from ledger.errors import IntentConflict, InvalidRequest
 from ledger.models import Attempt, Intent, Observation, Outbox, Suppression
 from ledger.observations import ObservationFacts
 from tests.conftest import unique
@@ -62,7 +62,7 @@ def test_recording_a_business_key_twice_returns_the_existing_intent(db, cipher):
 def test_the_same_key_with_another_payload_is_a_conflict_not_a_second_intent(db, cipher):
     key = unique("order-created:o")
     repo.record_intent(db, fields(db, cipher, key))
-    with pytest.raises(repo.IntentConflict, match="different payload"):
+    with pytest.raises(IntentConflict, match="different payload"):
         repo.record_intent(db, fields(db, cipher, key, variables={"n": 2, "intent_id": key}))
     assert (
         db.scalar(select(func.count()).select_from(Intent).where(Intent.business_key == key)) == 1

@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from domain.states import AttemptState
 from ledger import migrate, observations, retention, timeline
 from ledger import repository as repo
+from ledger.errors import NotFound
 from ledger.models import Attempt, Base, IdempotencyRecord, Intent, OperatorAction
 from ledger.observations import ObservationFacts
 from ledger.templates import seed_packaged
@@ -331,7 +332,7 @@ def test_a_scheduled_intent_keeps_its_destination_until_its_send_time(ledger_db,
 
 def test_a_legal_hold_on_an_unknown_intent_is_not_found(ledger_db):
     _, sessions = ledger_db
-    with sessions() as session, pytest.raises(repo.NotFound):
+    with sessions() as session, pytest.raises(NotFound):
         retention.set_legal_hold(session, "no-such:key", True)
 
 

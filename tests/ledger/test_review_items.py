@@ -14,6 +14,7 @@ from domain.principals import Principal, Role
 from domain.states import AttemptState
 from ledger import observations, reconcile, review_items
 from ledger import repository as repo
+from ledger.errors import NotAllowed, NotFound
 from ledger.models import AuditEvent, OperatorAction, ReviewItem
 from ledger.observations import ObservationFacts
 from tests.conftest import unique
@@ -193,11 +194,11 @@ def test_a_final_outcome_or_no_attempt_is_refused_in_words(db, cipher):
 @pytest.mark.parametrize("role", [Role.VIEWER, Role.APP])
 def test_a_viewer_or_an_app_cannot_open_one_and_nothing_is_written(db, cipher, role):
     intent_id, attempt = _attempt(db, cipher, AttemptState.SUBMITTED, AttemptState.UNKNOWN)
-    with pytest.raises(review_items.NotAllowed, match="needs the operator role"):
+    with pytest.raises(NotAllowed, match="needs the operator role"):
         _open(db, intent_id, by=Principal("vic", role))
     assert _items(db, attempt.id) == [] and _actions(db, intent_id) == []
 
 
 def test_no_such_intent_is_not_found(db):
-    with pytest.raises(repo.NotFound):
+    with pytest.raises(NotFound):
         _open(db, "no-such-intent")

@@ -1,8 +1,8 @@
 """The production image, checked without Docker: it is built from requirements.lock (every
 runtime dependency pinned, with hashes), it copies every package the worker, the API and
-the CLI import and none of the dev stack, bench or scenarios; and the runtime runs without
-them: nothing imports them on the worker or API path, and `herald dev` there says so in
-one line."""
+the CLI import and none of the dev stack, simulators, bench or scenarios; and the runtime
+runs without them: nothing imports them on the worker or API path, and `herald dev` there
+says so in one line."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ HERALD = str(Path(sys.executable).with_name("herald"))
 LOCK = ROOT / "requirements.lock"
 BUILD_LOCK = ROOT / "requirements-build.lock"
 DOCKERFILE = ROOT / "Dockerfile"
-DEV_ONLY_TREES = {"devstack", "bench", "scenarios", "tests"}
+DEV_ONLY_TREES = {"devstack", "simulators", "bench", "scenarios", "tests"}
 
 _PINNED = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)", re.MULTILINE)
 
@@ -101,7 +101,7 @@ def test_the_image_installs_from_the_lock_then_herald_without_resolving():
     assert text.index("-r requirements.lock") < text.index("COPY domain")
 
 
-def test_the_image_copies_no_dev_stack_bench_scenarios_or_tests():
+def test_the_image_copies_no_dev_stack_simulators_bench_scenarios_or_tests():
     assert not dockerfile_copies() & DEV_ONLY_TREES
 
 
@@ -145,9 +145,9 @@ def test_the_image_copies_every_module_the_worker_the_api_and_the_cli_import():
 
 @pytest.fixture
 def without_dev_stack(tmp_path: Path) -> dict[str, str]:
-    """An environment whose interpreters cannot import the dev stack, bench, scenarios or
-    the `dev-stack` extra's packages, as in the production image: a sitecustomize puts a
-    finder first on the meta path that refuses them."""
+    """An environment whose interpreters cannot import the dev stack, the simulators, bench,
+    scenarios or the `dev-stack` extra's packages, as in the production image: a
+    sitecustomize puts a finder first on the meta path that refuses them."""
     (tmp_path / "sitecustomize.py").write_text(
         "import sys\n"
         f"BLOCKED = {sorted(DEV_STACK_MODULES)!r}\n"

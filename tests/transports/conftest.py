@@ -13,9 +13,10 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from transports.simulator import LoopbackServer, SimDelays, SimulatorServer
+from simulators.server import LoopbackServer
+from simulators.telnyx import TelnyxSimulatorServer
+from simulators.twilio import SimDelays, SimulatorServer
 from transports.telnyx import TelnyxSms
-from transports.telnyx_simulator import TelnyxSimulatorServer
 from transports.twilio import TwilioSms
 
 ACCOUNT_SID = "AC" + "0" * 31 + "1"

@@ -17,15 +17,15 @@ from twilio.base.exceptions import TwilioRestException
 from twilio.rest import Client as TwilioClient
 
 from devstack import free_port
+from simulators.sendgrid import SendGridSimulatorServer
+from simulators.smtp import SmtpSink
+from simulators.telnyx import TelnyxSimulatorServer
+from simulators.twilio import SimulatorServer
 from tests.transports.conftest import ACCOUNT_SID, AUTH_TOKEN, TELNYX_API_KEY
-from transports.accounts import AccountCheckFailed
-from transports.email import SmtpEmail
+from transports.errors import AccountCheckFailed
 from transports.sendgrid import SendGridEmail
-from transports.sendgrid_sim import SendGridSimulatorServer
-from transports.simulator import SimulatorServer
-from transports.smtp_sink import SmtpSink
+from transports.smtp import SmtpEmail
 from transports.telnyx import TelnyxSms
-from transports.telnyx_simulator import TelnyxSimulatorServer
 from transports.twilio import TwilioSms
 
 SENDGRID_KEY = "SG.account-check-key"

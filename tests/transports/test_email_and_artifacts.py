@@ -16,18 +16,10 @@ from ledger.artifacts import (
     ArtifactRef,
     FolderArtifactStore,
 )
-from transports.email import (
-    DkimConfig,
-    EmailAmbiguousError,
-    EmailAttachment,
-    EmailMessageSpec,
-    EmailPermanentError,
-    EmailSubmitted,
-    EmailTransientError,
-    SmtpEmail,
-    message_id_for,
-)
-from transports.smtp_sink import SmtpSink
+from simulators.smtp import SmtpSink
+from transports.email import EmailAttachment, EmailMessageSpec, EmailSubmitted, message_id_for
+from transports.errors import EmailAmbiguousError, EmailPermanentError, EmailTransientError
+from transports.smtp import DkimConfig, SmtpEmail
 
 PDF = b"%PDF-1.4\n" + bytes(range(256)) * 40 + b"\n%%EOF\n"
 TOKEN = "order-created:o-77:email:1"

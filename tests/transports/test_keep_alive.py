@@ -10,7 +10,7 @@ import asyncio
 
 from fastapi import FastAPI
 
-from transports.simulator import KEEP_ALIVE_SECONDS, LoopbackServer
+from simulators.server import KEEP_ALIVE_SECONDS, LoopbackServer
 
 HTTPX_KEEPALIVE_EXPIRY = 5.0
 REQUEST = b"GET /ping HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"

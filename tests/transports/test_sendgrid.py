@@ -18,19 +18,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from api.email_events import load_event_public_key, verify_event_batch
+from api.ingress.sendgrid import load_event_public_key, verify_event_batch
 from domain.email_events import SIGNATURE_HEADER, TIMESTAMP_HEADER, TOKEN_ARG
-from transports.email import (
-    EmailAmbiguousError,
-    EmailAttachment,
-    EmailMessageSpec,
-    EmailPermanentError,
-    EmailTransientError,
-    message_id_for,
-)
+from simulators.sendgrid import SendGridSimulatorServer, SimEmailDelays
+from simulators.server import LoopbackServer
+from transports.email import EmailAttachment, EmailMessageSpec, message_id_for
+from transports.errors import EmailAmbiguousError, EmailPermanentError, EmailTransientError
 from transports.sendgrid import SendGridEmail, generate_event_key_pair, sign_event_batch
-from transports.sendgrid_sim import SendGridSimulatorServer, SimEmailDelays
-from transports.simulator import LoopbackServer
 
 API_KEY = "SG.test-key"
 FAST = SimEmailDelays(step=0.02, batch=0.02, retry=0.05, max_retries=2, hang=30.0)

@@ -9,9 +9,10 @@ import phonenumbers
 import pytest
 from twilio.request_validator import RequestValidator
 
+from simulators.twilio import FAULT_NUMBERS, SimDelays, SimulatorServer
 from tests.transports.conftest import ACCOUNT_SID, AUTH_TOKEN, NORMAL_TO, SENDER, CallbackReceiver
-from transports.simulator import FAULT_NUMBERS, SimDelays, SimulatorServer
-from transports.sms import SmsAmbiguousError, SmsMessage
+from transports.errors import SmsAmbiguousError
+from transports.sms import SmsMessage
 from transports.twilio import TwilioSms
 
 VALIDATOR = RequestValidator(AUTH_TOKEN)

@@ -6,9 +6,10 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from simulators.twilio import SimulatorServer
 from tests.transports.conftest import ACCOUNT_SID, AUTH_TOKEN, NORMAL_TO
-from transports.simulator import SimulatorServer
-from transports.sms import SmsMessage, SmsPermanentError
+from transports.errors import SmsPermanentError
+from transports.sms import SmsMessage
 from transports.twilio import TwilioSms
 
 SERVICE = "MG" + "0123456789abcdef" * 2

@@ -17,6 +17,7 @@ from telnyx import Telnyx
 
 from domain.provider_errors import Cause
 from domain.states import AttemptState
+from simulators.telnyx import TelnyxSimulatorServer
 from tests.transports.conftest import (
     NORMAL_TO,
     SENDER,
@@ -24,18 +25,15 @@ from tests.transports.conftest import (
     CallbackReceiver,
     Received,
 )
-from transports.sms import (
-    ProviderStatus,
+from transports.errors import (
     SmsAmbiguousError,
     SmsLookupUnavailable,
-    SmsMessage,
     SmsNotFound,
     SmsPermanentError,
     SmsTransientError,
-    SmsTransport,
 )
+from transports.sms import ProviderStatus, SmsMessage, SmsTransport
 from transports.telnyx import TelnyxSms
-from transports.telnyx_simulator import TelnyxSimulatorServer
 
 
 def message(receiver: CallbackReceiver, to: str = NORMAL_TO, *, token: str | None = None):

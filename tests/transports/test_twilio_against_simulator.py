@@ -11,6 +11,7 @@ import pytest
 
 from domain.keys import content_sha256
 from domain.states import AttemptState, normalize_provider_status
+from simulators.twilio import SimulatorServer
 from tests.transports.conftest import (
     ACCOUNT_SID,
     AUTH_TOKEN,
@@ -18,18 +19,14 @@ from tests.transports.conftest import (
     SENDER,
     CallbackReceiver,
 )
-from transports.simulator import SimulatorServer
-from transports.sms import (
-    ProviderStatus,
+from transports.errors import (
     SmsAmbiguousError,
     SmsError,
-    SmsMessage,
     SmsNotFound,
     SmsPermanentError,
-    SmsSubmitted,
     SmsTransientError,
-    SmsTransport,
 )
+from transports.sms import ProviderStatus, SmsMessage, SmsSubmitted, SmsTransport
 from transports.twilio import TwilioSms
 
 

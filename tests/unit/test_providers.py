@@ -186,8 +186,8 @@ async def test_the_worker_builds_one_transport_per_alias_by_its_kind(
     import httpx
 
     from domain import channels
-    from transports.email import SmtpEmail
     from transports.sendgrid import SendGridEmail
+    from transports.smtp import SmtpEmail
     from transports.telnyx import TelnyxSms
     from transports.twilio import TwilioSms
     from worker import _default_transport, provider_transports

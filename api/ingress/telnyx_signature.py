@@ -1,6 +1,6 @@
 """Telnyx's webhook signature: Ed25519 over ``f"{telnyx-timestamp}|{raw body}"``, with the
 account's public key, inside a tolerance of the server's clock (the official package's
-fixed 300 s). Checked on the raw bytes, before anything is parsed (api.telnyx_webhooks)."""
+fixed 300 s). Checked on the raw bytes, before anything is parsed (api.ingress.telnyx)."""
 
 from __future__ import annotations
 

@@ -43,8 +43,8 @@ from sqlalchemy.orm import Session
 
 from activities.contracts import ReceiptSignal
 from api.deps import EventsConfig, Ingress, IngressDep
+from api.ingress.receiving import malformed, require_media_type
 from api.schemas import Problem
-from api.webhooks import require_media_type
 from domain import channels, email_events
 from domain.destinations import InvalidDestination, normalize_email
 from domain.email_events import (
@@ -422,11 +422,9 @@ async def receive_sendgrid_events(request: Request, ingress: IngressDep) -> Resp
     try:
         events = json.loads(body)
     except (ValueError, UnicodeDecodeError) as err:
-        ingress.counters.rejected.labels("malformed").inc()
-        raise HTTPException(400, "body is not JSON") from err
+        raise malformed(ingress, "body is not JSON") from err
     if not isinstance(events, list) or not all(isinstance(e, dict) for e in events):
-        ingress.counters.rejected.labels("malformed").inc()
-        raise HTTPException(400, "body must be a JSON array of event objects")
+        raise malformed(ingress, "body must be a JSON array of event objects")
     settled: list[_Recorded] = []
     for event in events:
         recorded = await ingress.tx(partial(record_event, ingress=ingress, event=event, now=now))

@@ -7,7 +7,7 @@ ingress's Python time (`herald bench --profile`, docs/bench.md). This middleware
 query parameter of at most TOKEN_MAX_LENGTH characters and nothing else in the query. It
 sits inside `api.app.BodyLimit` (which has read the body, up to the limit, already) and
 outside everything else. It calls the route's own handler
-(`api.webhooks.receive_sms_receipt`), so verification, deduplication, recording and the
+(`api.ingress.twilio.receive_sms_receipt`), so verification, deduplication, recording and the
 signal are the same code; an HTTPException it raises becomes the JSON `{"detail": ...}`
 answer FastAPI gives. Anything else (an unknown or repeated parameter, a long token,
 another path) goes on to the app unchanged, where the route,
@@ -23,8 +23,9 @@ from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.deps import Ingress
+from api.ingress.receiving import TOKEN_MAX_LENGTH
+from api.ingress.twilio import receive_sms_receipt
 from api.query_params import has_control_character
-from api.webhooks import TOKEN_MAX_LENGTH, receive_sms_receipt
 
 PATH = "/v1/receipts/sms"
 

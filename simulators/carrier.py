@@ -4,7 +4,7 @@ The fault vocabulary (:class:`Fault`, :data:`FAULT_NUMBERS`), the carrier's timi
 (:class:`SimDelays`), and :class:`ScriptedCarrier`: faults scripted per destination at run
 time, the counting of every create, the message lifecycles scheduled as tasks (cut short
 at shutdown), and the control endpoints (``/_sim/...``) that drive it. Each provider's
-simulator (:mod:`transports.simulator` for Twilio, :mod:`transports.telnyx_simulator` for
+simulator (:mod:`simulators.twilio` for Twilio, :mod:`simulators.telnyx` for
 Telnyx) subclasses it and keeps its own HTTP shapes: routes, bodies, error codes, status
 words and how it signs what it POSTs.
 """

@@ -20,13 +20,20 @@ from fastapi import APIRouter, HTTPException, Query, Request, Response
 from sqlalchemy.orm import Session
 
 from api.deps import IngressDep
+from api.ingress.receiving import (
+    TOKEN_MAX_LENGTH,
+    malformed,
+    record_keyword,
+    require_media_type,
+    wake_workflow,
+)
+from api.ingress.telnyx_signature import TOLERANCE_SECONDS, TelnyxVerifier
 from api.schemas import NO_CONTROL, Problem
-from api.telnyx_signature import TOLERANCE_SECONDS, TelnyxVerifier
-from api.webhooks import TOKEN_MAX_LENGTH, record_keyword, require_media_type, wake_workflow
 from domain.clocks import parse_iso_utc
 from domain.states import TELNYX_STATUSES, normalize_telnyx_status
 from ledger import observations
 from ledger import repository as repo
+from ledger.errors import NotFound
 from ledger.observations import ObservationFacts
 
 log = logging.getLogger("herald.api")
@@ -133,7 +140,7 @@ def _token_for(session: Session, token: str | None, remote_id: str) -> str | Non
         return None
     try:
         attempt = repo.attempt_by_token(session, token)
-    except repo.NotFound:
+    except NotFound:
         return None
     return token if attempt.remote_id in (None, remote_id) else None
 
@@ -179,21 +186,18 @@ async def receive_telnyx_event(
         ingress.counters.rejected.labels("signature").inc()
         raise HTTPException(403, refusal)
     if token is not None and "\x00" in token:
-        ingress.counters.rejected.labels("malformed").inc()
-        raise HTTPException(400, "token contains a NUL character")
+        raise malformed(ingress, "token contains a NUL character")
     try:
         event_type, event_id, payload = _event(body)
     except ValueError as err:
-        ingress.counters.rejected.labels("malformed").inc()
-        raise HTTPException(400, str(err)) from err
+        raise malformed(ingress, str(err)) from err
 
     if event_type == INBOUND_EVENT:
         sender = payload.get("from")
         number = sender.get("phone_number") if isinstance(sender, dict) else None
         text = payload.get("text")
         if not isinstance(number, str) or not isinstance(text, str) or "\x00" in text:
-            ingress.counters.rejected.labels("malformed").inc()
-            raise HTTPException(400, "'payload.from.phone_number' and 'payload.text' needed")
+            raise malformed(ingress, "'payload.from.phone_number' and 'payload.text' needed")
         # Kept once by the event id (a redelivery repeats it), ordered by Telnyx's time.
         stamp = payload.get("received_at")
         at = parse_iso_utc(stamp) if isinstance(stamp, str) else None
@@ -207,8 +211,7 @@ async def receive_telnyx_event(
     try:
         remote_id, raw, code = _status_of(payload)
     except ValueError as err:
-        ingress.counters.rejected.labels("malformed").inc()
-        raise HTTPException(400, str(err)) from err
+        raise malformed(ingress, str(err)) from err
     facts = ObservationFacts(
         source="webhook",
         raw_status=raw,

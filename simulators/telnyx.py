@@ -1,6 +1,6 @@
 """The carrier simulator's second provider: Telnyx Messaging API v2, on its own port.
 
-The same carrier as :mod:`transports.simulator` (the same fault names and fault numbers,
+The same carrier as :mod:`simulators.twilio` (the same fault names and fault numbers,
 the same control endpoints, the same counting of every create) behind Telnyx's API
 subset: ``POST /v2/messages`` (JSON, ``Authorization: Bearer``), ``GET
 /v2/messages/{id}``, ``GET /v2/balance`` (the read ``herald doctor`` proves the key with),
@@ -42,7 +42,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from domain.senders import parse_sms_sender
-from transports.sim_carrier import (
+from simulators.carrier import (
     CallbackRecord,
     Fault,
     Receipt,
@@ -52,7 +52,8 @@ from transports.sim_carrier import (
     carrier_app,
     control_routes,
 )
-from transports.simulator import CarrierServer, count_segments
+from simulators.server import CarrierServer
+from simulators.twilio import count_segments
 
 log = logging.getLogger(__name__)
 

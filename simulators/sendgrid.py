@@ -44,8 +44,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from domain.email_events import ADDRESS, SIGNATURE_HEADER, TIMESTAMP_HEADER, TOKEN_ARG
+from simulators.server import LoopbackServer
 from transports.sendgrid import generate_event_key_pair, public_key_of, sign_event_batch
-from transports.simulator import LoopbackServer
 
 SCRIPTS: dict[str, list[tuple[str, dict[str, Any]]]] = {
     "deliver": [("processed", {}), ("delivered", {"response": "250 OK"})],

@@ -272,6 +272,17 @@ class Settings(BaseSettings):
     """The Temporal Web UI's base URL, for the console's links to a workflow (`herald dev`
     uses its own UI's)."""
     task_queue: str = "herald"
+    worker_deployment: str = "herald"
+    """The Worker Deployment every Herald worker joins (Worker Versioning,
+    docs/operations.md, "Deploying a new build")."""
+    build_id: str | None = None
+    """HERALD_BUILD_ID: this worker's build in the deployment. Unset: the package version
+    plus the source's git commit where one is known (`0.1.0+3506597`), else the version
+    alone (:meth:`resolved_build_id`). An image sets it at build time."""
+    worker_versioning: bool = True
+    """Run versioned workers (a deployment name and a build id; NotificationWorkflow
+    pinned to the build that started it). False only for a Temporal server without Worker
+    Versioning (before 1.29.1)."""
     sms_max_per_second: float = 10.0
     """SMS send and poll run on `<task_queue>-sms`, rate limited by the server for the
     whole fleet at this many activities per second."""
@@ -535,6 +546,14 @@ class Settings(BaseSettings):
     @property
     def telnyx_api_url(self) -> str:
         return self.telnyx_base_url or f"http://127.0.0.1:{self.telnyx_simulator_port}"
+
+    def resolved_build_id(self) -> str:
+        """HERALD_BUILD_ID, else `<package version>+<git commit>` (the version alone where
+        the source is no git checkout, or git is missing). Two workers of different code
+        must not share a build id: a checkout with uncommitted changes needs one set."""
+        if self.build_id:
+            return self.build_id
+        return default_build_id()
 
     def resolved_database_url(self) -> str:
         """A SQLAlchemy URL on psycopg 3 (the driver Herald installs). A plain libpq URL,
@@ -887,6 +906,30 @@ def load() -> Settings:
             _warned.add(name)
             print(f"herald: warning: {not_a_setting(name)}; ignored", file=sys.stderr)
     return cfg
+
+
+def default_build_id() -> str:
+    """The package version plus the short commit of the source this module was loaded
+    from, when that is a git checkout (`0.1.0+3506597`); the version alone otherwise."""
+    import subprocess
+    from importlib import metadata
+
+    try:
+        version = metadata.version("herald")
+    except metadata.PackageNotFoundError:
+        version = "0"
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short=7", "HEAD"],
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return version
+    return f"{version}+{commit}" if commit else version
 
 
 def problem(err: Exception) -> str:

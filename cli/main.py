@@ -768,6 +768,7 @@ COMMAND_MODULES = [
     "cli.doctor",
     "cli.retention",
     "cli.keys",
+    "cli.deploy",
 ]
 
 

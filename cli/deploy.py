@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import settings as settings_module
-from cli.context import CliError, acting, herald_client
+from cli.context import CliError, acting, adopt_dev_stack, temporal_unreachable
 from cli.maint import _done, _emit
 
 NOTIFICATION_WORKFLOW = "NotificationWorkflow"
@@ -38,7 +38,7 @@ async def cmd_deploy(args: argparse.Namespace, cfg: settings_module.Settings) ->
         from domain.principals import Access
 
         acting(cfg, Access.ADMINISTER)
-    client = (await _connected(cfg)).temporal
+    client = await _connected(cfg)
     try:
         if args.deploy_command == "status":
             return _done(await _status(client, cfg, args))
@@ -52,12 +52,17 @@ async def cmd_deploy(args: argparse.Namespace, cfg: settings_module.Settings) ->
 
 
 async def _connected(cfg: settings_module.Settings):  # type: ignore[no-untyped-def]
-    from temporalio.service import RPCError
+    """A Temporal client (beside a running `herald dev`, its server): nothing else, the
+    deployment lives in Temporal alone."""
+    from starter.temporal import TemporalSettingError, connect
 
+    adopt_dev_stack(cfg)
     try:
-        return await herald_client(cfg)
-    except (RuntimeError, RPCError) as err:
-        raise CliError(f"cannot reach Temporal at {cfg.temporal_target}: {err}") from err
+        return await connect(cfg)
+    except TemporalSettingError as err:
+        raise CliError(str(err)) from None
+    except RuntimeError as err:
+        raise CliError(temporal_unreachable(cfg, err)) from None
 
 
 async def _status(client: Any, cfg: settings_module.Settings, args: argparse.Namespace) -> int:

@@ -248,6 +248,7 @@ async def make_current_if_none(
     deploy promote`. Retries while the server has not yet registered the version (its
     pollers reach the server a moment after the worker starts); True when it set it."""
     deadline = time.monotonic() + within
+    pause = 0.2
     while True:
         try:
             if not always:
@@ -263,11 +264,15 @@ async def make_current_if_none(
             return True
         except DeploymentError as err:
             cause = err.__cause__
-            registering = isinstance(cause, RPCError) and cause.status in (
+            # Not registered yet, a concurrent change, or the server's per-deployment
+            # rate limit (several workers starting at once): try again, more slowly.
+            passing = isinstance(cause, RPCError) and cause.status in (
                 RPCStatusCode.NOT_FOUND,
                 RPCStatusCode.FAILED_PRECONDITION,
                 RPCStatusCode.ABORTED,
+                RPCStatusCode.RESOURCE_EXHAUSTED,
             )
-            if not registering or time.monotonic() > deadline:
+            if not passing or time.monotonic() > deadline:
                 raise
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, 2.0)

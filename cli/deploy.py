@@ -34,6 +34,12 @@ async def cmd_deploy(args: argparse.Namespace, cfg: settings_module.Settings) ->
 
     if not cfg.worker_versioning:
         raise CliError("HERALD_WORKER_VERSIONING is off: the workers run unversioned")
+    ramp = getattr(args, "ramp", None)
+    if ramp is not None and not 0 < ramp < 100:
+        raise CliError(
+            f"--ramp: {ramp:g} is not a share of new intents above 0 and below 100 "
+            "(without --ramp the build becomes current)"
+        )
     if args.deploy_command in ("promote", "move-waiting"):
         from domain.principals import Access
 
@@ -118,11 +124,6 @@ def _ago(at: str | None, now: datetime) -> str:
 async def _promote(client: Any, cfg: settings_module.Settings, args: argparse.Namespace) -> int:
     from runtime import deployments
 
-    if args.ramp is not None and not 0 < args.ramp < 100:
-        raise CliError(
-            f"--ramp: {args.ramp:g} is not a share of new intents above 0 and below 100 "
-            "(without --ramp the build becomes current)"
-        )
     found = await deployments.describe(client, cfg.worker_deployment)
     found.build(args.build_id)  # an unknown build is refused, naming the known ones
     if args.ramp is None:

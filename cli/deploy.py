@@ -236,7 +236,7 @@ def register(add: Callable[..., argparse.ArgumentParser]) -> dict[str, Any]:
         "exit 0 when no open run pins the build and it is neither current nor ramping, 1 otherwise",
         example="herald deploy drained 0.1.0+3506597",
     )
-    drained.add_argument("build_id", metavar="BUILD_ID")
+    drained.add_argument("build_id", metavar="BUILD_ID", help="a build of the deployment")
     move = action(
         sub,
         "move-waiting",
@@ -244,5 +244,7 @@ def register(add: Callable[..., argparse.ArgumentParser]) -> dict[str, Any]:
         "the current build, carrying their state (admin)",
         example="herald deploy move-waiting 0.1.0+3506597",
     )
-    move.add_argument("build_id", metavar="BUILD_ID")
+    move.add_argument(
+        "build_id", metavar="BUILD_ID", help="the build whose waiting runs move (not current)"
+    )
     return {"deploy": cmd_deploy}

@@ -26,6 +26,7 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
+from activities.contracts import Projection
 from devstack.processes import ChildProcess
 from devstack.stack import DevStack
 from domain.principals import Principal, Role
@@ -142,9 +143,13 @@ async def build_of(client: Client, workflow_id: str) -> str:
     return info.deployment_version.build_id
 
 
-async def awaiting(client: Client, workflow_id: str) -> str:
+async def projection(client: Client, workflow_id: str) -> Projection:
     handle = client.get_workflow_handle_for(NotificationWorkflow.run, workflow_id)
-    return (await handle.query(NotificationWorkflow.projection)).awaiting
+    return await handle.query(NotificationWorkflow.projection)
+
+
+async def awaiting(client: Client, workflow_id: str) -> str:
+    return (await projection(client, workflow_id)).awaiting
 
 
 async def outcome(client: Client, workflow_id: str) -> str:
@@ -244,6 +249,7 @@ async def test_a_rollout_then_a_rollback_runs_each_intent_on_one_build(stack: De
         await settle(stack, stays_on_a)
         assert await outcome(client, stays_on_a) == "failed"
         # The other moves to B when asked, keeps its state, and is settled on B.
+        before = await projection(client, moves_to_b)
         moved = deploy(stack, "move-waiting", A)
         assert moved.returncode == 0, moved.stderr
         assert "asked 1 run(s)" in moved.stdout, moved.stdout
@@ -254,6 +260,9 @@ async def test_a_rollout_then_a_rollback_runs_each_intent_on_one_build(stack: De
 
         await until(moved_to_b, within=60)
         await until(_awaiting_settlement(client, moves_to_b), within=30)
+        after = await projection(client, moves_to_b)
+        assert after.attempt_states == before.attempt_states and after.attempt_states
+        assert after.awaiting_until == before.awaiting_until
         await settle(stack, moves_to_b)
         assert await outcome(client, moves_to_b) == "failed"
 

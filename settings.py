@@ -18,7 +18,7 @@ import os
 import secrets
 from collections.abc import Mapping
 from datetime import timedelta
-from functools import cached_property
+from functools import cache, cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
@@ -908,9 +908,11 @@ def load() -> Settings:
     return cfg
 
 
+@cache
 def default_build_id() -> str:
     """The package version plus the short commit of the source this module was loaded
-    from, when that is a git checkout (`0.1.0+3506597`); the version alone otherwise."""
+    from, when that is a git checkout (`0.1.0+3506597`); the version alone otherwise.
+    Asked once per process: the source does not change under a running worker."""
     import subprocess
     from importlib import metadata
 

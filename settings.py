@@ -18,7 +18,7 @@ import os
 import secrets
 from collections.abc import Mapping
 from datetime import timedelta
-from functools import cached_property
+from functools import cache, cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
@@ -272,6 +272,17 @@ class Settings(BaseSettings):
     """The Temporal Web UI's base URL, for the console's links to a workflow (`herald dev`
     uses its own UI's)."""
     task_queue: str = "herald"
+    worker_deployment: str = "herald"
+    """The Worker Deployment every Herald worker joins (Worker Versioning,
+    docs/operations.md, "Deploying a new build")."""
+    build_id: str | None = None
+    """HERALD_BUILD_ID: this worker's build in the deployment. Unset: the package version
+    plus the source's git commit where one is known (`0.1.0+3506597`), else the version
+    alone (:meth:`resolved_build_id`). An image sets it at build time."""
+    worker_versioning: bool = True
+    """Run versioned workers (a deployment name and a build id; NotificationWorkflow
+    pinned to the build that started it). False only for a Temporal server without Worker
+    Versioning (before 1.29.1)."""
     sms_max_per_second: float = 10.0
     """SMS send and poll run on `<task_queue>-sms`, rate limited by the server for the
     whole fleet at this many activities per second."""
@@ -286,12 +297,6 @@ class Settings(BaseSettings):
     worker_herald_metrics_address: OptionalAddress = None
     """`host:port` where each worker serves Herald's own event-time metrics (ledger.metrics:
     scheduled -> submitted, fallbacks, duplicates suppressed, ...)."""
-    worker_versioning: bool = True
-    """Workers poll as a version of a Worker Deployment (Worker Versioning)."""
-    worker_deployment: str = "herald"
-    """The Worker Deployment's name every Herald worker polls under."""
-    build_id: str | None = None
-    """This build's id within the deployment; docker-compose.yml requires one per deploy."""
 
     api_host: str = "127.0.0.1"
     api_port: Port = 58080
@@ -542,6 +547,14 @@ class Settings(BaseSettings):
     def telnyx_api_url(self) -> str:
         return self.telnyx_base_url or f"http://127.0.0.1:{self.telnyx_simulator_port}"
 
+    def resolved_build_id(self) -> str:
+        """HERALD_BUILD_ID, else `<package version>+<git commit>` (the version alone where
+        the source is no git checkout, or git is missing). Two workers of different code
+        must not share a build id: a checkout with uncommitted changes needs one set."""
+        if self.build_id:
+            return self.build_id
+        return default_build_id()
+
     def resolved_database_url(self) -> str:
         """A SQLAlchemy URL on psycopg 3 (the driver Herald installs). A plain libpq URL,
         `postgresql://...` as `herald dev` publishes it or `postgres://...`, gets the
@@ -613,6 +626,15 @@ class Settings(BaseSettings):
                 ("HERALD_DATA_KEY", self.data_key is None),
                 ("HERALD_OPERATOR_TOKEN", self.operator_token is None),
                 ("HERALD_UNSUBSCRIBE_SECRET", self.unsubscribe_secret is None),
+                # Outside a git checkout (an image) the default is the version alone, the
+                # same for every image of it: two builds under one id would be one version
+                # to Temporal, and a pinned run would replay on code it did not start on.
+                (
+                    "HERALD_BUILD_ID (no git commit to derive one from)",
+                    self.worker_versioning
+                    and not self.build_id
+                    and "+" not in default_build_id(),
+                ),
             )
             if unset
         ]
@@ -893,6 +915,32 @@ def load() -> Settings:
             _warned.add(name)
             print(f"herald: warning: {not_a_setting(name)}; ignored", file=sys.stderr)
     return cfg
+
+
+@cache
+def default_build_id() -> str:
+    """The package version plus the short commit of the source this module was loaded
+    from, when that is a git checkout (`0.1.0+3506597`); the version alone otherwise.
+    Asked once per process: the source does not change under a running worker."""
+    import subprocess
+    from importlib import metadata
+
+    try:
+        version = metadata.version("herald")
+    except metadata.PackageNotFoundError:
+        version = "0"
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short=7", "HEAD"],
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return version
+    return f"{version}+{commit}" if commit else version
 
 
 def problem(err: Exception) -> str:

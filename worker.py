@@ -35,9 +35,10 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
 from temporalio.client import Client
+from temporalio.common import WorkerDeploymentVersion
 from temporalio.runtime import Runtime
 from temporalio.service import RPCError
-from temporalio.worker import Worker
+from temporalio.worker import Worker, WorkerDeploymentConfig
 
 import settings as settings_module
 from activities.email import EmailActivities
@@ -52,6 +53,7 @@ from ledger import artifacts
 from ledger.crypto import FieldCipher, KeyRingError
 from ledger.engine import ledger_engine
 from ledger.keys import load_cipher
+from runtime import deployments
 from runtime.logs import configure_logging, core_log_forwarding
 from runtime.loop import run
 from runtime.sandbox import sandbox_runner
@@ -189,6 +191,13 @@ def _default_transport(
         ) from None
 
 
+def deployment_version(cfg: settings_module.Settings) -> WorkerDeploymentVersion | None:
+    """This worker's version in the Worker Deployment; None when versioning is off."""
+    if not cfg.worker_versioning:
+        return None
+    return WorkerDeploymentVersion(cfg.worker_deployment, cfg.resolved_build_id())
+
+
 def build_workers(
     client: Client,
     cfg: settings_module.Settings,
@@ -197,6 +206,15 @@ def build_workers(
     task_queue: str | None = None,
 ) -> Workers:
     queue = task_queue or cfg.task_queue
+    # Every worker of the process joins the same version: the server routes a pinned run's
+    # workflow and activity tasks to workers of its build only (docs/operations.md,
+    # "Deploying a new build").
+    version = deployment_version(cfg)
+    deployment = (
+        WorkerDeploymentConfig(version=version, use_worker_versioning=True)
+        if version is not None
+        else None
+    )
     # Pooled connections idle for over a second are pinged at checkout, so a Postgres
     # restart does not fail the first activity on each dead connection (ledger.engine).
     engine = ledger_engine(cfg.resolved_database_url(), pool_size=10)
@@ -253,6 +271,7 @@ def build_workers(
         ],
         workflow_runner=sandbox_runner(client.data_converter),
         graceful_shutdown_timeout=SHUTDOWN_GRACE,
+        deployment_config=deployment,
     )
     sms_worker = Worker(
         client,
@@ -261,6 +280,7 @@ def build_workers(
         max_task_queue_activities_per_second=cfg.sms_max_per_second,
         max_concurrent_activities=cfg.sms_max_concurrent,
         graceful_shutdown_timeout=SHUTDOWN_GRACE,
+        deployment_config=deployment,
     )
     # Where the policy routes SMS to several providers, each try runs on its provider's
     # queue: one rate budget per provider (its contract's limits), for the whole fleet.
@@ -274,6 +294,7 @@ def build_workers(
             ),
             max_concurrent_activities=cfg.sms_max_concurrent,
             graceful_shutdown_timeout=SHUTDOWN_GRACE,
+            deployment_config=deployment,
         )
         for alias in sms_providers
     ]
@@ -435,12 +456,36 @@ def healthcheck() -> int:
     return 0
 
 
+async def first_current(
+    client: Client, version: WorkerDeploymentVersion, *, always: bool, stop: asyncio.Event
+) -> None:
+    """Make this build current where the deployment has none yet (or `always`: `herald
+    dev`). A failure is a warning: the workers keep polling, an operator promotes. A stop
+    ends the tries at once."""
+    trying = asyncio.ensure_future(deployments.make_current_if_none(client, version, always=always))
+    stopping = asyncio.ensure_future(stop.wait())
+    await asyncio.wait([trying, stopping], return_when=asyncio.FIRST_COMPLETED)
+    stopping.cancel()
+    if not trying.done():
+        trying.cancel()
+        return
+    try:
+        trying.result()
+    except deployments.DeploymentError as err:
+        log.warning("build %s is not made current: %s", version.build_id, err)
+
+
 async def main(
     cfg: settings_module.Settings | None = None,
     *,
     relay: bool = RELAY_IN_WORKER,
     schedules: bool = SCHEDULES_AT_START,
+    make_current: bool = False,
 ) -> None:
+    """Run the workers. Versioned, a worker of a deployment without a current build makes
+    its own current once the server has registered it (a first install just works); a
+    later build waits for `herald deploy promote`. `make_current` makes it current in any
+    case (`herald dev`, whose code is the current code)."""
     configure_logging()
     cfg = cfg or settings_module.load()
     # Before anything connects: a sender no provider would take is a start-up error.
@@ -453,6 +498,11 @@ async def main(
         serve_herald_metrics(cfg.worker_herald_metrics_address)
     workers = build_workers(client, cfg, senders=senders)
     background: list[Background] = [lambda stop: keep_alive(alive_file(cfg), stop)]
+    version = deployment_version(cfg)
+    if version is not None:
+        background.append(
+            lambda stop: first_current(client, version, always=make_current, stop=stop)
+        )
     if relay:
         herald = HeraldClient(
             client,
@@ -471,10 +521,11 @@ async def main(
             # `herald reconcile` / `herald purge` still work by hand.
             log.warning("could not create the maintenance schedules: %s", err.status.name)
     log.info(
-        "worker started on task queues %s and %s (relay %s)",
+        "worker started on task queues %s and %s (relay %s, build %s)",
         cfg.task_queue,
         channels.SMS.task_queue(cfg.task_queue),
         "on" if relay else "off",
+        f"{version.deployment_name}:{version.build_id}" if version else "unversioned",
     )
     try:
         await run_until_signalled(workers.all, background=background)
@@ -513,7 +564,8 @@ if __name__ == "__main__":
         print(f"herald worker: settings: {settings_module.problem(err)}", file=sys.stderr)
         sys.exit(2)
     try:
-        run(main(settings))
+        # `--make-current`: `herald dev`'s worker makes its build current at start.
+        run(main(settings, make_current="--make-current" in sys.argv[1:]))
     except (RuntimeError, KeyRingError, starter_temporal.TemporalSettingError) as err:
         # Bad sender settings, an unreadable TLS file, Temporal unreachable, a data key
         # ring that cannot read the ledger.

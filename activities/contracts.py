@@ -450,6 +450,14 @@ SEARCH_ATTRIBUTES = {
 namespace must have registered (`herald dev` registers them; docs/operations.md)."""
 
 
+# --- Worker Versioning (workflows/notification.py, cli/deploy.py) ----------------------
+
+MOVE_TO_CURRENT_BUILD = "move_to_current_build"
+"""The signal (no argument) that asks a run waiting for an operator, pinned to a build that
+is no longer the deployment's target, to continue as new on the current build, carrying
+its state (`herald deploy move-waiting`; docs/operations.md, "Deploying a new build")."""
+
+
 # --- maintenance jobs (workflows/maintenance.py) ---------------------------------------
 
 MAINTENANCE_WORKFLOW = "MaintenanceWorkflow"

@@ -43,6 +43,7 @@ COMMAND_MODULES = [
     "cli.doctor",
     "cli.retention",
     "cli.keys",
+    "cli.deploy",
 ]
 
 

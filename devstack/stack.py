@@ -348,7 +348,8 @@ class DevStack:
                 cfg.worker_herald_metrics_address = f"127.0.0.1:{free_port()}"
             self.worker = ChildProcess(
                 "worker",
-                [sys.executable, "-m", "worker"],
+                # In dev the code is the current code: its build is made current at start.
+                [sys.executable, "-m", "worker", "--make-current"],
                 log_path=cfg.data_path / "worker.log",
                 env={**os.environ, **self.env()},
                 cwd=Path(__file__).resolve().parent.parent,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import RetryPolicy, VersioningBehavior
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
@@ -39,7 +39,9 @@ JOB_RETRY = RetryPolicy(
 )
 
 
-@workflow.defn(name=MAINTENANCE_WORKFLOW)
+# One activity, closed in seconds: nothing to pin, so each run takes the deployment's
+# current build (a schedule's runs move to a new build as soon as it is current).
+@workflow.defn(name=MAINTENANCE_WORKFLOW, versioning_behavior=VersioningBehavior.AUTO_UPGRADE)
 class MaintenanceWorkflow:
     @workflow.run
     async def run(self, input: MaintenanceInput) -> MaintenanceResult:

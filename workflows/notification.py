@@ -9,11 +9,17 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy, SearchAttributeKey, SearchAttributeUpdate
+from temporalio.common import (
+    RetryPolicy,
+    SearchAttributeKey,
+    SearchAttributeUpdate,
+    VersioningBehavior,
+)
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import (
+        MOVE_TO_CURRENT_BUILD,
         PERMANENT_ERRORS,
         STATE_ATTRIBUTE,
         AuthorizeInput,
@@ -164,7 +170,11 @@ def _channel(name: str) -> Channel:
         ) from None
 
 
-@workflow.defn
+# Pinned: a run lives its whole life on the build that started it, so a new build may
+# change the workflow's commands freely; a run waiting for an operator may move to the
+# current build when asked (MOVE_TO_CURRENT_BUILD; docs/operations.md, "Deploying a new
+# build").
+@workflow.defn(versioning_behavior=VersioningBehavior.PINNED)
 class NotificationWorkflow:
     def __init__(self) -> None:
         self._facts: IntentFacts | None = None
@@ -189,6 +199,8 @@ class NotificationWorkflow:
         self._awaiting_until: datetime | None = None
         self._stopped_by: dict[str, str] = {}
         """Why observing an attempt stopped unresolved (horizon, fallback, expiry, cancel)."""
+        self._move_asked = False
+        """An operator asked this run to move to the current build (MOVE_TO_CURRENT_BUILD)."""
 
     # --- messages ------------------------------------------------------------------
 
@@ -323,6 +335,17 @@ class NotificationWorkflow:
             or not channels.get(request.channel).provider_lookup
         ):
             raise ValueError(f"the {request.channel} provider has no lookup")
+
+    @workflow.signal(
+        name=MOVE_TO_CURRENT_BUILD,
+        description="While waiting for an operator, continue as new on the deployment's "
+        "current build, carrying the state; ignored elsewhere, or when this run's build is "
+        "still the target.",
+    )
+    def move_to_current_build(self) -> None:
+        # The server tells a run that its target build changed only on a workflow task;
+        # this signal is that task, and the waiting loop decides at its safe point.
+        self._move_asked = True
 
     @workflow.query
     def projection(self) -> Projection:
@@ -1074,10 +1097,21 @@ class NotificationWorkflow:
                 workflow.continue_as_new(
                     NotificationInput(facts.intent_id, self._carry(resend_until))
                 )
+            if self._move_asked and self._resend is None:
+                self._move_asked = False
+                if workflow.info().is_target_worker_deployment_version_changed():
+                    # A safe point: nothing in flight here, and no handler left running.
+                    await workflow.wait_condition(workflow.all_handlers_finished)
+                    workflow.continue_as_new(
+                        NotificationInput(facts.intent_id, self._carry(resend_until)),
+                        initial_versioning_behavior=(
+                            workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE
+                        ),
+                    )
             self._operator_news = False
             await self._wait(
                 until,
-                extra=lambda: self._resend is not None or self._operator_news,
+                extra=lambda: self._resend is not None or self._operator_news or self._move_asked,
                 summary=f"{kind} window until {_at(until)}",
             )
             request, self._resend = self._resend, None

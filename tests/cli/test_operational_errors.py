@@ -29,6 +29,7 @@ OPERATOR = ["--reason", "seat filled"]
         ["reconcile", "--json"],
         ["migrate"],
         ["worker"],
+        ["deploy", "status"],
     ],
     ids=lambda args: args[0],
 )

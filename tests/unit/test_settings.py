@@ -347,3 +347,22 @@ def test_production_needs_the_url_of_a_provider_the_policy_routes_to(clean_env, 
     )
     clean_env.setenv("HERALD_TELNYX_BASE_URL", "https://api.telnyx.com")
     assert Settings().used_provider_aliases() == {"twilio", "telnyx", "smtp"}
+
+
+def test_production_outside_a_git_checkout_needs_a_build_id(clean_env):
+    """An image has no git: its default build id is the version alone, the same for every
+    image, so production asks for HERALD_BUILD_ID rather than run two builds under one id."""
+    for name, value in PRODUCTION.items():
+        clean_env.setenv(name, value)
+    clean_env.setattr(settings, "default_build_id", lambda: "0.1.0")
+    with pytest.raises(ValidationError) as refused:
+        Settings()
+    assert settings.problem(refused.value) == (
+        "HERALD_ENV=production needs HERALD_BUILD_ID (no git commit to derive one from); "
+        "refusing to start"
+    )
+    clean_env.setenv("HERALD_BUILD_ID", "2026-12-07.1")
+    assert Settings().resolved_build_id() == "2026-12-07.1"
+    clean_env.setenv("HERALD_WORKER_VERSIONING", "false")
+    clean_env.delenv("HERALD_BUILD_ID")
+    assert Settings().env == "production"

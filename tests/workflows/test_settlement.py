@@ -262,3 +262,28 @@ async def test_a_lookup_the_provider_never_answers_fails_after_its_window(harnes
         )
         assert looked.raw_status == "not_found"
         await phase_is(handle, "awaiting-operator")
+
+
+async def test_a_move_request_while_the_build_is_still_the_target_changes_nothing(harness, queue):
+    # Unversioned here (the time-skipping server): the run's target never changes, so
+    # `move_to_current_build` wakes the waiting loop and is dropped; the same run goes on
+    # waiting and takes the settlement (the move itself: tests/e2e/test_rollout.py).
+    world = unknown_world()
+    async with harness.worker(world, queue):
+        handle = await harness.start(world, queue)
+        await past_the_horizon(harness, handle)
+        before = await handle.query(NotificationWorkflow.projection)
+        await handle.signal(NotificationWorkflow.move_to_current_build)
+        after = await handle.query(NotificationWorkflow.projection)
+        assert (after.awaiting, after.awaiting_until) == (before.awaiting, before.awaiting_until)
+        settled = await handle.execute_update(
+            NotificationWorkflow.settle_update,
+            SettleRequest("sms", "destination-unreachable", "ported", "T-77", operator="ops"),
+        )
+        assert settled.accepted
+        result = await handle.result()
+        described = await handle.describe()
+    assert result.outcome == "failed"
+    assert described.run_id == handle.result_run_id  # no continue-as-new
+    waits = [c[1].awaiting for c in world.calls if c[0] == "record_waiting"]
+    assert waits.count("settlement") == 1  # the window was not opened again

@@ -631,9 +631,7 @@ class Settings(BaseSettings):
                 # to Temporal, and a pinned run would replay on code it did not start on.
                 (
                     "HERALD_BUILD_ID (no git commit to derive one from)",
-                    self.worker_versioning
-                    and not self.build_id
-                    and "+" not in default_build_id(),
+                    self.worker_versioning and not self.build_id and "+" not in default_build_id(),
                 ),
             )
             if unset

@@ -201,7 +201,7 @@ async def _move_waiting(
 
 
 def register(add: Callable[..., argparse.ArgumentParser]) -> dict[str, Any]:
-    from cli.main import action
+    from cli.output import action
 
     top = add(
         "deploy",

@@ -277,7 +277,7 @@ class Settings(BaseSettings):
     docs/operations.md, "Deploying a new build")."""
     build_id: str | None = None
     """HERALD_BUILD_ID: this worker's build in the deployment. Unset: the package version
-    plus the source's git commit where one is known (`0.1.0+3506597`), else the version
+    plus the source's git commit where one is known (`0.1.0+g3506597`), else the version
     alone (:meth:`resolved_build_id`). An image sets it at build time."""
     worker_versioning: bool = True
     """Run versioned workers (a deployment name and a build id; NotificationWorkflow
@@ -918,7 +918,7 @@ def load() -> Settings:
 @cache
 def default_build_id() -> str:
     """The package version plus the short commit of the source this module was loaded
-    from, when that is a git checkout (`0.1.0+3506597`); the version alone otherwise.
+    from, when that is a git checkout (`0.1.0+g3506597`); the version alone otherwise.
     Asked once per process: the source does not change under a running worker."""
     import subprocess
     from importlib import metadata
@@ -938,7 +938,9 @@ def default_build_id() -> str:
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return version
-    return f"{version}+{commit}" if commit else version
+    # `+g<commit>` as git describe writes it: a `+` before bare digits would read as a
+    # phone number to the log redaction (runtime.logs), which masks it.
+    return f"{version}+g{commit}" if commit else version
 
 
 def problem(err: Exception) -> str:

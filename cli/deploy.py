@@ -234,7 +234,7 @@ def register(add: Callable[..., argparse.ArgumentParser]) -> dict[str, Any]:
         sub,
         "drained",
         "exit 0 when no open run pins the build and it is neither current nor ramping, 1 otherwise",
-        example="herald deploy drained 0.1.0+3506597",
+        example="herald deploy drained 0.1.0+g3506597",
     )
     drained.add_argument("build_id", metavar="BUILD_ID", help="a build of the deployment")
     move = action(
@@ -242,7 +242,7 @@ def register(add: Callable[..., argparse.ArgumentParser]) -> dict[str, Any]:
         "move-waiting",
         "ask the build's runs that wait for an operator (settlement, resend) to continue on "
         "the current build, carrying their state (admin)",
-        example="herald deploy move-waiting 0.1.0+3506597",
+        example="herald deploy move-waiting 0.1.0+g3506597",
     )
     move.add_argument(
         "build_id", metavar="BUILD_ID", help="the build whose waiting runs move (not current)"

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import settings as settings_module
 import worker
+from runtime.logs import redact
 from tests.cli.conftest import assert_one_line_error, run_installed_herald
 
 
@@ -42,4 +43,7 @@ def test_the_workers_version_is_the_deployment_and_build_of_the_settings() -> No
 def test_the_default_build_id_is_the_version_and_the_checkouts_commit() -> None:
     # This test runs from a git checkout: the commit is known.
     build = settings_module.Settings().resolved_build_id()
-    assert re.fullmatch(r"\d+\.\d+\.\d+\+[0-9a-f]{7,}", build), build
+    assert re.fullmatch(r"\d+\.\d+\.\d+\+g[0-9a-f]{7,}", build), build
+    # Logged as it is (a commit of bare digits after `+` would be masked as a phone number).
+    assert redact(f"build herald:{build}") == (f"build herald:{build}", False)
+    assert redact("build herald:0.1.0+g3506597") == ("build herald:0.1.0+g3506597", False)

@@ -239,3 +239,9 @@ async def sink() -> AsyncIterator[SmtpSink]:
 def clean_sink(sink: SmtpSink) -> SmtpSink:
     sink.clear()
     return sink
+
+
+long_story = pytest.mark.timeout(300)
+"""For a test that tells a story of many steps against a running stack (30-65 s on a
+quiet 2-core machine): the suite-wide 120 s hang guard is under three times that, and a
+slower or busy machine takes up to three times as long. Still a hang guard, not a wait."""

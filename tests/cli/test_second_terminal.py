@@ -29,7 +29,7 @@ from devstack import EmbeddedPostgres, free_port, no_orphans, port_in_use
 from domain.principals import local_principal_name
 from settings import Settings
 from tests.cli.conftest import HERALD, Run, assert_one_line_error, run_installed_herald
-from tests.conftest import assert_no_python_repr
+from tests.conftest import assert_no_python_repr, long_story
 
 pytestmark = pytest.mark.e2e
 
@@ -264,6 +264,7 @@ def _scheduled_intent(stack: Stack, prefix: str) -> str:
     return key
 
 
+@long_story
 def test_reconcile_with_workflows_files_what_a_restore_leaves(dev: Stack) -> None:
     """`herald reconcile --workflows --record` against the stack's own Temporal: an
     intent whose workflow Temporal lost (restored older), a workflow whose intent the

@@ -31,6 +31,7 @@ from tests.cli.test_second_terminal import (
     member,  # noqa: F401 - the module-scoped recipient, on this module's stack
     running_dev,
 )
+from tests.conftest import long_story
 
 pytestmark = pytest.mark.e2e
 
@@ -54,6 +55,7 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         yield stack
 
 
+@long_story
 def test_settle_from_another_terminal_then_resend(dev: Stack, member: str) -> None:
     # `herald settle --help` lists the running stack's active policy's rules.
     helped = dev.herald("settle", "--help")

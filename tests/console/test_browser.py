@@ -18,6 +18,7 @@ import pytest
 
 from domain.requests import NotificationRequest
 from ledger import review_items
+from tests.conftest import long_story
 from tests.console.conftest import (
     CHROMIUM,
     CLASS_VARIABLES,
@@ -181,6 +182,7 @@ async def test_an_operator_and_a_viewer_work_the_console_in_a_browser(stack, con
     assert phone not in console.log.read_text()
 
 
+@long_story
 async def test_an_operator_settles_an_unknown_attempt_from_the_reconciliation_page(stack, console):
     from playwright.async_api import async_playwright, expect
 

@@ -34,7 +34,7 @@ from domain.requests import NotificationRequest
 from ledger.models import Consent
 from runtime import deployments
 from tests.cli.conftest import HERALD
-from tests.conftest import fresh_database, stack_settings, until
+from tests.conftest import fresh_database, long_story, stack_settings, until
 from workflows.notification import NotificationWorkflow
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
@@ -188,6 +188,7 @@ async def runs_by_build(client: Client) -> dict[tuple[str, str], dict[str, Any]]
     return runs
 
 
+@long_story
 async def test_a_rollout_then_a_rollback_runs_each_intent_on_one_build(stack: DevStack) -> None:
     assert stack.client is not None
     client = stack.client.temporal

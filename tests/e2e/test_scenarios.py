@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from scenarios import SCENARIOS, DemoContext
-from tests.conftest import assert_no_python_repr
+from tests.conftest import assert_no_python_repr, long_story
 
 pytestmark = pytest.mark.e2e
 
@@ -54,6 +54,7 @@ async def test_a_session_report_is_emailed_as_a_verified_attachment_and_never_en
     await SCENARIOS["session-report"](demo)
 
 
+@long_story
 async def test_a_provider_outage_fails_over_once_per_message_and_the_circuit_recovers(demo):
     await SCENARIOS["provider-outage"](demo)
 
@@ -64,5 +65,6 @@ async def test_email_events_deliver_suppress_a_bounce_and_a_complaint_and_replay
     await SCENARIOS["email-events"](demo)
 
 
+@long_story
 async def test_an_ambiguous_send_is_settled_by_a_person_and_only_then_resent(demo):
     await SCENARIOS["ambiguous-settled"](demo)

@@ -1,5 +1,5 @@
 """docs/architecture.md is the project's one architecture page: every file cites it, none
-an `ARCHITECTURE.md` the repository does not have, and every test it names as a guard
+a design page the repository does not have (ELSEWHERE), and every test it names as a guard
 exists, so an invariant cannot lose its test in silence."""
 
 from __future__ import annotations
@@ -56,5 +56,9 @@ def test_no_file_cites_an_architecture_page_outside_the_repository() -> None:
         ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout.split("\0")
     files = [ROOT / name for name in tracked if name]
-    citing = [f for f in files if f.is_file() and ELSEWHERE in f.read_text(errors="ignore")]
+    citing = [
+        f.relative_to(ROOT).as_posix()
+        for f in files
+        if f.is_file() and ELSEWHERE in f.read_text(errors="ignore")
+    ]
     assert citing == []

@@ -10,6 +10,12 @@ worker, the API, the bench, a test), and :func:`problem` makes a refusal one lin
 the variable: ports, URLs, `host:port` addresses, the database URL, the policy name, and
 HERALD_* names that are no setting. Production takes no dev default
 (:meth:`Settings._production_takes_no_dev_default`).
+
+The settings are grouped by section, one base class each (the embedded stack, Temporal and
+the workers, the ledger and its keys, the API and the console, the SMS and email providers,
+more provider accounts and the circuit, the policy and retention), each with its own checks
+and the values derived from it; `Settings` combines them and keeps only what spans
+sections. A new setting goes in its section, and in the README's table.
 """
 
 from __future__ import annotations
@@ -195,28 +201,123 @@ there for a policy that routes to it: `herald dev` runs its simulator), and
 HERALD_SENDGRID_* the `sendgrid` email alias (`herald dev`'s default email provider)."""
 
 
-class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="HERALD_", extra="ignore")
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        """Arguments, then the environment, then the secrets folder's files (secrets_dir)."""
-        folder = secrets_folder()
-        files = () if folder is None else (SecretsSettingsSource(settings_cls, secrets_dir=folder),)
-        return (init_settings, env_settings, dotenv_settings, *files)
+class EmbeddedStack(BaseSettings):
+    """Dev or production, and what the embedded stack `herald dev` starts keeps and listens
+    on: its folder and its servers' ports. Every section builds on it (a default address is
+    one of these ports; a generated secret lives in the folder)."""
 
     env: Literal["dev", "production"] = "dev"
     """`dev` (embedded defaults, generated secrets) or `production` (every secret required,
     checked whenever a Settings is built: see :meth:`_production_takes_no_dev_default`)."""
     data_dir: Path = Path(".herald")
     """Everything the embedded stack keeps: Temporal SQLite, Postgres data, keys, mail."""
+
+    secrets_dir: Path | None = None
+    """HERALD_SECRETS_DIR: a folder of files, one per setting, named as the variable
+    (`herald_data_key` or `HERALD_DATA_KEY`) and holding its value, as Docker and
+    Kubernetes mount secrets. Unset: `/run/secrets` when it exists. A variable in the
+    environment wins over a file (pydantic-settings' secrets_dir). Read from the
+    environment before the other settings (:func:`secrets_folder`), so only the
+    variable names a folder: `Settings(secrets_dir=...)` reads nothing."""
+
+    # The servers `herald dev` starts (devstack/ports.py); elsewhere each is replaced by
+    # its address: HERALD_TEMPORAL_ADDRESS, HERALD_DATABASE_URL, HERALD_*_BASE_URL.
+    temporal_port: Port = 57233
+    temporal_ui_port: Port = 58233
+    postgres_port: Port = 55432
+    simulator_port: BindPort = 58081
+    email_simulator_port: BindPort = 58083
+    telnyx_simulator_port: BindPort = 58082
+
+    @cached_property
+    def data_path(self) -> Path:
+        return self.data_dir.expanduser().resolve()
+
+
+class TemporalAndWorkers(EmbeddedStack):
+    """The Temporal cluster, the workers that join it (Worker Versioning) and the task
+    queues' rates."""
+
+    temporal_address: Address | None = None
+    """Temporal frontend `host:port`. Unset: the dev server started by `herald dev`."""
+    temporal_namespace: str = "default"
+    temporal_tls: bool = False
+    """Speak TLS to Temporal, trusting the system's roots (Temporal Cloud with an API key).
+    Any of the three files below turns TLS on by itself."""
+    temporal_tls_cert: Path | None = None
+    """HERALD_TEMPORAL_TLS_CERT: the client certificate (PEM) for mTLS (Temporal Cloud's
+    certificate auth, a self-hosted frontend that requires client certificates)."""
+    temporal_tls_key: Path | None = None
+    """HERALD_TEMPORAL_TLS_KEY: its private key (PEM); required with the certificate."""
+    temporal_tls_ca: Path | None = None
+    """HERALD_TEMPORAL_TLS_CA: the CA (PEM) that signed the frontend's certificate, where
+    it is not one the system trusts."""
+    temporal_tls_server_name: str | None = None
+    """The name the frontend's certificate is checked against, where it is not the
+    address's host."""
+    temporal_api_key: SecretStr | None = None
+    """HERALD_TEMPORAL_API_KEY: sent as a bearer token on every call (Temporal Cloud's API
+    keys); turns TLS on."""
+
+    temporal_ui_url: HttpUrlText | None = None
+    """The Temporal Web UI's base URL, for the console's links to a workflow (`herald dev`
+    uses its own UI's)."""
+
+    task_queue: str = "herald"
+    worker_deployment: str = "herald"
+    """The Worker Deployment every Herald worker joins (Worker Versioning,
+    docs/operations.md, "Deploying a new build")."""
+    build_id: str | None = None
+    """HERALD_BUILD_ID: this worker's build in the deployment. Unset: the package version
+    plus the source's git commit where one is known (`0.1.0+g3506597`), else the version
+    alone (:meth:`resolved_build_id`). An image sets it at build time."""
+    worker_versioning: bool = True
+    """Run versioned workers (a deployment name and a build id; NotificationWorkflow
+    pinned to the build that started it). False only for a Temporal server without Worker
+    Versioning (before 1.29.1)."""
+    sms_max_per_second: float = 10.0
+    """SMS send and poll run on `<task_queue>-sms`, rate limited by the server for the
+    whole fleet at this many activities per second."""
+    sms_max_concurrent: int = 20
+    provider_max_per_second: dict[str, float] = {}
+    """HERALD_PROVIDER_MAX_PER_SECOND, a JSON object: SMS provider alias -> activities per
+    second on its own queue (`<task_queue>-sms-<alias>`, used where the policy routes SMS
+    to more than one provider); an alias it does not name gets `sms_max_per_second`."""
+
+    worker_metrics_address: OptionalAddress = None
+    """`host:port` where each worker serves the Temporal SDK's Prometheus metrics."""
+    worker_herald_metrics_address: OptionalAddress = None
+    """`host:port` where each worker serves Herald's own event-time metrics (ledger.metrics:
+    scheduled -> submitted, fallbacks, duplicates suppressed, ...)."""
+
+    @property
+    def temporal_target(self) -> str:
+        return self.temporal_address or f"127.0.0.1:{self.temporal_port}"
+
+    def resolved_build_id(self) -> str:
+        """HERALD_BUILD_ID, else `<package version>+<git commit>` (the version alone where
+        the source is no git checkout, or git is missing). Two workers of different code
+        must not share a build id: a checkout with uncommitted changes needs one set."""
+        if self.build_id:
+            return self.build_id
+        return default_build_id()
+
+    @model_validator(mode="after")
+    def _temporal_tls_is_whole(self) -> TemporalAndWorkers:
+        """A client certificate comes with its key, and a key with its certificate."""
+        if (self.temporal_tls_cert is None) != (self.temporal_tls_key is None):
+            given, needs = (
+                ("HERALD_TEMPORAL_TLS_CERT", "HERALD_TEMPORAL_TLS_KEY")
+                if self.temporal_tls_key is None
+                else ("HERALD_TEMPORAL_TLS_KEY", "HERALD_TEMPORAL_TLS_CERT")
+            )
+            raise ValueError(f"{given} is set without {needs}: mTLS needs both")
+        return self
+
+
+class LedgerAndKeys(EmbeddedStack):
+    """The ledger's Postgres, the keys that encrypt and sign what it keeps, the business
+    keys' namespace and where attachments live."""
 
     database_url: str | None = None
     """Ledger Postgres (SQLAlchemy URL). Unset: the embedded Postgres under `data_dir`."""
@@ -244,59 +345,81 @@ class Settings(BaseSettings):
             check_port(port)
         return url
 
-    postgres_port: Port = 55432
+    data_key: SecretStr | None = None
+    """Base64 AES-256 key (or `kid:base64,kid:base64` for rotation; first encrypts)."""
 
-    temporal_address: Address | None = None
-    """Temporal frontend `host:port`. Unset: the dev server started by `herald dev`."""
-    temporal_namespace: str = "default"
-    temporal_tls: bool = False
-    """Speak TLS to Temporal, trusting the system's roots (Temporal Cloud with an API key).
-    Any of the three files below turns TLS on by itself."""
-    temporal_tls_cert: Path | None = None
-    """HERALD_TEMPORAL_TLS_CERT: the client certificate (PEM) for mTLS (Temporal Cloud's
-    certificate auth, a self-hosted frontend that requires client certificates)."""
-    temporal_tls_key: Path | None = None
-    """HERALD_TEMPORAL_TLS_KEY: its private key (PEM); required with the certificate."""
-    temporal_tls_ca: Path | None = None
-    """HERALD_TEMPORAL_TLS_CA: the CA (PEM) that signed the frontend's certificate, where
-    it is not one the system trusts."""
-    temporal_tls_server_name: str | None = None
-    """The name the frontend's certificate is checked against, where it is not the
-    address's host."""
-    temporal_api_key: SecretStr | None = None
-    """HERALD_TEMPORAL_API_KEY: sent as a bearer token on every call (Temporal Cloud's API
-    keys); turns TLS on."""
-    temporal_port: Port = 57233
-    temporal_ui_port: Port = 58233
-    temporal_ui_url: HttpUrlText | None = None
-    """The Temporal Web UI's base URL, for the console's links to a workflow (`herald dev`
-    uses its own UI's)."""
-    task_queue: str = "herald"
-    worker_deployment: str = "herald"
-    """The Worker Deployment every Herald worker joins (Worker Versioning,
-    docs/operations.md, "Deploying a new build")."""
-    build_id: str | None = None
-    """HERALD_BUILD_ID: this worker's build in the deployment. Unset: the package version
-    plus the source's git commit where one is known (`0.1.0+g3506597`), else the version
-    alone (:meth:`resolved_build_id`). An image sets it at build time."""
-    worker_versioning: bool = True
-    """Run versioned workers (a deployment name and a build id; NotificationWorkflow
-    pinned to the build that started it). False only for a Temporal server without Worker
-    Versioning (before 1.29.1)."""
-    sms_max_per_second: float = 10.0
-    """SMS send and poll run on `<task_queue>-sms`, rate limited by the server for the
-    whole fleet at this many activities per second."""
-    sms_max_concurrent: int = 20
-    provider_max_per_second: dict[str, float] = {}
-    """HERALD_PROVIDER_MAX_PER_SECOND, a JSON object: SMS provider alias -> activities per
-    second on its own queue (`<task_queue>-sms-<alias>`, used where the policy routes SMS
-    to more than one provider); an alias it does not name gets `sms_max_per_second`."""
+    unsubscribe_secret: SecretStr | None = None
+    """Signs one-click unsubscribe links; separate from the data keys so rotating those
+    does not break links already sent."""
 
-    worker_metrics_address: OptionalAddress = None
-    """`host:port` where each worker serves the Temporal SDK's Prometheus metrics."""
-    worker_herald_metrics_address: OptionalAddress = None
-    """`host:port` where each worker serves Herald's own event-time metrics (ledger.metrics:
-    scheduled -> submitted, fallbacks, duplicates suppressed, ...)."""
+    key_namespace: str = "starter"
+    """The namespace of the business keys a Python app records in-process through the
+    starter client (domain.keys.DEFAULT_NAMESPACE by default; docs/api.md, "How keys are
+    scoped"). A principal's requests use the principal's own namespace instead."""
+
+    @field_validator("key_namespace")
+    @classmethod
+    def _a_namespace(cls, namespace: str) -> str:
+        from domain import key_privacy, keys
+
+        try:
+            keys.validate_namespace(namespace)
+            key_privacy.refuse_contact_data_in_namespace(namespace)
+        except keys.InvalidKey as err:
+            raise ValueError(str(err)) from None
+        return namespace
+
+    artifact_store: Literal["folder", "postgres"] = "folder"
+    """HERALD_ARTIFACT_STORE: where attachment bytes live (ledger/artifacts.py): `folder`,
+    `<data_dir>/artifacts` (one host's: only the processes that share it reach it), or
+    `postgres`, the ledger's `artifact_content` table, which every worker reaches."""
+    attachment_max_bytes: int = Field(default=10 * 1024 * 1024, ge=1, le=64 * 1024 * 1024)
+    """HERALD_ATTACHMENT_MAX_BYTES: the largest attachment `POST /v1/attachments` takes
+    (413 beyond it, naming the limit)."""
+
+    def resolved_database_url(self) -> str:
+        """A SQLAlchemy URL on psycopg 3 (the driver Herald installs). A plain libpq URL,
+        `postgresql://...` as `herald dev` publishes it or `postgres://...`, gets the
+        driver named, since SQLAlchemy 2.0 would otherwise look for psycopg2."""
+        url = self.database_url or f"postgresql://postgres@127.0.0.1:{self.postgres_port}/herald"
+        scheme, sep, rest = url.partition("://")
+        if sep and scheme in ("postgresql", "postgres"):
+            return f"postgresql+psycopg://{rest}"
+        return url
+
+    def resolved_data_keys(self, *, create: bool = False) -> str:
+        """The data key ring: HERALD_DATA_KEY, else (in dev) the data folder's `data.key`.
+
+        Only `herald dev` and `herald migrate` pass `create=True` (the key is generated
+        once, 0600). Anything else run where no key exists is in the wrong folder: a key
+        made there would encrypt and hash under a key the real stack never sees.
+        """
+        if self.data_key is not None:
+            return self.data_key.get_secret_value()
+        if self.env == "production":
+            raise RuntimeError("HERALD_DATA_KEY is required outside dev; refusing to start")
+        path = self.data_path / "data.key"
+        if not create and not path.exists():
+            raise MissingDataKey(
+                f"no data key in {self.data_path} (`herald dev` and `herald migrate` create "
+                "it): run this where `herald dev` runs, set HERALD_DATA_DIR to its data "
+                "folder, or set HERALD_DATA_KEY"
+            )
+        return _dev_secret(path, lambda: "k1:" + _b64(secrets.token_bytes(32)))
+
+    def resolved_unsubscribe_secret(self) -> str:
+        if self.unsubscribe_secret is not None:
+            return self.unsubscribe_secret.get_secret_value()
+        if self.env == "production":
+            raise RuntimeError(
+                "HERALD_UNSUBSCRIBE_SECRET is required outside dev; refusing to start"
+            )
+        return _dev_secret(self.data_path / "unsubscribe.secret", lambda: secrets.token_urlsafe(32))
+
+
+class ApiAndConsole(EmbeddedStack):
+    """`herald api`: where it listens, the public origin providers call back, the console's
+    sessions and search, and the credentials operators and the CLI act with."""
 
     api_host: str = "127.0.0.1"
     api_port: Port = 58080
@@ -349,6 +472,41 @@ class Settings(BaseSettings):
     token: SecretStr | None = None
     """HERALD_TOKEN: the token the CLI acts with; unset, `<data_dir>/operator.token`."""
 
+    @property
+    def api_url(self) -> str:
+        return f"http://{self.api_host}:{self.api_port}"
+
+    @property
+    def callback_base_url(self) -> str:
+        return (self.public_base_url or self.api_url).rstrip("/")
+
+    def resolved_operator_token(self) -> str | None:
+        """The break-glass token; None in dev when unset (principals do the work there)."""
+        if self.operator_token is not None:
+            return self.operator_token.get_secret_value()
+        if self.env == "production":
+            raise RuntimeError("HERALD_OPERATOR_TOKEN is required outside dev; refusing to start")
+        return None
+
+    @property
+    def token_file(self) -> Path:
+        """Where `herald dev` writes its local admin's token, and where the CLI reads one."""
+        return self.data_path / "operator.token"
+
+    def cli_token(self) -> str | None:
+        """The token the CLI acts with: HERALD_TOKEN, else the data folder's token file."""
+        if self.token is not None:
+            return self.token.get_secret_value()
+        try:
+            return self.token_file.read_text().strip() or None
+        except FileNotFoundError:
+            return None
+
+
+class SmsProviders(EmbeddedStack):
+    """The built-in SMS accounts: Twilio-compatible (alias `twilio`) and Telnyx (alias
+    `telnyx`), their senders, and the simulators `herald dev` points them at when unset."""
+
     sms_base_url: HttpUrlText | None = None
     """Twilio-compatible API base. Unset: the carrier simulator."""
     sms_account_sid: str = "AC00000000000000000000000000000000"
@@ -359,7 +517,35 @@ class Settings(BaseSettings):
     sms_senders: dict[str, str] = {}
     """HERALD_SMS_SENDERS, a JSON object: policy sender alias -> real sender, e.g.
     `{"herald-us-10dlc": "MG...", "Herald": "Herald", "herald-za": "+27..."}`."""
-    simulator_port: BindPort = 58081
+
+    telnyx_base_url: HttpUrlText | None = None
+    """Telnyx Messaging v2 API base (`https://api.telnyx.com`). Unset: `herald dev`'s
+    Telnyx simulator."""
+    telnyx_api_key: SecretStr = SecretStr(SIMULATOR_TELNYX_API_KEY)
+    telnyx_public_key: str | None = None
+    """HERALD_TELNYX_PUBLIC_KEY: the account's Ed25519 public key (base64 of 32 bytes),
+    which Telnyx's webhooks are verified with. Unset, `/v1/webhooks/telnyx` refuses every
+    event; `herald dev` sets its own simulator's (a key pair made per stack)."""
+    telnyx_messaging_profile_id: str | None = None
+    """Sent with every Telnyx message (needed for an alphanumeric sender or a number pool)."""
+    telnyx_from_number: str | None = None
+    """HERALD_TELNYX_FROM_NUMBER: the number the Telnyx account sends from. Unset, Telnyx
+    is given the sender resolved for the policy's alias (HERALD_SMS_SENDERS), which must
+    then be one Telnyx accepts (an E.164 number on the account, or an alphanumeric id
+    with a messaging profile); a Messaging Service SID is Twilio's alone."""
+
+    @property
+    def sms_api_url(self) -> str:
+        return self.sms_base_url or f"http://127.0.0.1:{self.simulator_port}"
+
+    @property
+    def telnyx_api_url(self) -> str:
+        return self.telnyx_base_url or f"http://127.0.0.1:{self.telnyx_simulator_port}"
+
+
+class EmailProviders(EmbeddedStack):
+    """The built-in email accounts: SendGrid-compatible (alias `sendgrid`) and an SMTP relay
+    (alias `smtp`), the senders' From and DKIM signing."""
 
     email_provider: str | None = None
     """The provider alias email goes through where the policy names none for email
@@ -376,37 +562,6 @@ class Settings(BaseSettings):
     sendgrid_event_tolerance_seconds: int = 26 * 3600
     """How old an event batch's signed timestamp may be: SendGrid retries for up to 24
     hours (api.ingress.sendgrid); deduplication by event id makes a replay harmless."""
-    email_simulator_port: BindPort = 58083
-    telnyx_base_url: HttpUrlText | None = None
-    """Telnyx Messaging v2 API base (`https://api.telnyx.com`). Unset: `herald dev`'s
-    Telnyx simulator."""
-    telnyx_api_key: SecretStr = SecretStr(SIMULATOR_TELNYX_API_KEY)
-    telnyx_public_key: str | None = None
-    """HERALD_TELNYX_PUBLIC_KEY: the account's Ed25519 public key (base64 of 32 bytes),
-    which Telnyx's webhooks are verified with. Unset, `/v1/webhooks/telnyx` refuses every
-    event; `herald dev` sets its own simulator's (a key pair made per stack)."""
-    telnyx_messaging_profile_id: str | None = None
-    """Sent with every Telnyx message (needed for an alphanumeric sender or a number pool)."""
-    telnyx_from_number: str | None = None
-    """HERALD_TELNYX_FROM_NUMBER: the number the Telnyx account sends from. Unset, Telnyx
-    is given the sender resolved for the policy's alias (HERALD_SMS_SENDERS), which must
-    then be one Telnyx accepts (an E.164 number on the account, or an alphanumeric id
-    with a messaging profile); a Messaging Service SID is Twilio's alone."""
-    telnyx_simulator_port: BindPort = 58082
-
-    circuit_failure_threshold: int = 5
-    """A provider's circuit opens after this many consecutive failures (a provider-side
-    refusal, a refused connection, a 5xx, a timeout) within `circuit_window_seconds`."""
-    circuit_window_seconds: float = 60.0
-    circuit_cool_down_seconds: float = 30.0
-    """How long an open circuit refuses at once before one probe may try (half-open)."""
-
-    def breaker_settings(self) -> BreakerSettings:
-        return BreakerSettings(
-            failure_threshold=self.circuit_failure_threshold,
-            window=timedelta(seconds=self.circuit_window_seconds),
-            cool_down=timedelta(seconds=self.circuit_cool_down_seconds),
-        )
 
     smtp_host: str = "127.0.0.1"
     """The SMTP relay (alias `smtp`). Unset: `herald dev`'s SMTP sink; required outside dev
@@ -422,90 +577,11 @@ class Settings(BaseSettings):
     in `email_senders`."""
     email_senders: dict[str, str] = {}
     """HERALD_EMAIL_SENDERS, a JSON object: policy email sender (alias or From) -> From."""
-    providers: dict[str, ProviderSettings] = {}
-    """HERALD_PROVIDERS, a JSON object: provider alias -> its settings, e.g.
-    `{"twilio-eu": {"kind": "twilio", "base_url": "https://...", "account_sid": "AC...",
-    "auth_token": "..."}}`. The policy routes each channel and region to aliases; the
-    aliases `twilio` and `smtp` are configured by the HERALD_SMS_* and HERALD_SMTP_*
-    settings unless this object names them too."""
+
     dkim_domain: str | None = None
     """DKIM signing domain; with a selector and a key file, every email is signed."""
     dkim_selector: str | None = None
     dkim_private_key_file: Path | None = None
-
-    unsubscribe_secret: SecretStr | None = None
-    """Signs one-click unsubscribe links; separate from the data keys so rotating those
-    does not break links already sent."""
-    data_key: SecretStr | None = None
-    """Base64 AES-256 key (or `kid:base64,kid:base64` for rotation; first encrypts)."""
-    pii_retention_days: int = 30
-    policy_name: str = "default"
-    """The policy activated at migration time: a packaged one (`demo` compresses
-    durations) or the path of a policy file in the packaged format (policies/). Checked
-    when the settings are built, so `herald migrate`, the worker and the API all refuse a
-    name that is neither."""
-
-    key_namespace: str = "starter"
-    """The namespace of the business keys a Python app records in-process through the
-    starter client (domain.keys.DEFAULT_NAMESPACE by default; docs/api.md, "How keys are
-    scoped"). A principal's requests use the principal's own namespace instead."""
-
-    @field_validator("key_namespace")
-    @classmethod
-    def _a_namespace(cls, namespace: str) -> str:
-        from domain import key_privacy, keys
-
-        try:
-            keys.validate_namespace(namespace)
-            key_privacy.refuse_contact_data_in_namespace(namespace)
-        except keys.InvalidKey as err:
-            raise ValueError(str(err)) from None
-        return namespace
-
-    @field_validator("policy_name")
-    @classmethod
-    def _a_policy_that_loads(cls, spec: str) -> str:
-        import policies
-        from domain.policy import PolicyError, load_policy
-
-        try:
-            _, document = policies.load(spec)
-            load_policy(document)
-        except (FileNotFoundError, PolicyError) as err:
-            raise ValueError(str(err).strip().splitlines()[0]) from None
-        return spec
-
-    artifact_store: Literal["folder", "postgres"] = "folder"
-    """HERALD_ARTIFACT_STORE: where attachment bytes live (ledger/artifacts.py): `folder`,
-    `<data_dir>/artifacts` (one host's: only the processes that share it reach it), or
-    `postgres`, the ledger's `artifact_content` table, which every worker reaches."""
-    attachment_max_bytes: int = Field(default=10 * 1024 * 1024, ge=1, le=64 * 1024 * 1024)
-    """HERALD_ATTACHMENT_MAX_BYTES: the largest attachment `POST /v1/attachments` takes
-    (413 beyond it, naming the limit)."""
-
-    secrets_dir: Path | None = None
-    """HERALD_SECRETS_DIR: a folder of files, one per setting, named as the variable
-    (`herald_data_key` or `HERALD_DATA_KEY`) and holding its value, as Docker and
-    Kubernetes mount secrets. Unset: `/run/secrets` when it exists. A variable in the
-    environment wins over a file (pydantic-settings' secrets_dir). Read from the
-    environment before the other settings (:func:`secrets_folder`), so only the
-    variable names a folder: `Settings(secrets_dir=...)` reads nothing."""
-
-    @cached_property
-    def data_path(self) -> Path:
-        return self.data_dir.expanduser().resolve()
-
-    @property
-    def api_url(self) -> str:
-        return f"http://{self.api_host}:{self.api_port}"
-
-    @property
-    def callback_base_url(self) -> str:
-        return (self.public_base_url or self.api_url).rstrip("/")
-
-    @property
-    def temporal_target(self) -> str:
-        return self.temporal_address or f"127.0.0.1:{self.temporal_port}"
 
     @property
     def resolved_email_provider(self) -> str:
@@ -539,72 +615,97 @@ class Settings(BaseSettings):
             return public.read_text().strip()
         return None
 
-    @property
-    def sms_api_url(self) -> str:
-        return self.sms_base_url or f"http://127.0.0.1:{self.simulator_port}"
 
-    @property
-    def telnyx_api_url(self) -> str:
-        return self.telnyx_base_url or f"http://127.0.0.1:{self.telnyx_simulator_port}"
+class ProviderAccounts(EmbeddedStack):
+    """More provider accounts than the built-in ones (HERALD_PROVIDERS), and the circuit
+    every provider's calls go through."""
 
-    def resolved_build_id(self) -> str:
-        """HERALD_BUILD_ID, else `<package version>+<git commit>` (the version alone where
-        the source is no git checkout, or git is missing). Two workers of different code
-        must not share a build id: a checkout with uncommitted changes needs one set."""
-        if self.build_id:
-            return self.build_id
-        return default_build_id()
+    providers: dict[str, ProviderSettings] = {}
+    """HERALD_PROVIDERS, a JSON object: provider alias -> its settings, e.g.
+    `{"twilio-eu": {"kind": "twilio", "base_url": "https://...", "account_sid": "AC...",
+    "auth_token": "..."}}`. The policy routes each channel and region to aliases; the
+    aliases `twilio` and `smtp` are configured by the HERALD_SMS_* and HERALD_SMTP_*
+    settings unless this object names them too."""
 
-    def resolved_database_url(self) -> str:
-        """A SQLAlchemy URL on psycopg 3 (the driver Herald installs). A plain libpq URL,
-        `postgresql://...` as `herald dev` publishes it or `postgres://...`, gets the
-        driver named, since SQLAlchemy 2.0 would otherwise look for psycopg2."""
-        url = self.database_url or f"postgresql://postgres@127.0.0.1:{self.postgres_port}/herald"
-        scheme, sep, rest = url.partition("://")
-        if sep and scheme in ("postgresql", "postgres"):
-            return f"postgresql+psycopg://{rest}"
-        return url
+    circuit_failure_threshold: int = 5
+    """A provider's circuit opens after this many consecutive failures (a provider-side
+    refusal, a refused connection, a 5xx, a timeout) within `circuit_window_seconds`."""
+    circuit_window_seconds: float = 60.0
+    circuit_cool_down_seconds: float = 30.0
+    """How long an open circuit refuses at once before one probe may try (half-open)."""
 
-    def resolved_data_keys(self, *, create: bool = False) -> str:
-        """The data key ring: HERALD_DATA_KEY, else (in dev) the data folder's `data.key`.
+    def breaker_settings(self) -> BreakerSettings:
+        return BreakerSettings(
+            failure_threshold=self.circuit_failure_threshold,
+            window=timedelta(seconds=self.circuit_window_seconds),
+            cool_down=timedelta(seconds=self.circuit_cool_down_seconds),
+        )
 
-        Only `herald dev` and `herald migrate` pass `create=True` (the key is generated
-        once, 0600). Anything else run where no key exists is in the wrong folder: a key
-        made there would encrypt and hash under a key the real stack never sees.
-        """
-        if self.data_key is not None:
-            return self.data_key.get_secret_value()
-        if self.env == "production":
-            raise RuntimeError("HERALD_DATA_KEY is required outside dev; refusing to start")
-        path = self.data_path / "data.key"
-        if not create and not path.exists():
-            raise MissingDataKey(
-                f"no data key in {self.data_path} (`herald dev` and `herald migrate` create "
-                "it): run this where `herald dev` runs, set HERALD_DATA_DIR to its data "
-                "folder, or set HERALD_DATA_KEY"
-            )
-        return _dev_secret(path, lambda: "k1:" + _b64(secrets.token_bytes(32)))
 
-    def resolved_unsubscribe_secret(self) -> str:
-        if self.unsubscribe_secret is not None:
-            return self.unsubscribe_secret.get_secret_value()
-        if self.env == "production":
-            raise RuntimeError(
-                "HERALD_UNSUBSCRIBE_SECRET is required outside dev; refusing to start"
-            )
-        return _dev_secret(self.data_path / "unsubscribe.secret", lambda: secrets.token_urlsafe(32))
+class PolicyAndRetention(EmbeddedStack):
+    """The policy activated at migration time and how long readable contact data is kept."""
 
-    @model_validator(mode="after")
-    def _temporal_tls_is_whole(self) -> Settings:
-        """A client certificate comes with its key, and a key with its certificate."""
-        if (self.temporal_tls_cert is None) != (self.temporal_tls_key is None):
-            given, needs = (
-                ("HERALD_TEMPORAL_TLS_CERT", "HERALD_TEMPORAL_TLS_KEY")
-                if self.temporal_tls_key is None
-                else ("HERALD_TEMPORAL_TLS_KEY", "HERALD_TEMPORAL_TLS_CERT")
-            )
-            raise ValueError(f"{given} is set without {needs}: mTLS needs both")
-        return self
+    policy_name: str = "default"
+    """The policy activated at migration time: a packaged one (`demo` compresses
+    durations) or the path of a policy file in the packaged format (policies/). Checked
+    when the settings are built, so `herald migrate`, the worker and the API all refuse a
+    name that is neither."""
+
+    @field_validator("policy_name")
+    @classmethod
+    def _a_policy_that_loads(cls, spec: str) -> str:
+        import policies
+        from domain.policy import PolicyError, load_policy
+
+        try:
+            _, document = policies.load(spec)
+            load_policy(document)
+        except (FileNotFoundError, PolicyError) as err:
+            raise ValueError(str(err).strip().splitlines()[0]) from None
+        return spec
+
+    pii_retention_days: int = 30
+
+    def named_policy(self) -> Policy:
+        """The policy `policy_name` names (packaged, or a policy file), parsed (the name
+        was checked when the settings were built)."""
+        import policies
+        from domain.policy import load_policy
+
+        _, document = policies.load(self.policy_name)
+        return load_policy(document)
+
+
+class Settings(
+    # Last to first: pydantic reads the fields of the last base first, so a line naming
+    # several bad variables (:func:`problem`) names them in the order of the sections above.
+    PolicyAndRetention,
+    ProviderAccounts,
+    EmailProviders,
+    SmsProviders,
+    ApiAndConsole,
+    LedgerAndKeys,
+    TemporalAndWorkers,
+):
+    """Every setting, one section per base class above; here only what spans sections:
+    where the values come from, the checks production makes of them all, and the provider
+    accounts, senders and routes built from several sections."""
+
+    model_config = SettingsConfigDict(env_prefix="HERALD_", extra="ignore")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Arguments, then the environment, then the secrets folder's files (secrets_dir)."""
+        folder = secrets_folder()
+        files = () if folder is None else (SecretsSettingsSource(settings_cls, secrets_dir=folder),)
+        return (init_settings, env_settings, dotenv_settings, *files)
 
     @model_validator(mode="after")
     def _production_takes_no_dev_default(self) -> Settings:
@@ -722,15 +823,6 @@ class Settings(BaseSettings):
                 )
         return problems
 
-    def named_policy(self) -> Policy:
-        """The policy `policy_name` names (packaged, or a policy file), parsed (the name
-        was checked when the settings were built)."""
-        import policies
-        from domain.policy import load_policy
-
-        _, document = policies.load(self.policy_name)
-        return load_policy(document)
-
     def provider_settings(self) -> dict[str, AnyProvider]:
         """Every configured provider account by alias: `twilio` and `smtp` from the flat
         settings, then HERALD_PROVIDERS (which may replace them)."""
@@ -789,28 +881,6 @@ class Settings(BaseSettings):
         except SenderError as err:
             raise RuntimeError(f"sender settings: {err}") from None
         return book
-
-    def resolved_operator_token(self) -> str | None:
-        """The break-glass token; None in dev when unset (principals do the work there)."""
-        if self.operator_token is not None:
-            return self.operator_token.get_secret_value()
-        if self.env == "production":
-            raise RuntimeError("HERALD_OPERATOR_TOKEN is required outside dev; refusing to start")
-        return None
-
-    @property
-    def token_file(self) -> Path:
-        """Where `herald dev` writes its local admin's token, and where the CLI reads one."""
-        return self.data_path / "operator.token"
-
-    def cli_token(self) -> str | None:
-        """The token the CLI acts with: HERALD_TOKEN, else the data folder's token file."""
-        if self.token is not None:
-            return self.token.get_secret_value()
-        try:
-            return self.token_file.read_text().strip() or None
-        except FileNotFoundError:
-            return None
 
 
 NOT_SETTINGS = frozenset(

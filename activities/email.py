@@ -170,7 +170,7 @@ class EmailActivities:
         except EmailAmbiguousError as err:
             if not resends:
                 # No idempotency key and no lookup: a second request would be a second
-                # message in the inbox. A person settles it (ARCHITECTURE.md).
+                # message in the inbox. A person settles it (docs/architecture.md).
                 return await self._unknown(
                     transport, token, "ambiguous", without_addresses(err.reason)
                 )

@@ -1,6 +1,6 @@
-"""Imports point inward (ARCHITECTURE.md, "Layout"): workflows -> domain and the
-contracts; activities -> domain, ledger, transports; api, cli and starter -> the ledger
-and the Temporal client (starter); nothing imports workflows except worker.py and
+"""Imports point inward (docs/architecture.md, "What each room may import"): workflows ->
+domain and the contracts; activities -> domain, ledger, transports; api, cli and starter ->
+the ledger and the Temporal client (starter); nothing imports workflows except worker.py and
 starter; no router imports the app factory (api.app), which only api/server.py serves.
 Checked on the source with `ast`, as test_domain_purity checks domain/ itself, with every
 import counted: at the top, inside a function, or under TYPE_CHECKING.

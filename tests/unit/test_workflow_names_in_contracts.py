@@ -1,6 +1,6 @@
-"""The names other layers use instead of importing the workflows (ARCHITECTURE.md,
-"Layout") are the ones the workflows use: the search attributes the notification
-workflow sets are all in the contracts with their Temporal types (what `herald dev`
+"""The names other layers use instead of importing the workflows (docs/architecture.md,
+"What each room may import") are the ones the workflows use: the search attributes the
+notification workflow sets are all in the contracts with their Temporal types (what `herald dev`
 registers), and the schedules start the maintenance workflow by its type's name."""
 
 from __future__ import annotations

@@ -5,23 +5,48 @@ activity that acts on the ledger or a transport and returns a fact.
 """
 
 import asyncio
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import (
-    RetryPolicy,
-    SearchAttributeKey,
-    SearchAttributeUpdate,
-    VersioningBehavior,
-)
+from temporalio.common import SearchAttributeUpdate, VersioningBehavior
 from temporalio.exceptions import ActivityError, ApplicationError
+
+from workflows.notification.options import (
+    ACTIVITY_TIMEOUT,
+    ALL_REFUSED_WAIT,
+    AUTHORIZE,
+    AUTHORIZE_RETRY,
+    LEDGER_RETRY,
+    LOAD_INTENT,
+    LOOKUP_WINDOW,
+    MAX_REFUSED_WAIT,
+    MIN_DEFER,
+    RECORD_OPERATOR_ACTION,
+    RECORD_SETTLEMENT,
+    RECORD_VERDICT,
+    RECORD_WAITING,
+    SEND_HEARTBEAT_TIMEOUT,
+    SUBMIT_RETRY,
+    channel_of,
+    queue_of,
+)
+from workflows.notification.web_ui import (
+    CHANNEL,
+    CHANNELS_USED,
+    COARSE_STATE,
+    EVENT_TYPE,
+    OUTCOME,
+    REGION,
+    STATE,
+    minutes,
+    utc,
+)
 
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import (
         MOVE_TO_CURRENT_BUILD,
         PERMANENT_ERRORS,
-        STATE_ATTRIBUTE,
         AuthorizeInput,
         AuthorizeResult,
         CancelRequest,
@@ -71,53 +96,11 @@ with workflow.unsafe.imports_passed_through():
     from domain.policy import Outcome
     from domain.states import AttemptState
 
-STATE = SearchAttributeKey.for_keyword(STATE_ATTRIBUTE)
-CHANNEL = SearchAttributeKey.for_keyword("HeraldChannel")
-REGION = SearchAttributeKey.for_keyword("HeraldRegion")
-EVENT_TYPE = SearchAttributeKey.for_keyword("HeraldEventType")
-OUTCOME = SearchAttributeKey.for_keyword("HeraldOutcome")
-"""Set once, when the run ends: delivered, sent, denied, failed, undelivered, unknown,
-cancelled or expired (domain.intents)."""
-CHANNELS_USED = SearchAttributeKey.for_keyword_list("HeraldChannelsUsed")
-"""The channels an attempt was prepared on, set when the run ends (empty when none was)."""
-# Phases as operators filter on them in the Web UI (HeraldState).
-COARSE_STATE = {
-    "starting": "pending",
-    "authorizing": "sending",
-    "submitting": "sending",
-    "observing": "sending",
-}
-
 # Operator actions: the name of both the signal and the update.
 CANCEL = "cancel"
 APPROVE_RESEND = "approve_resend"
 SETTLE = "settle"
 LOOKUP = "lookup"
-
-# Activity names, so tests can fake them by name and the worker registers the same. A
-# channel's own activities are named in its domain.channels entry.
-LOAD_INTENT = "load_intent"
-AUTHORIZE = "authorize"
-SUBMIT_SMS = channels.SMS.send_activity
-POLL_SMS = channels.SMS.poll_activity
-SEND_EMAIL = channels.EMAIL.send_activity
-RECORD_VERDICT = "record_verdict"
-RECORD_OPERATOR_ACTION = "record_operator_action"
-RECORD_SETTLEMENT = "record_settlement"
-RECORD_WAITING = "record_waiting"
-
-LOOKUP_WINDOW = settlement.LOOKUP_WINDOW
-
-ALL_REFUSED_WAIT = timedelta(minutes=1)
-"""How long to wait before trying the providers again when every one refused for its own
-reasons and none said when it would take work again (an open circuit says)."""
-
-MAX_REFUSED_WAIT = timedelta(minutes=15)
-"""The longest wait between tries while the providers keep refusing for their own reasons
-(docs/transports.md, "Account refusals"): each wait is at least twice the one before, up
-to this, so an account refused for a whole day costs about a hundred tries (attempts in
-the ledger, events in the history), not thousands, and a fixed account is used within
-this long."""
 
 SETTLEMENT_REFUSED = "SettlementRefused"
 """The type of the error a `settle` update fails with when the ledger refuses what the
@@ -127,47 +110,6 @@ the update handler, not by an activity, so it is no `ErrorType`; the run goes on
 TEMPORAL_CANCEL_OPERATOR = "temporal"
 """The operator a cancel requested through Temporal (Web UI, `temporal workflow cancel`) is
 recorded under; the ledger activity adds the request's identity from the history."""
-
-MIN_DEFER = timedelta(seconds=1)
-"""The shortest wait after a deferring policy decision: the local `authorize` runs on the
-worker's clock, and one that defers to a moment the workflow clock has passed waits this
-long rather than asking again in the same workflow task."""
-
-SEND_HEARTBEAT_TIMEOUT = timedelta(seconds=10)
-"""The SMS submit heartbeats (activities.heartbeating): a worker that dies mid-submit is
-noticed after 10 s, not after the 30 s start-to-close. Safe because a retried submit finds
-the claim the dead one left and reconciles with the carrier before sending. The email
-send has no such claim (a retry sends again, with the same Message-ID), so it keeps the
-30 s start-to-close alone: a server restart that loses a few heartbeats must not start a
-second send while the first is still talking to SMTP."""
-
-LEDGER_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30)
-)
-AUTHORIZE_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    maximum_interval=timedelta(seconds=30),
-    non_retryable_error_types=PERMANENT_ERRORS,
-)
-
-
-def _queue_of(channel: Channel) -> str | None:
-    # Send and poll run on the channel's per-route queue, whose rate the server enforces
-    # for the fleet; a channel without a suffix runs them on the workflow's own queue.
-    if not channel.task_queue_suffix:
-        return None
-    return channel.task_queue(workflow.info().task_queue)
-
-
-def _channel(name: str) -> Channel:
-    """The channel called `name`; an unknown one fails the run on purpose (a plan the
-    intake accepted names only known channels, so this is a bug, not a business outcome)."""
-    try:
-        return channels.get(name)
-    except channels.UnknownChannel as err:
-        raise ApplicationError(
-            str(err), type=ErrorType.UNKNOWN_CHANNEL, non_retryable=True
-        ) from None
 
 
 # Pinned: a run lives its whole life on the build that started it, so a new build may
@@ -290,14 +232,14 @@ class NotificationWorkflow:
     async def lookup_update(self, request: LookupRequest) -> LookupResult:
         asked_at = workflow.now()  # the request reads before the answer it brought
         token = self._latest_token(request.channel)
-        lookup = _channel(request.channel).lookup_activity
+        lookup = channel_of(request.channel).lookup_activity
         assert token is not None and lookup is not None  # the validator refused the rest
         result = await workflow.execute_activity(
             lookup,
             LookupInput(token, requested_by=request.operator),
             result_type=LookupResult,
-            task_queue=_queue_of(_channel(request.channel)),
-            start_to_close_timeout=timedelta(seconds=30),
+            task_queue=queue_of(channel_of(request.channel)),
+            start_to_close_timeout=ACTIVITY_TIMEOUT,
             # An operator waits on this answer: a provider that keeps failing is a refusal
             # after LOOKUP_WINDOW (the update fails; the client records why), not a wait
             # without end.
@@ -393,13 +335,13 @@ class NotificationWorkflow:
             LOAD_INTENT,
             LoadIntentInput(input.intent_id),
             result_type=IntentFacts,
-            start_to_close_timeout=timedelta(seconds=30),
+            start_to_close_timeout=ACTIVITY_TIMEOUT,
             retry_policy=LEDGER_RETRY,
             summary="load the intent's facts from the ledger",
         )
         self._facts = facts
         for name in facts.channels:
-            _channel(name)
+            channel_of(name)
         self._cancelled = self._cancelled or facts.cancelled
         # The starter sets state/channel/region/event type at start; only fill what is missing.
         missing = [
@@ -423,9 +365,9 @@ class NotificationWorkflow:
 
         if facts.send_at is not None and facts.send_at > workflow.now():
             self._set_phase(
-                "scheduled", details=f"scheduled: waiting for send-at {_at(facts.send_at)}"
+                "scheduled", details=f"scheduled: waiting for send-at {utc(facts.send_at)}"
             )
-            await self._wait(facts.send_at, summary=f"until send-at {_at(facts.send_at)}")
+            await self._wait(facts.send_at, summary=f"until send-at {utc(facts.send_at)}")
         if self._cancelled:
             return await self._finish("cancelled before send-at; no attempt was made")
 
@@ -484,7 +426,7 @@ class NotificationWorkflow:
             # new attempt, authorized again; the intent's closing ends the channel.
             refusal, retry_at = result
             ended, at_least = await self._wait_for_providers(
-                _channel(channel), [retry_at] if retry_at else [], number, refusal, at_least
+                channel_of(channel), [retry_at] if retry_at else [], number, refusal, at_least
             )
             if ended is not None:
                 return ended
@@ -497,7 +439,7 @@ class NotificationWorkflow:
         """One attempt on `channel`: authorized, submitted, followed. A refusal about the
         provider that no other provider may take returns (what was refused, when the
         provider may take work again) instead of a result."""
-        spec = _channel(channel)
+        spec = channel_of(channel)
         facts = self._require_facts()
         label = f"{channel} #{number}"
         self._set_phase(
@@ -551,9 +493,9 @@ class NotificationWorkflow:
             if facts.expires_at is not None:
                 until = min(until, facts.expires_at)
             workflow.set_current_details(
-                f"{label} deferred by policy ({auth.rule}) until {_at(until)}"
+                f"{label} deferred by policy ({auth.rule}) until {utc(until)}"
             )
-            await self._wait(until, summary=f"{label} deferred ({auth.rule}) until {_at(until)}")
+            await self._wait(until, summary=f"{label} deferred ({auth.rule}) until {utc(until)}")
         token = auth.attempt_token
         assert token is not None
         if spec.fails_over and len(auth.providers) > 1:
@@ -736,9 +678,9 @@ class NotificationWorkflow:
             until = min(until, facts.expires_at)
         self._set_phase(
             f"deferred:{spec.name}",
-            details=f"{refusal}; {spec.name} #{number} deferred, trying again at {_at(until)}",
+            details=f"{refusal}; {spec.name} #{number} deferred, trying again at {utc(until)}",
         )
-        await self._wait(until, summary=f"{refusal}; {spec.name} again at {_at(until)}")
+        await self._wait(until, summary=f"{refusal}; {spec.name} again at {utc(until)}")
         if self._cancelled:
             reason = self._cancel_reason or "cancelled"
             return ChannelResult(spec.name, "cancelled", reason, attempts=number), next_floor
@@ -792,7 +734,7 @@ class NotificationWorkflow:
             )
             if facts.expires_at is not None:
                 until = min(until, facts.expires_at)
-            await self._wait(until, summary=f"{label} deferred ({auth.rule}) until {_at(until)}")
+            await self._wait(until, summary=f"{label} deferred ({auth.rule}) until {utc(until)}")
 
     async def _authorize(self, request: AuthorizeInput, *, summary: str) -> AuthorizeResult:
         """One policy decision (and the attempt it allows), in one ledger transaction.
@@ -805,7 +747,7 @@ class NotificationWorkflow:
             AUTHORIZE,
             request,
             result_type=AuthorizeResult,
-            start_to_close_timeout=timedelta(seconds=30),
+            start_to_close_timeout=ACTIVITY_TIMEOUT,
             retry_policy=AUTHORIZE_RETRY,
             summary=summary,
         )
@@ -825,15 +767,11 @@ class NotificationWorkflow:
                 channel.send_activity,
                 SubmitInput(token, failover=True) if failover_allowed else SubmitInput(token),
                 result_type=SubmitOutcome,
-                task_queue=task_queue or _queue_of(channel),
-                start_to_close_timeout=timedelta(seconds=30),
+                task_queue=task_queue or queue_of(channel),
+                start_to_close_timeout=ACTIVITY_TIMEOUT,
                 heartbeat_timeout=SEND_HEARTBEAT_TIMEOUT if channel.send_heartbeat else None,
                 schedule_to_close_timeout=timedelta(seconds=facts.submit_window_seconds),
-                retry_policy=RetryPolicy(
-                    initial_interval=timedelta(seconds=1),
-                    maximum_interval=timedelta(seconds=60),
-                    non_retryable_error_types=PERMANENT_ERRORS,
-                ),
+                retry_policy=SUBMIT_RETRY,
                 summary=f"{channel.send_verb} {summary}",
             )
         except ActivityError as err:
@@ -896,16 +834,16 @@ class NotificationWorkflow:
             horizon = max(facts.expires_at, started)
             stop_reason = ("expiry", "the business expiry passed before a final status")
         ends = {
-            "horizon": f"polling horizon at {_at(horizon)}",
+            "horizon": f"polling horizon at {utc(horizon)}",
             "fallback": (
-                f"fallback window {_minutes(facts.email_after_seconds)}, "
-                f"then {later[0] if later else 'the next channel'} at {_at(horizon)}"
+                f"fallback window {minutes(facts.email_after_seconds)}, "
+                f"then {later[0] if later else 'the next channel'} at {utc(horizon)}"
             ),
-            "expiry": f"business expiry at {_at(horizon)}",
+            "expiry": f"business expiry at {utc(horizon)}",
         }[stop_reason[0]]
         self._set_phase(
             f"observing:{channel.name}",
-            details=f"waiting for a receipt for {label} until {_at(horizon)}",
+            details=f"waiting for a receipt for {label} until {utc(horizon)}",
         )
         rand = workflow.random()
         retry = 0
@@ -928,15 +866,15 @@ class NotificationWorkflow:
             self._set_phase(
                 f"observing:{channel.name}",
                 details=(
-                    f"waiting for a receipt for {label} until {_at(horizon)} ({ends}); "
-                    + (f"next poll at {_at(next_poll)}" if next_poll < horizon else "no more polls")
+                    f"waiting for a receipt for {label} until {utc(horizon)} ({ends}); "
+                    + (f"next poll at {utc(next_poll)}" if next_poll < horizon else "no more polls")
                 ),
             )
             await self._wait(
                 min(next_poll, horizon),
                 extra=lambda: self._settled(token),
                 summary=(
-                    f"receipt for {label} or poll {retry + 1} at {_at(next_poll)}"
+                    f"receipt for {label} or poll {retry + 1} at {utc(next_poll)}"
                     if next_poll < horizon
                     else f"receipt for {label} until the {ends}"
                 ),
@@ -948,10 +886,10 @@ class NotificationWorkflow:
                 channel.poll_activity,
                 PollInput(token),
                 result_type=PollOutcome,
-                task_queue=task_queue or _queue_of(channel),
-                start_to_close_timeout=timedelta(seconds=30),
+                task_queue=task_queue or queue_of(channel),
+                start_to_close_timeout=ACTIVITY_TIMEOUT,
                 retry_policy=LEDGER_RETRY,
-                summary=f"poll {label}, poll {retry + 1} before {_at(horizon)}",
+                summary=f"poll {label}, poll {retry + 1} before {utc(horizon)}",
             )
             self._observe(token, polled.state, polled.error_code)
             retry += 1
@@ -975,12 +913,12 @@ class NotificationWorkflow:
         horizon = workflow.now() + timedelta(seconds=facts.email_events_horizon_seconds)
         self._set_phase(
             f"observing:{channel.name}",
-            details=f"waiting for a delivery event for {label} until {_at(horizon)}",
+            details=f"waiting for a delivery event for {label} until {utc(horizon)}",
         )
         await self._wait(
             horizon,
             extra=lambda: self._settled(token),
-            summary=f"delivery event for {label} until {_at(horizon)}",
+            summary=f"delivery event for {label} until {utc(horizon)}",
         )
         if self._settled(token):
             return
@@ -988,7 +926,7 @@ class NotificationWorkflow:
             "cancelled while waiting for a delivery event; accepted by the provider, not recalled"
             if self._cancelled
             else f"accepted by the provider; no delivery event within "
-            f"{_minutes(facts.email_events_horizon_seconds)}"
+            f"{minutes(facts.email_events_horizon_seconds)}"
         )
         # The ledger answers its state after the verdict: an event the ingress recorded but
         # could not signal (Temporal unreachable) still decides the outcome.
@@ -996,7 +934,7 @@ class NotificationWorkflow:
             RECORD_VERDICT,
             VerdictInput(token, AttemptState.SENT.value, "horizon", reason, answer_state=True),
             result_type=str,
-            start_to_close_timeout=timedelta(seconds=30),
+            start_to_close_timeout=ACTIVITY_TIMEOUT,
             retry_policy=LEDGER_RETRY,
             summary=f"record {label} sent (horizon)",
         )
@@ -1009,7 +947,7 @@ class NotificationWorkflow:
         await workflow.execute_activity(
             RECORD_VERDICT,
             VerdictInput(token, state, source, reason),
-            start_to_close_timeout=timedelta(seconds=30),
+            start_to_close_timeout=ACTIVITY_TIMEOUT,
             retry_policy=LEDGER_RETRY,
             summary=f"record {label} {state} ({source})",
         )
@@ -1031,7 +969,7 @@ class NotificationWorkflow:
         if (
             fall_back
             and result.state == AttemptState.UNKNOWN.value
-            and not _channel(result.channel).provider_lookup
+            and not channel_of(result.channel).provider_lookup
         ):
             return False
         return fall_back
@@ -1090,7 +1028,7 @@ class NotificationWorkflow:
                 action = "a settlement or an approve_resend"
             self._set_phase(
                 "awaiting-operator",
-                details=f"{waiting}; open for {action} until {_at(until)}",
+                details=f"{waiting}; open for {action} until {utc(until)}",
             )
             if self._history_is_long():
                 await workflow.wait_condition(workflow.all_handlers_finished)
@@ -1112,7 +1050,7 @@ class NotificationWorkflow:
             await self._wait(
                 until,
                 extra=lambda: self._resend is not None or self._operator_news or self._move_asked,
-                summary=f"{kind} window until {_at(until)}",
+                summary=f"{kind} window until {utc(until)}",
             )
             request, self._resend = self._resend, None
             if request is not None:
@@ -1140,10 +1078,10 @@ class NotificationWorkflow:
                 expired_unsettled or [],
             ),
             result_type=WaitingFacts,
-            start_to_close_timeout=timedelta(seconds=30),
+            start_to_close_timeout=ACTIVITY_TIMEOUT,
             retry_policy=LEDGER_RETRY,
             summary=(
-                f"record: waiting for {awaiting} until {_at(until)}"
+                f"record: waiting for {awaiting} until {utc(until)}"
                 if awaiting and until
                 else "record: settlement window closed unsettled"
                 if expired_unsettled
@@ -1220,7 +1158,7 @@ class NotificationWorkflow:
                 self._settle_until,
             ),
             result_type=SettlementRecorded,
-            start_to_close_timeout=timedelta(seconds=30),
+            start_to_close_timeout=ACTIVITY_TIMEOUT,
             retry_policy=LEDGER_RETRY,
             # The operator's name is left out: the summary shows in every list of events.
             summary=f"record settlement of {request.channel} under {request.rule}",
@@ -1396,7 +1334,7 @@ class NotificationWorkflow:
                 subject=subject,
                 requested_at=requested_at,
             ),
-            start_to_close_timeout=timedelta(seconds=30),
+            start_to_close_timeout=ACTIVITY_TIMEOUT,
             retry_policy=LEDGER_RETRY,
             # The operator's name is left out: the summary shows in every list of events.
             summary=f"record {action} ({outcome})"
@@ -1531,12 +1469,3 @@ def _answer_of(outcome: SubmitOutcome) -> tuple[failover.Answer, failover.Lookup
         # The transport window closed with the outcome open: nobody said "not there".
         return failover.Answer.AMBIGUOUS, lookup
     return failover.Answer.ACCEPTED, lookup
-
-
-def _at(moment: datetime) -> str:
-    """A moment as the summaries write it: UTC, to the second, e.g. 2026-12-06T18:00:00Z."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _minutes(seconds: float) -> str:
-    return f"{seconds / 60:g} min" if seconds >= 60 else f"{seconds:g} s"

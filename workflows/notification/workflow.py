@@ -87,7 +87,7 @@ with workflow.unsafe.imports_passed_through():
         fallback,
         intents,
         keys,
-        provider_errors,
+        operator_requests,
         settlement,
         states,
     )
@@ -1106,16 +1106,14 @@ class NotificationWorkflow:
         return result.attempt_token if result is not None else None
 
     def _settle_refusal(self, request: SettleRequest) -> str | None:
-        if self._settle_until is None:
-            return "the intent is not waiting for a settlement"
-        if self._busy_settling:
-            return "another settlement of this intent is being recorded; try again"
         token = self._latest_token(request.channel)
-        if token is None:
-            return f"no {request.channel} attempt to settle"
-        rule = next((r for r in self._settle_rules if r.name == request.rule), None)
-        policy = settlement.SettlementPolicy(
-            rules=tuple(
+        return operator_requests.settle_refusal(
+            request.channel,
+            settlement.SettlementClaim(
+                request.rule, request.reason, request.reference, self._lookups.get(token or "")
+            ),
+            token=token,
+            offered=[
                 settlement.SettlementRule(
                     r.name,
                     settlement.SettlementOutcome(r.outcome),
@@ -1123,19 +1121,12 @@ class NotificationWorkflow:
                     r.resend_allowed,
                 )
                 for r in self._settle_rules
-            )
-        )
-        if rule is None:
-            names = ", ".join(r.name for r in self._settle_rules) or "none"
-            return f"no settlement rule {request.rule!r} offered for this attempt ({names})"
-        return settlement.refusal(
-            policy,
-            settlement.SettlementClaim(
-                request.rule, request.reason, request.reference, self._lookups.get(token)
+            ],
+            current=AttemptState(
+                self._attempt_states.get(token or "", AttemptState.PREPARED.value)
             ),
-            current=AttemptState(self._attempt_states.get(token, AttemptState.PREPARED.value)),
             current_by_operator=token in self._settlements,
-            provider_has_lookup=True,  # rules needing one are not offered where there is none
+            busy=self._busy_settling,
             now=workflow.now(),
             window_until=self._settle_until,
         )
@@ -1259,31 +1250,18 @@ class NotificationWorkflow:
         return CancelResult(True, closed, in_flight, message, delivered=delivered)
 
     def _resend_refusal(self, request: ResendRequest) -> str | None:
-        if self._cancelled:
-            return "the intent is cancelled"
-        try:
-            channels.get(request.channel)
-        except channels.UnknownChannel as err:
-            return str(err)
         result = self._results.get(request.channel)
-        if result is None or result.attempt_token is None:
-            return f"no finished {request.channel} attempt to resend"
-        if request.channel in {keys.channel_of_token(t) for t in self._in_flight}:
-            return f"a {request.channel} attempt is still in flight"
-        permanent = None
-        if result.error_code and result.attempt_token not in self._settlements:
-            kind = provider_errors.classify(result.error_code)
-            if kind.kind == provider_errors.ErrorKind.PERMANENT:
-                permanent = (
-                    f"the {request.channel} failure {result.error_code} is permanent "
-                    f"({kind.reason}); a resend would fail the same way"
-                )
-        if result.state not in {s.value for s in AttemptState}:
-            return f"latest {request.channel} attempt is {result.state}; nothing to resend"
-        return settlement.resend_refusal(
-            AttemptState(result.state),
-            self._standing(result.attempt_token),
-            permanent_error=permanent,
+        latest = (
+            operator_requests.Latest(result.attempt_token, result.state, result.error_code)
+            if result is not None and result.attempt_token is not None
+            else None
+        )
+        return operator_requests.resend_refusal(
+            request.channel,
+            latest,
+            cancelled=self._cancelled,
+            in_flight=request.channel in {keys.channel_of_token(t) for t in self._in_flight},
+            standing=self._standing(latest.token if latest else None),
         )
 
     async def _accept_resend(self, request: ResendRequest) -> ResendResult:

@@ -34,12 +34,12 @@ from workflows.notification.options import (
 from workflows.notification.web_ui import (
     CHANNEL,
     CHANNELS_USED,
-    COARSE_STATE,
     EVENT_TYPE,
     OUTCOME,
     REGION,
-    STATE,
+    Phase,
     minutes,
+    show_phase,
     utc,
 )
 
@@ -92,7 +92,7 @@ with workflow.unsafe.imports_passed_through():
         states,
     )
     from domain import providers as providers_domain
-    from domain.channels import Channel
+    from domain.channels import Channel, ChannelEnd
     from domain.policy import Outcome
     from domain.states import AttemptState
 
@@ -120,7 +120,7 @@ recorded under; the ledger activity adds the request's identity from the history
 class NotificationWorkflow:
     def __init__(self) -> None:
         self._facts: IntentFacts | None = None
-        self._phase = "starting"
+        self._phase: str = Phase.STARTING.value
         self._cancelled = False
         self._cancel_reason = ""
         self._attempt_states: dict[str, str] = {}
@@ -365,7 +365,7 @@ class NotificationWorkflow:
 
         if facts.send_at is not None and facts.send_at > workflow.now():
             self._set_phase(
-                "scheduled", details=f"scheduled: waiting for send-at {utc(facts.send_at)}"
+                Phase.SCHEDULED, details=f"scheduled: waiting for send-at {utc(facts.send_at)}"
             )
             await self._wait(facts.send_at, summary=f"until send-at {utc(facts.send_at)}")
         if self._cancelled:
@@ -443,18 +443,24 @@ class NotificationWorkflow:
         facts = self._require_facts()
         label = f"{channel} #{number}"
         self._set_phase(
-            f"authorizing:{channel}",
+            Phase.AUTHORIZING,
             channel=channel,
             details=f"asking the policy whether {label} may go{why}",
         )
         while True:
             if self._cancelled:
                 return ChannelResult(
-                    channel, "cancelled", self._cancel_reason or "cancelled", attempts=number - 1
+                    channel,
+                    ChannelEnd.CANCELLED.value,
+                    self._cancel_reason or "cancelled",
+                    attempts=number - 1,
                 )
             if self._expired():
                 return ChannelResult(
-                    channel, "expired", "the business expiry passed", attempts=number - 1
+                    channel,
+                    ChannelEnd.EXPIRED.value,
+                    "the business expiry passed",
+                    attempts=number - 1,
                 )
             try:
                 auth = await self._authorize(
@@ -473,19 +479,19 @@ class NotificationWorkflow:
                     attempts=number - 1,
                     rule="prepare.failed",
                 )
-            if auth.outcome == "deny":
+            if auth.outcome == Outcome.DENY.value:
                 return ChannelResult(
                     channel,
-                    "denied",
+                    ChannelEnd.DENIED.value,
                     auth.reason,
                     attempts=number - 1,
                     policy_version=auth.policy_version,
                     rule=auth.rule,
                 )
-            if auth.outcome == "allow":
+            if auth.outcome == Outcome.ALLOW.value:
                 break
             # Deferred: backpressure is data. Wait until eligible, bounded by the expiry.
-            self._set_phase(f"deferred:{channel}", details=f"{label} deferred by policy")
+            self._set_phase(Phase.DEFERRED, channel=channel, details=f"{label} deferred by policy")
             until = max(
                 auth.next_eligible_at or workflow.now() + timedelta(minutes=1),
                 workflow.now() + MIN_DEFER,
@@ -510,7 +516,9 @@ class NotificationWorkflow:
             policy_version=auth.policy_version,
             rule=auth.rule,
         )
-        self._set_phase(f"submitting:{channel}", details=f"handing {label} to the provider{why}")
+        self._set_phase(
+            Phase.SUBMITTING, channel=channel, details=f"handing {label} to the provider{why}"
+        )
         self._in_flight.add(token)
         try:
             outcome = await self._submit(spec, token, facts, summary=f"{label}{why}")
@@ -577,7 +585,7 @@ class NotificationWorkflow:
             # Each provider's own queue: its own rate budget, enforced by the server.
             queue = providers_domain.provider_task_queue(spec, workflow.info().task_queue, provider)
             self._set_phase(
-                f"submitting:{spec.name}", details=f"handing {label} to the provider{why}"
+                Phase.SUBMITTING, channel=spec.name, details=f"handing {label} to the provider{why}"
             )
             self._in_flight.add(token)
             try:
@@ -677,17 +685,20 @@ class NotificationWorkflow:
         if facts.expires_at is not None:
             until = min(until, facts.expires_at)
         self._set_phase(
-            f"deferred:{spec.name}",
+            Phase.DEFERRED,
+            channel=spec.name,
             details=f"{refusal}; {spec.name} #{number} deferred, trying again at {utc(until)}",
         )
         await self._wait(until, summary=f"{refusal}; {spec.name} again at {utc(until)}")
         if self._cancelled:
             reason = self._cancel_reason or "cancelled"
-            return ChannelResult(spec.name, "cancelled", reason, attempts=number), next_floor
+            return ChannelResult(
+                spec.name, ChannelEnd.CANCELLED.value, reason, attempts=number
+            ), next_floor
         if self._expired():
             return ChannelResult(
                 spec.name,
-                "expired",
+                ChannelEnd.EXPIRED.value,
                 "; ".join([*(moved_on or []), refusal])
                 + f"; {who} refused until the business expiry; nothing was sent",
                 attempts=number,
@@ -705,11 +716,17 @@ class NotificationWorkflow:
         while True:
             if self._cancelled:
                 return ChannelResult(
-                    spec.name, "cancelled", self._cancel_reason or "cancelled", attempts=number - 1
+                    spec.name,
+                    ChannelEnd.CANCELLED.value,
+                    self._cancel_reason or "cancelled",
+                    attempts=number - 1,
                 )
             if self._expired():
                 return ChannelResult(
-                    spec.name, "expired", "the business expiry passed", attempts=number - 1
+                    spec.name,
+                    ChannelEnd.EXPIRED.value,
+                    "the business expiry passed",
+                    attempts=number - 1,
                 )
             auth = await self._authorize(
                 AuthorizeInput(
@@ -722,7 +739,7 @@ class NotificationWorkflow:
             if auth.outcome == Outcome.DENY.value:
                 return ChannelResult(
                     spec.name,
-                    "denied",
+                    ChannelEnd.DENIED.value,
                     auth.reason,
                     attempts=number - 1,
                     policy_version=auth.policy_version,
@@ -842,7 +859,8 @@ class NotificationWorkflow:
             "expiry": f"business expiry at {utc(horizon)}",
         }[stop_reason[0]]
         self._set_phase(
-            f"observing:{channel.name}",
+            Phase.OBSERVING,
+            channel=channel.name,
             details=f"waiting for a receipt for {label} until {utc(horizon)}",
         )
         rand = workflow.random()
@@ -864,7 +882,8 @@ class NotificationWorkflow:
             )
             next_poll = workflow.now() + timedelta(seconds=delay)
             self._set_phase(
-                f"observing:{channel.name}",
+                Phase.OBSERVING,
+                channel=channel.name,
                 details=(
                     f"waiting for a receipt for {label} until {utc(horizon)} ({ends}); "
                     + (f"next poll at {utc(next_poll)}" if next_poll < horizon else "no more polls")
@@ -912,7 +931,8 @@ class NotificationWorkflow:
         bounce, which also suppresses the address)."""
         horizon = workflow.now() + timedelta(seconds=facts.email_events_horizon_seconds)
         self._set_phase(
-            f"observing:{channel.name}",
+            Phase.OBSERVING,
+            channel=channel.name,
             details=f"waiting for a delivery event for {label} until {utc(horizon)}",
         )
         await self._wait(
@@ -1027,7 +1047,7 @@ class NotificationWorkflow:
             if open_settle and open_resend:
                 action = "a settlement or an approve_resend"
             self._set_phase(
-                "awaiting-operator",
+                Phase.AWAITING_OPERATOR,
                 details=f"{waiting}; open for {action} until {utc(until)}",
             )
             if self._history_is_long():
@@ -1195,7 +1215,7 @@ class NotificationWorkflow:
             OUTCOME.value_set(outcome),
             CHANNELS_USED.value_set(used),
         ]
-        self._set_phase("finished", state=outcome, extra=extra, details=f"{outcome}: {reason}")
+        self._set_phase(Phase.FINISHED, state=outcome, extra=extra, details=f"{outcome}: {reason}")
         return NotificationResult(
             intent_id=self._require_facts().intent_id,
             outcome=outcome,
@@ -1345,7 +1365,9 @@ class NotificationWorkflow:
                     result.error_code = self._error_codes.get(token)
 
     def _settled(self, token: str) -> bool:
-        return states.is_terminal(AttemptState(self._attempt_states.get(token, "prepared")))
+        return states.is_terminal(
+            AttemptState(self._attempt_states.get(token, AttemptState.PREPARED.value))
+        )
 
     async def _wait(self, until: datetime, extra=None, *, summary: str) -> None:  # type: ignore[no-untyped-def]
         """Durable wait until `until`, woken early by a cancel (or `extra`); `summary` is
@@ -1368,36 +1390,23 @@ class NotificationWorkflow:
 
     def _set_phase(
         self,
-        phase: str,
+        phase: Phase,
         *,
         details: str,
         channel: str | None = None,
         state: str | None = None,
         extra: list[SearchAttributeUpdate[Any]] | None = None,
     ) -> None:
-        """Track the phase and say it in words (the Web UI's "Current Details", which is
-        no history event); upsert search attributes only when what operators filter on
-        changes (each upsert is a history event)."""
-        self._phase = phase
-        workflow.set_current_details(details)
-        coarse = state or COARSE_STATE.get(phase.split(":")[0], phase.split(":")[0])
-        info = workflow.info().typed_search_attributes
-        pairs: list[SearchAttributeUpdate[Any]] = list(extra or [])
-        if info.get(STATE) != coarse:
-            pairs.append(STATE.value_set(coarse))
-        if channel is not None and info.get(CHANNEL) != channel:
-            pairs.append(CHANNEL.value_set(channel))
-        if pairs:
-            workflow.upsert_search_attributes(pairs)
+        self._phase = show_phase(phase, details=details, channel=channel, state=state, extra=extra)
 
     def _outcome(self) -> str:
         results = list(self._results.values())
-        denied = bool(results) and results[-1].state == "denied"
+        denied = bool(results) and results[-1].state == ChannelEnd.DENIED.value
         return intents.derive_intent_state(
             attempt_states=[AttemptState(s) for s in self._attempt_states.values()],
             last_decision=Outcome.DENY if denied else None,
             cancelled=self._cancelled,
-            expired=any(r.state == "expired" for r in results),
+            expired=any(r.state == ChannelEnd.EXPIRED.value for r in results),
             scheduled=False,
         ).value
 

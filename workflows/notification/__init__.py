@@ -2,12 +2,15 @@
 
 It carries ids only. Every decision comes from `domain`; every side effect is an
 activity that acts on the ledger or a transport and returns a fact. The package's rooms:
-`workflow.py` (the class: its messages and the life of one intent), `options.py` (the
-activities as the workflow calls them) and `web_ui.py` (what the Temporal Web UI shows).
+`workflow.py` (the class: its messages and the life of one intent), `attempt.py` (one
+attempt: authorize, submit, follow), `operators.py` (the operator window: cancel, resend,
+settle), `state.py` (what a run holds), `options.py` (the activities as the workflow
+calls them) and `web_ui.py` (what the Temporal Web UI shows).
 The names others use are re-exported here (`from workflows.notification import
 NotificationWorkflow`).
 """
 
+from workflows.notification.operators import SETTLEMENT_REFUSED
 from workflows.notification.options import (
     ALL_REFUSED_WAIT,
     AUTHORIZE,
@@ -41,7 +44,6 @@ from workflows.notification.workflow import (
     CANCEL,
     LOOKUP,
     SETTLE,
-    SETTLEMENT_REFUSED,
     TEMPORAL_CANCEL_OPERATOR,
     NotificationWorkflow,
 )

@@ -9,26 +9,6 @@ from datetime import datetime, timedelta
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
-from workflows.notification.options import (
-    ACTIVITY_TIMEOUT,
-    ALL_REFUSED_WAIT,
-    AUTHORIZE,
-    AUTHORIZE_RETRY,
-    LEDGER_RETRY,
-    MAX_REFUSED_WAIT,
-    MIN_DEFER,
-    RECORD_VERDICT,
-    SEND_HEARTBEAT_TIMEOUT,
-    SUBMIT_RETRY,
-    channel_of,
-    queue_of,
-)
-from workflows.notification.web_ui import (
-    Phase,
-    minutes,
-    utc,
-)
-
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import (
         PERMANENT_ERRORS,
@@ -52,6 +32,25 @@ with workflow.unsafe.imports_passed_through():
     from domain.channels import Channel, ChannelEnd
     from domain.policy import Outcome
     from domain.states import AttemptState
+    from workflows.notification.options import (
+        ACTIVITY_TIMEOUT,
+        ALL_REFUSED_WAIT,
+        AUTHORIZE,
+        AUTHORIZE_RETRY,
+        LEDGER_RETRY,
+        MAX_REFUSED_WAIT,
+        MIN_DEFER,
+        RECORD_VERDICT,
+        SEND_HEARTBEAT_TIMEOUT,
+        SUBMIT_RETRY,
+        channel_of,
+        queue_of,
+    )
+    from workflows.notification.web_ui import (
+        Phase,
+        minutes,
+        utc,
+    )
 
 from workflows.notification.state import IntentRun
 

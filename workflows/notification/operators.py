@@ -8,18 +8,6 @@ from datetime import datetime, timedelta
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
-from workflows.notification.options import (
-    ACTIVITY_TIMEOUT,
-    LEDGER_RETRY,
-    RECORD_OPERATOR_ACTION,
-    RECORD_SETTLEMENT,
-    RECORD_WAITING,
-)
-from workflows.notification.web_ui import (
-    Phase,
-    utc,
-)
-
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import (
         CancelRequest,
@@ -42,6 +30,17 @@ with workflow.unsafe.imports_passed_through():
         settlement,
     )
     from domain.states import AttemptState
+    from workflows.notification.options import (
+        ACTIVITY_TIMEOUT,
+        LEDGER_RETRY,
+        RECORD_OPERATOR_ACTION,
+        RECORD_SETTLEMENT,
+        RECORD_WAITING,
+    )
+    from workflows.notification.web_ui import (
+        Phase,
+        utc,
+    )
 
 from workflows.notification.state import IntentRun
 

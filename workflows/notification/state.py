@@ -10,11 +10,6 @@ from typing import Any
 from temporalio import workflow
 from temporalio.common import SearchAttributeUpdate
 
-from workflows.notification.web_ui import (
-    Phase,
-    show_phase,
-)
-
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import (
         CarriedState,
@@ -32,6 +27,10 @@ with workflow.unsafe.imports_passed_through():
     from domain.channels import ChannelEnd
     from domain.policy import Outcome
     from domain.states import AttemptState
+    from workflows.notification.web_ui import (
+        Phase,
+        show_phase,
+    )
 
 
 class IntentRun:

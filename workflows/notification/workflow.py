@@ -14,24 +14,6 @@ from typing import Any
 from temporalio import workflow
 from temporalio.common import SearchAttributeUpdate, VersioningBehavior
 
-from workflows.notification.options import (
-    ACTIVITY_TIMEOUT,
-    LEDGER_RETRY,
-    LOAD_INTENT,
-    LOOKUP_WINDOW,
-    channel_of,
-    queue_of,
-)
-from workflows.notification.web_ui import (
-    CHANNEL,
-    CHANNELS_USED,
-    EVENT_TYPE,
-    OUTCOME,
-    REGION,
-    Phase,
-    utc,
-)
-
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import (
         MOVE_TO_CURRENT_BUILD,
@@ -58,6 +40,23 @@ with workflow.unsafe.imports_passed_through():
         settlement,
     )
     from domain.states import AttemptState
+    from workflows.notification.options import (
+        ACTIVITY_TIMEOUT,
+        LEDGER_RETRY,
+        LOAD_INTENT,
+        LOOKUP_WINDOW,
+        channel_of,
+        queue_of,
+    )
+    from workflows.notification.web_ui import (
+        CHANNEL,
+        CHANNELS_USED,
+        EVENT_TYPE,
+        OUTCOME,
+        REGION,
+        Phase,
+        utc,
+    )
 
 from workflows.notification.attempt import Attempting
 from workflows.notification.operators import OperatorWindow

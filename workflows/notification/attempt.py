@@ -101,61 +101,15 @@ class Attempting(IntentRun):
             channel=channel,
             details=f"asking the policy whether {label} may go{why}",
         )
-        while True:
-            if self._cancelled:
-                return ChannelResult(
-                    channel,
-                    ChannelEnd.CANCELLED.value,
-                    self._cancel_reason or "cancelled",
-                    attempts=number - 1,
-                )
-            if self._expired():
-                return ChannelResult(
-                    channel,
-                    ChannelEnd.EXPIRED.value,
-                    "the business expiry passed",
-                    attempts=number - 1,
-                )
-            try:
-                auth = await self._authorize(
-                    AuthorizeInput(facts.intent_id, channel, number),
-                    summary=f"authorize {label}{why}",
-                )
-            except ApplicationError as err:
-                # A permanent problem preparing this channel (template, destination, a data
-                # key the worker cannot use): this channel fails with the reason; the
-                # fallback rules still apply. A local activity's failure is raised as its
-                # ApplicationError itself, not wrapped in an ActivityError.
-                return ChannelResult(
-                    channel,
-                    AttemptState.FAILED.value,
-                    err.message,
-                    attempts=number - 1,
-                    rule="prepare.failed",
-                )
-            if auth.outcome == Outcome.DENY.value:
-                return ChannelResult(
-                    channel,
-                    ChannelEnd.DENIED.value,
-                    auth.reason,
-                    attempts=number - 1,
-                    policy_version=auth.policy_version,
-                    rule=auth.rule,
-                )
-            if auth.outcome == Outcome.ALLOW.value:
-                break
-            # Deferred: backpressure is data. Wait until eligible, bounded by the expiry.
-            self._set_phase(Phase.DEFERRED, channel=channel, details=f"{label} deferred by policy")
-            until = max(
-                auth.next_eligible_at or workflow.now() + timedelta(minutes=1),
-                workflow.now() + MIN_DEFER,
-            )
-            if facts.expires_at is not None:
-                until = min(until, facts.expires_at)
-            workflow.set_current_details(
-                f"{label} deferred by policy ({auth.rule}) until {utc(until)}"
-            )
-            await self._wait(until, summary=f"{label} deferred ({auth.rule}) until {utc(until)}")
+        auth = await self._authorized(
+            spec,
+            number,
+            AuthorizeInput(facts.intent_id, channel, number),
+            summary=f"authorize {label}{why}",
+            label=label,
+        )
+        if isinstance(auth, ChannelResult):
+            return auth
         token = auth.attempt_token
         assert token is not None
         if spec.fails_over and len(auth.providers) > 1:
@@ -363,41 +317,87 @@ class Attempting(IntentRun):
         self, spec: Channel, number: int, provider: str, reason: str
     ) -> AuthorizeResult | ChannelResult:
         """Authorize the next try with `provider`: the policy is asked again (an opt-out
-        received meanwhile, through any provider, still holds). A deferral waits; a denial
-        or a closed intent ends the channel."""
-        facts = self._require_facts()
+        received meanwhile, through any provider, still holds)."""
         label = f"{spec.name} #{number} via {provider}"
+        return await self._authorized(
+            spec,
+            number,
+            AuthorizeInput(
+                self._require_facts().intent_id,
+                spec.name,
+                number,
+                provider=provider,
+                failover_reason=reason,
+            ),
+            summary=f"authorize {label} (failover)",
+            label=label,
+            failover=True,
+        )
+
+    async def _authorized(
+        self,
+        spec: Channel,
+        number: int,
+        request: AuthorizeInput,
+        *,
+        summary: str,
+        label: str,
+        failover: bool = False,
+    ) -> AuthorizeResult | ChannelResult:
+        """Ask the policy until it allows the attempt (`request`), or the channel's end: a
+        denial, the intent closed meanwhile, or (the plan's own try) a permanent problem
+        preparing it. A deferral waits until eligible, bounded by the business expiry;
+        backpressure is data.
+
+        A failover try keeps what it always did (#52 changed no command): its deferral
+        says nothing new in the Web UI, and a problem preparing it fails the run."""
+        facts = self._require_facts()
+        channel = spec.name
         while True:
             if self._cancelled:
                 return ChannelResult(
-                    spec.name,
+                    channel,
                     ChannelEnd.CANCELLED.value,
                     self._cancel_reason or "cancelled",
                     attempts=number - 1,
                 )
             if self._expired():
                 return ChannelResult(
-                    spec.name,
+                    channel,
                     ChannelEnd.EXPIRED.value,
                     "the business expiry passed",
                     attempts=number - 1,
                 )
-            auth = await self._authorize(
-                AuthorizeInput(
-                    facts.intent_id, spec.name, number, provider=provider, failover_reason=reason
-                ),
-                summary=f"authorize {label} (failover)",
-            )
-            if auth.outcome == Outcome.ALLOW.value:
-                return auth
+            try:
+                auth = await self._authorize(request, summary=summary)
+            except ApplicationError as err:
+                if failover:
+                    raise
+                # A permanent problem preparing this channel (template, destination, a data
+                # key the worker cannot use): this channel fails with the reason; the
+                # fallback rules still apply. A local activity's failure is raised as its
+                # ApplicationError itself, not wrapped in an ActivityError.
+                return ChannelResult(
+                    channel,
+                    AttemptState.FAILED.value,
+                    err.message,
+                    attempts=number - 1,
+                    rule="prepare.failed",
+                )
             if auth.outcome == Outcome.DENY.value:
                 return ChannelResult(
-                    spec.name,
+                    channel,
                     ChannelEnd.DENIED.value,
                     auth.reason,
                     attempts=number - 1,
                     policy_version=auth.policy_version,
                     rule=auth.rule,
+                )
+            if auth.outcome == Outcome.ALLOW.value:
+                return auth
+            if not failover:
+                self._set_phase(
+                    Phase.DEFERRED, channel=channel, details=f"{label} deferred by policy"
                 )
             until = max(
                 auth.next_eligible_at or workflow.now() + timedelta(minutes=1),
@@ -405,6 +405,10 @@ class Attempting(IntentRun):
             )
             if facts.expires_at is not None:
                 until = min(until, facts.expires_at)
+            if not failover:
+                workflow.set_current_details(
+                    f"{label} deferred by policy ({auth.rule}) until {utc(until)}"
+                )
             await self._wait(until, summary=f"{label} deferred ({auth.rule}) until {utc(until)}")
 
     async def _authorize(self, request: AuthorizeInput, *, summary: str) -> AuthorizeResult:

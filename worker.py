@@ -93,7 +93,7 @@ def ensure_workflow_bytecode() -> bool:
     The sandbox imports a workflow's module afresh for every workflow run it starts. With
     PYTHONDONTWRITEBYTECODE=1 (set on this machine, and in many container images,
     including ours) nothing ever writes that module's .pyc, so every run compiled
-    workflows/notification.py from source: about a sixth of the worker's CPU in
+    workflows/notification/ from source: about a sixth of the worker's CPU in
     `herald bench`. Compiling once here lets every later import read the cached code.
     Honours PYTHONPYCACHEPREFIX; a read-only install is left as it is (False).
     """
@@ -103,7 +103,7 @@ def ensure_workflow_bytecode() -> bool:
 
     folder = Path(workflows.__file__).resolve().parent
     try:
-        return bool(compileall.compile_dir(folder, quiet=2, maxlevels=0))
+        return bool(compileall.compile_dir(folder, quiet=2, maxlevels=1))
     except OSError:
         return False
 

@@ -434,7 +434,7 @@ class Projection:
     settlements: dict[str, SettlementStanding] = field(default_factory=dict)
 
 
-# --- search attributes (set by workflows/notification.py) ------------------------------
+# --- search attributes (set by workflows/notification/web_ui.py) -----------------------
 
 STATE_ATTRIBUTE = "HeraldState"
 """The intent's coarse phase (pending, scheduled, sending, ...), kept current while it runs."""
@@ -450,7 +450,7 @@ SEARCH_ATTRIBUTES = {
 namespace must have registered (`herald dev` registers them; docs/operations.md)."""
 
 
-# --- Worker Versioning (workflows/notification.py, cli/deploy.py) ----------------------
+# --- Worker Versioning (workflows/notification/, cli/deploy.py) ------------------------
 
 MOVE_TO_CURRENT_BUILD = "move_to_current_build"
 """The signal (no argument) that asks a run waiting for an operator, pinned to a build that

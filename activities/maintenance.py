@@ -22,7 +22,7 @@ from activities.contracts import ARCHIVE, PURGE, RECONCILE, MaintenanceInput, Ma
 from ledger import archive, reconcile, retention, review_items
 
 NOTIFICATION_WORKFLOW = "NotificationWorkflow"
-"""The notification workflow's type (workflows/notification.py), as Temporal lists it."""
+"""The notification workflow's type (workflows/notification/), as Temporal lists it."""
 RUNNING_NOTIFICATIONS = f"WorkflowType = '{NOTIFICATION_WORKFLOW}' AND ExecutionStatus = 'Running'"
 
 

@@ -26,7 +26,7 @@ NOTIFICATION_WORKFLOW = "NotificationWorkflow"
 """The notification workflow's type (its class name; cli imports no workflow)."""
 WAITING_STATE = "awaiting-operator"
 """The HeraldState of a run in its settlement or resend window: the runs `move-waiting`
-moves (workflows/notification.py, `_operator_window`)."""
+moves (workflows/notification/operators.py, `_operator_window`)."""
 
 
 async def cmd_deploy(args: argparse.Namespace, cfg: settings_module.Settings) -> int:

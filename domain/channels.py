@@ -25,6 +25,18 @@ ALL = "*"
 """Not a channel: the wildcard consents, suppressions and evidence may name ("every channel")."""
 
 
+class ChannelEnd(StrEnum):
+    """How a channel ended without an attempt state of its own.
+
+    Beside the attempt states a channel's result otherwise carries: the policy denied it,
+    or the intent closed before it went. The values are those of the intent's states.
+    """
+
+    DENIED = "denied"
+    CANCELLED = "cancelled"
+    EXPIRED = "expired"
+
+
 class UnknownChannel(ValueError):
     """A channel name no :class:`Channel` in :data:`REGISTRY` carries."""
 

@@ -14,7 +14,7 @@ yet accepted by the carrier, counted from the carrier's own arrival times) early
 in the run, and the late half's median latency against the early half's.
 
 The pure parts (schedule, backlog, achieved rate, breakdown steps) are plain functions
-tested in tests/unit/test_bench_openloop.py.
+tested in tests/bench/test_openloop.py.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ loaders which tables they may hold. A name that is not here raises :class:`Unkno
 where it first meets code, so a third channel never takes the email path by accident.
 
 Adding a channel is a new :class:`Channel` below and the few files docs/channels.md
-names ("How to add a channel"); tests/unit/test_channel_registry.py holds that document
+names ("How to add a channel"); tests/domain/test_channel_registry.py holds that document
 to the code.
 
 Standard library only (the workflow sandbox passes ``domain`` through).

@@ -23,6 +23,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from ledger.crypto import FieldCipher
 from simulators.smtp import SmtpSink
 
+pytest_plugins = ["tests.history_pii"]
+"""The session-end check that no workflow history holds contact data (tests/history_pii.py)."""
+
 TEST_KEYRING = "t1:" + base64.b64encode(b"k" * 32).decode()
 
 T = TypeVar("T")
@@ -213,9 +216,14 @@ async def time_env():  # type: ignore[no-untyped-def]
 
 
 @pytest_asyncio.fixture(scope="session")
-async def stack(tmp_path_factory: pytest.TempPathFactory, pg_url: str):  # type: ignore[no-untyped-def]
-    """The embedded stack on free ports, the worker as a separate process."""
+async def stack(  # type: ignore[no-untyped-def]
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, pg_url: str
+):
+    """The embedded stack on free ports, the worker as a separate process. Before it stops,
+    every history it holds is scanned for contact data (tests/history_pii.py): the session
+    fails at its end if one holds any, whichever test left it."""
     from devstack.stack import DevStack
+    from tests.history_pii import histories_holding_pii, record
 
     cfg = stack_settings(
         tmp_path_factory.mktemp("herald"), database_url=fresh_database(pg_url, "herald_e2e")
@@ -223,7 +231,10 @@ async def stack(tmp_path_factory: pytest.TempPathFactory, pg_url: str):  # type:
     dev = DevStack(cfg, temporal_ui=False)
     await dev.start()
     yield dev
-    await dev.stop()
+    try:
+        record(request.config, *await histories_holding_pii(dev.client.temporal))
+    finally:
+        await dev.stop()
 
 
 @pytest.fixture(scope="session")

@@ -107,9 +107,13 @@ def _stop(stack: Stack) -> None:
 
 @pytest.fixture(scope="module")
 def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """The stack the module's tests share. Its teardown is the README's last step, SIGTERM
+    stops it and leaves no process, checked there (a failure is an error at the module's
+    teardown) rather than by a test that would have to run after every other one."""
     # The demo policy, which `herald demo` needs of a running stack (`--policy demo`).
     with running_dev(tmp_path_factory.mktemp("terminal"), "demo") as stack:
         yield stack
+        sigterm_stops_the_stack_and_leaves_no_process(stack)
 
 
 ANY_FREE_PORT = ("SIMULATOR", "TELNYX_SIMULATOR", "SMTP", "EMAIL_SIMULATOR")
@@ -751,8 +755,7 @@ def _no_python_reprs(text: str) -> None:
     assert_no_python_repr(text)
 
 
-def test_zz_sigterm_stops_the_stack_and_leaves_no_process(dev: Stack) -> None:
-    # Last in this module: the stack is gone afterwards.
+def sigterm_stops_the_stack_and_leaves_no_process(dev: Stack) -> None:
     processes = _stack_processes(dev.addresses)
     names = {p.name() for p in processes}
     assert {"postgres", "temporal"} <= names, names

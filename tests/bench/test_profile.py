@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_bench_workers import ROOT, _clean_env
+from tests.bench.test_workers_e2e import ROOT, _clean_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

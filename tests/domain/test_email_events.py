@@ -11,7 +11,7 @@ from domain import email_events
 from domain.email_events import SuppressionEffect
 from domain.policy import Outcome, Policy, PolicyRequest, Suppression, evaluate, fallback_for
 from domain.states import AttemptState, Verdict, apply
-from tests.unit.test_policy import consents_for
+from tests.domain.test_policy import consents_for
 
 NOW = datetime(2026, 12, 15, 17, 0, tzinfo=UTC)
 

@@ -348,7 +348,9 @@ async def test_an_outage_refuses_connections_then_the_same_port_answers_again() 
             try:
                 async with httpx.AsyncClient() as http:
                     await http.get(f"{server.url}/_sim/stats")
-            except httpx.ConnectError:
+            except (httpx.ConnectError, httpx.ReadError, httpx.RemoteProtocolError):
+                # Refused, or taken and closed as the outage began (seen once in a full
+                # run: the probe's connection was accepted just before the listener shut).
                 return False
             return True
 

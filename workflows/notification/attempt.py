@@ -1,8 +1,8 @@
-"""One attempt on a channel: authorized by the policy (a deferral waits), handed to the
-provider (across the providers the policy routes the channel to, failing over after a
-definitive provider-side refusal, deferring while every one refuses for its own reasons),
-then followed by receipts and polls, or by the provider's events, until it settles or the
-horizon passes."""
+"""The attempts on a channel, one path for one provider or several (a single provider
+is a failover list of one): each try authorized by the policy (a deferral waits), handed
+to a provider (the next one after a definitive provider-side refusal, a deferral while
+every one refuses for its own reasons), then followed by receipts and polls, or by the
+provider's events, until it settles or the horizon passes."""
 
 from datetime import datetime, timedelta
 
@@ -69,105 +69,25 @@ class Attempting(IntentRun):
         return ""
 
     async def _attempt(self, channel: str, number: int) -> ChannelResult:
-        why = self._why(channel, number)
-        at_least = timedelta(0)
-        while True:
-            result = await self._attempt_once(channel, number, why)
-            if isinstance(result, ChannelResult):
-                return result
-            # The provider refused for its own reasons (its account, its open circuit), and
-            # no other provider may take it: wait until it may take work again, then try a
-            # new attempt, authorized again; the intent's closing ends the channel.
-            refusal, retry_at = result
-            ended, at_least = await self._wait_for_providers(
-                channel_of(channel), [retry_at] if retry_at else [], number, refusal, at_least
-            )
-            if ended is not None:
-                return ended
-            number += 1
-            why = f", after {refusal}"
+        """Attempts on `channel` until one is followed to its end, or the channel ends
+        without one: each try is its own attempt (`<key>:sms:<n>`, its own token),
+        authorized by the policy, handed to a provider, then followed.
 
-    async def _attempt_once(
-        self, channel: str, number: int, why: str
-    ) -> ChannelResult | tuple[str, datetime | None]:
-        """One attempt on `channel`: authorized, submitted, followed. A refusal about the
-        provider that no other provider may take returns (what was refused, when the
-        provider may take work again) instead of a result."""
+        One provider is a failover list of one (domain.failover): a definitive
+        provider-side refusal hands the channel to the next provider the policy routes it
+        to, or (none left, or failover forbidden) defers until one may take work again and
+        tries again as a new attempt; the business expiry ends the channel `expired`
+        (nothing was sent). When the policy routes the channel to more than one provider,
+        each try is named for its provider (`sms #2 via telnyx`) and runs on that
+        provider's own queue; a deferral then tries the whole list again with the first
+        provider, where a single provider's is asked of the policy afresh."""
         spec = channel_of(channel)
         facts = self._require_facts()
-        label = f"{channel} #{number}"
-        self._set_phase(
-            Phase.AUTHORIZING,
-            channel=channel,
-            details=f"asking the policy whether {label} may go{why}",
-        )
-        auth = await self._authorized(
-            spec,
-            number,
-            AuthorizeInput(facts.intent_id, channel, number),
-            summary=f"authorize {label}{why}",
-            label=label,
-        )
+        why = self._why(channel, number)
+        auth = await self._authorize_plan(spec, number, why)
         if isinstance(auth, ChannelResult):
             return auth
-        token = auth.attempt_token
-        assert token is not None
-        if spec.fails_over and len(auth.providers) > 1:
-            return await self._attempt_across_providers(spec, number, auth, why)
-        self._attempt_states[token] = AttemptState.PREPARED.value
-        base = ChannelResult(
-            channel,
-            AttemptState.PREPARED.value,
-            auth.reason,
-            token,
-            attempts=number,
-            policy_version=auth.policy_version,
-            rule=auth.rule,
-        )
-        self._set_phase(
-            Phase.SUBMITTING, channel=channel, details=f"handing {label} to the provider{why}"
-        )
-        self._in_flight.add(token)
-        try:
-            outcome = await self._submit(spec, token, facts, summary=f"{label}{why}")
-        finally:
-            self._in_flight.discard(token)
-        self._observe(token, outcome.state, outcome.error_code)
-        if outcome.answer == failover.Answer.REFUSED_BY_PROVIDER.value:
-            provider = auth.provider or spec.name
-            refusal = f"{provider} refused: {outcome.error_code or ''} {outcome.reason}"
-            return " ".join(refusal.split())[:200], outcome.retry_at
-        base.remote_id = outcome.remote_id
-        if outcome.reason:
-            base.reason = outcome.reason
-        if (
-            spec.poll_activity is not None
-            and not states.is_terminal(AttemptState(self._attempt_states[token]))
-            and self._attempt_states[token] != AttemptState.UNKNOWN.value
-        ):
-            await self._observe_attempt(spec, token, facts, label)
-        elif (
-            spec.poll_activity is None
-            and self._attempt_states[token] == AttemptState.SUBMITTED.value
-        ):
-            await self._await_events(spec, token, facts, label)
-        base.state = self._attempt_states[token]
-        base.error_code = self._error_codes.get(token)
-        if base.state == AttemptState.UNKNOWN.value and not base.reason:
-            base.reason = "no final status before the polling horizon"
-        return base
-
-    async def _attempt_across_providers(
-        self, spec: Channel, number: int, auth: AuthorizeResult, why: str
-    ) -> ChannelResult:
-        """Attempts on one channel across the providers the policy routes it to
-        (domain.failover): each try is its own attempt (`<key>:sms:<n>`, its own token and
-        provider alias); the next provider tries only after a definitive provider-side
-        refusal, or after the lookup found a lost create absent. Every provider refusing
-        defers until one may take work again, then tries them all as a new attempt; the
-        business expiry ends the channel `expired` (nothing was sent)."""
-        facts = self._require_facts()
-        providers = list(auth.providers)
+        providers, routed = _route(spec, auth)
         run = failover.ChannelRun(providers, failover_allowed=auth.failover, first_number=number)
         moved_on: list[str] = []
         retry_at: list[datetime] = []
@@ -176,10 +96,10 @@ class Attempting(IntentRun):
             token = auth.attempt_token
             assert token is not None
             provider = auth.provider or run.current.provider
-            label = f"{spec.name} #{number} via {provider}"
+            label = f"{channel} #{number} via {provider}" if routed else f"{channel} #{number}"
             self._attempt_states[token] = AttemptState.PREPARED.value
             base = ChannelResult(
-                spec.name,
+                channel,
                 AttemptState.PREPARED.value,
                 auth.reason,
                 token,
@@ -187,13 +107,15 @@ class Attempting(IntentRun):
                 policy_version=auth.policy_version,
                 rule=auth.rule,
             )
-            # With failover allowed, every try hands a definitive provider-side refusal back
-            # at once: to the next provider, or (the last one) to a deferral of them all.
-            hand_back = auth.failover
-            # Each provider's own queue: its own rate budget, enforced by the server.
-            queue = providers_domain.provider_task_queue(spec, workflow.info().task_queue, provider)
+            # Each provider's own queue (its own rate budget, enforced by the server) when
+            # there are several; the channel's otherwise.
+            queue = (
+                providers_domain.provider_task_queue(spec, workflow.info().task_queue, provider)
+                if routed
+                else queue_of(spec)
+            )
             self._set_phase(
-                Phase.SUBMITTING, channel=spec.name, details=f"handing {label} to the provider{why}"
+                Phase.SUBMITTING, channel=channel, details=f"handing {label} to the provider{why}"
             )
             self._in_flight.add(token)
             try:
@@ -202,7 +124,9 @@ class Attempting(IntentRun):
                     token,
                     facts,
                     summary=f"{label}{why}",
-                    failover_allowed=hand_back,
+                    # With failover allowed, a try hands a definitive provider-side refusal
+                    # back at once: to the next provider, or (the last) to a deferral.
+                    failover_allowed=routed and auth.failover,
                     task_queue=queue,
                 )
             finally:
@@ -212,9 +136,7 @@ class Attempting(IntentRun):
             if outcome.reason:
                 base.reason = outcome.reason
             answer, lookup = _answer_of(outcome)
-            refusal = f"{provider} refused: {outcome.error_code or ''} {outcome.reason}".strip()
-            if answer == failover.Answer.AMBIGUOUS:
-                refusal = f"{provider} lost the answer and does not hold it ({outcome.reason})"
+            refusal = _refusal(provider, outcome, answer, routed=routed)
             decision = run.step(answer, lookup, why=refusal)
             if outcome.retry_at is not None:
                 retry_at.append(outcome.retry_at)
@@ -231,22 +153,39 @@ class Attempting(IntentRun):
                 continue
             if decision.move == failover.Move.DEFER:
                 ended, at_least = await self._wait_for_providers(
-                    spec, retry_at, number, refusal, at_least, moved_on, who="every provider"
+                    spec,
+                    retry_at,
+                    number,
+                    refusal,
+                    at_least,
+                    moved_on,
+                    who="every provider" if routed else "the provider",
                 )
                 if ended is not None:
                     return ended
-                moved_on.append(refusal)
                 number += 1
-                run = failover.ChannelRun(
-                    providers, failover_allowed=auth.failover, first_number=number
-                )
                 retry_at = []
-                next_auth = await self._authorize_failover(
-                    spec, number, providers[0], "every provider refused; trying again"
-                )
+                if routed:
+                    moved_on.append(refusal)
+                    run = failover.ChannelRun(
+                        providers, failover_allowed=auth.failover, first_number=number
+                    )
+                    next_auth = await self._authorize_failover(
+                        spec, number, providers[0], "every provider refused; trying again"
+                    )
+                else:
+                    why = f", after {refusal}"
+                    next_auth = await self._authorize_plan(spec, number, why)
                 if isinstance(next_auth, ChannelResult):
                     return next_auth
                 auth = next_auth
+                if not routed:
+                    providers, routed = _route(spec, auth)
+                    if routed:
+                        at_least = timedelta(0)  # a new list of providers: its own floor
+                    run = failover.ChannelRun(
+                        providers, failover_allowed=auth.failover, first_number=number
+                    )
                 continue
             break
         if (
@@ -255,6 +194,11 @@ class Attempting(IntentRun):
             and self._attempt_states[token] != AttemptState.UNKNOWN.value
         ):
             await self._observe_attempt(spec, token, facts, label, task_queue=queue)
+        elif (
+            spec.poll_activity is None
+            and self._attempt_states[token] == AttemptState.SUBMITTED.value
+        ):
+            await self._await_events(spec, token, facts, label)
         base.state = self._attempt_states[token]
         base.error_code = self._error_codes.get(token)
         if base.state == AttemptState.UNKNOWN.value and not base.reason:
@@ -312,6 +256,25 @@ class Attempting(IntentRun):
                 attempts=number,
             ), next_floor
         return None, next_floor
+
+    async def _authorize_plan(
+        self, spec: Channel, number: int, why: str
+    ) -> AuthorizeResult | ChannelResult:
+        """Authorize the plan's try (or a resend, or a single provider's try after a
+        deferral): the policy picks the provider."""
+        label = f"{spec.name} #{number}"
+        self._set_phase(
+            Phase.AUTHORIZING,
+            channel=spec.name,
+            details=f"asking the policy whether {label} may go{why}",
+        )
+        return await self._authorized(
+            spec,
+            number,
+            AuthorizeInput(self._require_facts().intent_id, spec.name, number),
+            summary=f"authorize {label}{why}",
+            label=label,
+        )
 
     async def _authorize_failover(
         self, spec: Channel, number: int, provider: str, reason: str
@@ -643,3 +606,22 @@ def _answer_of(outcome: SubmitOutcome) -> tuple[failover.Answer, failover.Lookup
         # The transport window closed with the outcome open: nobody said "not there".
         return failover.Answer.AMBIGUOUS, lookup
     return failover.Answer.ACCEPTED, lookup
+
+
+def _route(spec: Channel, auth: AuthorizeResult) -> tuple[list[str], bool]:
+    """The providers a channel's tries walk, in order, and whether the policy routes it to
+    more than one (then each try is named for its provider and runs on its own queue)."""
+    if spec.fails_over and len(auth.providers) > 1:
+        return list(auth.providers), True
+    return [auth.provider or spec.name], False
+
+
+def _refusal(
+    provider: str, outcome: SubmitOutcome, answer: failover.Answer, *, routed: bool
+) -> str:
+    """What a provider refused (or lost), as the next try's summary and the channel's
+    reason say it; a single provider's refusal is one line of at most 200 characters."""
+    if answer == failover.Answer.AMBIGUOUS:
+        return f"{provider} lost the answer and does not hold it ({outcome.reason})"
+    refusal = f"{provider} refused: {outcome.error_code or ''} {outcome.reason}"
+    return refusal.strip() if routed else " ".join(refusal.split())[:200]

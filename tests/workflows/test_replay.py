@@ -8,10 +8,23 @@ re-recording."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
+from temporalio import workflow
 from temporalio.client import WorkflowHistory
-from temporalio.worker import Replayer
+from temporalio.converter import DataConverter
+from temporalio.worker import (
+    Interceptor,
+    Replayer,
+    StartActivityInput,
+    StartLocalActivityInput,
+    UnsandboxedWorkflowRunner,
+    WorkflowInboundInterceptor,
+    WorkflowInterceptorClassInput,
+    WorkflowOutboundInterceptor,
+)
+from temporalio.workflow import ActivityHandle
 
 from runtime.sandbox import sandbox_runner
 from tests.workflows import conftest
@@ -86,3 +99,86 @@ def test_a_recorded_history_holds_no_pii(path: Path):
     text = path.read_text()
     for forbidden in ("+44", "+33", "+1555", "@example", "Herald demo"):
         assert forbidden not in text
+
+
+class _Scheduled(Interceptor):
+    """What a replay asks of activities, in order: each activity's type, task queue (the
+    workflow's own named `<own>`: a replay runs on a queue of its own), summary and input,
+    and each local activity's summary."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[object, ...]] = []
+
+    def workflow_interceptor_class(
+        self, input: WorkflowInterceptorClassInput
+    ) -> type[WorkflowInboundInterceptor]:
+        seen = self.seen
+        to_payloads = DataConverter.default.payload_converter.to_payloads
+
+        class Outbound(WorkflowOutboundInterceptor):
+            def start_activity(self, input: StartActivityInput) -> ActivityHandle[Any]:
+                own = workflow.info().task_queue
+                queue = (input.task_queue or own).replace(own, "<own>", 1)
+                data = [p.data for p in to_payloads(input.args)]
+                seen.append(("activity", input.activity, queue, input.summary, data))
+                return super().start_activity(input)
+
+            def start_local_activity(self, input: StartLocalActivityInput) -> ActivityHandle[Any]:
+                seen.append(("local", input.summary))
+                return super().start_local_activity(input)
+
+        class Inbound(WorkflowInboundInterceptor):
+            def init(self, outbound: WorkflowOutboundInterceptor) -> None:
+                super().init(Outbound(outbound))
+
+        return Inbound
+
+
+def _recorded(history: WorkflowHistory) -> list[tuple[object, ...]]:
+    """What the history recorded of the same: the replay checks the commands' kinds and
+    activity types, not their queues, summaries or inputs."""
+    summary_of = DataConverter.default.payload_converter.from_payload
+    own = history.events[0].workflow_execution_started_event_attributes.task_queue.name
+    recorded: list[tuple[object, ...]] = []
+    for event in history.events:
+        meta = event.user_metadata
+        summary = summary_of(meta.summary, str) if meta.HasField("summary") else None
+        if event.HasField("activity_task_scheduled_event_attributes"):
+            scheduled = event.activity_task_scheduled_event_attributes
+            data = [p.data for p in scheduled.input.payloads]
+            recorded.append(
+                (
+                    "activity",
+                    scheduled.activity_type.name,
+                    scheduled.task_queue.name.replace(own, "<own>", 1),
+                    summary,
+                    data,
+                )
+            )
+        elif event.HasField("marker_recorded_event_attributes"):
+            recorded.append(("local", summary))
+    return recorded
+
+
+@pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
+async def test_a_recorded_history_replays_with_the_same_queues_summaries_and_inputs(path: Path):
+    # A provider's own queue, a label's "via X", a refusal's wording in the next
+    # authorization's summary, the failover flag of a submit: what the Web UI showed and
+    # the activities were given, which the replay itself lets change.
+    scheduled = _Scheduled()
+    replayer = Replayer(
+        workflows=[NotificationWorkflow],
+        interceptors=[scheduled],
+        workflow_runner=UnsandboxedWorkflowRunner(),
+    )
+    history = WorkflowHistory.from_json(path.stem, path.read_text())
+    await replayer.replay_workflow(history)
+    recorded = _recorded(history)
+    # Local activities in any order: their markers are recorded as they end (mode "all"
+    # authorizes its channels side by side).
+    assert [s for s in scheduled.seen if s[0] == "activity"] == [
+        r for r in recorded if r[0] == "activity"
+    ]
+    assert sorted(map(repr, (s for s in scheduled.seen if s[0] == "local"))) == sorted(
+        map(repr, (r for r in recorded if r[0] == "local"))
+    )

@@ -95,10 +95,17 @@ class ChannelResult:
 
 @dataclass
 class CarriedState:
+    """The part of a notification run's state that outlives the run: the workflow holds
+    its state in one of these (workflows/notification/state.py) and continue-as-new
+    carries it whole. Recorded histories hold it as JSON: keep the field names, and give
+    a new field a default."""
+
     results: list[ChannelResult] = field(default_factory=list)
+    """Each channel's latest result, in the order the channels first ended."""
     attempt_states: dict[str, str] = field(default_factory=dict)
     error_codes: dict[str, str] = field(default_factory=dict)
     resend_until: datetime | None = None
+    """When the resend window closes (None: none open yet, or a new attempt reopens it)."""
     settle_until: datetime | None = None
     """When the settlement window closes (None: the run that carried it had none open)."""
     settlements: dict[str, SettlementStanding] = field(default_factory=dict)

@@ -62,7 +62,7 @@ class Attempting(IntentRun):
         """Why this attempt is made, for summaries: a fallback, a resend, or the plan."""
         if number > 1:
             return f", resend approved after {channel} #{number - 1}"
-        earlier = [r for r in self._results.values() if r.channel != channel]
+        earlier = [r for r in self._durable.results if r.channel != channel]
         if earlier and self._require_facts().mode == "fallback":
             last = earlier[-1]
             return f", fallback after {last.channel} {last.state}"
@@ -97,7 +97,7 @@ class Attempting(IntentRun):
             assert token is not None
             provider = auth.provider or run.current.provider
             label = f"{channel} #{number} via {provider}" if routed else f"{channel} #{number}"
-            self._attempt_states[token] = AttemptState.PREPARED.value
+            self._durable.attempt_states[token] = AttemptState.PREPARED.value
             base = ChannelResult(
                 channel,
                 AttemptState.PREPARED.value,
@@ -117,7 +117,7 @@ class Attempting(IntentRun):
             self._set_phase(
                 Phase.SUBMITTING, channel=channel, details=f"handing {label} to the provider{why}"
             )
-            self._in_flight.add(token)
+            self._transient.in_flight.add(token)
             try:
                 outcome = await self._submit(
                     spec,
@@ -130,7 +130,7 @@ class Attempting(IntentRun):
                     task_queue=queue,
                 )
             finally:
-                self._in_flight.discard(token)
+                self._transient.in_flight.discard(token)
             self._observe(token, outcome.state, outcome.error_code)
             base.remote_id = outcome.remote_id
             if outcome.reason:
@@ -190,17 +190,17 @@ class Attempting(IntentRun):
             break
         if (
             spec.poll_activity is not None
-            and not states.is_terminal(AttemptState(self._attempt_states[token]))
-            and self._attempt_states[token] != AttemptState.UNKNOWN.value
+            and not states.is_terminal(AttemptState(self._durable.attempt_states[token]))
+            and self._durable.attempt_states[token] != AttemptState.UNKNOWN.value
         ):
             await self._observe_attempt(spec, token, facts, label, task_queue=queue)
         elif (
             spec.poll_activity is None
-            and self._attempt_states[token] == AttemptState.SUBMITTED.value
+            and self._durable.attempt_states[token] == AttemptState.SUBMITTED.value
         ):
             await self._await_events(spec, token, facts, label)
-        base.state = self._attempt_states[token]
-        base.error_code = self._error_codes.get(token)
+        base.state = self._durable.attempt_states[token]
+        base.error_code = self._durable.error_codes.get(token)
         if base.state == AttemptState.UNKNOWN.value and not base.reason:
             base.reason = "no final status before the polling horizon"
         if moved_on:
@@ -242,8 +242,8 @@ class Attempting(IntentRun):
             details=f"{refusal}; {spec.name} #{number} deferred, trying again at {utc(until)}",
         )
         await self._wait(until, summary=f"{refusal}; {spec.name} again at {utc(until)}")
-        if self._cancelled:
-            reason = self._cancel_reason or "cancelled"
+        if self._transient.cancelled:
+            reason = self._transient.cancel_reason or "cancelled"
             return ChannelResult(
                 spec.name, ChannelEnd.CANCELLED.value, reason, attempts=number
             ), next_floor
@@ -317,11 +317,11 @@ class Attempting(IntentRun):
         facts = self._require_facts()
         channel = spec.name
         while True:
-            if self._cancelled:
+            if self._transient.cancelled:
                 return ChannelResult(
                     channel,
                     ChannelEnd.CANCELLED.value,
-                    self._cancel_reason or "cancelled",
+                    self._transient.cancel_reason or "cancelled",
                     attempts=number - 1,
                 )
             if self._expired():
@@ -487,7 +487,7 @@ class Attempting(IntentRun):
         rand = workflow.random()
         retry = 0
         while not self._settled(token):
-            if self._cancelled:
+            if self._transient.cancelled:
                 stop_reason = (
                     "cancel",
                     "cancelled by an operator; not recalled, no longer followed",
@@ -519,7 +519,7 @@ class Attempting(IntentRun):
                     else f"receipt for {label} until the {ends}"
                 ),
             )
-            if self._settled(token) or self._cancelled or workflow.now() >= horizon:
+            if self._settled(token) or self._transient.cancelled or workflow.now() >= horizon:
                 continue
             assert channel.poll_activity is not None
             polled = await workflow.execute_activity(
@@ -535,7 +535,7 @@ class Attempting(IntentRun):
             retry += 1
         if not self._settled(token):
             source, reason = stop_reason
-            self._stopped_by[token] = source
+            self._transient.stopped_by[token] = source
             await self._record_verdict(
                 token, AttemptState.UNKNOWN.value, source, reason, label=label
             )
@@ -565,7 +565,7 @@ class Attempting(IntentRun):
             return
         reason = (
             "cancelled while waiting for a delivery event; accepted by the provider, not recalled"
-            if self._cancelled
+            if self._transient.cancelled
             else f"accepted by the provider; no delivery event within "
             f"{minutes(facts.email_events_horizon_seconds)}"
         )

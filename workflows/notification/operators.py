@@ -53,7 +53,7 @@ the update handler, not by an activity, so it is no `ErrorType`; the run goes on
 class OperatorWindow(IntentRun):
     """The operator window and actions of the notification workflow."""
 
-    async def _operator_window(self, resend_until: datetime | None = None) -> None:
+    async def _operator_window(self) -> None:
         """Stay open while an operator may still act, and say so in the ledger. An unknown
         attempt waits for a settlement until the settlement window closes (then it is
         recorded as expired unsettled); a retryable failure, or a settlement whose rule
@@ -62,17 +62,18 @@ class OperatorWindow(IntentRun):
         This is where an intent can live long (resend after resend), so it is where the
         workflow continues as new when the history grows long, carrying its state."""
         facts = self._require_facts()
+        kept, this_run = self._durable, self._transient
 
         def resend_end() -> datetime:
             end = workflow.now() + timedelta(seconds=facts.resend_window_seconds)
             return min(end, facts.expires_at) if facts.expires_at is not None else end
 
         expired_recorded: set[str] = set()
-        while not self._cancelled:
+        while not this_run.cancelled:
             now = workflow.now()
             unsettled = self._unsettled_tokens()
             open_settle = bool(unsettled) and (
-                self._settle_until is not None and now < self._settle_until
+                kept.settle_until is not None and now < kept.settle_until
             )
             if unsettled and not open_settle:
                 expired = [t for t in unsettled if t not in expired_recorded]
@@ -81,25 +82,27 @@ class OperatorWindow(IntentRun):
                     await self._record_waiting(None, None, [], expired_unsettled=expired)
             resendable = [
                 r
-                for r in self._results.values()
+                for r in kept.results
                 if self._resend_refusal(ResendRequest(channel=r.channel)) is None
             ]
-            if resendable and resend_until is None:
-                resend_until = resend_end()
-            open_resend = bool(resendable) and resend_until is not None and now < resend_until
+            if resendable and kept.resend_until is None:
+                kept.resend_until = resend_end()
+            open_resend = (
+                bool(resendable) and kept.resend_until is not None and now < kept.resend_until
+            )
             if not open_settle and not open_resend:
                 break
             kind, until = (
-                ("settlement", self._settle_until) if open_settle else ("resend", resend_until)
+                ("settlement", kept.settle_until) if open_settle else ("resend", kept.resend_until)
             )
             assert until is not None
-            if open_settle and open_resend and resend_until is not None:
-                until = min(until, resend_until)
-            if (kind, until) != (self._awaiting, self._awaiting_until):
+            if open_settle and open_resend and kept.resend_until is not None:
+                until = min(until, kept.resend_until)
+            if (kind, until) != (this_run.awaiting, this_run.awaiting_until):
                 await self._record_waiting(kind, until, unsettled if open_settle else [])
             waiting = ", ".join(
                 f"{r.channel} #{r.attempts} {r.state}"
-                for r in self._results.values()
+                for r in kept.results
                 if r.attempt_token in unsettled or r in resendable
             )
             action = "a settlement (settle)" if open_settle else "an approve_resend"
@@ -111,32 +114,33 @@ class OperatorWindow(IntentRun):
             )
             if self._history_is_long():
                 await workflow.wait_condition(workflow.all_handlers_finished)
-                workflow.continue_as_new(
-                    NotificationInput(facts.intent_id, self._carry(resend_until))
-                )
-            if self._move_asked and self._resend is None:
-                self._move_asked = False
+                workflow.continue_as_new(NotificationInput(facts.intent_id, kept))
+            if this_run.move_asked and this_run.resend is None:
+                this_run.move_asked = False
                 if workflow.info().is_target_worker_deployment_version_changed():
                     # A safe point: nothing in flight here, and no handler left running.
                     await workflow.wait_condition(workflow.all_handlers_finished)
                     workflow.continue_as_new(
-                        NotificationInput(facts.intent_id, self._carry(resend_until)),
+                        NotificationInput(facts.intent_id, kept),
                         initial_versioning_behavior=(
                             workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE
                         ),
                     )
-            self._operator_news = False
+            this_run.operator_news = False
             await self._wait(
                 until,
-                extra=lambda: self._resend is not None or self._operator_news or self._move_asked,
+                extra=lambda: (
+                    this_run.resend is not None or this_run.operator_news or this_run.move_asked
+                ),
                 summary=f"{kind} window until {utc(until)}",
             )
-            request, self._resend = self._resend, None
+            request, this_run.resend = this_run.resend, None
             if request is not None:
-                previous = self._results[request.channel]
+                previous = self._result(request.channel)
+                assert previous is not None  # a resend is accepted only after a result
                 await self._run_channel(request.channel, previous.attempts + 1)
-                resend_until = None  # a new attempt opens its own resend window
-        if self._awaiting:
+                kept.resend_until = None  # a new attempt opens its own resend window
+        if this_run.awaiting:
             await self._record_waiting(None, None, [])
 
     async def _record_waiting(
@@ -167,16 +171,22 @@ class OperatorWindow(IntentRun):
                 else "record: no longer waiting for an operator"
             ),
         )
-        self._awaiting, self._awaiting_until = awaiting or "", until if awaiting else None
+        self._transient.awaiting, self._transient.awaiting_until = (
+            awaiting or "",
+            until if awaiting else None,
+        )
         if awaiting == "settlement":
-            self._settle_rules = list(facts.settlement_rules)
+            self._durable.settlement_rules = list(facts.settlement_rules)
 
     def _settle_refusal(self, request: SettleRequest) -> str | None:
         token = self._latest_token(request.channel)
         return operator_requests.settle_refusal(
             request.channel,
             settlement.SettlementClaim(
-                request.rule, request.reason, request.reference, self._lookups.get(token or "")
+                request.rule,
+                request.reason,
+                request.reference,
+                self._durable.lookups.get(token or ""),
             ),
             token=token,
             offered=[
@@ -186,15 +196,15 @@ class OperatorWindow(IntentRun):
                     settlement.Evidence(r.evidence),
                     r.resend_allowed,
                 )
-                for r in self._settle_rules
+                for r in self._durable.settlement_rules
             ],
             current=AttemptState(
-                self._attempt_states.get(token or "", AttemptState.PREPARED.value)
+                self._durable.attempt_states.get(token or "", AttemptState.PREPARED.value)
             ),
-            current_by_operator=token in self._settlements,
-            busy=self._busy_settling,
+            current_by_operator=token in self._durable.settlements,
+            busy=self._transient.busy_settling,
             now=workflow.now(),
-            window_until=self._settle_until,
+            window_until=self._durable.settle_until,
         )
 
     async def _settle(self, request: SettleRequest) -> SettleResult:
@@ -212,7 +222,7 @@ class OperatorWindow(IntentRun):
                 request.operator,
                 request.operator_role,
                 request.proof,
-                self._settle_until,
+                self._durable.settle_until,
             ),
             result_type=SettlementRecorded,
             start_to_close_timeout=ACTIVITY_TIMEOUT,
@@ -223,12 +233,15 @@ class OperatorWindow(IntentRun):
         if recorded.refused:
             # The ledger judged it by the policy version active now: its word stands.
             raise ApplicationError(recorded.refused, type=SETTLEMENT_REFUSED)
-        self._attempt_states[token] = recorded.state
-        self._settlements[token] = SettlementStanding(recorded.rule, recorded.resend_allowed)
-        result = self._results[request.channel]
+        self._durable.attempt_states[token] = recorded.state
+        self._durable.settlements[token] = SettlementStanding(
+            recorded.rule, recorded.resend_allowed
+        )
+        result = self._result(request.channel)
+        assert result is not None  # the validator refused the rest
         result.state = recorded.state
         result.reason = f"settled under {recorded.rule} by {recorded.operator}"
-        self._operator_news = True
+        self._transient.operator_news = True
         return SettleResult(
             True,
             f"settled as {recorded.state} under {recorded.rule} (policy "
@@ -248,24 +261,24 @@ class OperatorWindow(IntentRun):
     async def _cancel(
         self, request: CancelRequest, *, requested_in_temporal: bool = False
     ) -> CancelResult:
-        if self._cancelled:
+        if self._transient.cancelled:
             return CancelResult(True, message="already cancelled")
         # Closed at once; only the ledger record waits for the intent to be loaded.
-        self._cancelled = True
+        self._transient.cancelled = True
         # Not "cancelled by <operator>": the request's operator is only a claim until the
         # ledger activity checks its proof; the ledger names who it was.
-        self._cancel_reason = f"cancelled: {request.reason}".strip(": ")
-        closed = [self._phase]
+        self._transient.cancel_reason = f"cancelled: {request.reason}".strip(": ")
+        closed = [self._transient.phase]
         # A receipt may settle an attempt while its submit activity is still running
         # (accept-then-timeout): what the receipt said wins over "still submitting".
-        submitted = self._in_flight | {
+        submitted = self._transient.in_flight | {
             t
-            for t, s in self._attempt_states.items()
+            for t, s in self._durable.attempt_states.items()
             if s in (AttemptState.SUBMITTED.value, AttemptState.SENT.value)
         }
         in_flight = sorted(t for t in submitted if not self._settled(t))
         delivered = sorted(
-            t for t, s in self._attempt_states.items() if s == AttemptState.DELIVERED.value
+            t for t, s in self._durable.attempt_states.items() if s == AttemptState.DELIVERED.value
         )
         message = "future work closed"
         if in_flight:
@@ -290,7 +303,7 @@ class OperatorWindow(IntentRun):
         return CancelResult(True, closed, in_flight, message, delivered=delivered)
 
     def _resend_refusal(self, request: ResendRequest) -> str | None:
-        result = self._results.get(request.channel)
+        result = self._result(request.channel)
         latest = (
             operator_requests.Latest(result.attempt_token, result.state, result.error_code)
             if result is not None and result.attempt_token is not None
@@ -299,14 +312,16 @@ class OperatorWindow(IntentRun):
         return operator_requests.resend_refusal(
             request.channel,
             latest,
-            cancelled=self._cancelled,
-            in_flight=request.channel in {keys.channel_of_token(t) for t in self._in_flight},
+            cancelled=self._transient.cancelled,
+            in_flight=request.channel
+            in {keys.channel_of_token(t) for t in self._transient.in_flight},
             standing=self._standing(latest.token if latest else None),
         )
 
     async def _accept_resend(self, request: ResendRequest) -> ResendResult:
-        result = self._results[request.channel]
-        self._resend = request
+        result = self._result(request.channel)
+        assert result is not None  # refused otherwise
+        self._transient.resend = request
         await self._record_action(
             "approve-resend",
             request.operator,
@@ -336,7 +351,7 @@ class OperatorWindow(IntentRun):
         """Record an operator's action in the ledger at `at` (default now, in workflow
         time: when the request was taken, before what it causes runs)."""
         requested_at = (at or workflow.now()).isoformat()
-        await workflow.wait_condition(lambda: self._facts is not None)
+        await workflow.wait_condition(lambda: self._transient.facts is not None)
         await workflow.execute_activity(
             RECORD_OPERATOR_ACTION,
             OperatorActionInput(

@@ -146,11 +146,11 @@ class NotificationWorkflow(Attempting, OperatorWindow):
         '{"channel": "sms", "rule": "...", "reason": "...", "reference": "..."}',
     )
     async def settle_update(self, request: SettleRequest) -> SettleResult:
-        self._busy_settling = True
+        self._transient.busy_settling = True
         try:
             return await self._settle(request)
         finally:
-            self._busy_settling = False
+            self._transient.busy_settling = False
 
     @settle_update.validator
     def _validate_settle(self, request: SettleRequest) -> None:
@@ -181,11 +181,13 @@ class NotificationWorkflow(Attempting, OperatorWindow):
             retry_policy=LEDGER_RETRY,
             summary=f"look {request.channel} up at the provider before a settlement",
         )
-        self._lookups[token] = workflow.now()
+        self._durable.lookups[token] = workflow.now()
         if result.state:
-            before = self._attempt_states.get(token)
+            before = self._durable.attempt_states.get(token)
             self._observe(token, result.state)
-            self._operator_news = self._operator_news or before != self._attempt_states.get(token)
+            self._transient.operator_news = (
+                self._transient.operator_news or before != self._durable.attempt_states.get(token)
+            )
         await self._record_action(
             "lookup",
             request.operator,
@@ -201,7 +203,7 @@ class NotificationWorkflow(Attempting, OperatorWindow):
 
     @lookup_update.validator
     def _validate_lookup(self, request: LookupRequest) -> None:
-        if self._settle_until is None:
+        if self._durable.settle_until is None:
             raise ValueError("the intent is not waiting for a settlement")
         token = self._latest_token(request.channel)
         if token is None:
@@ -221,19 +223,19 @@ class NotificationWorkflow(Attempting, OperatorWindow):
     def move_to_current_build(self) -> None:
         # The server tells a run that its target build changed only on a workflow task;
         # this signal is that task, and the waiting loop decides at its safe point.
-        self._move_asked = True
+        self._transient.move_asked = True
 
     @workflow.query
     def projection(self) -> Projection:
         return Projection(
-            intent_id=self._facts.intent_id if self._facts else "",
-            phase=self._phase,
-            cancelled=self._cancelled,
-            channels=list(self._results.values()),
-            attempt_states=dict(self._attempt_states),
-            awaiting=self._awaiting,
-            awaiting_until=self._awaiting_until,
-            settlements=dict(self._settlements),
+            intent_id=self._transient.facts.intent_id if self._transient.facts else "",
+            phase=self._transient.phase,
+            cancelled=self._transient.cancelled,
+            channels=list(self._durable.results),
+            attempt_states=dict(self._durable.attempt_states),
+            awaiting=self._transient.awaiting,
+            awaiting_until=self._transient.awaiting_until,
+            settlements=dict(self._durable.settlements),
         )
 
     # --- the run -------------------------------------------------------------------
@@ -273,10 +275,10 @@ class NotificationWorkflow(Attempting, OperatorWindow):
             retry_policy=LEDGER_RETRY,
             summary="load the intent's facts from the ledger",
         )
-        self._facts = facts
+        self._transient.facts = facts
         for name in facts.channels:
             channel_of(name)
-        self._cancelled = self._cancelled or facts.cancelled
+        self._transient.cancelled = self._transient.cancelled or facts.cancelled
         # The starter sets state/channel/region/event type at start; only fill what is missing.
         missing = [
             key.value_set(value)
@@ -292,9 +294,9 @@ class NotificationWorkflow(Attempting, OperatorWindow):
 
         if input.carried is not None:
             # Continued as new while waiting for an operator: pick the window up again.
-            self._continued = True
-            self._restore(input.carried)
-            await self._operator_window(input.carried.resend_until)
+            self._transient.continued = True
+            self._durable = input.carried
+            await self._operator_window()
             return await self._finish("")
 
         if facts.send_at is not None and facts.send_at > workflow.now():
@@ -302,7 +304,7 @@ class NotificationWorkflow(Attempting, OperatorWindow):
                 Phase.SCHEDULED, details=f"scheduled: waiting for send-at {utc(facts.send_at)}"
             )
             await self._wait(facts.send_at, summary=f"until send-at {utc(facts.send_at)}")
-        if self._cancelled:
+        if self._transient.cancelled:
             return await self._finish("cancelled before send-at; no attempt was made")
 
         if facts.mode == "all":
@@ -314,32 +316,36 @@ class NotificationWorkflow(Attempting, OperatorWindow):
                     break
         # An operator may still settle an unknown attempt, or approve a resend after a
         # retryable failure or a settlement that allows one.
-        if self._settle_until is not None or any(
-            self._resend_refusal(ResendRequest(channel=c)) is None for c in self._results
+        if self._durable.settle_until is not None or any(
+            self._resend_refusal(ResendRequest(channel=r.channel)) is None
+            for r in self._durable.results
         ):
             await self._operator_window()
         return await self._finish("")
 
     async def _run_channel(self, channel: str, number: int = 1) -> ChannelResult:
         result = await self._attempt(channel, number)
-        self._results[channel] = result
+        self._keep_result(result)
         if (
             result.state == AttemptState.UNKNOWN.value
             and result.attempt_token
-            and not self._cancelled
+            and not self._transient.cancelled
             # The next channel follows a fallback-window or expiry stop: no question to ask.
-            and self._stopped_by.get(result.attempt_token) not in ("fallback", "expiry", "cancel")
+            and self._transient.stopped_by.get(result.attempt_token)
+            not in ("fallback", "expiry", "cancel")
         ):
             # The horizon verdict (or a lost send the lookup could not place) is a
             # question: open the settlement window now and file its review item at once.
             facts = self._require_facts()
             window = facts.settlement_window_seconds or settlement.DEFAULT_WINDOW_SECONDS
-            self._settle_until = workflow.now() + timedelta(seconds=window)
-            await self._record_waiting("settlement", self._settle_until, [result.attempt_token])
+            self._durable.settle_until = workflow.now() + timedelta(seconds=window)
+            await self._record_waiting(
+                "settlement", self._durable.settle_until, [result.attempt_token]
+            )
         return result
 
     def _should_fall_back(self, result: ChannelResult, *, more: bool) -> bool:
-        if not more or self._cancelled or self._expired():
+        if not more or self._transient.cancelled or self._expired():
             return False
         facts = self._require_facts()
         fall_back = fallback.should_fall_back(
@@ -368,9 +374,9 @@ class NotificationWorkflow(Attempting, OperatorWindow):
         await workflow.wait_condition(workflow.all_handlers_finished)
         outcome = self._outcome()
         reason = reason or "; ".join(
-            f"{r.channel}: {r.state} ({r.reason})" for r in self._results.values()
+            f"{r.channel}: {r.state} ({r.reason})" for r in self._durable.results
         )
-        used = sorted({r.channel for r in self._results.values() if r.attempt_token})
+        used = sorted({r.channel for r in self._durable.results if r.attempt_token})
         extra: list[SearchAttributeUpdate[Any]] = [
             OUTCOME.value_set(outcome),
             CHANNELS_USED.value_set(used),
@@ -379,6 +385,6 @@ class NotificationWorkflow(Attempting, OperatorWindow):
         return NotificationResult(
             intent_id=self._require_facts().intent_id,
             outcome=outcome,
-            channels=list(self._results.values()),
+            channels=list(self._durable.results),
             reason=reason,
         )

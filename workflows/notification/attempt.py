@@ -188,17 +188,7 @@ class Attempting(IntentRun):
                     )
                 continue
             break
-        if (
-            spec.poll_activity is not None
-            and not states.is_terminal(AttemptState(self._durable.attempt_states[token]))
-            and self._durable.attempt_states[token] != AttemptState.UNKNOWN.value
-        ):
-            await self._observe_attempt(spec, token, facts, label, task_queue=queue)
-        elif (
-            spec.poll_activity is None
-            and self._durable.attempt_states[token] == AttemptState.SUBMITTED.value
-        ):
-            await self._await_events(spec, token, facts, label)
+        await self._follow(spec, token, facts, label, queue)
         base.state = self._durable.attempt_states[token]
         base.error_code = self._durable.error_codes.get(token)
         if base.state == AttemptState.UNKNOWN.value and not base.reason:
@@ -207,6 +197,18 @@ class Attempting(IntentRun):
             base.reason = "; ".join([*moved_on, f"sent through {provider}: {base.reason}"])
         return base
 
+    async def _follow(
+        self, spec: Channel, token: str, facts: IntentFacts, label: str, queue: str | None
+    ) -> None:
+        """Follow a handed-over attempt until it settles: by receipts and polls (on the
+        queue it was sent on), or by the provider's events (a channel without polls)."""
+        state = self._durable.attempt_states[token]
+        if spec.poll_activity is not None:
+            if not states.is_terminal(AttemptState(state)) and state != AttemptState.UNKNOWN:
+                await self._observe_attempt(spec, token, facts, label, task_queue=queue)
+        elif state == AttemptState.SUBMITTED:
+            await self._await_events(spec, token, facts, label)
+
     async def _wait_for_providers(
         self,
         spec: Channel,
@@ -214,9 +216,9 @@ class Attempting(IntentRun):
         number: int,
         refusal: str,
         at_least: timedelta,
-        moved_on: list[str] | None = None,
+        moved_on: list[str],
         *,
-        who: str = "the provider",
+        who: str,
     ) -> tuple[ChannelResult | None, timedelta]:
         """Every provider that may take the channel refused for its own reasons (an account
         refusal, an open circuit): wait until the first may take work again (the time it
@@ -251,7 +253,7 @@ class Attempting(IntentRun):
             return ChannelResult(
                 spec.name,
                 ChannelEnd.EXPIRED.value,
-                "; ".join([*(moved_on or []), refusal])
+                "; ".join([*moved_on, refusal])
                 + f"; {who} refused until the business expiry; nothing was sent",
                 attempts=number,
             ), next_floor

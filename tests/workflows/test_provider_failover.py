@@ -263,3 +263,51 @@ async def test_every_circuit_open_waits_for_the_first_probe_time_not_a_minute(ha
     assert sms.attempts == 3  # the third try, after the probe time, was accepted
     times = [c[2] for c in world.calls if c[0] == "submit_sms"]
     assert timedelta(seconds=15) <= times[2] - times[1] < timedelta(seconds=60)
+
+
+async def test_one_provider_is_a_failover_list_of_one_with_the_channels_queue_and_plain_labels(
+    harness, queue
+):
+    # The one attempt path: a policy routing SMS to one provider, failover allowed or not,
+    # defers after its refusal as a list's last provider does, but keeps what a single
+    # provider always had: the channel's queue, labels without "via", no hand-back, and
+    # the next try asked of the policy afresh (not a failover try).
+    from temporalio.api.enums.v1 import EventType
+
+    from tests.workflows.test_web_ui import _decode, summaries
+
+    def submit(channel: str, token: str) -> SubmitOutcome:
+        if channel == "sms" and number_of(token) == 1:
+            raise refused("20003")
+        return SubmitOutcome("submitted", "T-2", answer="accepted")
+
+    world = World(
+        facts(),
+        decide=routed(providers=["twilio"]),
+        submit=submit,
+        poll=lambda t, n: "delivered",
+    )
+    async with harness.worker(world, queue):
+        handle = await harness.start(world, queue)
+        result = await handle.result()
+        history = await handle.fetch_history()
+    sms = {r.channel: r for r in result.channels}["sms"]
+    assert (sms.state, sms.attempts) == ("delivered", 2)
+    assert "refused" not in sms.reason  # no "sent through" story: nothing moved on
+    authorizations = sms_calls(world, "authorize")
+    assert [(a.attempt_number, a.provider, a.failover_reason) for a in authorizations] == [
+        (1, None, ""),
+        (2, None, ""),
+    ]
+    assert [s.failover for s in sms_calls(world, "submit_sms")] == [False, False]
+    assert {q for _, q in world.sms_queues} == {f"{queue}-sms"}
+    activities, timers = summaries(history)
+    refusal = "twilio refused: 20003 could not connect (20003)"
+    assert activities["submit_sms"] == ["submit sms #1", f"submit sms #2, after {refusal}"]
+    assert any(t.startswith(f"{refusal}; sms again at ") for t in timers), timers
+    markers = [
+        _decode(e.user_metadata.summary, str)
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
+    ]
+    assert f"authorize sms #2, after {refusal}" in markers

@@ -5,7 +5,6 @@ the outcome. The steps are the rooms beside it: `attempt.py` (authorize, submit,
 `operators.py` (the operator window, cancel, resend, settle) and `workflow.py` (the
 messages and the life of one intent)."""
 
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -33,33 +32,36 @@ with workflow.unsafe.imports_passed_through():
     )
 
 
-@dataclass
 class Transient:
     """What one run holds for itself only: continue-as-new carries none of it. A run
     continues as new only from the operator window, with nothing in flight; the next run
     loads the intent's facts again (a cancel among them) and starts its waits, and says
-    so in the ledger, afresh."""
+    so in the ledger, afresh.
 
-    facts: IntentFacts | None = None
-    phase: str = Phase.STARTING.value
-    cancelled: bool = False
-    cancel_reason: str = ""
-    in_flight: set[str] = field(default_factory=set)
-    """Attempt tokens whose submit activity is running."""
-    resend: ResendRequest | None = None
-    """An accepted approve-resend the operator window has yet to run."""
-    continued: bool = False
-    """This run was continued as new (the history-length hook applies to the first only)."""
-    operator_news: bool = False
-    """A settlement (or a lookup that settled an attempt) the waiting loop must weigh."""
-    busy_settling: bool = False
-    awaiting: str = ""
-    """What the ledger was last told this run waits for (settlement, resend, or nothing)."""
-    awaiting_until: datetime | None = None
-    stopped_by: dict[str, str] = field(default_factory=dict)
-    """Why observing an attempt stopped unresolved (horizon, fallback, expiry, cancel)."""
-    move_asked: bool = False
-    """An operator asked this run to move to the current build (MOVE_TO_CURRENT_BUILD)."""
+    A plain class, not a dataclass: the sandbox imports this module afresh for every run,
+    and building a dataclass costs milliseconds of CPU each time."""
+
+    def __init__(self) -> None:
+        self.facts: IntentFacts | None = None
+        self.phase: str = Phase.STARTING.value
+        self.cancelled = False
+        self.cancel_reason = ""
+        self.in_flight: set[str] = set()
+        """Attempt tokens whose submit activity is running."""
+        self.resend: ResendRequest | None = None
+        """An accepted approve-resend the operator window has yet to run."""
+        self.continued = False
+        """This run was continued as new (the history-length hook applies to the first)."""
+        self.operator_news = False
+        """A settlement (or a lookup that settled an attempt) the waiting loop must weigh."""
+        self.busy_settling = False
+        self.awaiting = ""
+        """What the ledger was last told this run waits for (settlement, resend, or "")."""
+        self.awaiting_until: datetime | None = None
+        self.stopped_by: dict[str, str] = {}
+        """Why observing an attempt stopped unresolved (horizon, fallback, expiry, cancel)."""
+        self.move_asked = False
+        """An operator asked this run to move to the current build (MOVE_TO_CURRENT_BUILD)."""
 
 
 class IntentRun:

@@ -100,7 +100,13 @@ class Intent(Base):
     """{"mode": "fallback"|"all", "channels": ["sms", "email"]}"""
     template_key: Mapped[str] = mapped_column(String(80))
     template_version: Mapped[int | None] = mapped_column(Integer)
-    """Pinned version; null means the active version at authorization time."""
+    """The version the request named, or null: intake then pins the active one
+    (`template_pins`)."""
+    template_pins: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    """Per channel of the plan, the template locale and version chosen at intake
+    (`{"sms": {"locale": "en", "version": 2}}`, migration 0020): every attempt of the
+    intent, first, fallback or resend, renders with it, whatever is active later. Null on
+    intents recorded before, which render with the version active at each attempt."""
     locale: Mapped[str] = mapped_column(String(16))
     payload_sha256: Mapped[str] = mapped_column(String(64))
     """Hash of the normalized request: the same key with another payload is a conflict."""

@@ -260,6 +260,16 @@ class PolicyVersion(Base):
     effective_from: Mapped[datetime]
     active: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    author: Mapped[str | None] = mapped_column(String(80))
+    """The principal that recorded it (an import); null: Herald itself (the packaged
+    versions, a policy file `herald dev` was given) or recorded before migration 0021."""
+    approved_by: Mapped[str | None] = mapped_column(String(80))
+    """Who approved it (domain.review): a principal other than its author, or
+    `herald:system` for packaged versions and those recorded before review existed."""
+    approved_at: Mapped[datetime | None]
+    refused_by: Mapped[str | None] = mapped_column(String(80))
+    """Who refused it; a refused version never becomes active."""
+    refused_at: Mapped[datetime | None]
 
 
 class PolicyDecision(Base):
@@ -339,6 +349,16 @@ class TemplateVersionRow(Base):
     sha256: Mapped[str] = mapped_column(String(64))
     active: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    author: Mapped[str | None] = mapped_column(String(80))
+    """The principal that recorded it (an import); null: Herald itself (the packaged
+    versions, a policy file `herald dev` was given) or recorded before migration 0021."""
+    approved_by: Mapped[str | None] = mapped_column(String(80))
+    """Who approved it (domain.review): a principal other than its author, or
+    `herald:system` for packaged versions and those recorded before review existed."""
+    approved_at: Mapped[datetime | None]
+    refused_by: Mapped[str | None] = mapped_column(String(80))
+    """Who refused it; a refused version never becomes active."""
+    refused_at: Mapped[datetime | None]
 
 
 class Artifact(Base):

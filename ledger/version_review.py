@@ -1,4 +1,4 @@
-"""Review of template and policy versions: approve, refuse, preview, check an activation.
+"""Review of template and policy versions: approve, refuse, preview, diff, check activation.
 
 The rules are domain.review's; this module reads the facts (the version rows, the active
 policy's ``[review]`` table), writes the verdict onto the rows, and appends an audit event
@@ -9,7 +9,7 @@ variables may be real people's data.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -17,9 +17,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from domain import policy as domain_policy
+from domain import preview as previews
 from domain import review as rules
 from domain.principals import Principal
 from domain.review import ReviewRefused, ReviewRule, Verdict, VersionReview
+from domain.templates import TemplateError, TemplateVersion
 from ledger import repository as repo
 from ledger.errors import NotFound
 from ledger.models import PolicyVersion, TemplateVersionRow
@@ -32,9 +34,12 @@ __all__ = [
     "approve_template_version",
     "check_policy_activation",
     "check_template_activation",
+    "policy_diff",
+    "preview_template",
     "record_preview",
     "refuse_policy_version",
     "refuse_template_version",
+    "template_diff",
 ]
 
 
@@ -262,4 +267,70 @@ def record_preview(
         subject=f"{key}@v{version}",
         at=at,
         detail={"channel": channel, "locale": locale, "sha256": content_sha256},
+    )
+
+
+def _as_version(row: TemplateVersionRow) -> TemplateVersion:
+    return TemplateVersion(row.key, row.version, row.channel, row.locale, row.body, row.subject)
+
+
+def preview_template(
+    session: Session,
+    key: str,
+    version: int,
+    *,
+    channel: str,
+    locale: str,
+    variables: Mapping[str, object],
+    region: str,
+    category: str,
+    by: Principal,
+    at: datetime,
+) -> previews.Preview:
+    """Render one version with sample variables, and record who looked.
+
+    As an intent in `region` and `category` would get it: the active policy's footer for
+    them included. Nothing is sent. The audit event names the version and the rendered text's hash,
+    never the variables (they may be a real person's).
+
+    Raises:
+        NotFound: No such version in that channel and locale.
+        TemplateError: Sample variables missing (all named) or of the wrong shape.
+        domain.policy.InvalidPolicyRequest: No rule for that region and category.
+    """
+    row = _template_rows(session, key, version, channel, locale)[0]
+    footer = None
+    ruling = active_rule(session)
+    if ruling is not None:
+        active = domain_policy.load_policy(repo.policy_document(session, ruling[1]))
+        footer = active.rule_for(region, channel, category).footer
+    shown = previews.preview(_as_version(row), variables, category=category, footer=footer)
+    record_preview(
+        session, by=by, at=at, key=key, version=version, channel=row.channel, locale=row.locale,
+        content_sha256=shown.sha256,
+    )  # fmt: skip
+    return shown
+
+
+def template_diff(session: Session, key: str, old: int, new: int) -> dict[tuple[str, str], str]:
+    """The unified diff of template `key` from version `old` to `new`, per (channel, locale).
+
+    Raises:
+        NotFound: The key has neither version.
+    """
+    rows = session.execute(
+        select(TemplateVersionRow).where(
+            TemplateVersionRow.key == key, TemplateVersionRow.version.in_((old, new))
+        )
+    ).scalars()
+    try:
+        return previews.diff_template_versions([_as_version(r) for r in rows], key, old, new)
+    except TemplateError as err:
+        raise NotFound(str(err)) from None
+
+
+def policy_diff(session: Session, old: str, new: str) -> str:
+    """The unified diff of policy document `old` to `new`; NotFound names a missing one."""
+    return previews.diff_policies(
+        old, _policy_row(session, old).document, new, _policy_row(session, new).document
     )

@@ -21,9 +21,12 @@ from ledger.templates import activate_policy, activate_template, seed_policy, se
 from ledger.version_review import (
     approve_policy_version,
     approve_template_version,
+    policy_diff,
+    preview_template,
     record_preview,
     refuse_policy_version,
     refuse_template_version,
+    template_diff,
 )
 
 pytestmark = pytest.mark.ledger
@@ -172,3 +175,34 @@ def test_a_preview_is_an_audit_event_naming_who_and_which_version_and_no_values(
     ).scalar_one()
     assert (event.actor, event.subject) == ("bob", "order-created@v2")
     assert event.detail == {"channel": "sms", "locale": "en", "sha256": "ab" * 32}
+
+
+def test_a_preview_renders_with_the_active_policys_footer_and_records_no_values(db) -> None:  # type: ignore[no-untyped-def]
+    variables = {"order_id": "o-secret-77"}
+    shown = preview_template(
+        db, "order-created", 1, channel="sms", locale="en", variables=variables,
+        region="US", category="promotional", by=BOB, at=NOW,
+    )  # fmt: skip
+    assert shown.text == "Herald: order o-secret-77 is confirmed.\nReply STOP to opt out."
+    event = db.execute(
+        select(AuditEvent).where(AuditEvent.action == "template.previewed")
+    ).scalar_one()
+    assert event.detail == {"channel": "sms", "locale": "en", "sha256": shown.sha256}
+    assert "o-secret-77" not in str(event.detail) + event.subject
+    with pytest.raises(NotFound):
+        preview_template(
+            db, "order-created", 9, channel="sms", locale="en", variables=variables,
+            region="US", category="promotional", by=BOB, at=NOW,
+        )  # fmt: skip
+
+
+def test_diffs_read_the_versions_on_record(db) -> None:  # type: ignore[no-untyped-def]
+    diffs = template_diff(db, "order-created", 1, 2)
+    assert {("sms", "en"), ("email", "en")} <= set(diffs)
+    assert "+Herald: order {{ order_id }} is confirmed ({{ total }})." in diffs[("sms", "en")]
+    with pytest.raises(NotFound):
+        template_diff(db, "order-created", 8, 9)
+    version = seed_policy(db, _policy("diffed"), name="diffed", activate=False)
+    assert f'+version = "{version}"' in policy_diff(db, "2026-12-07.1", version)
+    with pytest.raises(NotFound):
+        policy_diff(db, "2026-12-07.1", "no-such-version")

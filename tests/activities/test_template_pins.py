@@ -102,3 +102,31 @@ async def test_an_intent_recorded_before_pins_renders_the_version_active_at_each
     with committed.begin() as session:
         activate_template(session, key, 1)
     assert await _version_sent(committed, cipher, before, "email", 1) == 1
+
+
+def test_the_same_request_repeated_after_an_activation_is_the_same_intent_with_its_pins(
+    committed, cipher
+) -> None:
+    from ledger import intake
+    from ledger import repository as repo
+
+    key = f"repeated-{uuid.uuid4().hex[:8]}"
+    with committed.begin() as session:
+        seed_templates(session, _catalog(key))
+    request = NotificationRequest(
+        business_key=f"pin-test:{uuid.uuid4().hex[:8]}",
+        recipient_ref="m-1",
+        phone="+447400000131",
+        template_key=key,
+        variables={"order_id": "o-7"},
+    )
+    first = intents.record(committed, cipher, request)
+    with committed.begin() as session:
+        activate_template(session, key, 1)
+        again = repo.record_intent(
+            session,
+            intake.validate(session, request, cipher, now=datetime.now(UTC), retention_days=30),
+        )
+        assert (again.intent_id, again.created) == (first, False)
+        pins = session.get(Intent, first).template_pins  # type: ignore[union-attr]
+    assert pins == {"sms": {"locale": "en", "version": 2}}

@@ -133,8 +133,8 @@ def activate_template(
 ) -> int:
     """Make `version` the active one (a rollback is activating an older version).
 
-    `by` is the principal acting, recorded in an audit event (`template.activated`, or
-    `template.rolled_back` when an identity had a later version active); None: Herald
+    `by` is the principal acting, recorded in an audit event (`template.activate`, or
+    `template.rollback` when an identity had a later version active); None: Herald
     itself (the seed), or a surface that records its own.
 
     Raises:
@@ -164,7 +164,7 @@ def activate_template(
         record_audit(
             session,
             by=by,
-            action="template.rolled_back" if rolled_back else "template.activated",
+            action="template.rollback" if rolled_back else "template.activate",
             subject=f"{key}@v{version}",
             at=at or datetime.now(UTC),
             detail={"channels": sorted(f"{c}/{loc}" for c, loc in identities)},
@@ -228,8 +228,8 @@ def activate_policy(
 ) -> None:
     """Make `version` the active policy (a rollback is activating an earlier one).
 
-    `by` is recorded as `template.activated` is (`policy.activated`, or
-    `policy.rolled_back` for a version recorded before the active one).
+    `by` is recorded as `template.activate` is (`policy.activate`, or
+    `policy.rollback` for a version recorded before the active one).
 
     Raises:
         LookupError: No such version in the ledger.
@@ -248,7 +248,7 @@ def activate_policy(
         record_audit(
             session,
             by=by,
-            action="policy.rolled_back" if rolled_back else "policy.activated",
+            action="policy.rollback" if rolled_back else "policy.activate",
             subject=version,
             at=at or datetime.now(UTC),
             detail={"from": active.version if active is not None else None},

@@ -2,7 +2,7 @@
 
 The rules are domain.review's; this module reads the facts (the version rows, the active
 policy's ``[review]`` table), writes the verdict onto the rows, and appends an audit event
-for every step (`template.approved`, `policy.refused`, `template.previewed`, ...), naming
+for every step (`template.approve`, `policy.refuse`, `template.preview`, ...), naming
 the principal and its role. An audit event holds no variable values: a preview's sample
 variables may be real people's data.
 """
@@ -41,6 +41,10 @@ __all__ = [
     "refuse_template_version",
     "template_diff",
 ]
+
+
+_ACTION = {Verdict.APPROVED: "approve", Verdict.REFUSED: "refuse"}
+"""The audit event's verb, as the CLI's `policy.activate` and `template.activate` read."""
 
 
 def active_rule(session: Session) -> tuple[ReviewRule, str] | None:
@@ -136,7 +140,7 @@ def _review_template(
         if reason:
             detail["reason"] = reason
         record_audit(
-            session, by=by, action=f"template.{verdict}", subject=f"{key}@v{version}",
+            session, by=by, action=f"template.{_ACTION[verdict]}", subject=f"{key}@v{version}",
             at=at, detail=detail,
         )  # fmt: skip
     session.flush()
@@ -193,7 +197,12 @@ def _review_policy(
         if reason:
             detail["reason"] = reason
         record_audit(
-            session, by=by, action=f"policy.{verdict}", subject=version, at=at, detail=detail
+            session,
+            by=by,
+            action=f"policy.{_ACTION[verdict]}",
+            subject=version,
+            at=at,
+            detail=detail,
         )
     session.flush()
     return row
@@ -263,7 +272,7 @@ def record_preview(
     record_audit(
         session,
         by=by,
-        action="template.previewed",
+        action="template.preview",
         subject=f"{key}@v{version}",
         at=at,
         detail={"channel": channel, "locale": locale, "sha256": content_sha256},

@@ -100,10 +100,10 @@ def test_an_imported_template_version_under_review_waits_for_a_second_principal(
     assert _active(db, key) == 1
 
     assert _audit(db, f"{key}@v2") == [
-        ("template.approved", "bob"),
-        ("template.activated", "alice"),
+        ("template.approve", "bob"),
+        ("template.activate", "alice"),
     ]
-    assert _audit(db, f"{key}@v1") == [("template.rolled_back", "alice")]
+    assert _audit(db, f"{key}@v1") == [("template.rollback", "alice")]
 
 
 def test_a_new_key_under_review_is_imported_inactive_and_unknown_versions_are_not_found(db) -> None:  # type: ignore[no-untyped-def]
@@ -130,7 +130,7 @@ def test_a_refused_version_never_becomes_active_even_where_no_review_applies(db)
     with pytest.raises(ReviewRefused, match="already refused by bob"):
         approve_template_version(db, key, 2, by=Principal("carol", Role.ADMIN), at=NOW)
     event = db.execute(select(AuditEvent).where(AuditEvent.subject == f"{key}@v2")).scalar_one()
-    assert (event.action, event.detail["reason"]) == ("template.refused", "wrong tone")
+    assert (event.action, event.detail["reason"]) == ("template.refuse", "wrong tone")
 
 
 def test_an_unreviewed_template_key_activates_an_authors_version_as_before(db) -> None:  # type: ignore[no-untyped-def]
@@ -154,7 +154,7 @@ def test_a_policy_version_needs_a_second_principal_by_default(db) -> None:  # ty
     approve_policy_version(db, version, by=BOB, at=NOW)
     approve_policy_version(db, version, by=BOB, at=NOW)
     activate_policy(db, version, by=ALICE, at=NOW)
-    assert _audit(db, version) == [("policy.approved", "bob"), ("policy.activated", "alice")]
+    assert _audit(db, version) == [("policy.approve", "bob"), ("policy.activate", "alice")]
     activate_policy(db, before.version)  # back to where the session's other tests expect
 
 
@@ -171,7 +171,7 @@ def test_a_preview_is_an_audit_event_naming_who_and_which_version_and_no_values(
         content_sha256="ab" * 32,
     )  # fmt: skip
     event = db.execute(
-        select(AuditEvent).where(AuditEvent.action == "template.previewed")
+        select(AuditEvent).where(AuditEvent.action == "template.preview")
     ).scalar_one()
     assert (event.actor, event.subject) == ("bob", "order-created@v2")
     assert event.detail == {"channel": "sms", "locale": "en", "sha256": "ab" * 32}
@@ -185,7 +185,7 @@ def test_a_preview_renders_with_the_active_policys_footer_and_records_no_values(
     )  # fmt: skip
     assert shown.text == "Herald: order o-secret-77 is confirmed.\nReply STOP to opt out."
     event = db.execute(
-        select(AuditEvent).where(AuditEvent.action == "template.previewed")
+        select(AuditEvent).where(AuditEvent.action == "template.preview")
     ).scalar_one()
     assert event.detail == {"channel": "sms", "locale": "en", "sha256": shown.sha256}
     assert "o-secret-77" not in str(event.detail) + event.subject

@@ -69,28 +69,38 @@ def _review_of(row: TemplateVersionRow | PolicyVersion, what: str) -> VersionRev
 
 
 def _template_rows(
-    session: Session, key: str, version: int, channel: str | None, locale: str | None
+    session: Session,
+    key: str,
+    version: int,
+    channel: str | None,
+    locale: str | None,
+    *,
+    lock: bool = False,
 ) -> list[TemplateVersionRow]:
+    """The version's rows in scope; NotFound if none.
+
+    Locked when a verdict will be written on them: two reviewers at once give one
+    verdict, and the second is told who gave it.
+    """
     scope = [TemplateVersionRow.key == key, TemplateVersionRow.version == version]
     if channel:
         scope.append(TemplateVersionRow.channel == channel)
     if locale:
         scope.append(TemplateVersionRow.locale == locale)
-    rows = list(
-        session.execute(
-            select(TemplateVersionRow)
-            .where(*scope)
-            .order_by(TemplateVersionRow.channel, TemplateVersionRow.locale)
-        ).scalars()
+    query = (
+        select(TemplateVersionRow)
+        .where(*scope)
+        .order_by(TemplateVersionRow.channel, TemplateVersionRow.locale)
     )
+    rows = list(session.execute(query.with_for_update() if lock else query).scalars())
     if not rows:
         where = "".join(f" {name} {value!r}" for name, value in (("for", channel), ("in", locale)))
         raise NotFound(f"template {key!r} has no version {version}{where.rstrip()}")
     return rows
 
 
-def _policy_row(session: Session, version: str) -> PolicyVersion:
-    row = session.get(PolicyVersion, version)
+def _policy_row(session: Session, version: str, *, lock: bool = False) -> PolicyVersion:
+    row = session.get(PolicyVersion, version, with_for_update=lock)
     if row is None:
         raise NotFound(f"no policy version {version!r}")
     return row
@@ -131,7 +141,7 @@ def _review_template(
     locale: str | None,
     reason: str,
 ) -> list[TemplateVersionRow]:
-    rows = _template_rows(session, key, version, channel, locale)
+    rows = _template_rows(session, key, version, channel, locale, lock=True)
     if _give(rows, [_what(row) for row in rows], verdict, by, at):
         detail: dict[str, Any] = {
             "channels": sorted({f"{row.channel}/{row.locale}" for row in rows}),
@@ -191,7 +201,7 @@ def refuse_template_version(
 def _review_policy(
     session: Session, version: str, verdict: Verdict, *, by: Principal, at: datetime, reason: str
 ) -> PolicyVersion:
-    row = _policy_row(session, version)
+    row = _policy_row(session, version, lock=True)
     if _give([row], [f"policy {version!r}"], verdict, by, at):
         detail: dict[str, Any] = {"author": row.author or rules.SYSTEM, "sha256": row.sha256}
         if reason:

@@ -4,11 +4,12 @@ roll back, preview)."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import UTC, datetime
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
 import policies
@@ -28,6 +29,7 @@ from ledger.version_review import (
     refuse_template_version,
     template_diff,
 )
+from tests.conftest import until
 
 pytestmark = pytest.mark.ledger
 
@@ -206,3 +208,39 @@ def test_diffs_read_the_versions_on_record(db) -> None:  # type: ignore[no-untyp
     assert f'+version = "{version}"' in policy_diff(db, "2026-12-07.1", version)
     with pytest.raises(NotFound):
         policy_diff(db, "2026-12-07.1", "no-such-version")
+
+
+async def test_two_reviewers_at_once_give_one_verdict_and_the_second_is_told_whose(
+    committed,
+) -> None:  # type: ignore[no-untyped-def]
+    key = f"raced-{uuid.uuid4().hex[:8]}"
+    with committed.begin() as session:
+        seed_templates(session, _versions(key, 1), author="alice")
+    first = committed()
+    first.begin()
+    approve_template_version(first, key, 1, by=BOB, at=NOW)  # not committed yet
+
+    def second() -> None:
+        with committed.begin() as session:
+            approve_template_version(session, key, 1, by=Principal("carol", Role.ADMIN), at=NOW)
+
+    racing = asyncio.create_task(asyncio.to_thread(second))
+
+    async def waiting() -> bool:
+        with committed() as session:
+            return bool(
+                session.execute(
+                    text(
+                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                        "AND query LIKE '%template_version%'"
+                    )
+                ).scalar_one()
+            )
+
+    await until(waiting, what="the second reviewer waiting for the first")
+    first.commit()
+    first.close()
+    with pytest.raises(ReviewRefused, match="already approved by bob"):
+        await racing
+    with committed() as session:
+        assert _audit(session, f"{key}@v1") == [("template.approve", "bob")]

@@ -260,7 +260,7 @@ class PolicyVersion(Base):
     effective_from: Mapped[datetime]
     active: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(server_default=func.now())
-    author: Mapped[str | None] = mapped_column(String(80))
+    author: Mapped[str | None] = mapped_column(String(120))
     """The principal that recorded it (an import); null: Herald itself (the packaged
     versions, a policy file `herald dev` was given) or recorded before migration 0021."""
     approved_by: Mapped[str | None] = mapped_column(String(80))
@@ -349,7 +349,7 @@ class TemplateVersionRow(Base):
     sha256: Mapped[str] = mapped_column(String(64))
     active: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(server_default=func.now())
-    author: Mapped[str | None] = mapped_column(String(80))
+    author: Mapped[str | None] = mapped_column(String(120))
     """The principal that recorded it (an import); null: Herald itself (the packaged
     versions, a policy file `herald dev` was given) or recorded before migration 0021."""
     approved_by: Mapped[str | None] = mapped_column(String(80))

@@ -28,7 +28,7 @@ TABLES = ("template_version", "policy_version")
 
 def upgrade() -> None:
     for table in TABLES:
-        op.add_column(table, sa.Column("author", sa.String(length=80), nullable=True))
+        op.add_column(table, sa.Column("author", sa.String(length=120), nullable=True))
         op.add_column(table, sa.Column("approved_by", sa.String(length=80), nullable=True))
         op.add_column(table, sa.Column("approved_at", sa.DateTime(timezone=True), nullable=True))
         op.add_column(table, sa.Column("refused_by", sa.String(length=80), nullable=True))

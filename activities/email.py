@@ -25,7 +25,7 @@ from domain import channels
 from domain.email_events import without_addresses
 from domain.senders import SenderBook
 from domain.states import AttemptState
-from domain.unsubscribe import unsubscribe_token
+from domain.unsubscribe import SUBSCRIPTION_LIKE, unsubscribe_token
 from ledger import metrics, observations
 from ledger import repository as repo
 from ledger.artifacts import ArtifactError, ArtifactStore, ref_of
@@ -35,9 +35,6 @@ from ledger.observations import ObservationFacts
 from ledger.transactions import Transactions
 from transports.email import EmailAttachment, EmailMessageSpec, EmailSubmitted, EmailTransport
 from transports.errors import EmailAmbiguousError, EmailPermanentError, EmailTransientError
-
-# Categories that are subscription-like and so carry RFC 8058 one-click unsubscribe headers.
-SUBSCRIPTION_LIKE = {"promotional", "operational"}
 
 
 class EmailActivities:

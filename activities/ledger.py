@@ -102,6 +102,7 @@ _AUTHORIZED_INTENT = select(
     _INTENT.channel_plan,
     _INTENT.template_key,
     _INTENT.template_version,
+    _INTENT.template_pins,
     _INTENT.locale,
     _INTENT.variables_ct,
     _INTENT.sms_destination_ct,
@@ -373,12 +374,17 @@ class LedgerActivities:
                 self._cipher.decrypt(intent.variables_ct, context=intent.business_key)
             )
         try:
+            # The version pinned at intake: a fallback or a resend after a rollback sends
+            # the text the first attempt did.
+            locale, version = templates.attempt_choice(
+                intent.template_pins, channel, intent.locale, intent.template_version
+            )
             chosen = templates.select_template(
-                active_templates(session, pinned=intent.template_version, key=intent.template_key),
+                active_templates(session, pinned=version, key=intent.template_key),
                 intent.template_key,
                 channel,
-                intent.locale,
-                version=intent.template_version,
+                locale,
+                version=version,
             )
             return templates.render(chosen, variables, footer=footer)
         except templates.TemplateError as err:

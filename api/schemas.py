@@ -507,6 +507,13 @@ class IntentPage(BaseModel):
         )
 
 
+class TemplatePin(BaseModel):
+    """The template version an intent renders every attempt of one channel with."""
+
+    locale: str
+    version: int
+
+
 class IntentView(BaseModel):
     id: str
     business_key: str
@@ -517,6 +524,10 @@ class IntentView(BaseModel):
     channel_plan: dict[str, Any]
     template_key: str
     template_version: int | None
+    template_pins: dict[str, TemplatePin] | None = None
+    """Per channel, the template locale and version chosen when the intent was recorded:
+    every attempt (first, fallback, resend) renders with it, whatever is activated or
+    rolled back later. Null on intents recorded before pins."""
     workflow_id: str
     send_at: datetime | None
     expires_at: datetime | None

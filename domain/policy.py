@@ -23,6 +23,7 @@ from enum import StrEnum
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from domain import channels
+from domain import review as review_rules
 from domain import settlement as settlement_rules
 from domain.clocks import iso_utc
 from domain.destinations import region_of
@@ -201,6 +202,9 @@ class Policy:
     """``[retention] evidence_days``: a closed intent whose last activity is older than
     this is archived (its rows exported, hashed and deleted from the hot tables, a
     tombstone kept; ledger/archive.py). Never shorter than a day."""
+    review: review_rules.ReviewRule = field(default_factory=review_rules.ReviewRule)
+    """``[review]``: which new policy and template versions need a second principal's
+    approval before they become active (domain.review); every policy version by default."""
 
     def providers_for(
         self,
@@ -485,7 +489,7 @@ def load_policy(text: str) -> Policy:
     _check_fields(
         doc, frozenset({"version", "owner", "effective_from", "description", "rules",
                         "fallback", "regions", "providers", "settlement",
-                        "retention"}), "policy"
+                        "retention", "review"}), "policy"
     )  # fmt: skip
     version = doc.get("version")
     if not isinstance(version, str) or not version.strip():
@@ -581,6 +585,14 @@ def load_policy(text: str) -> Policy:
     if "evidence_days" in retention:
         evidence_days = _parse_int(retention["evidence_days"], "retention.evidence_days", minimum=1)
 
+    review_table = doc.get("review", {})
+    if not isinstance(review_table, dict):
+        raise PolicyError("review: must be a table")
+    try:
+        review = review_rules.parse(review_table)
+    except review_rules.ReviewPolicyError as err:
+        raise PolicyError(str(err)) from None
+
     return Policy(
         version=version,
         owner=owner,
@@ -592,6 +604,7 @@ def load_policy(text: str) -> Policy:
         named_providers=frozenset(named),
         settlement=settlement,
         evidence_days=evidence_days,
+        review=review,
         source_sha256=hashlib.sha256(text.encode()).hexdigest(),
     )
 

@@ -131,6 +131,38 @@ def select_template(
     )
 
 
+def pin_of(template: TemplateVersion) -> dict[str, object]:
+    """What intake records of the version it chose for one channel (`intent.template_pins`).
+
+    The locale is the one the chain landed on (``fr-CA`` may pin ``fr``), so a later
+    attempt finds the same row even after another locale gains a version.
+    """
+    return {"locale": template.locale, "version": template.version}
+
+
+def attempt_choice(
+    pins: Mapping[str, Mapping[str, object]] | None,
+    channel: str,
+    locale: str,
+    version: int | None,
+) -> tuple[str, int | None]:
+    """The (locale, version) an attempt on `channel` renders with.
+
+    The pin intake recorded for the channel when there is one: every attempt of an intent
+    (first, fallback, resend) then sends the text of the version active when it was
+    recorded, whatever was activated or rolled back since. An intent recorded before pins
+    (or a channel without one) keeps the older rule: the intent's locale and its named
+    version, or the version active at the attempt when it names none.
+    """
+    pin = (pins or {}).get(channel)
+    if pin is None:
+        return locale, version
+    pinned_locale, pinned_version = pin.get("locale"), pin.get("version")
+    if not isinstance(pinned_locale, str) or not isinstance(pinned_version, int):
+        raise TemplateError(f"the intent's template pin for {channel} is malformed")
+    return pinned_locale, pinned_version
+
+
 # --------------------------------------------------------------------------- SMS encoding
 
 # GSM 03.38 basic character set (the escape 0x1B itself is not a printable character).

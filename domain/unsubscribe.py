@@ -9,6 +9,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 
+SUBSCRIPTION_LIKE = frozenset({"promotional", "operational"})
+"""The categories whose email carries RFC 8058 one-click unsubscribe headers: the email
+activity adds them at send, a preview shows where they go (domain.preview)."""
+
 
 def unsubscribe_token(secret: str, token: str) -> str:
     """A signed, opaque unsubscribe reference for one attempt (no address inside)."""

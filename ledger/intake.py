@@ -132,7 +132,7 @@ def validate(
     except (ZoneInfoNotFoundError, ValueError):
         # The zone is named by its field, never repeated: a refusal echoes no input.
         problems.add("timezone", "not a time zone in the IANA database (e.g. Europe/London)")
-    _check_templates(session, request, plan, problems)
+    chosen = _check_templates(session, request, plan, problems)
     variables_json = json.dumps(request.variables, sort_keys=True, default=str)
     if len(variables_json.encode()) > MAX_VARIABLES_BYTES:
         problems.add("variables", f"larger than {MAX_VARIABLES_BYTES} bytes")
@@ -178,6 +178,7 @@ def validate(
         channel_plan={"mode": mode.value, "channels": list(plan)},
         template_key=request.template_key,
         template_version=request.template_version,
+        template_pins={channel: templates.pin_of(tv) for channel, tv in chosen.items()},
         locale=request.locale,
         sms_destination_ct=cipher.encrypt(phone.e164, context=context) if phone else None,
         sms_destination_hmac=cipher.lookup_hmac(phone.e164) if phone else None,
@@ -229,14 +230,16 @@ def _rule_needing_country(
 
 def _check_templates(
     session: Session, request: NotificationRequest, plan: tuple[str, ...], problems: _Problems
-) -> None:
-    """Check that each channel's template exists and renders.
+) -> dict[str, templates.TemplateVersion]:
+    """Check that each channel's template exists and renders; the version chosen for each.
 
     Each channel's template exists and renders with the variables given; every missing
-    variable of every channel is named in one problem.
+    variable of every channel is named in one problem. The versions chosen are the ones
+    the intent pins: every attempt of it renders with them (docs/domain.md, "Templates").
     """
     available = active_templates(session, pinned=request.template_version, key=request.template_key)
     missing: list[str] = []
+    chosen_for: dict[str, templates.TemplateVersion] = {}
     for channel in plan:
         try:
             chosen = templates.select_template(
@@ -249,6 +252,7 @@ def _check_templates(
         except templates.TemplateError as err:
             problems.add("template_key", str(err))
             continue
+        chosen_for[channel] = chosen
         missing += [
             n for n in templates.missing_variables(chosen, request.variables) if n not in missing
         ]
@@ -265,3 +269,4 @@ def _check_templates(
             f"template {request.template_key!r} needs {', '.join(missing)}, missing from the "
             "variables",
         )
+    return chosen_for

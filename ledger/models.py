@@ -100,7 +100,13 @@ class Intent(Base):
     """{"mode": "fallback"|"all", "channels": ["sms", "email"]}"""
     template_key: Mapped[str] = mapped_column(String(80))
     template_version: Mapped[int | None] = mapped_column(Integer)
-    """Pinned version; null means the active version at authorization time."""
+    """The version the request named, or null: intake then pins the active one
+    (`template_pins`)."""
+    template_pins: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    """Per channel of the plan, the template locale and version chosen at intake
+    (`{"sms": {"locale": "en", "version": 2}}`, migration 0020): every attempt of the
+    intent, first, fallback or resend, renders with it, whatever is active later. Null on
+    intents recorded before, which render with the version active at each attempt."""
     locale: Mapped[str] = mapped_column(String(16))
     payload_sha256: Mapped[str] = mapped_column(String(64))
     """Hash of the normalized request: the same key with another payload is a conflict."""
@@ -254,6 +260,16 @@ class PolicyVersion(Base):
     effective_from: Mapped[datetime]
     active: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    author: Mapped[str | None] = mapped_column(String(120))
+    """The principal that recorded it (an import); null: Herald itself (the packaged
+    versions, a policy file `herald dev` was given) or recorded before migration 0021."""
+    approved_by: Mapped[str | None] = mapped_column(String(80))
+    """Who approved it (domain.review): a principal other than its author, or
+    `herald:system` for packaged versions and those recorded before review existed."""
+    approved_at: Mapped[datetime | None]
+    refused_by: Mapped[str | None] = mapped_column(String(80))
+    """Who refused it; a refused version never becomes active."""
+    refused_at: Mapped[datetime | None]
 
 
 class PolicyDecision(Base):
@@ -333,6 +349,16 @@ class TemplateVersionRow(Base):
     sha256: Mapped[str] = mapped_column(String(64))
     active: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    author: Mapped[str | None] = mapped_column(String(120))
+    """The principal that recorded it (an import); null: Herald itself (the packaged
+    versions, a policy file `herald dev` was given) or recorded before migration 0021."""
+    approved_by: Mapped[str | None] = mapped_column(String(80))
+    """Who approved it (domain.review): a principal other than its author, or
+    `herald:system` for packaged versions and those recorded before review existed."""
+    approved_at: Mapped[datetime | None]
+    refused_by: Mapped[str | None] = mapped_column(String(80))
+    """Who refused it; a refused version never becomes active."""
+    refused_at: Mapped[datetime | None]
 
 
 class Artifact(Base):

@@ -141,6 +141,10 @@ class IntentFields:
     email_search_hmac: str | None = None
     """The console search's lookup of the email address in any letter case
     (`domain.destinations.search_form`); not part of the payload hash."""
+    template_pins: dict[str, Any] | None = None
+    """The template locale and version chosen per channel at intake (`Intent.template_pins`);
+    not part of the payload hash: the same request repeated after an activation is the
+    same intent, pinned to what it was first recorded with."""
 
     def payload_sha256(self) -> str:
         """A hash of the request's fields, to tell a repeat from a different request."""

@@ -86,6 +86,7 @@ def timeline(
             "channel_plan": intent.channel_plan,
             "template_key": intent.template_key,
             "template_version": intent.template_version,
+            "template_pins": intent.template_pins,
             "workflow_id": intent.workflow_id,
             "send_at": iso_utc(intent.send_at),
             "expires_at": iso_utc(intent.expires_at),

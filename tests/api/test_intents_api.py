@@ -332,6 +332,7 @@ async def test_read_returns_the_timeline_and_unknown_is_404(http, committed, cip
     assert answer.status_code == 200
     doc = answer.json()
     assert doc["intent"]["state"] == "sending" and doc["attempts"][0]["token"] == sent.token
+    assert doc["intent"]["template_pins"] == {"sms": {"locale": "en", "version": 1}}
     missing = await http.get("/v1/intents/order-created:o-none", headers=BEARER)
     assert missing.status_code == 404
 

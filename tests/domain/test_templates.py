@@ -7,7 +7,9 @@ import pytest
 from domain.templates import (
     TemplateError,
     TemplateVersion,
+    attempt_choice,
     parse_catalog,
+    pin_of,
     render,
     select_template,
     sms_encoding_and_segments,
@@ -252,3 +254,16 @@ def test_a_variable_of_the_wrong_shape_is_refused_in_words_not_printed_raw(
         render(template, {"total": "£10", **variables})
     assert str(refused.value).endswith(problem)
     assert render(template, {"total": 10, "items": ["a", 2]}).body.startswith("Total 10.")
+
+
+def test_an_attempt_renders_the_locale_and_version_pinned_at_intake_whatever_was_asked() -> None:
+    pins = {"sms": pin_of(TemplateVersion("k", 3, "sms", "fr", "b"))}
+    assert attempt_choice(pins, "sms", "fr-CA", None) == ("fr", 3)
+    # A channel without a pin, or an intent recorded before pins: the older rule.
+    assert attempt_choice(pins, "email", "fr-CA", None) == ("fr-CA", None)
+    assert attempt_choice(None, "sms", "en", 2) == ("en", 2)
+
+
+def test_a_malformed_pin_is_a_template_error_not_a_silent_fallback_to_the_active_version() -> None:
+    with pytest.raises(TemplateError, match="pin for sms is malformed"):
+        attempt_choice({"sms": {"locale": "en"}}, "sms", "en", None)

@@ -105,3 +105,36 @@ def test_0019_places_each_intent_in_its_recorders_namespace_and_keeps_its_ids(pg
             )
     finally:
         engine.dispose()
+
+
+def test_0021_counts_every_version_on_record_as_approved_by_the_system(pg_url):
+    """Versions recorded before review existed need no new approval: a rollback to one
+    passes where the active policy reviews every version."""
+    from sqlalchemy import text
+
+    url = fresh_database(pg_url, "herald_migrations")
+    migrate.upgrade(url, "0020")
+    engine = create_engine(url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO template_version (key, channel, locale, version, body, sha256, "
+                    "active) VALUES ('k', 'sms', 'en', 1, 'b', 'h', true)"
+                )
+            )
+            conn.execute(
+                text(
+                    "INSERT INTO policy_version (version, name, document, sha256, owner, "
+                    "effective_from, active) VALUES ('p-1', 'p', 'd', 'h', 'o', now(), true)"
+                )
+            )
+        migrate.upgrade(url)
+        with engine.begin() as conn:
+            for table in ("template_version", "policy_version"):
+                row = conn.execute(
+                    text(f"SELECT author, approved_by, approved_at = created_at FROM {table}")
+                ).one()
+                assert tuple(row) == (None, "herald:system", True)
+    finally:
+        engine.dispose()

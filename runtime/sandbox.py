@@ -41,7 +41,7 @@ PASSTHROUGH = (
 workflow run (and every replay after an eviction). Everything else a workflow imports
 outside `imports_passed_through()` is executed again per run: in
 `python -m bench.sandbox_import` the notification workflow's step modules cost about
-1,200 Python calls and 0.5-1 ms of CPU per run (docs/bench.md, "The workflow as a
+1,200 Python calls and 1.2 ms of CPU per run (docs/bench.md, "The workflow as a
 package").
 
 Passing a module through gives up what the sandbox gives a fresh import: its

@@ -10,8 +10,9 @@ The answer only matters to a payload codec, external payload storage or a contex
 converter; Herald's workers use the default data converter with none of them, where a
 context changes nothing. `ContextFreeSandbox` answers the question outside the sandbox
 ("no context", as the SDK does for a context-free converter) and leaves everything else
-to the SDK's sandbox: the workflow code is still imported afresh for each run and still
-runs under the same restrictions. `sandbox_runner(data_converter)` refuses a converter
+to the SDK's sandbox: the workflow's own module is still imported afresh for each run
+(the pure modules in `PASSTHROUGH` are shared) and its code still runs under the same
+restrictions. `sandbox_runner(data_converter)` refuses a converter
 that would need the contexts, so adding a codec later cannot silently lose them.
 """
 
@@ -32,13 +33,32 @@ PASSTHROUGH = (
     "activities.contracts",
     "workflows.notification.options",
     "workflows.notification.web_ui",
+    "workflows.notification.state",
+    "workflows.notification.attempt",
+    "workflows.notification.operators",
 )
-"""Pure modules (no I/O, no clock, no randomness) the sandbox shares instead of
-re-importing them for every workflow run. The notification workflow's activity options
-and Web UI wording are constants and functions over `temporalio.workflow`: re-importing
-them for every run cost about 1.2 ms (measured outside the sandbox; before #52 they were
-in one module with the class). The class and its steps are still imported afresh, under
-the sandbox's restrictions."""
+"""Modules the sandbox shares with the worker instead of importing them afresh for every
+workflow run (and every replay after an eviction). Everything else a workflow imports
+outside `imports_passed_through()` is executed again per run: in
+`python -m bench.sandbox_import` the notification workflow's step modules cost about
+1,200 Python calls and 1.2 ms of CPU per run (docs/bench.md, "The workflow as a
+package").
+
+Passing a module through gives up what the sandbox gives a fresh import: its
+module-level objects are no longer new for each run, and the names it imported are the
+worker's own modules, not the sandbox's restricted proxies, so a `datetime.now()` in a
+step method would not be refused at run time (`temporalio.workflow` still resolves the
+running workflow, so `workflow.now()` and the activity calls work as before). That is
+safe for the workflow modules in this list because they need neither, and
+tests/workflows/test_sandbox.py reads their source to keep it so: they import only
+`datetime`'s types, `enum`, `typing`, `temporalio`, `domain`, the contracts and each
+other (never time, random, uuid, os, threading or I/O, and they call no `now()` but
+`workflow.now()`), bind no mutable object at module or class level and declare no
+`global`. The step modules (`state`, `attempt`, `operators`) hold mixin classes whose
+state lives on the workflow object, created in `IntentRun.__init__` for each run;
+`options` and `web_ui` hold constants (the few of a mutable type are listed in that
+test: nothing mutates them). The class itself (`workflow.py`) is still imported afresh
+for every run, as the SDK intends for a workflow's own module."""
 
 
 class _ContextFreeInstance(WorkflowInstance):

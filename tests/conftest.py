@@ -215,6 +215,13 @@ async def time_env():  # type: ignore[no-untyped-def]
     await env.shutdown()
 
 
+STACK_COOL_DOWN_SECONDS = 20.0
+"""The session stack's circuit cool-down (30 s by default). The provider-outage story
+(tests/e2e/test_scenarios.py) needs the circuit still open for its sixth message, about
+2 s after it opened on a quiet machine, and then waits for the probe: at 30 s the probe
+came some 12 s after the primary was back (its outage is 20 s), at 20 s about as it is."""
+
+
 @pytest_asyncio.fixture(scope="session")
 async def stack(  # type: ignore[no-untyped-def]
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, pg_url: str
@@ -226,7 +233,9 @@ async def stack(  # type: ignore[no-untyped-def]
     from tests.history_pii import histories_holding_pii, record
 
     cfg = stack_settings(
-        tmp_path_factory.mktemp("herald"), database_url=fresh_database(pg_url, "herald_e2e")
+        tmp_path_factory.mktemp("herald"),
+        database_url=fresh_database(pg_url, "herald_e2e"),
+        circuit_cool_down_seconds=STACK_COOL_DOWN_SECONDS,
     )
     dev = DevStack(cfg, temporal_ui=False)
     await dev.start()

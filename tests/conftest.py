@@ -71,12 +71,44 @@ def tiers_of(fixturenames: list[str]) -> set[str]:
     return {TIER_OF_FIXTURE[name] for name in fixturenames if name in TIER_OF_FIXTURE}
 
 
+COSTLIEST_TIERS_FIRST = ("slow", "e2e", "workflow", "ledger")
+"""The order a parallel run hands out test files in (`make test`: pytest-xdist, one file at
+a time per worker, `--no-loadscope-reorder`): the fault tier's and the end-to-end files,
+each a stack and a story of seconds to minutes, first; the unit files last, to fill the
+workers' ends. xdist's own order (most tests first) handed out the few-test, minute-long
+stack files last, and the run ended when one of them did."""
+
+
+def cost_rank(markers: set[str]) -> int:
+    """Where a file with these markers goes in a run's order (0 first): its costliest tier's
+    place in COSTLIEST_TIERS_FIRST, after them all when it has none."""
+    return min(
+        (i for i, tier in enumerate(COSTLIEST_TIERS_FIRST) if tier in markers),
+        default=len(COSTLIEST_TIERS_FIRST),
+    )
+
+
+def costliest_files_first(items: list[pytest.Item]) -> None:
+    """Reorder `items` in place so whole files go by cost_rank (their costliest test's),
+    each file's tests still together and in their order, equal files in collection order."""
+
+    def file_of(item: pytest.Item) -> str:
+        return item.nodeid.split("::")[0]
+
+    rank: dict[str, int] = {}
+    for item in items:
+        here = cost_rank({mark.name for mark in item.iter_markers()})
+        rank[file_of(item)] = min(rank.get(file_of(item), here), here)
+    items.sort(key=lambda item: rank[file_of(item)])
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Marked by fixture, not by hand: a hand-written marker is forgotten on the next file.
     for item in items:
         present = {mark.name for mark in item.iter_markers()}
         for tier in sorted(tiers_of(getattr(item, "fixturenames", [])) - present):
             item.add_marker(tier)
+    costliest_files_first(items)
 
 
 @pytest.fixture(scope="session")

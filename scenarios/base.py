@@ -76,7 +76,6 @@ def demo_policy_variant(
     out = [replace.get(line, line) for line in lines]
     out[at["version = "]] = f'version = "{version}"'
     out[at["description = "]] = f'description = "{description}"'
-
     return "\n".join(out) + "\n" + append
 
 

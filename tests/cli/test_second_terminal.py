@@ -32,7 +32,7 @@ from devstack import EmbeddedPostgres, free_port, no_orphans, port_in_use
 from domain.principals import local_principal_name
 from settings import Settings
 from tests.cli.conftest import HERALD, Run, assert_one_line_error, run_installed_herald
-from tests.conftest import assert_no_python_repr
+from tests.conftest import assert_no_python_repr, long_story
 
 pytestmark = pytest.mark.e2e
 
@@ -198,6 +198,7 @@ def _wait_for_state(stack: Stack, key: str, state: str, within: float = 60) -> d
         time.sleep(0.5)
 
 
+@long_story  # about 30 s and a dozen commands; as the module's first test, also its stack's start
 def test_send_show_list_cancel_and_a_refused_resend_from_another_terminal(dev: Stack) -> None:
     suffix = uuid.uuid4().hex[:8]
     recipient = f"m-{suffix}"

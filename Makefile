@@ -38,8 +38,10 @@ chromium:
 # the suite waits on servers more than it computes, and every worker starts its own
 # servers on free ports. TEST_WORKERS=0 runs it in this process alone.
 TEST_WORKERS ?= 4
-# The 20 slowest tests close every run, so a suite that grows shows where.
-PYTEST_RUN = $(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=20
+# The 20 slowest tests close every run, so a suite that grows shows where. Files are handed
+# out costliest tier first (tests/conftest.py's costliest_files_first), not by xdist's own
+# order (most tests first), which left the few-test, minute-long stack files for the end.
+PYTEST_RUN = $(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=20
 
 test: lint chromium
 	$(PYTEST_RUN)

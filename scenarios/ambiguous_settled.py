@@ -1,12 +1,16 @@
 """`ambiguous-settled`: an ambiguous send ends in a person's decision, then a resend.
 
 The carrier accepts an SMS and never reports on it (simulator fault `never_resolves`,
-limited to the first submission). At the demo policy's 60 s polling horizon the attempt
-ends `unknown`; the workflow stays open for a settlement and files the review item at
-once. A resend is refused while the outcome is unknown. An operator checks with the
-carrier (it still holds the message as `sent`, which answers nothing), settles the attempt
-as not delivered under `carrier-confirmed-not-delivered` (a rule that needs that fresh
-lookup and allows a resend), and approves the resend; the second attempt is delivered.
+limited to the first submission). At the polling horizon the attempt ends `unknown`; the
+workflow stays open for a settlement and files the review item at once. A resend is
+refused while the outcome is unknown. An operator checks with the carrier (it still holds
+the message as `sent`, which answers nothing), settles the attempt as not delivered under
+`carrier-confirmed-not-delivered` (a rule that needs that fresh lookup and allows a
+resend), and approves the resend; the second attempt is delivered.
+
+The story activates a version of the demo policy whose horizon is HORIZON_SECONDS instead
+of 60 and re-activates the one that was active afterwards: how long the carrier stays
+silent proves nothing, and waiting out the demo's minute was most of the story's time.
 
 Outcome: one intent, two attempts, exactly one delivered message; the settlement is an
 operator observation with its rule and policy version; the review item is closed by the
@@ -16,12 +20,41 @@ settlement; the simulator counted one submission per attempt token.
 from __future__ import annotations
 
 from domain.principals import Principal, Role
-from scenarios.base import DemoContext, expect, random_uk_mobile, suffix
+from scenarios.base import (
+    DemoContext,
+    demo_policy_variant,
+    expect,
+    policy_active,
+    random_uk_mobile,
+    suffix,
+)
 
 RULE = "carrier-confirmed-not-delivered"
+HORIZON_SECONDS = 10
+"""The story's polling horizon: long enough for a few polls (1-5 s apart), short enough
+that the story does not wait out the demo policy's minute."""
+POLICY_NAME = "demo-short-horizon"
+SHORT_HORIZON = "demo-short-horizon-2026-12-08.1"
+
+
+def short_horizon_policy() -> str:
+    """The demo policy with a polling horizon of HORIZON_SECONDS (the browser tier's settle
+    story uses it too)."""
+    return demo_policy_variant(
+        SHORT_HORIZON,
+        f"Demo policy; SMS polling horizon {HORIZON_SECONDS} s.",
+        replace={"sms_poll_horizon_seconds = 60": f"sms_poll_horizon_seconds = {HORIZON_SECONDS}"},
+    )
 
 
 async def run(ctx: DemoContext) -> None:
+    with policy_active(ctx.client, short_horizon_policy(), name=POLICY_NAME) as before:
+        ctx.say(f"policy {SHORT_HORIZON}: the demo's, with a {HORIZON_SECONDS} s polling horizon")
+        await _story(ctx)
+    ctx.say(f"policy {before} active again")
+
+
+async def _story(ctx: DemoContext) -> None:
     run_id = suffix()
     key = f"demo:ambiguous-{run_id}"
     recipient = f"demo-member-{run_id}"

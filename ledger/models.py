@@ -254,6 +254,8 @@ class PolicyVersion(Base):
     effective_from: Mapped[datetime]
     active: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    author: Mapped[str | None] = mapped_column(String(120))
+    """The principal who imported it; None: packaged with Herald (or recorded before)."""
 
 
 class PolicyDecision(Base):
@@ -333,6 +335,10 @@ class TemplateVersionRow(Base):
     sha256: Mapped[str] = mapped_column(String(64))
     active: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    variables_schema: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    """The JSON Schema of the variables it declares; None: recorded before declarations."""
+    author: Mapped[str | None] = mapped_column(String(120))
+    """The principal who imported it; None: packaged with Herald (or recorded before)."""
 
 
 class Artifact(Base):

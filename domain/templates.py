@@ -336,6 +336,8 @@ def render(
 
 # --------------------------------------------------------------------------- catalog
 
+KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$"
+"""A template key: letters, digits, '.', '_' and '-' (it is a path segment of the API)."""
 _CATALOG_FIELDS = frozenset({"key", "version", "channel", "locale", "body", "subject", "variables"})
 _LOCALE = re.compile(r"^([a-z]{2,3})(-[a-z]{4})?(-([a-z]{2}|[0-9]{3}))?$")
 _LANGUAGES = frozenset(
@@ -434,6 +436,10 @@ def _entry(entry: dict[str, Any], index: int) -> TemplateVersion:
             raise _Refused(
                 name if name in entry else None, f"{where}: {name!r} must be a non-empty string"
             )
+    if not re.fullmatch(KEY_PATTERN, entry["key"]):
+        raise _Refused(
+            "key", f"{where}: 'key' is 1 to 80 letters, digits, '.', '_' or '-' (not a space)"
+        )
     where = f"{where} ({entry['key']})"
     version = entry.get("version")
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:

@@ -173,6 +173,7 @@ def test_a_catalog_entry_stores_its_declarations_as_a_json_schema():
         (ENTRY + 'body = "x"\n[template.variables]\nn = "int"\n', 7, "unknown shape 'int'"),
         ("\n\n" + ENTRY + 'body = "x"\ncolour = "red"\n', 9, "unknown field(s) ['colour']"),
         ('[[template]]\nkey = "a"\nversion = \n', 3, "not valid TOML"),
+        (ENTRY.replace('"a"', '"an order"') + 'body = "x"\n', 2, "'key' is 1 to 80 letters"),
     ],
 )
 def test_a_catalog_refusal_names_the_line_and_the_reason(text: str, line: int, reason: str):

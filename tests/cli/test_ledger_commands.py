@@ -344,3 +344,14 @@ def test_template_import_records_an_adopters_folder_once_and_refuses_a_broken_fi
         "template", "list", "--key", "welcome", "--json", settings=settings, cwd=tmp_path
     ).json()
     assert [(t["version"], t["active"]) for t in listed] == [(1, False)]
+
+    # And a policy file with a key Herald does not know.
+    import policies
+
+    policy = tmp_path / "strict.toml"
+    policy.write_text(
+        policies.load_packaged("default").replace("[rules.sms]\n", "[rules.sms]\ncolour = 1\n")
+    )
+    refused = run_installed_herald("policy", "import", str(policy), settings=settings, cwd=tmp_path)
+    line = assert_one_line_error(refused, "policy")
+    assert line == f"herald policy: {policy}:41: rules.sms: unknown field 'colour'"

@@ -236,11 +236,16 @@ def _template_show(args: argparse.Namespace, cfg: settings_module.Settings) -> i
                     ).scalars()
                 )
             )
+            listed = ", ".join(map(str, known))
             raise CliError(
                 f"no template {args.key!r} (see `herald template list`)"
                 if not known
+                else f"template {args.key!r} has no active version yet (known versions: "
+                f"{listed}; show one with --version N, make it live with `herald template "
+                "activate`)"
+                if args.version is None
                 else f"template {args.key!r} has no version {args.version} "
-                f"(known versions: {', '.join(map(str, known))})"
+                f"(known versions: {listed})"
             )
     out = []
     for version, active in rows:

@@ -329,6 +329,10 @@ def test_template_import_records_an_adopters_folder_once_and_refuses_a_broken_fi
         "template", "show", "welcome", "--version", "1", settings=settings, cwd=tmp_path
     )
     assert "variable lines: a list of objects with fields name, qty" in shown.stdout
+    inactive = run_installed_herald("template", "show", "welcome", settings=settings, cwd=tmp_path)
+    assert "has no active version yet (known versions: 1;" in assert_one_line_error(
+        inactive, "template"
+    )
 
     # A second file that uses a variable it does not declare: one line naming file and line,
     # and the good file beside it is not recorded either.

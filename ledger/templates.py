@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Select, bindparam, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from domain import policy as domain_policy
@@ -214,7 +215,10 @@ def import_templates(session: Session, files: list[ContentFile], *, by: Principa
             versions.append((tv, where))
     if not versions:
         raise ImportRefused(f"{', '.join(f.name for f in files)}: no [[template]] in it")
-    return _record_templates(session, versions, by=by, at=_now())
+    try:
+        return _record_templates(session, versions, by=by, at=_now())
+    except IntegrityError:
+        raise _raced(files) from None
 
 
 def import_policies(session: Session, files: list[ContentFile], *, by: Principal) -> Imported:
@@ -258,10 +262,22 @@ def import_policies(session: Session, files: list[ContentFile], *, by: Principal
     at = _now()
     for parsed, file in new:
         name = re.sub(r"\.toml$", "", file.name.replace("\\", "/").rsplit("/", 1)[-1])
-        _add_policy(session, parsed, file.text, name=name[:60], author=by.name)
+        try:
+            _add_policy(session, parsed, file.text, name=name[:60], author=by.name)
+        except IntegrityError:
+            raise _raced(files) from None
         record_audit(session, by=by, action="policy.imported", subject=parsed.version, at=at)
         done.recorded.append(parsed.version)
     return done
+
+
+def _raced(files: list[ContentFile]) -> ImportRefused:
+    """Another import recorded one of the versions between our check and our insert."""
+    return ImportRefused(
+        f"{', '.join(f.name for f in files)}: another import recorded the same version at "
+        "the same moment; nothing of this one was recorded: import again (a version now "
+        "recorded as it is will be unchanged)"
+    )
 
 
 def _at(name: str, line: int | None) -> str:

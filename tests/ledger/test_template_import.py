@@ -172,3 +172,51 @@ def test_a_policy_import_of_several_files_is_all_or_nothing(db):
             db, [ContentFile("a.toml", POLICY), ContentFile("b.toml", broken)], by=ADMIN
         )
     assert db.get(PolicyVersion, "2099-01-01.1") is None
+
+
+async def test_two_imports_of_one_new_version_at_once_record_it_once_and_refuse_the_other_cleanly(
+    committed,
+):
+    import asyncio
+    import threading
+
+    from sqlalchemy import text as sql
+
+    from tests.conftest import unique, until
+
+    catalog = WELCOME.replace('key = "welcome"', f'key = "{unique("race")}"')
+    first = committed()
+    first.begin()
+    import_templates(first, [ContentFile("a.toml", catalog)], by=ADMIN)  # inserted, uncommitted
+    outcome: list[object] = []
+
+    def second() -> None:
+        try:
+            with committed.begin() as session:  # it checks before the first commits: new
+                outcome.append(
+                    import_templates(session, [ContentFile("b.toml", catalog)], by=ADMIN)
+                )
+        except ImportRefused as err:
+            outcome.append(err)
+
+    racer = threading.Thread(target=second)
+    racer.start()
+
+    async def second_waits_on_the_first() -> bool:
+        with committed() as probe:
+            return bool(
+                probe.scalar(
+                    sql(
+                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                        "AND query LIKE 'INSERT INTO template_version%'"
+                    )
+                )
+            )
+
+    await until(second_waits_on_the_first, what="the second import waiting on the first")
+    first.commit()
+    first.close()
+    await asyncio.to_thread(racer.join, 30)
+    (refused,) = outcome
+    assert isinstance(refused, ImportRefused), refused
+    assert str(refused).startswith("b.toml: another import recorded the same version")

@@ -46,6 +46,7 @@ async def cmd_policy(args: argparse.Namespace, cfg: settings_module.Settings) ->
             "effective_from": iso_utc(row.effective_from),
             "active": row.active,
             "sha256": row.sha256,
+            "author": row.author,
         }
 
     if args.policy_command == "list":
@@ -112,6 +113,7 @@ async def cmd_template(args: argparse.Namespace, cfg: settings_module.Settings) 
             "active": row.active,
             "sha256": row.sha256,
             "created_at": iso_utc(row.created_at),
+            "author": row.author,
         }
 
     columns = ["key", "channel", "locale", "version", "active", "created_at"]

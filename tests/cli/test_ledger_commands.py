@@ -347,7 +347,7 @@ def test_template_import_records_an_adopters_folder_once_and_refuses_a_broken_fi
     listed = run_installed_herald(
         "template", "list", "--key", "welcome", "--json", settings=settings, cwd=tmp_path
     ).json()
-    assert [(t["version"], t["active"]) for t in listed] == [(1, False)]
+    assert [(t["version"], t["active"], t["author"]) for t in listed] == [(1, False, "cli-admin")]
 
     # And a policy file with a key Herald does not know.
     import policies

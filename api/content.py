@@ -29,6 +29,7 @@ from api.schemas import (
 from domain.templates import KEY_PATTERN
 from ledger import templates
 from ledger.models import PolicyVersion
+from ledger.read_models import versions
 
 router = APIRouter(
     prefix="/v1", tags=["templates"], route_class=GuardedRoute, responses={**GUARDED, **INVALID}
@@ -66,7 +67,7 @@ REFUSED = (
 @router.get("/templates", response_model=TemplateListView, summary="Every template key")
 async def list_templates(_by: ReadingContent, ingress: IngressDep) -> TemplateListView:
     """Its channels, locales and the version active in each."""
-    found = await ingress.tx(templates.template_summaries)
+    found = await ingress.tx(versions.template_summaries)
     return TemplateListView.model_validate({"items": found}, from_attributes=True)
 
 
@@ -77,7 +78,7 @@ async def list_templates(_by: ReadingContent, ingress: IngressDep) -> TemplateLi
     responses=NOT_FOUND,
 )
 async def show_template(key: Key, _by: ReadingContent, ingress: IngressDep) -> TemplateView:
-    rows = await ingress.tx(lambda s: templates.template_versions(s, key))
+    rows = await ingress.tx(lambda s: versions.template_versions(s, key))
     return TemplateView(
         key=key,
         versions=[
@@ -104,7 +105,7 @@ async def import_templates(
 
 @router.get("/policies", response_model=PolicyListView, summary="Every policy version")
 async def list_policies(_by: ReadingContent, ingress: IngressDep) -> PolicyListView:
-    rows = await ingress.tx(templates.policy_versions)
+    rows = await ingress.tx(versions.policy_versions)
     return PolicyListView(items=[PolicyVersionView.model_validate(_policy(r)) for r in rows])
 
 
@@ -117,7 +118,7 @@ async def list_policies(_by: ReadingContent, ingress: IngressDep) -> PolicyListV
 async def show_policy(
     version: Version, _by: ReadingContent, ingress: IngressDep
 ) -> PolicyDocumentView:
-    row = await ingress.tx(lambda s: templates.policy_version(s, version))
+    row = await ingress.tx(lambda s: versions.policy_version(s, version))
     return PolicyDocumentView.model_validate({**_policy(row), "document": row.document})
 
 

@@ -53,7 +53,11 @@ def test_an_import_records_new_versions_with_their_author_and_schema_but_activat
     row = db.execute(select(TemplateVersionRow).where(TemplateVersionRow.key == "welcome")).one()[0]
     assert row.variables_schema["required"] == ["first_name", "lines"]
     assert row.created_at is not None
-    audit = db.execute(select(AuditEvent).where(AuditEvent.action == "template.imported")).one()[0]
+    audit = db.execute(
+        select(AuditEvent).where(
+            AuditEvent.action == "template.imported", AuditEvent.subject == "welcome@v1"
+        )
+    ).one()[0]
     assert (audit.actor, audit.subject) == ("content-admin", "welcome@v1")
 
 

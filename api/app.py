@@ -34,6 +34,7 @@ from api.attachments import ATTACHMENTS_PATH, MULTIPART_ALLOWANCE, too_large
 from api.attachments import router as attachment_routes
 from api.auth import check_every_route_declared
 from api.console import mount_console
+from api.content import router as content_routes
 from api.deps import MAX_BODY_BYTES, Ingress
 from api.erasures import router as erasure_routes
 from api.errors import install_error_answers
@@ -201,6 +202,7 @@ PRIVATE_ROUTERS = (
     attachment_routes,
     principals_routes,
     settlement_routes,
+    content_routes,
     erasure_routes,
 )
 """The apps' and operators' API (bearer token, role checked by the routers' route class,

@@ -157,6 +157,7 @@ RecordingConsent = Annotated[Principal, Depends(require(Access.RECORD_CONSENT))]
 CancellingIntents = Annotated[Principal, Depends(require(Access.CANCEL_INTENTS))]
 UploadingAttachments = Annotated[Principal, Depends(require(Access.UPLOAD_ATTACHMENTS))]
 Operating = Annotated[Principal, Depends(require(Access.OPERATE))]
+ReadingContent = Annotated[Principal, Depends(require(Access.READ_CONTENT))]
 Administering = Annotated[Principal, Depends(require(Access.ADMINISTER))]
 
 

@@ -35,6 +35,8 @@ TAGS: dict[str, str] = {
     "app recorded. People's roles read every app's.",
     "consents": "For apps: a recipient's consent, recorded with its source and evidence.",
     "attachments": "For apps: a file an email intent carries, uploaded before the intent.",
+    "templates": "For apps and people: the templates, with the variables each version takes "
+    "(a JSON Schema), and the policy versions. Admins import new versions.",
     "operations": "For support and operators (roles `viewer`, `operator`): find an intent "
     "by its recipient, cancel, approve a resend, settle an ambiguous attempt, consent and "
     "suppression records.",

@@ -326,8 +326,9 @@ class IntentCreate(BaseModel):
         Field(
             description=_rule(
                 "template.variables",
-                "every variable the templates use, rendering without error, at most "
-                "16,384 bytes as JSON.",
+                "every variable the template version declares as required, each of the "
+                "shape it declares (its `variables_schema`, `GET /v1/templates/{key}`), "
+                "rendering without error, at most 16,384 bytes as JSON.",
             )
         ),
     ] = {}
@@ -1034,3 +1035,96 @@ class PrincipalToken(BaseModel):
     role: Role
     token: str
     warning: str = "store this token now: it is not stored by Herald and will not be shown again"
+
+
+# --------------------------------------------------------------------------- templates, policies
+
+
+class ActiveVersion(BaseModel):
+    """The version of a template active for one channel and locale."""
+
+    channel: str
+    locale: str
+    version: int
+
+
+class TemplateSummaryView(BaseModel):
+    """A template key: where it exists and which versions are active (`GET /v1/templates`)."""
+
+    key: str
+    channels: list[str]
+    locales: list[str]
+    active: list[ActiveVersion]
+    """Empty until a version is activated (an import records versions, never activates)."""
+
+
+class TemplateListView(BaseModel):
+    """Every template key."""
+
+    items: list[TemplateSummaryView]
+
+
+class TemplateVersionView(BaseModel):
+    """One recorded version of a template for a channel and locale: what an app calls."""
+
+    version: int
+    channel: str
+    locale: str
+    active: bool
+    subject: str | None
+    body: str
+    variables_schema: dict[str, Any] | None = Field(
+        description="The JSON Schema (2020-12) of the variables an intent sends for this "
+        "version: each property's `description` says its shape in words, `required` lists "
+        "those it cannot do without. Null for a version recorded before versions declared "
+        "their variables."
+    )
+    sha256: str
+    author: str | None = Field(
+        description="The principal who imported it; null for the versions packaged with Herald."
+    )
+    recorded_at: datetime
+
+
+class TemplateView(BaseModel):
+    """A template key and every version of it (`GET /v1/templates/{key}`)."""
+
+    key: str
+    versions: list[TemplateVersionView]
+
+
+class PolicyVersionView(BaseModel):
+    """One recorded policy version (`GET /v1/policies`)."""
+
+    version: str
+    name: str
+    owner: str
+    effective_from: datetime
+    active: bool
+    sha256: str
+    author: str | None = Field(
+        description="The principal who imported it; null for the packaged policies and "
+        "policy files named by `HERALD_POLICY_NAME`."
+    )
+    recorded_at: datetime
+
+
+class PolicyListView(BaseModel):
+    """Every policy version, oldest effective first."""
+
+    items: list[PolicyVersionView]
+
+
+class PolicyDocumentView(PolicyVersionView):
+    """One policy version with its document (`GET /v1/policies/{version}`)."""
+
+    document: str
+    """The TOML text, as imported (docs/domain.md, "Policy documents")."""
+
+
+class ImportedView(BaseModel):
+    """What an import recorded (new versions, not activated) and what it already held."""
+
+    recorded: list[str]
+    unchanged: list[str]
+    """Versions recorded before with the same content: nothing to do for them."""

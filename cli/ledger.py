@@ -1,5 +1,5 @@
-"""`herald` commands that read and maintain the ledger: purge, legal-hold, reconcile, list,
-policy and template.
+"""`herald` commands that read and maintain the ledger: purge, legal-hold, reconcile, list
+and suppression (template and policy versions are cli/content.py's).
 
 They talk to Postgres only (no Temporal), so they work while the workers are down. When
 `herald dev` runs on the same data folder its database is used; otherwise the settings'
@@ -17,7 +17,6 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import settings as settings_module
-from domain.clocks import iso_utc
 from ledger.errors import NotFound
 
 if TYPE_CHECKING:
@@ -377,254 +376,12 @@ async def cmd_list(args: argparse.Namespace, cfg: settings_module.Settings) -> i
     return 0
 
 
-# --- policy -------------------------------------------------------------------------------
-
-
 def _timed(
     args: argparse.Namespace, rows: list[dict[str, Any]], columns: list[str], times: tuple[str, ...]
 ) -> str:
     """A table whose `times` columns are in the zone `--utc` chose, named above it."""
     clock = Clock.for_args(args.utc)
     return clock.heading() + "\n" + table(rows, columns, times=times, clock=clock)
-
-
-async def cmd_policy(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
-    from sqlalchemy import select
-
-    from domain.principals import Access
-    from ledger import principals
-    from ledger.models import PolicyVersion
-    from ledger.templates import activate_policy
-
-    def summary(row: PolicyVersion) -> dict[str, Any]:
-        return {
-            "version": row.version,
-            "name": row.name,
-            "owner": row.owner,
-            "effective_from": iso_utc(row.effective_from),
-            "active": row.active,
-            "sha256": row.sha256,
-        }
-
-    if args.policy_command == "list":
-        with _session(cfg, write=False) as session:
-            rows = session.execute(
-                select(PolicyVersion).order_by(PolicyVersion.effective_from, PolicyVersion.version)
-            ).scalars()
-            out: Any = [summary(r) for r in rows]
-        _emit(
-            out,
-            args.json,
-            lambda o: _timed(
-                args,
-                o,
-                ["version", "name", "owner", "effective_from", "active"],
-                ("effective_from",),
-            ),
-        )
-        return 0
-    if args.policy_command == "show":
-        with _session(cfg, write=False) as session:
-            row = session.get(PolicyVersion, args.version)
-            if row is None:
-                raise CliError(f"no policy version {args.version!r} (see `herald policy list`)")
-            out = {**summary(row), "document": row.document}
-        _emit(out, args.json, lambda o: o["document"].rstrip())
-        return 0
-    by = acting(cfg, Access.ADMINISTER)
-    with _session(cfg, write=True) as session:
-        try:
-            activate_policy(session, args.version)
-        except LookupError as err:
-            raise CliError(f"{err.args[0]} (see `herald policy list`)") from err
-        principals.record_audit(
-            session, by=by, action="policy.activate", subject=args.version, at=datetime.now(UTC)
-        )
-        row = session.get(PolicyVersion, args.version)
-        assert row is not None
-        session.refresh(row)
-        out = summary(row)
-    _emit(out, args.json, lambda o: f"policy {o['version']} ({o['name']}) is now active")
-    return 0
-
-
-# --- template -----------------------------------------------------------------------------
-
-
-async def cmd_template(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
-    from sqlalchemy import select
-
-    from domain.principals import Access
-    from ledger import principals
-    from ledger.models import TemplateVersionRow
-    from ledger.templates import activate_template
-
-    def summary(row: TemplateVersionRow) -> dict[str, Any]:
-        return {
-            "key": row.key,
-            "channel": row.channel,
-            "locale": row.locale,
-            "version": row.version,
-            "active": row.active,
-            "sha256": row.sha256,
-            "created_at": iso_utc(row.created_at),
-        }
-
-    columns = ["key", "channel", "locale", "version", "active", "created_at"]
-    order = (
-        TemplateVersionRow.key,
-        TemplateVersionRow.channel,
-        TemplateVersionRow.locale,
-        TemplateVersionRow.version,
-    )
-    if args.template_command == "list":
-        with _session(cfg, write=False) as session:
-            query = select(TemplateVersionRow).order_by(*order)
-            if args.key:
-                query = query.where(TemplateVersionRow.key == args.key)
-            out = [summary(r) for r in session.execute(query).scalars()]
-        _emit(out, args.json, lambda o: _timed(args, o, columns, ("created_at",)))
-        return 0
-    if args.template_command == "show":
-        return _template_show(args, cfg)
-    by = acting(cfg, Access.ADMINISTER)
-    with _session(cfg, write=True) as session:
-        scope = [TemplateVersionRow.key == args.key]
-        if args.channel:
-            scope.append(TemplateVersionRow.channel == args.channel)
-        if args.locale:
-            scope.append(TemplateVersionRow.locale == args.locale)
-        rows = list(session.execute(select(TemplateVersionRow).where(*scope)).scalars())
-        if not rows:
-            raise CliError(
-                f"no template {args.key!r}"
-                + (f" for channel {args.channel!r}" if args.channel else "")
-                + (f" in locale {args.locale!r}" if args.locale else "")
-                + " (see `herald template list`)"
-            )
-        # Activation deactivates every version in scope: refuse when some channel/locale in
-        # scope has no such version, or it would be left with no active version at all.
-        identities = {(r.channel, r.locale) for r in rows}
-        having = {(r.channel, r.locale) for r in rows if r.version == args.version}
-        missing = sorted(identities - having)
-        if not having:
-            known = sorted({r.version for r in rows})
-            raise CliError(
-                f"template {args.key!r} has no version {args.version} "
-                f"(known versions: {', '.join(map(str, known))})"
-            )
-        if missing:
-            raise CliError(
-                f"template {args.key!r} version {args.version} does not exist for "
-                + ", ".join(f"{c}/{loc}" for c, loc in missing)
-                + "; pass --channel and --locale to activate it where it exists"
-            )
-        try:
-            activate_template(
-                session, args.key, args.version, channel=args.channel, locale=args.locale
-            )
-        except LookupError as err:
-            raise CliError(str(err)) from err
-        principals.record_audit(
-            session,
-            by=by,
-            action="template.activate",
-            subject=f"{args.key}@v{args.version}",
-            at=datetime.now(UTC),
-            detail={"channel": args.channel or "*", "locale": args.locale or "*"},
-        )
-        session.flush()
-        out = [
-            summary(r)
-            for r in session.execute(
-                select(TemplateVersionRow)
-                .where(*scope, TemplateVersionRow.active.is_(True))
-                .order_by(*order)
-                .execution_options(populate_existing=True)
-            ).scalars()
-        ]
-    _emit(
-        out,
-        args.json,
-        lambda o: "active now:\n" + _timed(args, o, columns, ("created_at",)),
-    )
-    return 0
-
-
-def _template_show(args: argparse.Namespace, cfg: settings_module.Settings) -> int:
-    """Each channel and locale of a template (one version, or the active ones): the
-    variables it needs, those it can do without, and its text."""
-    from sqlalchemy import select
-
-    from domain.templates import TemplateVersion, missing_variables, variables_of
-    from ledger.models import TemplateVersionRow
-
-    with _session(cfg, write=False) as session:
-        query = select(TemplateVersionRow).where(TemplateVersionRow.key == args.key)
-        if args.version is None:
-            query = query.where(TemplateVersionRow.active.is_(True))
-        else:
-            query = query.where(TemplateVersionRow.version == args.version)
-        rows = [
-            (
-                TemplateVersion(
-                    key=row.key,
-                    version=row.version,
-                    channel=row.channel,
-                    locale=row.locale,
-                    body=row.body,
-                    subject=row.subject,
-                ),
-                row.active,
-            )
-            for row in session.execute(
-                query.order_by(TemplateVersionRow.channel, TemplateVersionRow.locale)
-            ).scalars()
-        ]
-        if not rows:
-            known = sorted(
-                set(
-                    session.execute(
-                        select(TemplateVersionRow.version).where(TemplateVersionRow.key == args.key)
-                    ).scalars()
-                )
-            )
-            raise CliError(
-                f"no template {args.key!r} (see `herald template list`)"
-                if not known
-                else f"template {args.key!r} has no version {args.version} "
-                f"(known versions: {', '.join(map(str, known))})"
-            )
-    out = []
-    for version, active in rows:
-        required = missing_variables(version, {})
-        out.append(
-            {
-                "key": version.key,
-                "channel": version.channel,
-                "locale": version.locale,
-                "version": version.version,
-                "active": active,
-                "required": required,
-                "optional": [v for v in variables_of(version) if v not in required],
-                "subject": version.subject,
-                "body": version.body,
-            }
-        )
-
-    def render(shown: list[dict[str, Any]]) -> str:
-        lines = [
-            table(shown, ["channel", "locale", "version", "active", "required", "optional"]),
-        ]
-        for t in shown:
-            lines.append(f"\n{t['channel']}/{t['locale']} v{t['version']}:")
-            if t["subject"] is not None:
-                lines.append(f"  subject: {t['subject']}")
-            lines += ["  | " + line for line in t["body"].rstrip().splitlines()]
-        return "\n".join(lines)
-
-    _emit(out, args.json, render)
-    return 0
 
 
 # --- suppressions -------------------------------------------------------------------------
@@ -857,31 +614,6 @@ def register(add: Callable[..., argparse.ArgumentParser]) -> dict[str, Command]:
         "--all", action="store_true", help="follow every older page to the end (one table)"
     )
 
-    pol = add(
-        "policy",
-        "list, show or activate policy versions",
-        json_flag=False,
-        example="herald policy activate 2026-12-07.1",
-    )
-    pol_sub = pol.add_subparsers(dest="policy_command", required=True, metavar="ACTION")
-    action(
-        pol_sub, "list", "every version with name, owner and dates", example="herald policy list"
-    )
-    pol_show = action(
-        pol_sub,
-        "show",
-        "print one version's document",
-        example="herald policy show 2026-12-01.1",
-    )
-    pol_show.add_argument("version", help="the policy version (`herald policy list`)")
-    pol_act = action(
-        pol_sub,
-        "activate",
-        "make a version the active one",
-        example="herald policy activate 2026-12-01.1",
-    )
-    pol_act.add_argument("version", help="the policy version (`herald policy list`)")
-
     sup = add(
         "suppression",
         "suppress a destination, list its suppressions, lift one",
@@ -925,49 +657,10 @@ def register(add: Callable[..., argparse.ArgumentParser]) -> dict[str, Command]:
     for sp in (sup_add, sup_lift):
         sp.add_argument("--source", default="cli", help="who or what asks (recorded)")
 
-    tpl = add(
-        "template",
-        "list or show template versions, or activate one (rollback)",
-        json_flag=False,
-        example="herald template show class-opening",
-    )
-    tpl_sub = tpl.add_subparsers(dest="template_command", required=True, metavar="ACTION")
-    tpl_list = action(
-        tpl_sub,
-        "list",
-        "every version, with the active ones marked",
-        example="herald template list --key order-created",
-    )
-    tpl_list.add_argument("--key", help="only this template key")
-    tpl_show = action(
-        tpl_sub,
-        "show",
-        "the variables a template needs (and may use), and its text",
-        example="herald template show class-opening",
-    )
-    tpl_show.add_argument("key", help="template key, e.g. class-opening")
-    tpl_show.add_argument(
-        "--version", type=int, metavar="N", help="this version (default: the active ones)"
-    )
-    tpl_act = action(
-        tpl_sub,
-        "activate",
-        "make a version active; activating an older one is a rollback",
-        example="herald template activate order-created --version 1",
-    )
-    tpl_act.add_argument("key", help="template key, e.g. class-opening")
-    tpl_act.add_argument("--version", type=int, required=True, metavar="N", help="the version")
-    tpl_act.add_argument(
-        "--channel", choices=CHANNEL_NAMES, help="only this channel (default: every channel)"
-    )
-    tpl_act.add_argument("--locale", help="only this locale (default: every locale)")
-
     return {
         "purge": cmd_purge,
         "legal-hold": cmd_legal_hold,
         "reconcile": cmd_reconcile,
         "list": cmd_list,
-        "policy": cmd_policy,
-        "template": cmd_template,
         "suppression": cmd_suppression,
     }

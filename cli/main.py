@@ -36,6 +36,7 @@ COMMAND_MODULES = [
     "cli.consent",
     "cli.services",
     "cli.ledger",
+    "cli.content",
     "cli.ops",
     "cli.bench",
     "cli.maint",

@@ -29,6 +29,8 @@ class Access(StrEnum):
     one: `Principal.reads_intent_of`); people's roles cancel any."""
     UPLOAD_ATTACHMENTS = "upload attachments"
     """Store an attachment's bytes (`POST /v1/attachments`) for an intent to name."""
+    READ_CONTENT = "read template and policy versions"
+    """The templates (with the variables an app must send) and the policy versions."""
     OPERATE = "act on intents and evidence"
     """Approve a resend, settle, resolve a review item, add or lift a suppression."""
     ADMINISTER = "administer Herald (principals, purge, legal holds, policy and template versions)"
@@ -56,13 +58,16 @@ class Role(StrEnum):
         return access in GRANTS[self]
 
 
-_VIEWER = frozenset({Access.READ_INTENTS, Access.READ_EVIDENCE, Access.FIND_BY_RECIPIENT})
+_VIEWER = frozenset(
+    {Access.READ_INTENTS, Access.READ_EVIDENCE, Access.FIND_BY_RECIPIENT, Access.READ_CONTENT}
+)
 _APPS_OWN = frozenset({Access.RECORD_CONSENT, Access.CANCEL_INTENTS, Access.UPLOAD_ATTACHMENTS})
 """What an app does on its own credential beyond creating and reading its intents; an
 operator may each of them too (for any intent)."""
 _OPERATOR = _VIEWER | _APPS_OWN | {Access.OPERATE}
 GRANTS: dict[Role, frozenset[Access]] = {
-    Role.APP: frozenset({Access.CREATE_INTENTS, Access.READ_INTENTS}) | _APPS_OWN,
+    Role.APP: frozenset({Access.CREATE_INTENTS, Access.READ_INTENTS, Access.READ_CONTENT})
+    | _APPS_OWN,
     Role.VIEWER: _VIEWER,
     Role.OPERATOR: _OPERATOR,
     # Admin may do everything, creating intents included: the break-glass credential

@@ -8,10 +8,12 @@ instead of sending "Your seat in  is ready".
 from __future__ import annotations
 
 import functools
+import locale as locale_names
 import re
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from jinja2 import (
     ChainableUndefined,
@@ -25,6 +27,8 @@ from jinja2.sandbox import SandboxedEnvironment, SecurityError
 
 from domain import channels
 from domain.keys import content_sha256
+from domain.template_variables import DeclarationError, schema_of
+from domain.toml_lines import line_of
 
 FALLBACK_LOCALE = "en"
 CHANNELS = channels.NAMES
@@ -32,6 +36,12 @@ CHANNELS = channels.NAMES
 
 class TemplateError(ValueError):
     """An unknown template, a missing variable, a bad catalog or a message too long."""
+
+    def __init__(self, message: str, *, line: int | None = None) -> None:
+        """`line`: the catalog line at fault, when the error is about a catalog's text."""
+        super().__init__(message)
+        self.line = line
+        """The catalog line at fault, when the error is about a catalog's text."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +59,9 @@ class TemplateVersion:
     """Jinja2 source of the body (plain text)."""
     subject: str | None = None
     """Jinja2 source of the subject, for email."""
+    schema: Mapping[str, Any] | None = None
+    """The JSON Schema of its variables (`domain.template_variables`); None for a version
+    recorded before versions declared their variables."""
 
 
 @dataclass(frozen=True)
@@ -355,72 +368,163 @@ def render(
 
 # --------------------------------------------------------------------------- catalog
 
-_CATALOG_FIELDS = frozenset({"key", "version", "channel", "locale", "body", "subject"})
+KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$"
+"""A template key: letters, digits, '.', '_' and '-' (it is a path segment of the API)."""
+_CATALOG_FIELDS = frozenset({"key", "version", "channel", "locale", "body", "subject", "variables"})
+_LOCALE = re.compile(r"^([a-z]{2,3})(-[a-z]{4})?(-([a-z]{2}|[0-9]{3}))?$")
+_LANGUAGES = frozenset(
+    name.split("_")[0].split(".")[0].split("@")[0] for name in locale_names.locale_alias
+) - {"c", "posix"}
+"""Language codes the standard library's locale table knows (ISO 639, 270 or so)."""
+
+
+def known_locale(tag: str) -> bool:
+    """True for a BCP 47 tag of a known language, with an optional script and region.
+
+    ``en``, ``fr-CA``, ``zh-Hant-TW`` and ``es-419`` are; ``english``, ``xx`` and
+    ``fr_FR`` (an underscore) are not.
+    """
+    found = _LOCALE.fullmatch(tag.lower())
+    return found is not None and found[1] in _LANGUAGES
+
+
+class _Refused(Exception):
+    """A catalog entry's problem and the field it is about (for its line)."""
+
+    def __init__(self, field: str | None, message: str, *, offset: int = 0) -> None:
+        super().__init__(message)
+        self.field = field
+        self.offset = offset
+        """Lines into the field's value (a syntax error on a body's third line: 2)."""
 
 
 def parse_catalog(text: str) -> list[TemplateVersion]:
     """Parse a template catalog: a TOML document of ``[[template]]`` entries.
 
-    Each entry has ``key``, ``version`` (int >= 1), ``channel`` (sms or email),
-    ``locale``, ``body`` and, for email, ``subject``. Every body and subject is compiled
-    here, so a syntax error is found when the catalog loads.
+    Each entry has ``key``, ``version`` (int >= 1), ``channel`` (a channel Herald
+    defines), ``locale`` (a BCP 47 tag of a known language), ``body``, for email
+    ``subject``, and a ``variables`` table declaring every variable the body and subject
+    use, with its shape (docs/templates.md). Every body and subject is compiled here, so a
+    syntax error is found when the catalog loads.
 
     Raises:
         TemplateError: Bad TOML, a missing or unknown field, a duplicate
-            (key, version, channel, locale), an email without subject, or a syntax error.
+            (key, version, channel, locale), an email without subject, an unknown channel
+            or locale, a syntax error, a malformed declaration, or a variable used but not
+            declared; with the line at fault (`TemplateError.line`) when it can be found.
     """
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise TemplateError(f"template catalog is not valid TOML: {exc}") from None
+        at = re.search(r"at line (\d+)", str(exc))
+        raise TemplateError(
+            f"template catalog is not valid TOML: {exc}", line=int(at[1]) if at else None
+        ) from None
     if set(doc) - {"template"}:
-        raise TemplateError(f"template catalog: unknown top-level key(s) {sorted(set(doc))}")
+        unknown = sorted(set(doc) - {"template"})
+        raise TemplateError(
+            f"template catalog: unknown top-level key(s) {unknown}",
+            line=line_of(text, [unknown[0]]),
+        )
     entries = doc.get("template", [])
     if not isinstance(entries, list):
-        raise TemplateError("template catalog: 'template' must be an array of tables")
+        raise TemplateError(
+            "template catalog: 'template' must be an array of tables",
+            line=line_of(text, ["template"]),
+        )
     seen: set[tuple[str, int, str, str]] = set()
     result: list[TemplateVersion] = []
     for index, entry in enumerate(entries):
-        where = f"template[{index}]"
-        unknown = set(entry) - _CATALOG_FIELDS
-        if unknown:
-            raise TemplateError(f"{where}: unknown field(s) {sorted(unknown)}")
-        for name in ("key", "channel", "locale", "body"):
-            if not isinstance(entry.get(name), str) or not entry[name].strip():
-                raise TemplateError(f"{where}: {name!r} must be a non-empty string")
-        where = f"{where} ({entry['key']})"
-        version = entry.get("version")
-        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-            raise TemplateError(f"{where}: 'version' must be an integer >= 1")
-        if entry["channel"] not in channels.REGISTRY:
-            raise TemplateError(f"{where}: channel must be one of {', '.join(CHANNELS)}")
-        channel = channels.get(entry["channel"])
-        subject = entry.get("subject")
-        if channel.has_subject and not isinstance(subject, str):
-            raise TemplateError(f"{where}: an {channel.title} template needs a 'subject'")
-        if not channel.has_subject and subject is not None:
-            raise TemplateError(f"{where}: an {channel.title} template has no subject")
-        identity = (entry["key"], version, entry["channel"], entry["locale"].lower())
+        try:
+            version = _entry(entry, index)
+        except _Refused as refused:
+            path: list[str | int] = ["template", index]
+            line = line_of(text, [*path, refused.field] if refused.field else path)
+            if line is not None and refused.offset:
+                # A multi-line string starts on the line after its opening quotes.
+                opens_below = text.splitlines()[line - 1].rstrip().endswith(('"""', "'''"))
+                line += refused.offset + opens_below
+            raise TemplateError(str(refused), line=line) from None
+        identity = (version.key, version.version, version.channel, version.locale.lower())
         if identity in seen:
-            raise TemplateError(f"{where}: duplicate version {version} for that channel/locale")
-        seen.add(identity)
-        for label, source in (("body", entry["body"]), ("subject", subject)):
-            if source is None:
-                continue
-            try:
-                _ENV.parse(source)
-            except TemplateSyntaxError as exc:
-                raise TemplateError(
-                    f"{where}: {label} syntax error on line {exc.lineno}: {exc.message}"
-                ) from None
-        result.append(
-            TemplateVersion(
-                key=entry["key"],
-                version=version,
-                channel=entry["channel"],
-                locale=entry["locale"],
-                body=entry["body"],
-                subject=subject,
+            raise TemplateError(
+                f"template[{index}] ({version.key}): duplicate version {version.version} "
+                "for that channel/locale",
+                line=line_of(text, ["template", index]),
             )
-        )
+        seen.add(identity)
+        result.append(version)
     return result
+
+
+def _entry(entry: dict[str, Any], index: int) -> TemplateVersion:
+    """One catalog entry, checked; `_Refused` names the field at fault."""
+    where = f"template[{index}]"
+    unknown = set(entry) - _CATALOG_FIELDS
+    if unknown:
+        raise _Refused(sorted(unknown)[0], f"{where}: unknown field(s) {sorted(unknown)}")
+    for name in ("key", "channel", "locale", "body"):
+        if not isinstance(entry.get(name), str) or not entry[name].strip():
+            raise _Refused(
+                name if name in entry else None, f"{where}: {name!r} must be a non-empty string"
+            )
+    if not re.fullmatch(KEY_PATTERN, entry["key"]):
+        raise _Refused(
+            "key", f"{where}: 'key' is 1 to 80 letters, digits, '.', '_' or '-' (not a space)"
+        )
+    where = f"{where} ({entry['key']})"
+    version = entry.get("version")
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise _Refused("version", f"{where}: 'version' must be an integer >= 1")
+    if entry["channel"] not in channels.REGISTRY:
+        raise _Refused(
+            "channel",
+            f"{where}: unknown channel {entry['channel']!r} (one of {', '.join(CHANNELS)})",
+        )
+    if not known_locale(entry["locale"]):
+        raise _Refused(
+            "locale",
+            f"{where}: unknown locale {entry['locale']!r} (a BCP 47 tag of a known "
+            "language, e.g. en, fr-CA)",
+        )
+    channel = channels.get(entry["channel"])
+    subject = entry.get("subject")
+    if channel.has_subject and not isinstance(subject, str):
+        raise _Refused(None, f"{where}: an {channel.title} template needs a 'subject'")
+    if not channel.has_subject and subject is not None:
+        raise _Refused("subject", f"{where}: an {channel.title} template has no subject")
+    declarations = entry.get("variables", {})
+    if not isinstance(declarations, dict):
+        raise _Refused("variables", f"{where}: 'variables' must be a table")
+    try:
+        schema = schema_of(declarations)
+    except DeclarationError as err:
+        raise _Refused("variables", f"{where}: {err}") from None
+    for label, source in (("body", entry["body"]), ("subject", subject)):
+        if source is None:
+            continue
+        try:
+            _ENV.parse(source)
+        except TemplateSyntaxError as exc:
+            raise _Refused(
+                label,
+                f"{where}: {label} syntax error on its line {exc.lineno}: {exc.message}",
+                offset=exc.lineno - 1,
+            ) from None
+    parsed = TemplateVersion(
+        key=entry["key"],
+        version=version,
+        channel=entry["channel"],
+        locale=entry["locale"],
+        body=entry["body"],
+        subject=subject,
+        schema=schema,
+    )
+    undeclared = [name for name in variables_of(parsed) if name not in declarations]
+    if undeclared:
+        raise _Refused(
+            "body",
+            f"{where}: uses undeclared variable(s) {', '.join(map(repr, undeclared))} "
+            "(declare each under [template.variables] with its shape)",
+        )
+    return parsed

@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from sqlalchemy.orm import Session
 
-from domain import channels, destinations, key_privacy, keys, policy, templates
+from domain import channels, destinations, key_privacy, keys, policy, template_variables, templates
 from domain.channels import DestinationKind
 from domain.requests import TIME_HORIZON, Category, NotificationRequest, PlanMode
 from ledger import repository as repo
@@ -240,6 +240,7 @@ def _check_templates(
     available = active_templates(session, pinned=request.template_version, key=request.template_key)
     missing: list[str] = []
     chosen_for: dict[str, templates.TemplateVersion] = {}
+    refusals: list[str] = []
     for channel in plan:
         try:
             chosen = templates.select_template(
@@ -253,16 +254,32 @@ def _check_templates(
             problems.add("template_key", str(err))
             continue
         chosen_for[channel] = chosen
-        missing += [
-            n for n in templates.missing_variables(chosen, request.variables) if n not in missing
-        ]
-        if missing:
+        if chosen.schema is not None:
+            # The version declares its variables: each problem names the variable and
+            # the shape it must have (domain.template_variables).
+            refused = [
+                r
+                for r in template_variables.refusals(chosen.schema, request.variables)
+                if r not in refusals
+            ]
+            refusals += refused
+            if refused:
+                continue
+        else:
+            missing += [
+                n
+                for n in templates.missing_variables(chosen, request.variables)
+                if n not in missing
+            ]
+        if missing or refusals:
             continue
         try:
             # Rendered once here so anything else wrong is refused at the edge, not later.
             templates.render(chosen, request.variables)
         except templates.TemplateError as err:
             problems.add("variables", str(err))
+    if refusals:
+        problems.add("variables", f"template {request.template_key!r}: {'; '.join(refusals)}")
     if missing:
         problems.add(
             "variables",

@@ -262,7 +262,7 @@ class PolicyVersion(Base):
     created_at: Mapped[datetime] = mapped_column(server_default=func.now())
     author: Mapped[str | None] = mapped_column(String(120))
     """The principal that recorded it (an import); null: Herald itself (the packaged
-    versions, a policy file `herald dev` was given) or recorded before migration 0021."""
+    versions, a policy file `herald dev` was given) or recorded before migration 0020."""
     approved_by: Mapped[str | None] = mapped_column(String(80))
     """Who approved it (domain.review): a principal other than its author, or
     `herald:system` for packaged versions and those recorded before review existed."""
@@ -349,9 +349,11 @@ class TemplateVersionRow(Base):
     sha256: Mapped[str] = mapped_column(String(64))
     active: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    variables_schema: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    """The JSON Schema of the variables it declares; None: recorded before declarations."""
     author: Mapped[str | None] = mapped_column(String(120))
     """The principal that recorded it (an import); null: Herald itself (the packaged
-    versions, a policy file `herald dev` was given) or recorded before migration 0021."""
+    versions, a policy file `herald dev` was given) or recorded before migration 0020."""
     approved_by: Mapped[str | None] = mapped_column(String(80))
     """Who approved it (domain.review): a principal other than its author, or
     `herald:system` for packaged versions and those recorded before review existed."""

@@ -1,24 +1,30 @@
 """Template versions and policy versions as ledger rows.
 
-Seeded from the packaged data files,
-activated (or rolled back) by operators, never edited in place. Where the active policy
-says so, a version becomes active only once a second principal has approved it
-(ledger/version_review.py, domain.review).
+Imported from files (the packaged ones first, on a fresh ledger; an adopter's own with
+`herald template import` or `POST /v1/templates/import`), activated (or rolled back) by
+operators, never edited in place: a version recorded again with the same content is a
+no-op, with other content a refusal. Where the active policy says so, a version becomes
+active only once a second principal has approved it (ledger/version_review.py,
+domain.review).
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Select, bindparam, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from domain import policy as domain_policy
 from domain import review
 from domain.principals import Principal
-from domain.templates import TemplateVersion
+from domain.templates import TemplateError, TemplateVersion, parse_catalog
+from domain.toml_lines import line_of
 from ledger.models import PolicyVersion, TemplateVersionRow
 from ledger.principals import record_audit
 from ledger.transactions import rows_changed
@@ -34,6 +40,27 @@ def _recorded_by(author: str | None) -> dict[str, Any]:
     if author is not None:
         return {"author": author}
     return {"approved_by": review.SYSTEM, "approved_at": datetime.now(UTC)}
+
+
+class ImportRefused(ValueError):
+    """A file refused, as ``FILE:LINE: reason``; nothing of the import is recorded."""
+
+
+@dataclass(frozen=True)
+class ContentFile:
+    """One file to import: its name (how errors point at it) and its text."""
+
+    name: str
+    text: str
+
+
+@dataclass
+class Imported:
+    """What an import did: the versions it recorded and those already recorded as they are."""
+
+    recorded: list[str] = field(default_factory=list)
+    """``order-created v3 (sms/en)`` or ``2026-12-09.1``."""
+    unchanged: list[str] = field(default_factory=list)
 
 
 def active_templates(
@@ -53,7 +80,9 @@ def active_templates(
 
 def _template_query(active_only: bool, by_key: bool) -> Select[Any]:
     c = TemplateVersionRow.__table__.c
-    query = select(c.key, c.version, c.channel, c.locale, c.body, c.subject)
+    query = select(
+        c.key, c.version, c.channel, c.locale, c.body, c.subject, c.variables_schema.label("schema")
+    )
     if active_only:
         query = query.where(c.active.is_(True))
     if by_key:
@@ -68,23 +97,52 @@ _TEMPLATE_QUERIES = {
 }
 
 
-def seed_templates(
-    session: Session, versions: list[TemplateVersion], *, author: str | None = None
-) -> int:
-    """Insert versions not yet known; the newest of a new identity starts active.
+def _template_name(tv: TemplateVersion) -> str:
+    return f"{tv.key} v{tv.version} ({tv.channel}/{tv.locale})"
 
-    With no `author` (the packaged versions) they are recorded approved by the system
-    principal; with one, they wait for review, and a new identity's version starts active
-    only where no review applies to it (domain.review).
+
+def _record_templates(
+    session: Session,
+    versions: list[tuple[TemplateVersion, str]],
+    *,
+    by: Principal | None,
+    at: datetime,
+    author: str | None = None,
+) -> Imported:
+    """Record each (version, where) not yet known; refuse one known with other content.
+
+    The new versions' author is `by` (an import, audited) or `author`; with neither
+    (Herald's own seed) they are recorded approved by the system principal.
+
+    `where` is how a refusal points at the version (``catalog.toml:53``). A version known
+    with the same text but no declared variables (recorded before versions declared them)
+    gets its declarations: that is no change of what it sends.
     """
-    known = {
-        (r.key, r.channel, r.locale, r.version)
+    rows = {
+        (r.key, r.channel, r.locale, r.version): r
         for r in session.execute(select(TemplateVersionRow)).scalars()
     }
-    added = 0
-    for tv in versions:
-        if (tv.key, tv.channel, tv.locale, tv.version) in known:
+    done = Imported()
+    new: list[TemplateVersion] = []
+    # Every version is checked before any is added: a refusal leaves the session as it was.
+    for tv, where in versions:
+        row = rows.get((tv.key, tv.channel, tv.locale, tv.version))
+        if row is None:
+            new.append(tv)
             continue
+        if (row.subject, row.body) != (tv.subject, tv.body) or (
+            row.variables_schema is not None and row.variables_schema != tv.schema
+        ):
+            raise ImportRefused(
+                f"{where}: template {_template_name(tv)} is already recorded with other "
+                "content; a version is never edited: give the new one a new version number"
+            )
+        done.unchanged.append(_template_name(tv))
+    for tv, _ in versions:
+        row = rows.get((tv.key, tv.channel, tv.locale, tv.version))
+        if row is not None and row.variables_schema is None and tv.schema is not None:
+            row.variables_schema = dict(tv.schema)
+    for tv in new:
         session.add(
             TemplateVersionRow(
                 key=tv.key,
@@ -94,12 +152,45 @@ def seed_templates(
                 subject=tv.subject,
                 body=tv.body,
                 sha256=hashlib.sha256(f"{tv.subject}\n{tv.body}".encode()).hexdigest(),
-                **_recorded_by(author),
+                variables_schema=None if tv.schema is None else dict(tv.schema),
+                **_recorded_by(by.name if by else author),
             )
         )
-        added += 1
+        done.recorded.append(_template_name(tv))
+        if by is not None:
+            record_audit(
+                session,
+                by=by,
+                action="template.import",
+                subject=f"{tv.key}@v{tv.version}",
+                at=at,
+                detail={"channel": tv.channel, "locale": tv.locale},
+            )
     session.flush()
-    if added:
+    return done
+
+
+def seed_templates(
+    session: Session, versions: list[TemplateVersion], *, author: str | None = None
+) -> int:
+    """Record versions not yet known; the newest of a new identity starts active.
+
+    With no `author` (the packaged versions) they are recorded approved by the system
+    principal; with one, they wait for review, and a new identity's version starts active
+    only where no review applies to it (domain.review).
+
+    Raises:
+        ImportRefused: A packaged version is recorded with other content (a packaged
+            version was edited in place instead of given a new number).
+    """
+    done = _record_templates(
+        session,
+        [(tv, "templates/catalog.toml") for tv in versions],
+        by=None,
+        at=_now(),
+        author=author,
+    )
+    if done.recorded:
         for key, channel, locale in {(t.key, t.channel, t.locale) for t in versions}:
             if not session.execute(
                 select(TemplateVersionRow.id).where(
@@ -118,7 +209,146 @@ def seed_templates(
                     activate_template(session, key, newest, channel=channel, locale=locale)
                 except review.ReviewRefused:
                     pass  # waits for a second principal's approval; then it is activated
-    return added
+    return len(done.recorded)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def import_templates(session: Session, files: list[ContentFile], *, by: Principal) -> Imported:
+    """Record the template versions in an adopter's catalog files, authored by `by`.
+
+    Every file is parsed and checked before anything is recorded, and a refusal raises out
+    of the caller's transaction: an import is recorded whole or not at all. Versions are
+    recorded, not activated (`activate_template`, after any review).
+
+    Raises:
+        ImportRefused: ``FILE:LINE: reason`` for a file that does not parse or check
+            (`domain.templates.parse_catalog`), a version twice in one import, or a
+            version already recorded with other content.
+    """
+    versions: list[tuple[TemplateVersion, str]] = []
+    seen: dict[tuple[str, str, str, int], str] = {}
+    for file in files:
+        try:
+            parsed = parse_catalog(file.text)
+        except TemplateError as err:
+            raise ImportRefused(f"{_at(file.name, err.line)}: {err}") from None
+        for index, tv in enumerate(parsed):
+            where = _at(file.name, line_of(file.text, ["template", index]))
+            identity = (tv.key, tv.channel, tv.locale, tv.version)
+            if identity in seen:
+                raise ImportRefused(
+                    f"{where}: template {_template_name(tv)} is also in {seen[identity]}"
+                )
+            seen[identity] = where
+            versions.append((tv, where))
+    if not versions:
+        raise ImportRefused(f"{', '.join(f.name for f in files)}: no [[template]] in it")
+    try:
+        return _record_templates(session, versions, by=by, at=_now())
+    except IntegrityError:
+        raise _raced(files) from None
+
+
+def import_policies(session: Session, files: list[ContentFile], *, by: Principal) -> Imported:
+    """Record the policy versions in an adopter's policy files, authored by `by`.
+
+    One version per file, named for the file's stem (as `HERALD_POLICY_NAME` names a
+    file's); all or nothing, like `import_templates`. Versions are recorded, not
+    activated.
+
+    Raises:
+        ImportRefused: ``FILE:LINE: reason`` for a file that does not parse or check
+            (an unknown key, a broken rule), a version twice in one import, or a version
+            already recorded with another document.
+    """
+    done = Imported()
+    seen: dict[str, str] = {}
+    new: list[tuple[domain_policy.Policy, ContentFile]] = []
+    # Every file is checked before any version is added: a refusal leaves nothing behind.
+    for file in files:
+        try:
+            parsed = domain_policy.load_policy(file.text)
+        except domain_policy.PolicyError as err:
+            line = _policy_line(file.text, str(err))
+            raise ImportRefused(f"{_at(file.name, line)}: {err}") from None
+        where = _at(file.name, line_of(file.text, ["version"]))
+        if parsed.version in seen:
+            raise ImportRefused(
+                f"{where}: policy {parsed.version} is also in {seen[parsed.version]}"
+            )
+        seen[parsed.version] = where
+        row = session.get(PolicyVersion, parsed.version)
+        if row is None:
+            new.append((parsed, file))
+        elif row.document != file.text:
+            raise ImportRefused(
+                f"{where}: policy version {parsed.version} is already recorded with "
+                "another document; a version is never edited: give the new one a new version"
+            )
+        else:
+            done.unchanged.append(parsed.version)
+    at = _now()
+    for parsed, file in new:
+        name = re.sub(r"\.toml$", "", file.name.replace("\\", "/").rsplit("/", 1)[-1])
+        try:
+            _add_policy(session, parsed, file.text, name=name[:60], author=by.name)
+        except IntegrityError:
+            raise _raced(files) from None
+        record_audit(session, by=by, action="policy.import", subject=parsed.version, at=at)
+        done.recorded.append(parsed.version)
+    return done
+
+
+def _raced(files: list[ContentFile]) -> ImportRefused:
+    """Another import recorded one of the versions between our check and our insert."""
+    return ImportRefused(
+        f"{', '.join(f.name for f in files)}: another import recorded the same version at "
+        "the same moment; nothing of this one was recorded: import again (a version now "
+        "recorded as it is will be unchanged)"
+    )
+
+
+def _at(name: str, line: int | None) -> str:
+    return name if line is None else f"{name}:{line}"
+
+
+_TOML_LINE = re.compile(r"at line (\d+)")
+_FIELD_PATH = re.compile(r"^([A-Za-z0-9_.*-]+): (?:unknown field '([^']+)')?")
+
+
+def _policy_line(text: str, message: str) -> int | None:
+    """The line a `PolicyError` is about: TOML's own, or where the field it names is."""
+    if found := _TOML_LINE.search(message):
+        return int(found[1])
+    found = _FIELD_PATH.match(message)
+    if found is None:
+        return None
+    path = [p for p in found[1].split(".") if p]
+    if path[:1] == ["policy"]:
+        path = path[1:]
+    if found[2]:
+        path.append(found[2])
+    return line_of(text, path) if path else None
+
+
+def _add_policy(
+    session: Session, parsed: domain_policy.Policy, document: str, *, name: str, author: str | None
+) -> None:
+    session.add(
+        PolicyVersion(
+            version=parsed.version,
+            name=name,
+            document=document,
+            sha256=hashlib.sha256(document.encode()).hexdigest(),
+            owner=parsed.owner,
+            effective_from=parsed.effective_from,
+            **_recorded_by(author),
+        )
+    )
+    session.flush()
 
 
 def activate_template(
@@ -201,18 +431,7 @@ def seed_policy(
     parsed = domain_policy.load_policy(document)
     row = session.get(PolicyVersion, parsed.version)
     if row is None:
-        session.add(
-            PolicyVersion(
-                version=parsed.version,
-                name=name,
-                document=document,
-                sha256=hashlib.sha256(document.encode()).hexdigest(),
-                owner=parsed.owner,
-                effective_from=parsed.effective_from,
-                **_recorded_by(author),
-            )
-        )
-        session.flush()
+        _add_policy(session, parsed, document, name=name, author=author)
     elif row.document != document:
         raise ValueError(
             f"policy version {parsed.version} exists with a different document; "

@@ -171,6 +171,9 @@ NOT_IDEMPOTENT = {
     # the key; a multipart body's boundary differs on every retry, so a body fingerprint
     # would refuse the very retry a key is for.
     "/v1/attachments": "idempotent by content (the bytes' SHA-256 is the id)",
+    # Idempotent by content too: a version recorded as it is is `unchanged`, a no-op.
+    "/v1/templates/import": "idempotent by content (the same file again changes nothing)",
+    "/v1/policies/import": "idempotent by content (the same file again changes nothing)",
 }
 """Mutating /v1 routes without `Idempotency-Key`, each with why."""
 

@@ -142,10 +142,10 @@ async def test_every_problem_of_a_request_is_named_at_once(http, committed):
     assert answer.status_code == 422, answer.text
     issues = {issue["loc"][-1]: issue["msg"] for issue in answer.json()["detail"]}
     assert set(issues) == {"phone", "timezone", "variables"}, issues
-    # All three missing variables in one message, not one per try.
+    # All three missing variables in one message, not one per try, each with its shape.
     assert issues["variables"] == (
-        "template 'class-opening' needs starts_at, hold_until, booking_url, missing from the "
-        "variables"
+        "template 'class-opening': needs starts_at (text), hold_until (text), booking_url "
+        "(text), missing from the variables"
     )
     assert intents_with_key(committed, doc["business_key"]) == 0
 

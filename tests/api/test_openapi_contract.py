@@ -24,6 +24,7 @@ from openapi_spec_validator.validation import OpenAPIV30SpecValidator
 from schemathesis.checks import not_a_server_error
 from schemathesis.generation import GenerationMode
 from schemathesis.specs.openapi.checks import (
+    allow_header_conformance,
     negative_data_rejection,
     response_schema_conformance,
 )
@@ -80,6 +81,8 @@ DOMAIN_RULES: dict[tuple[str, str], tuple[str, ...]] = {
     ("/v1/recipients/intents", "destination"): ("destination.valid",),
     ("/v1/recipients/intents", "cursor"): ("cursor.issued",),
     ("/v1/intents", "cursor"): ("cursor.issued",),
+    ("/v1/templates/import", "body"): ("file.accepted",),
+    ("/v1/policies/import", "body"): ("file.accepted",),
     ("/v1/erasures", "value"): ("recipient.valid",),
     ("/v1/erasures", "reason"): REASON_RULES,
     ("/v1/principals", "namespace"): ("business_key.no_contact_data",),
@@ -91,10 +94,17 @@ its field's description in the document (checked below); a 422 for anything else
 schema-valid data means the document allows what the code refuses."""
 
 
-BYTES_ARE_BYTES = {"/v1/attachments": [negative_data_rejection]}
+BYTES_ARE_BYTES = {
+    "/v1/attachments": [negative_data_rejection],
+    "/v1/templates/import": [allow_header_conformance],
+    "/v1/policies/import": [allow_header_conformance],
+}
 """An attachment's `file` part is bytes, whatever they spell: a "negative" case that makes
 it a number sends those digits as a file, which is a file all the same. The upload's own
-refusals (413, 415, 422) are checked by tests/api/test_app_scope.py."""
+refusals (413, 415, 422) are checked by tests/api/test_app_scope.py.
+
+`/v1/templates/import` is also `/v1/templates/{key}` for the key `import` (and so for
+policies): its 405 rightly allows GET, which the document lists under the other path."""
 
 
 @schemathesis.serializer("application/pdf", "image/png", "image/jpeg")
@@ -260,7 +270,10 @@ def _body_property(doc, path: str, field: str):  # type: ignore[no-untyped-def]
     for parameter in doc["paths"][path].get("get", {}).get("parameters", []):
         if parameter["in"] == "query" and parameter["name"] == field:
             return parameter
-    ref = doc["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    body = doc["paths"][path]["post"]["requestBody"]
+    if "application/json" not in body["content"]:  # a file's text (an import): the body
+        return body
+    ref = body["content"]["application/json"]["schema"]
     name = ref["$ref"].rsplit("/", 1)[-1]
     return doc["components"]["schemas"][name]["properties"][field]
 

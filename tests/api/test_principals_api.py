@@ -53,6 +53,12 @@ ROLE_TABLE: dict[str, set[str]] = {
     "POST /v1/principals/{name}/revoke": {"admin"},
     "POST /v1/principals/{name}/rotate": {"admin"},
     "POST /v1/erasures": {"admin"},
+    "GET /v1/templates": EVERYONE,
+    "GET /v1/templates/{key}": EVERYONE,
+    "POST /v1/templates/import": {"admin"},
+    "GET /v1/policies": EVERYONE,
+    "GET /v1/policies/{version}": EVERYONE,
+    "POST /v1/policies/import": {"admin"},
 }
 """docs/api.md's role table: who may call each guarded route. A route the app serves
 that is in neither this table nor PUBLIC_ROUTES fails the matrix."""
@@ -97,6 +103,8 @@ def _concrete(path: str) -> str:
         path.replace("{id_or_key}", "no-such:key-1")
         .replace("{suppression_id}", str(2**62))
         .replace("{name}", "no-such-principal")
+        .replace("{key}", "no-such-template")
+        .replace("{version}", "no-such-version")
         .replace("{value}", "not-a-signed-link")
     )
 

@@ -1,5 +1,6 @@
 """`herald purge | legal-hold | reconcile | list | policy | template`, run as an operator
-would: through `python -m cli`, reading `--json` back, errors on stderr."""
+would: through `python -m cli` (or the installed `herald`), reading `--json` back, errors
+on stderr."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from sqlalchemy import select
 
 from ledger import repository as repo
 from ledger.models import AuditEvent, Intent, OperatorAction
-from tests.cli.conftest import run_herald
+from tests.cli.conftest import assert_one_line_error, run_herald, run_installed_herald
 from tests.conftest import unique
 from tests.ledger.conftest import fields
 
@@ -41,6 +42,8 @@ def _record(cli_ledger, cipher, *, n: int = 1, **overrides) -> list[str]:  # typ
         ["template"],
         ["template", "list"],
         ["template", "activate"],
+        ["template", "import"],
+        ["policy", "import"],
     ],
 )
 def test_every_ledger_command_explains_itself_with_help(herald, command):
@@ -289,3 +292,70 @@ def test_list_pages_with_the_cursor_it_prints_and_all_follows_every_page(
     assert "Traceback" not in foreign.stderr and len(foreign.stderr.strip().splitlines()) == 1
     garbage = herald("list", "--cursor", "%%%")
     assert garbage.returncode == 2 and "--cursor: not a page cursor" in garbage.stderr
+
+
+WELCOME = """# an adopter's own catalog
+[[template]]
+key = "welcome"
+version = 1
+channel = "sms"
+locale = "en"
+body = "Welcome {{ first_name }}, {{ lines | length }} lines."
+
+[template.variables]
+first_name = "text"
+lines = { type = "list", fields = { name = "text", qty = "number" } }
+"""
+
+
+def test_template_import_records_an_adopters_folder_once_and_refuses_a_broken_file_in_one_line(
+    cli_ledger, tmp_path
+):
+    """The installed `herald template import`, as an adopter's CI/CD runs it."""
+    settings = {
+        "HERALD_DATABASE_URL": cli_ledger.url,
+        "HERALD_DATA_DIR": str(cli_ledger.data_dir),
+    }
+    folder = tmp_path / "templates"
+    (folder / "sms").mkdir(parents=True)
+    (folder / "sms" / "welcome.toml").write_text(WELCOME)
+    done = run_installed_herald(
+        "template", "import", str(folder), "--json", settings=settings, cwd=tmp_path
+    )
+    assert done.json() == {"recorded": ["welcome v1 (sms/en)"], "unchanged": []}
+    again = run_installed_herald("template", "import", str(folder), settings=settings, cwd=tmp_path)
+    assert again.returncode == 0 and "already recorded as they are" in again.stdout
+    shown = run_installed_herald(
+        "template", "show", "welcome", "--version", "1", settings=settings, cwd=tmp_path
+    )
+    assert "variable lines: a list of objects with fields name, qty" in shown.stdout
+    inactive = run_installed_herald("template", "show", "welcome", settings=settings, cwd=tmp_path)
+    assert "has no active version yet (known versions: 1;" in assert_one_line_error(
+        inactive, "template"
+    )
+
+    # A second file that uses a variable it does not declare: one line naming file and line,
+    # and the good file beside it is not recorded either.
+    (folder / "sms" / "welcome.toml").write_text(WELCOME.replace("version = 1", "version = 2"))
+    (folder / "zz-broken.toml").write_text(WELCOME.replace("{{ first_name }}", "{{ name }}"))
+    broken = run_installed_herald(
+        "template", "import", str(folder), settings=settings, cwd=tmp_path
+    )
+    line = assert_one_line_error(broken, "template")
+    assert line.startswith(f"herald template: {folder / 'zz-broken.toml'}:7: ")
+    assert "undeclared variable(s) 'name'" in line
+    listed = run_installed_herald(
+        "template", "list", "--key", "welcome", "--json", settings=settings, cwd=tmp_path
+    ).json()
+    assert [(t["version"], t["active"], t["author"]) for t in listed] == [(1, False, "cli-admin")]
+
+    # And a policy file with a key Herald does not know.
+    import policies
+
+    policy = tmp_path / "strict.toml"
+    policy.write_text(
+        policies.load_packaged("default").replace("[rules.sms]\n", "[rules.sms]\ncolour = 1\n")
+    )
+    refused = run_installed_herald("policy", "import", str(policy), settings=settings, cwd=tmp_path)
+    line = assert_one_line_error(refused, "policy")
+    assert line == f"herald policy: {policy}:41: rules.sms: unknown field 'colour'"

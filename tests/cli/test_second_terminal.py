@@ -446,7 +446,10 @@ def test_a_send_missing_several_variables_is_refused_naming_them_all(dev: Stack)
         "--vars", json.dumps({"class_name": "Spin"}),
     )  # fmt: skip
     line = assert_one_line_error(again, "send")
-    assert "--vars: template 'class-opening' needs starts_at, hold_until, booking_url" in line
+    assert (
+        "--vars: template 'class-opening': needs starts_at (text), hold_until (text), "
+        "booking_url (text), missing from the variables"
+    ) in line
 
 
 def test_demo_on_a_stack_without_the_demo_policy_prints_the_command_that_works(

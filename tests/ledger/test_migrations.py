@@ -107,13 +107,13 @@ def test_0019_places_each_intent_in_its_recorders_namespace_and_keeps_its_ids(pg
         engine.dispose()
 
 
-def test_0021_counts_every_version_on_record_as_approved_by_the_system(pg_url):
+def test_0022_counts_every_version_on_record_as_approved_by_the_system(pg_url):
     """Versions recorded before review existed need no new approval: a rollback to one
     passes where the active policy reviews every version."""
     from sqlalchemy import text
 
     url = fresh_database(pg_url, "herald_migrations")
-    migrate.upgrade(url, "0020")
+    migrate.upgrade(url, "0021")
     engine = create_engine(url)
     try:
         with engine.begin() as conn:

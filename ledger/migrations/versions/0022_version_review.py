@@ -1,23 +1,23 @@
-"""Who recorded a template or policy version, and who approved or refused it.
+"""Who approved or refused a template or policy version.
 
-Review before activation (domain.review).
+Review before activation (domain.review). (Who recorded a version, `author`, came with
+0020.)
 
-`author` is the principal that recorded a version (null: recorded by Herald itself);
 `approved_by`/`approved_at` and `refused_by`/`refused_at` the reviewer's word. Every
 version already on record counts as approved by the system principal at the time it was
 recorded: it was in use, or could be, before review existed, so a rollback to it needs no
 new approval.
 
-Revision ID: 0021
-Revises: 0020
+Revision ID: 0022
+Revises: 0021
 Create Date: 2026-12-08 00:50:00
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0021"
-down_revision = "0020"
+revision = "0022"
+down_revision = "0021"
 branch_labels = None
 depends_on = None
 
@@ -28,7 +28,6 @@ TABLES = ("template_version", "policy_version")
 
 def upgrade() -> None:
     for table in TABLES:
-        op.add_column(table, sa.Column("author", sa.String(length=120), nullable=True))
         op.add_column(table, sa.Column("approved_by", sa.String(length=80), nullable=True))
         op.add_column(table, sa.Column("approved_at", sa.DateTime(timezone=True), nullable=True))
         op.add_column(table, sa.Column("refused_by", sa.String(length=80), nullable=True))
@@ -38,5 +37,5 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     for table in TABLES:
-        for column in ("refused_at", "refused_by", "approved_at", "approved_by", "author"):
+        for column in ("refused_at", "refused_by", "approved_at", "approved_by"):
             op.drop_column(table, column)

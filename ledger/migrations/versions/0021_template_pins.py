@@ -9,16 +9,16 @@ Intents recorded before keep null and today's rule (the version active at the at
 what was active when they were recorded is not known, and a guess would be evidence
 Herald cannot stand behind (docs/domain.md, "Templates").
 
-Revision ID: 0020
-Revises: 0019
+Revision ID: 0021
+Revises: 0020
 Create Date: 2026-12-08 00:40:00
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0020"
-down_revision = "0019"
+revision = "0021"
+down_revision = "0020"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,141 @@
+"""Templates and policies over the API: what an app needs to call a template (its
+variables' JSON Schema), the policy versions, and an admin's import of its own files."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+import policies
+from domain.principals import Role
+from ledger import principals
+from tests.api.conftest import BEARER
+from tests.conftest import unique
+
+pytestmark = pytest.mark.ledger
+
+CATALOG = """
+[[template]]
+key = "{key}"
+version = 1
+channel = "sms"
+locale = "en"
+body = "Hi {{{{ first_name }}}}: {{{{ lines | length }}}} lines."
+
+[template.variables]
+first_name = "text"
+lines = {{ type = "list", fields = {{ name = "text", qty = "number" }} }}
+"""
+TEXT = {"Content-Type": "text/plain"}
+
+
+@pytest.fixture
+def app_token(committed) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    with committed.begin() as session:
+        issued = principals.create(
+            session, unique("shop"), Role.APP, by=principals.BOOTSTRAP_ACTOR, at=datetime.now(UTC)
+        )
+    return {"Authorization": f"Bearer {issued.token}"}
+
+
+async def test_an_app_lists_templates_and_reads_the_variables_a_version_takes(http, app_token):
+    listed = await http.get("/v1/templates", headers=app_token)
+    assert listed.status_code == 200, listed.text
+    by_key = {t["key"]: t for t in listed.json()["items"]}
+    assert by_key["order-created"]["channels"] == ["email", "sms"]
+    assert {"channel": "sms", "locale": "en", "version": 2} in by_key["order-created"]["active"]
+
+    shown = await http.get("/v1/templates/order-created", headers=app_token)
+    assert shown.status_code == 200, shown.text
+    (email_v2,) = [
+        v for v in shown.json()["versions"] if (v["channel"], v["version"]) == ("email", 2)
+    ]
+    schema = email_v2["variables_schema"]
+    assert schema["required"] == ["first_name", "order_id", "total", "items", "tracking_url"]
+    assert schema["properties"]["items"]["description"] == "a list of text"
+    assert email_v2["author"] is None and email_v2["recorded_at"]
+
+    missing = await http.get("/v1/templates/no-such-template", headers=app_token)
+    assert (
+        missing.status_code == 404 and missing.json()["detail"] == "no template 'no-such-template'"
+    )
+
+
+async def test_an_admin_imports_a_catalog_once_and_a_broken_one_is_refused_with_its_line(
+    http, app_token
+):
+    key = unique("welcome")
+    text = CATALOG.format(key=key)
+    done = await http.post("/v1/templates/import", content=text, headers={**BEARER, **TEXT})
+    assert done.status_code == 200, done.text
+    assert done.json() == {"recorded": [f"{key} v1 (sms/en)"], "unchanged": []}
+    again = await http.post("/v1/templates/import", content=text, headers={**BEARER, **TEXT})
+    assert again.json() == {"recorded": [], "unchanged": [f"{key} v1 (sms/en)"]}
+
+    shown = (await http.get(f"/v1/templates/{key}", headers=app_token)).json()
+    (version,) = shown["versions"]
+    assert version["author"] == "break-glass" and version["active"] is False
+    assert version["variables_schema"]["properties"]["lines"]["items"]["required"] == [
+        "name",
+        "qty",
+    ]
+
+    broken = text.replace("version = 1", "version = 2").replace("first_name }}", "name }}")
+    refused = await http.post("/v1/templates/import", content=broken, headers={**BEARER, **TEXT})
+    assert refused.status_code == 422, refused.text
+    (problem,) = refused.json()["detail"]
+    assert (
+        problem["msg"].startswith("body:7: ") and "undeclared variable(s) 'name'" in problem["msg"]
+    )
+    assert len((await http.get(f"/v1/templates/{key}", headers=app_token)).json()["versions"]) == 1
+
+    by_app = await http.post("/v1/templates/import", content=text, headers={**app_token, **TEXT})
+    assert by_app.status_code == 403
+
+
+async def test_policies_are_listed_shown_and_imported_with_their_author(http, app_token):
+    version = unique("2099-01-01")
+    text = policies.load_packaged("default").replace('"2026-12-07.1"', f'"{version}"')
+    done = await http.post("/v1/policies/import", content=text, headers={**BEARER, **TEXT})
+    assert done.status_code == 200 and done.json()["recorded"] == [version], done.text
+
+    listed = {
+        p["version"]: p for p in (await http.get("/v1/policies", headers=app_token)).json()["items"]
+    }
+    assert listed[version]["author"] == "break-glass" and listed[version]["active"] is False
+    assert listed["2026-12-07.1"]["author"] is None
+    shown = await http.get(f"/v1/policies/{version}", headers=app_token)
+    assert shown.status_code == 200 and shown.json()["document"] == text
+
+    edited = text + "\n# edited in place\n"
+    refused = await http.post("/v1/policies/import", content=edited, headers={**BEARER, **TEXT})
+    assert refused.status_code == 422
+    assert refused.json()["detail"][0]["msg"].startswith("body:14: policy version ")
+    missing = await http.get("/v1/policies/1999.1", headers=app_token)
+    assert missing.status_code == 404
+
+
+async def test_intake_names_a_wrong_shaped_variable_and_the_shape_it_must_have(http):
+    doc = {
+        "business_key": unique("order-created:o"),
+        "recipient_ref": "m-1842",
+        "template_key": "order-created",
+        "template_version": 2,
+        "channels": ["email"],
+        "email": "camille@example.org",
+        "variables": {
+            "order_id": "o-77",
+            "first_name": "Camille",
+            "total": "EUR 84.90",
+            "tracking_url": "https://x.test/t",
+            "items": [{"name": "Poster", "qty": 1}],
+        },
+    }
+    answer = await http.post("/v1/intents", json=doc, headers=BEARER)
+    assert answer.status_code == 422, answer.text
+    issues = {issue["loc"][-1]: issue["msg"] for issue in answer.json()["detail"]}
+    assert issues["variables"] == (
+        "template 'order-created': variable 'items' must be a list of text; item 0 is an object"
+    )
+    assert "Poster" not in answer.text

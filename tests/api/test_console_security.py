@@ -64,7 +64,9 @@ async def test_two_api_processes_count_one_names_refusals_together(
     assert refused_metric(one, "credentials") + refused_metric(two, "credentials") == 5
     with committed() as session:
         rows = session.execute(
-            select(AuditEvent).where(AuditEvent.subject == f"principal:{name}")
+            select(AuditEvent)
+            .where(AuditEvent.subject == f"principal:{name}")
+            .order_by(AuditEvent.id)
         ).scalars()
         reasons = [(r.action, (r.detail or {}).get("reason")) for r in rows]
     assert (

@@ -13,6 +13,8 @@ from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
 import policies
+import templates as packaged_templates
+from domain import policy as domain_policy
 from domain.principals import Principal, Role
 from domain.review import SYSTEM, ReviewRefused
 from domain.templates import TemplateVersion
@@ -74,9 +76,22 @@ def _audit(db: Session, subject: str) -> list[tuple[str, str]]:
 
 
 def test_packaged_versions_are_on_record_approved_by_the_system_principal(db) -> None:  # type: ignore[no-untyped-def]
-    rows = db.execute(select(TemplateVersionRow.approved_by, TemplateVersionRow.author)).all()
+    # The shared ledger also holds versions other tests imported: only the packaged ones.
+    keys = {tv.key for tv in packaged_templates.load_packaged()}
+    rows = db.execute(
+        select(TemplateVersionRow.approved_by, TemplateVersionRow.author).where(
+            TemplateVersionRow.key.in_(keys)
+        )
+    ).all()
     assert rows and set(rows) == {(SYSTEM, None)}
-    assert set(db.execute(select(PolicyVersion.approved_by)).scalars()) == {SYSTEM}
+    versions = {
+        domain_policy.load_policy(policies.load_packaged(name)).version
+        for name in policies.packaged_names()
+    }
+    approved = db.execute(
+        select(PolicyVersion.approved_by).where(PolicyVersion.version.in_(versions))
+    ).scalars()
+    assert set(approved) == {SYSTEM}
 
 
 def test_an_imported_template_version_under_review_waits_for_a_second_principal(db) -> None:  # type: ignore[no-untyped-def]

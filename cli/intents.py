@@ -147,6 +147,7 @@ async def _watch(
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     printed: list[dict[str, Any]] | None = None
+    waits_for_operator = False
     while True:
         doc = await asyncio.to_thread(client.timeline, intent)
         if not quiet:
@@ -163,9 +164,14 @@ async def _watch(
         state = doc["intent"]["state"]
         if state == "delivered":
             return doc, "delivered"
+        if waits_for_operator:
+            return doc, AWAITING_OPERATOR
         running, phase = await _workflow_phase(client, doc["intent"]["workflow_id"])
         if phase == AWAITING_OPERATOR and running:
-            return doc, AWAITING_OPERATOR
+            # The workflow records what it waits for in the ledger before it says so in
+            # Temporal: the ledger read after that holds the record (and its rows).
+            waits_for_operator = True
+            continue
         # Not running with a final state: finished (or gone from Temporal, where only a
         # finished workflow can be once the ledger holds a final state).
         if not running and state in FINAL_STATES:

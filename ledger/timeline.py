@@ -44,6 +44,10 @@ def timeline(
     With `cipher`, each attempt carries its destination masked (`+44********42`), never
     readable. A business key is looked up in `scope` (repository.get_intent).
     """
+    if not session.in_transaction():
+        # One snapshot for every read below: a receipt landing between two of them would
+        # otherwise give an intent `delivered` beside its attempt still `sent`.
+        session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
     intent = repo.get_intent(session, id_or_key, scope)
     attempts = repo.attempts_of(session, intent.id)
     decisions = session.execute(

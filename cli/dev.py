@@ -90,6 +90,7 @@ DEMO_SCENARIOS = (
     "provider-outage",
     "email-events",
     "ambiguous-settled",
+    "template-rollout",
 )
 """`scenarios.SCENARIOS`' names (a test keeps them equal): importing the scenarios takes
 a second and a half, too long to build the parser of every command."""

@@ -18,6 +18,7 @@ from scenarios import (
     scheduled_alert,
     session_report,
     sms,
+    template_rollout,
 )
 from scenarios.base import DemoContext, Scenario, ScenarioFailed, expect
 
@@ -31,6 +32,7 @@ SCENARIOS: dict[str, Scenario] = {
     "provider-outage": provider_outage.run,
     "email-events": email_events.run,
     "ambiguous-settled": ambiguous_settled.run,
+    "template-rollout": template_rollout.run,
 }
 """In the order `herald demo` (no argument) runs them."""
 

@@ -247,10 +247,14 @@ def test_reconcile_reads_the_running_stacks_ledger(dev: Stack) -> None:
 
 
 def test_demo_runs_its_story_on_the_running_stack(dev: Stack) -> None:
-    done = dev.herald("demo", "class-opening", timeout=120)
+    # template-rollout: #53's story (an adopter's template version reviewed, sent, rolled
+    # back), and a short one (about 4 s; class-opening, here before, waits out a 10 s read
+    # timeout and runs in tests/e2e/test_scenarios.py as every story does).
+    done = dev.herald("demo", "template-rollout", timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"Using the herald dev stack running on {dev.data}" in done.stdout
-    assert "== class-opening: as the story says" in done.stdout
+    assert "clinic-content-lead rolled appointment-reminder back: v2 -> v1" in done.stdout
+    assert "== template-rollout: as the story says" in done.stdout
     _no_python_reprs(done.stdout)
 
 

@@ -68,3 +68,7 @@ async def test_email_events_deliver_suppress_a_bounce_and_a_complaint_and_replay
 @long_story
 async def test_an_ambiguous_send_is_settled_by_a_person_and_only_then_resent(demo):
     await SCENARIOS["ambiguous-settled"](demo)
+
+
+async def test_an_adopters_template_version_is_approved_by_another_sent_and_rolled_back(demo):
+    await SCENARIOS["template-rollout"](demo)

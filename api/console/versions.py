@@ -210,10 +210,12 @@ async def template_preview(
     region: Annotated[str, Form(max_length=20)],
     category: Annotated[str, Form(max_length=40)],
     variables: Annotated[str, Form(max_length=20_000)] = "{}",
+    against: Annotated[int | None, Form()] = None,
     csrf: Annotated[str | None, Form()] = None,
 ) -> HTMLResponse:
     """The version rendered with the posted sample variables, in this answer only (never a
-    URL): nothing sent, the preview audited without the variables."""
+    URL): nothing sent, the preview audited without the variables. The diff the page
+    showed (`against`) stays beside it."""
     checked(who, csrf, act=True)
     channel, locale = identity.split("/", 1)
     now = sessions.now()
@@ -234,7 +236,7 @@ async def template_preview(
         refusal = str(err)
     log.info("console preview of %s v%d by %s", key, version, who.principal.name)
     return await _version_page(
-        request, who, ingress, key, version,
+        request, who, ingress, key, version, against=against,
         status_code=200 if shown else 422, preview=shown, preview_refused=refusal,
         posted={"identity": identity, "region": region, "category": category,
                 "variables": variables},

@@ -127,8 +127,9 @@ async def test_a_preview_shows_the_message_as_text_and_is_audited_without_the_va
     sms = await http.post(
         f"{path}/preview",
         data={"identity": "sms/en", "region": "default", "category": "transactional",
-              "variables": '{"first_name": "Zoë", "lines": []}', "csrf": csrf},
+              "variables": '{"first_name": "Zoë", "lines": []}', "against": "1", "csrf": csrf},
     )  # fmt: skip
+    assert "sms / en: v1 → v2" in sms.text  # the diff the page showed stays beside it
     assert re.search(r"<dt>Encoding</dt><dd>UCS-2</dd>\s*<dt>Segments</dt><dd>1</dd>", sms.text), (
         sms.text.split('id="preview"')[1]
     )

@@ -193,6 +193,7 @@ async def test_every_page_fits_a_phone_and_a_laptop_and_passes_axe(stack, consol
         browser = await pw.chromium.launch(executable_path=str(CHROMIUM))
         try:
             for label, (width, height) in WIDTHS.items():
+                suffix = "-phone" if label == "phone" else ""  # the screenshots' names
                 context = await browser.new_context(viewport={"width": width, "height": height})
                 page = await context.new_page()
                 await page.goto(f"{console.base}/console/sign-in")
@@ -207,7 +208,6 @@ async def test_every_page_fits_a_phone_and_a_laptop_and_passes_axe(stack, consol
                     f"/console/intents/{intent.intent_id}",
                     "/console/reconciliation",
                     "/console/templates",
-                    f"/console/templates/{key}/versions/2?against=1",
                     f"/console/policies?old={active}&new={version}",
                     "/console/intents/no-such-intent",
                 ):
@@ -215,12 +215,11 @@ async def test_every_page_fits_a_phone_and_a_laptop_and_passes_axe(stack, consol
                     await fits(page)
                     await accessible(page)
                     if "/templates" in path or "/policies" in path:
-                        name = "template-version" if "/versions/" in path else path.split("/")[2]
-                        await shot(
-                            page, name.split("?")[0] + ("-phone" if label == "phone" else "")
-                        )
-                # A preview is the answer to a POST form: the message as text, nothing sent.
+                        await shot(page, path[9:].split("?")[0] + suffix)
+                # A version with its diff; a preview beside it is the answer to a POST form:
+                # the message as text, nothing sent.
                 await page.goto(f"{console.base}/console/templates/{key}/versions/2?against=1")
+                await shot(page, "template-version" + suffix)
                 await page.get_by_label("Channel and locale").select_option("sms/en")
                 await page.get_by_label("Sample variables (JSON)").fill(
                     '{"first_name": "<b>Zoë</b>", "lines": [{"name": "mat", "qty": 2}]}'
@@ -231,9 +230,10 @@ async def test_every_page_fits_a_phone_and_a_laptop_and_passes_axe(stack, consol
                     "Hello <b>Zoë</b>, welcome to the studio. <script>alert(1)</script>"
                 )
                 await expect(result).to_contain_text("UCS-2")
+                await expect(page.locator("pre.diff .add").first).to_contain_text("<script>")
                 await fits(page)
                 await accessible(page)
-                await shot(page, "template-preview" + ("-phone" if label == "phone" else ""))
+                await shot(page, "template-preview" + suffix)
                 if label == "phone":
                     await page.goto(f"{console.base}/console/intents")
                     await shot(page, "intents-phone")

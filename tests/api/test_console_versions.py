@@ -224,6 +224,15 @@ async def test_the_policies_page_diffs_two_versions_and_offers_review_but_not_to
     assert "waiting for review by a principal other than its author" in page.text
     assert f'<span class="add">+version = &#34;{version}&#34;</span>' in page.text
     assert "You recorded this version" in page.text
+    csrf = await sign_in(http, *principal(committed, Role.ADMIN, "admin"))
+    early = await http.post(
+        f"/console/policies/{version}/activate", data={"csrf": csrf}, follow_redirects=True
+    )
+    assert re.search(
+        rf"policy '{version}' is not approved: \[review\] policies of policy \S+ requires a "
+        rf"principal other than its author \({author}\) to approve it before it becomes active",
+        _notice(early),
+    ), _notice(early)
     second, token = principal(committed, Role.OPERATOR, "second")
     csrf = await sign_in(http, second, token)
     mine_elsewhere = (await http.get("/console/policies")).text

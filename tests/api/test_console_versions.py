@@ -68,7 +68,7 @@ async def test_a_viewer_reads_every_version_and_its_source_as_text_with_a_diff_a
 ) -> None:
     author, _ = principal(committed, Role.ADMIN, "author")
     key = _template(committed, author)
-    await sign_in(http, *principal(committed, Role.VIEWER))
+    csrf = await sign_in(http, *principal(committed, Role.VIEWER))
     listed = (await http.get("/console/templates")).text
     section = listed.split(f">{key}</h2>")[1].split("</section>")[0]
     assert section.count(f'href="/console/templates/{key}/versions/2"') == 2  # SMS and email
@@ -88,8 +88,17 @@ async def test_a_viewer_reads_every_version_and_its_source_as_text_with_a_diff_a
     assert re.search(r'<span class="add">\+Hello \{\{ first_name \}\} &lt;script&gt;', page.text)
     assert '<span class="del">-Hello {{ first_name }}</span>' in page.text
     assert '<form method="post"' not in page.text.split('<main id="main">')[1]  # no forms
-    refused = await http.post(f"/console/templates/{key}/versions/2/preview", data={})
-    assert refused.status_code in (403, 422)
+    refused = await http.post(
+        f"/console/templates/{key}/versions/2/preview",
+        data={"identity": "sms/en", "region": "default", "category": "transactional",
+              "variables": '{"first_name": "x", "lines": []}', "csrf": csrf},
+    )  # fmt: skip
+    assert refused.status_code == 403 and "needs the operator role" in refused.text
+    for action in ("approve", "activate"):
+        tried = await http.post(
+            f"/console/templates/{key}/versions/2/{action}", data={"csrf": csrf}
+        )
+        assert tried.status_code == 403
     missing = await http.get(f"/console/templates/{key}/versions/7")
     assert missing.status_code == 404 and f"template {key!r} has no version 7" in html.unescape(
         missing.text
@@ -142,6 +151,18 @@ async def test_a_preview_shows_the_message_as_text_and_is_audited_without_the_va
     assert wrong.status_code == 422
     assert "variable &#39;lines&#39; must be a list of text" in wrong.text
     assert "lines" in wrong.text.split('id="variables"')[1]  # the form keeps what was typed
+    broken = await http.post(
+        f"{path}/preview",
+        data={"identity": "sms/en", "region": "default", "category": "transactional",
+              "variables": '{"first_name": ', "csrf": csrf},
+    )  # fmt: skip
+    assert broken.status_code == 422 and "the sample variables are not JSON" in broken.text
+    nowhere = await http.post(
+        f"{path}/preview",
+        data={"identity": "sms/fr", "region": "default", "category": "transactional",
+              "variables": "{}", "csrf": csrf},
+    )  # fmt: skip
+    assert nowhere.status_code == 404
     assert len(_audit(committed, f"{key}@v2", "template.preview")) == 2  # the refused: none
 
 

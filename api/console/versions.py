@@ -146,12 +146,13 @@ async def _version_page(
         if not lines:
             raise HTTPException(404, f"template {key!r} has no version {version}")
         others = sorted({row.version for row in every if row.version != version})
+        active = {(row.channel, row.locale): row.version for row in every if row.active}
         diff = None
         if against is not None:
             if against not in others:
                 raise HTTPException(404, f"template {key!r} has no version {against} to compare")
             diff = version_review.template_diff(session, key, against, version)
-        return {"lines": lines, "others": others, "diff": diff}
+        return {"lines": lines, "others": others, "diff": diff, "active": active}
 
     found = await ingress.tx(work)
     first = found["lines"][0].row

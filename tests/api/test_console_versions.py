@@ -85,6 +85,7 @@ async def test_a_viewer_reads_every_version_and_its_source_as_text_with_a_diff_a
     assert page.status_code == 200
     assert SCRIPT not in page.text and html.escape(SCRIPT) in page.text  # shown, not run
     assert "sms / en: v1 → v2" in page.text and "email / en: v1 → v2" in page.text
+    assert ">sms / en (v1 is active)</h2>" in page.text
     assert re.search(r'<span class="add">\+Hello \{\{ first_name \}\} &lt;script&gt;', page.text)
     assert '<span class="del">-Hello {{ first_name }}</span>' in page.text
     assert '<form method="post"' not in page.text.split('<main id="main">')[1]  # no forms

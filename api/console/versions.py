@@ -27,9 +27,10 @@ from api.console import sessions
 from api.console.deps import Reason, Who, checked
 from api.console.rendering import page
 from api.console.sessions import SignedIn
-from api.deps import IngressDep
+from api.deps import Ingress, IngressDep
 from domain import review as rules
 from domain.policy import CATEGORIES, REGIONS, InvalidPolicyRequest
+from domain.preview import Preview
 from domain.principals import Access
 from domain.review import ReviewRefused, ReviewRule
 from domain.template_variables import declared, sample
@@ -128,7 +129,7 @@ def _template_path(key: str, version: int) -> str:
 async def _version_page(
     request: Request,
     who: SignedIn,
-    ingress: Any,
+    ingress: Ingress,
     key: str,
     version: int,
     *,
@@ -221,7 +222,7 @@ async def template_preview(
     channel, locale = identity.split("/", 1)
     now = sessions.now()
 
-    def work(session: Session) -> Any:
+    def work(session: Session) -> Preview:
         return version_review.preview_template(
             session, key, version, channel=channel, locale=locale,
             variables=_sample_variables(variables), region=region, category=category,
@@ -245,7 +246,7 @@ async def template_preview(
 
 
 async def _decide(
-    who: SignedIn, ingress: Any, path: str, act: Callable[[Session], Any], done: str
+    who: SignedIn, ingress: Ingress, path: str, act: Callable[[Session], Any], done: str
 ) -> Response:
     try:
         await ingress.tx(act)

@@ -204,3 +204,29 @@ def refusals(schema: Mapping[str, Any], variables: Mapping[str, object]) -> list
         out.append(f"needs {shapes}, missing from the variables")
     found.sort(key=lambda f: (order.get(f[0], len(order)), f[1]))
     return out + [text for _, text in found]
+
+
+_SAMPLES: dict[str, object] = {"text": "text", "number": 1, "date": "2026-12-08"}
+
+
+def _sample_of(prop: Mapping[str, Any], name: str) -> object:
+    if prop.get("type") == "array":
+        item = prop.get("items", {})
+        if item.get("type") == "object":
+            return [{field: _sample_of(spec, field) for field, spec in item["properties"].items()}]
+        return [_sample_of(item, name)]
+    if prop.get("type") == "number":
+        return _SAMPLES["number"]
+    if "pattern" in prop:
+        return _SAMPLES["date"]
+    return name  # a text variable's sample is its own name: the preview shows where it lands
+
+
+def sample(schema: Mapping[str, Any]) -> dict[str, object]:
+    """Sample variables that fit `schema`: what a reviewer edits to preview a version.
+
+    Every declared variable is included, optional ones too, so a preview shows every branch
+    that prints them. A text variable's sample is its name, a number 1, a date 2026-12-08,
+    a list one item.
+    """
+    return {name: _sample_of(prop, name) for name, prop in schema.get("properties", {}).items()}

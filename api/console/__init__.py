@@ -27,18 +27,18 @@ from api.console import (
     intent,
     intents,
     overview,
-    policy,
     reads,
     recipient,
     reconciliation,
     sign_in,
+    versions,
 )
 from api.console.deps import SignInNeeded, signed_in
 from api.console.headers import SecurityHeaders
 from api.console.rendering import HERE, templates
 from api.console.sign_in import OPEN_PAGES
 
-PAGE_GROUPS = (sign_in, overview, intents, intent, reconciliation, recipient, policy)
+PAGE_GROUPS = (sign_in, overview, intents, intent, reconciliation, recipient, versions)
 """Each module holds one group of pages and its `router`."""
 
 SESSION_GUARD = "the console's signed-in session (api.console); actions check the role"

@@ -1,7 +1,7 @@
 """The policy and template versions on record, for the console and the API.
 
-As the console's policy page lists them, and as `/v1/templates` and `/v1/policies` serve
-them.
+As the console's Templates and Policies pages list them, and as `/v1/templates` and
+`/v1/policies` serve them.
 """
 
 from __future__ import annotations

@@ -75,7 +75,13 @@ async def sign_in(http: httpx.AsyncClient, name: str, token: str) -> str:
 
 
 async def test_nothing_but_sign_in_and_static_without_a_session(http):
-    for path in ("/console", "/console/intents", "/console/reconciliation", "/console/policy"):
+    for path in (
+        "/console",
+        "/console/intents",
+        "/console/reconciliation",
+        "/console/templates",
+        "/console/policies",
+    ):
         answer = await http.get(path)
         assert answer.status_code == 303 and answer.headers["location"] == "/console/sign-in"
     assert (await http.post("/console/search", data={"q": "+447400000100"})).headers[
@@ -549,7 +555,7 @@ async def test_the_policy_page_shows_the_active_version_and_its_hash(http, commi
 
         active = repo.active_policy(session)
     await sign_in(http, *principal(committed, Role.VIEWER))
-    page = await http.get("/console/policy")
+    page = await http.get("/console/policies")
     assert page.status_code == 200
     assert f"Policy {active.version} (active)" in page.text and active.sha256 in page.text
 

@@ -154,8 +154,8 @@ async def test_an_operator_and_a_viewer_work_the_console_in_a_browser(stack, con
             await page.get_by_role("button", name=f"Open recipient {member}").click()
             await page.get_by_role("heading", name=f"Recipient {member}").wait_for()
             await shot(page, "recipient")
-            await page.get_by_role("link", name="Policy & templates").click()
-            await shot(page, "policy")
+            await page.get_by_role("link", name="Policies").click()
+            await page.get_by_role("heading", name="Policies", exact=True).wait_for()
 
             # A POST without the CSRF token is refused, with the session cookie sent.
             refused = await page.request.post(

@@ -12,12 +12,15 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import select, update
 
 from domain.principals import Principal, Role
 from domain.requests import NotificationRequest
+from domain.template_variables import schema_of
+from domain.templates import TemplateVersion
 from ledger import principals
-from ledger.models import ConsoleSession, PrincipalRecord
+from ledger.models import ConsoleSession, PolicyVersion, PrincipalRecord
+from ledger.templates import seed_policy, seed_templates
 from tests.console.conftest import (
     CHROMIUM,
     CLASS_VARIABLES,
@@ -44,6 +47,51 @@ async def scheduled(stack: Any, member: str, phone: str) -> Any:
             send_at=datetime.now(UTC) + timedelta(hours=1),
         )
     )
+
+
+def _versions(stack: Any) -> tuple[str, str, str]:
+    """A template key with two versions in SMS and email, the second by another person
+    and holding a script tag, and a policy version waiting for review: (key, the active
+    policy, the new one)."""
+    key = f"welcome-{secrets.token_hex(3)}"
+    schema = schema_of(
+        {
+            "first_name": "text",
+            "lines": {"type": "list", "fields": {"name": "text", "qty": "number"}},
+        }
+    )
+    bodies = {
+        1: "Hello {{ first_name }}, welcome to the studio.",
+        2: "Hello {{ first_name }}, welcome to the studio. <script>alert(1)</script>\n"
+        "{% for l in lines %}- {{ l.qty }} x {{ l.name }}\n{% endfor %}",
+    }
+    versions = [
+        TemplateVersion(
+            key,
+            n,
+            channel,
+            "en",
+            body,
+            "Welcome, {{ first_name }}" if channel == "email" else None,
+            schema=schema,
+        )
+        for n, body in bodies.items()
+        for channel in ("sms", "email")
+    ]
+    version = f"console-{secrets.token_hex(3)}"
+    with stack.client.sessions.begin() as session:
+        active = session.execute(
+            select(PolicyVersion).where(PolicyVersion.active.is_(True))
+        ).scalar_one()
+        was, document = active.version, active.document
+    # The active document under a new version, asking review of the new key's versions.
+    document = document.replace(f'version = "{was}"', f'version = "{version}"')
+    document += f'\n[review]\ntemplates = ["{key}"]\n'
+    with stack.client.sessions.begin() as session:
+        seed_templates(session, versions[:2])
+        seed_templates(session, versions[2:], author="rosa")
+        seed_policy(session, document, name="console", activate=False, author="rosa")
+    return key, was, version
 
 
 def _moment(text: str) -> datetime:
@@ -135,15 +183,17 @@ async def test_an_open_intents_page_shows_a_change_that_lands_while_it_is_open(s
 
 
 async def test_every_page_fits_a_phone_and_a_laptop_and_passes_axe(stack, console):  # type: ignore[no-untyped-def]
-    from playwright.async_api import async_playwright
+    from playwright.async_api import async_playwright, expect
 
     member = f"m-{secrets.token_hex(3)}"
     phone = f"+4474005{secrets.randbelow(100_000):05d}"
     intent = await scheduled(stack, member, phone)
+    key, active, version = _versions(stack)
     async with async_playwright() as pw:
         browser = await pw.chromium.launch(executable_path=str(CHROMIUM))
         try:
             for label, (width, height) in WIDTHS.items():
+                suffix = "-phone" if label == "phone" else ""  # the screenshots' names
                 context = await browser.new_context(viewport={"width": width, "height": height})
                 page = await context.new_page()
                 await page.goto(f"{console.base}/console/sign-in")
@@ -157,12 +207,33 @@ async def test_every_page_fits_a_phone_and_a_laptop_and_passes_axe(stack, consol
                     "/console/intents?awaiting=any",
                     f"/console/intents/{intent.intent_id}",
                     "/console/reconciliation",
-                    "/console/policy",
+                    "/console/templates",
+                    f"/console/policies?old={active}&new={version}",
                     "/console/intents/no-such-intent",
                 ):
                     await page.goto(f"{console.base}{path}")
                     await fits(page)
                     await accessible(page)
+                    if "/templates" in path or "/policies" in path:
+                        await shot(page, path[9:].split("?")[0] + suffix)
+                # A version with its diff; a preview beside it is the answer to a POST form:
+                # the message as text, nothing sent.
+                await page.goto(f"{console.base}/console/templates/{key}/versions/2?against=1")
+                await shot(page, "template-version" + suffix)
+                await page.get_by_label("Channel and locale").select_option("sms/en")
+                await page.get_by_label("Sample variables (JSON)").fill(
+                    '{"first_name": "<b>Zoë</b>", "lines": [{"name": "mat", "qty": 2}]}'
+                )
+                await page.get_by_role("button", name="Preview").click()
+                result = page.locator("#preview")
+                await expect(result.locator("pre")).to_contain_text(
+                    "Hello <b>Zoë</b>, welcome to the studio. <script>alert(1)</script>"
+                )
+                await expect(result).to_contain_text("UCS-2")
+                await expect(page.locator("pre.diff .add").first).to_contain_text("<script>")
+                await fits(page)
+                await accessible(page)
+                await shot(page, "template-preview" + suffix)
                 if label == "phone":
                     await page.goto(f"{console.base}/console/intents")
                     await shot(page, "intents-phone")

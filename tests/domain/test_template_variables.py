@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from domain.template_variables import DeclarationError, refusals, schema_of
+from domain.template_variables import DeclarationError, refusals, sample, schema_of
 from domain.templates import TemplateError, known_locale, parse_catalog
 
 ORDER = schema_of(
@@ -198,3 +198,24 @@ def test_every_packaged_template_declares_every_variable_it_uses():
 
     for version in templates.load_packaged():
         assert version.schema is not None, version.key
+
+
+def test_the_sample_a_preview_starts_from_fits_its_own_schema():
+    schema = schema_of(
+        {
+            "order_id": "text",
+            "total": "number",
+            "ships_on": {"type": "date", "optional": True},
+            "tags": {"type": "list", "of": "text"},
+            "lines": {"type": "list", "fields": {"name": "text", "qty": "number"}},
+        }
+    )
+    made = sample(schema)
+    assert made == {
+        "order_id": "order_id",
+        "total": 1,
+        "ships_on": "2026-12-08",
+        "tags": ["tags"],
+        "lines": [{"name": "name", "qty": 1}],
+    }
+    assert refusals(schema, made) == []

@@ -17,7 +17,8 @@ import templates as packaged_templates
 from domain import policy as domain_policy
 from domain.principals import Principal, Role
 from domain.review import SYSTEM, ReviewRefused
-from domain.templates import TemplateVersion
+from domain.template_variables import schema_of
+from domain.templates import TemplateError, TemplateVersion
 from ledger.errors import NotFound
 from ledger.models import AuditEvent, PolicyVersion, TemplateVersionRow
 from ledger.templates import activate_policy, activate_template, seed_policy, seed_templates
@@ -188,7 +189,10 @@ def test_a_preview_is_an_audit_event_naming_who_and_which_version_and_no_values(
         content_sha256="ab" * 32,
     )  # fmt: skip
     event = db.execute(
-        select(AuditEvent).where(AuditEvent.action == "template.preview")
+        # Only this test's: other tests' previews, committed, share the ledger.
+        select(AuditEvent).where(
+            AuditEvent.action == "template.preview", AuditEvent.actor == "bob", AuditEvent.at == NOW
+        )
     ).scalar_one()
     assert (event.actor, event.subject) == ("bob", "order-created@v2")
     assert event.detail == {"channel": "sms", "locale": "en", "sha256": "ab" * 32}
@@ -202,7 +206,10 @@ def test_a_preview_renders_with_the_active_policys_footer_and_records_no_values(
     )  # fmt: skip
     assert shown.text == "Herald: order o-secret-77 is confirmed.\nReply STOP to opt out."
     event = db.execute(
-        select(AuditEvent).where(AuditEvent.action == "template.preview")
+        # Only this test's: other tests' previews, committed, share the ledger.
+        select(AuditEvent).where(
+            AuditEvent.action == "template.preview", AuditEvent.actor == "bob", AuditEvent.at == NOW
+        )
     ).scalar_one()
     assert event.detail == {"channel": "sms", "locale": "en", "sha256": shown.sha256}
     assert "o-secret-77" not in str(event.detail) + event.subject
@@ -211,6 +218,20 @@ def test_a_preview_renders_with_the_active_policys_footer_and_records_no_values(
             db, "order-created", 9, channel="sms", locale="en", variables=variables,
             region="US", category="promotional", by=BOB, at=NOW,
         )  # fmt: skip
+
+
+def test_a_preview_names_each_variable_of_the_wrong_shape_as_intake_does(db) -> None:  # type: ignore[no-untyped-def]
+    key = f"shaped-{uuid.uuid4().hex[:8]}"
+    schema = schema_of({"lines": {"type": "list", "of": "text"}, "total": "number"})
+    body = "{% for l in lines %}{{ l }} {% endfor %}{{ total }}"
+    seed_templates(db, [TemplateVersion(key, 1, "sms", "en", body, schema=schema)], author="al")
+    with pytest.raises(TemplateError) as refused:
+        preview_template(
+            db, key, 1, channel="sms", locale="en", variables={"lines": [{"a": 1}], "total": "x"},
+            region="US", category="transactional", by=BOB, at=NOW,
+        )  # fmt: skip
+    assert "variable 'lines' must be a list of text" in str(refused.value)
+    assert "variable 'total' must be a number" in str(refused.value)
 
 
 def test_diffs_read_the_versions_on_record(db) -> None:  # type: ignore[no-untyped-def]

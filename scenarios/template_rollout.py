@@ -27,6 +27,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from domain import channels
 from domain.destinations import region_of
 from domain.preview import Preview
 from domain.principals import Principal, Role
@@ -346,8 +347,8 @@ async def _remind(
     states = {a["channel"]: a["state"] for a in doc["attempts"]}
     expect(
         len(doc["attempts"]) == 2
-        and states.get("sms") == "delivered"
-        and states.get("email") in EMAIL_REACHED,
+        and states.get(channels.SMS.name) == "delivered"
+        and states.get(channels.EMAIL.name) in EMAIL_REACHED,
         f"{key}: expected one delivered SMS and one email that reached, got {states}",
     )
     return doc

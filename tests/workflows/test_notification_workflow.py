@@ -4,22 +4,31 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 from temporalio import activity
-from temporalio.client import WorkflowFailureError, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import (
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateStage,
+)
 from temporalio.exceptions import ApplicationError
 
 from activities.contracts import (
     AuthorizeInput,
     CancelRequest,
     NotificationInput,
+    OperatorActionInput,
     ReceiptSignal,
     ResendRequest,
     SubmitInput,
     SubmitOutcome,
+    WaitingFacts,
+    WaitingInput,
 )
 from domain import keys
 from tests.workflows.conftest import World, allow, defer, deny, facts, keep_history, permanent
@@ -517,6 +526,115 @@ async def test_a_long_operator_wait_continues_as_new_and_keeps_its_state(harness
     assert accepted.accepted and accepted.attempt_number == 2
     assert result.outcome == "delivered"
     assert [c[1].attempt_number for c in world.calls if c[0] == "authorize"] == [1, 2]
+
+
+class Held:
+    """Events a test steps a held activity with: it `entered`; it returns on `release`."""
+
+    def __init__(self) -> None:
+        self.entered, self.release = asyncio.Event(), asyncio.Event()
+
+    async def hold(self) -> None:
+        self.entered.set()
+        await self.release.wait()
+
+
+def hold_at_the_last_moment(world: World) -> tuple[Held, Held]:
+    """Hold the run where an operator's request can land while it continues as new: its
+    first `record_waiting` for a resend, and every `record_operator_action`, so the
+    request's handler is still running when the long run waits for its handlers to
+    finish. An accepted cancel marks the intent cancelled, as the ledger does
+    (facts.cancelled)."""
+    waiting, recording = Held(), Held()
+    fakes = world.activities
+    held = ("record_waiting", "record_operator_action")
+
+    def activities() -> list[Any]:
+        listed = fakes()
+        record_waiting, record_action = (next(a for a in listed if a.__name__ == n) for n in held)
+
+        @activity.defn(name="record_waiting")
+        async def held_waiting(input: WaitingInput) -> WaitingFacts:
+            if input.awaiting == "resend" and not waiting.entered.is_set():
+                await waiting.hold()
+            return await record_waiting(input)
+
+        @activity.defn(name="record_operator_action")
+        async def held_action(input: OperatorActionInput) -> None:
+            await recording.hold()
+            if input.action == "cancel" and input.outcome == "accepted":
+                world.facts = replace(world.facts, cancelled=True)
+            await record_action(input)
+
+        return [a for a in listed if a.__name__ not in held] + [held_waiting, held_action]
+
+    world.activities = activities
+    return waiting, recording
+
+
+async def ask_while_continuing_as_new(
+    harness: Any, queue: str, world: World, update: Any, request: Any
+) -> tuple[Any, Any]:
+    """Start a run whose history is long at once, land `update` while the run waits for
+    its handlers before it continues as new, and give the update's and the intent's result."""
+    waiting, recording = hold_at_the_last_moment(world)
+    async with harness.worker(world, queue):
+        handle = await harness.start(world, queue)
+        # Skip the server's clock a second at a time up to the first poll's verdict; no
+        # further, so the held activity is far from its start-to-close timeout.
+        for _ in range(600):
+            if waiting.entered.is_set():
+                break
+            await harness.env.sleep(1)
+        assert waiting.entered.is_set()
+        asked = await handle.start_update(
+            update, request, wait_for_stage=WorkflowUpdateStage.ACCEPTED
+        )
+        await asyncio.wait_for(recording.entered.wait(), 10)
+        waiting.release.set()
+        # The phase is set in the step that then waits for the handlers to finish: the
+        # run stands at its safe point, the update's handler still recording.
+        await phase_is(handle, "awaiting-operator")
+        recording.release.set()
+        return await asked.result(), await handle.result()
+
+
+async def test_a_resend_accepted_while_continuing_as_new_is_run_before_the_run_continues(
+    harness, queue
+):
+    world = World(
+        facts(channels=["sms"], continue_as_new_after_events=5),
+        poll=lambda token, n: "undelivered" if token.endswith(":1") else "delivered",
+    )
+    accepted, result = await ask_while_continuing_as_new(
+        harness,
+        queue,
+        world,
+        NotificationWorkflow.approve_resend_update,
+        ResendRequest("sms", "ops", "fixed"),
+    )
+    # The operator was told yes and the ledger recorded it: the new attempt runs, once.
+    assert accepted.accepted and accepted.attempt_number == 2
+    assert [c[1].attempt_number for c in world.calls if c[0] == "authorize"] == [1, 2]
+    assert result.outcome == "delivered"
+
+
+async def test_a_cancel_accepted_while_continuing_as_new_closes_the_window_it_was_taken_in(
+    harness, queue
+):
+    world = World(
+        facts(channels=["sms"], continue_as_new_after_events=5),
+        poll=lambda token, n: "undelivered",
+    )
+    cancelled, result = await ask_while_continuing_as_new(
+        harness, queue, world, NotificationWorkflow.cancel_update, CancelRequest("ops", "filled")
+    )
+    assert cancelled.accepted and result.outcome == "cancelled"
+    # The run that took the cancel tells the ledger it no longer waits for a resend (a new
+    # run would start with nothing to close, and the intent would wait in the ledger).
+    waits = [c[1].awaiting for c in world.calls if c[0] == "record_waiting"]
+    assert waits == ["resend", None]
+    assert [c[0] for c in world.calls].count("load_intent") == 1  # no continue-as-new
 
 
 async def test_a_plan_naming_an_unknown_channel_fails_the_run_before_anything_is_authorized(

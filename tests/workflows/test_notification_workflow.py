@@ -4,22 +4,31 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 from temporalio import activity
-from temporalio.client import WorkflowFailureError, WorkflowHandle, WorkflowUpdateFailedError
-from temporalio.exceptions import ApplicationError
+from temporalio.client import (
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateStage,
+)
+from temporalio.exceptions import ApplicationError, CancelledError
 
 from activities.contracts import (
     AuthorizeInput,
     CancelRequest,
     NotificationInput,
+    OperatorActionInput,
     ReceiptSignal,
     ResendRequest,
     SubmitInput,
     SubmitOutcome,
+    WaitingFacts,
+    WaitingInput,
 )
 from domain import keys
 from tests.workflows.conftest import World, allow, defer, deny, facts, keep_history, permanent
@@ -517,6 +526,165 @@ async def test_a_long_operator_wait_continues_as_new_and_keeps_its_state(harness
     assert accepted.accepted and accepted.attempt_number == 2
     assert result.outcome == "delivered"
     assert [c[1].attempt_number for c in world.calls if c[0] == "authorize"] == [1, 2]
+
+
+class Held:
+    """Events a test steps a held activity with: it `entered` (with `seen` the inputs it
+    holds); it returns on `release`."""
+
+    def __init__(self) -> None:
+        self.entered, self.release = asyncio.Event(), asyncio.Event()
+        self.seen: list[Any] = []
+
+    async def hold(self, input: Any) -> None:
+        self.seen.append(input)
+        self.entered.set()
+        await self.release.wait()
+
+
+def hold_at_the_last_moment(world: World) -> tuple[Held, Held]:
+    """Hold the run where an operator's request can land while it continues as new: its
+    first `record_waiting` for a resend, and every `record_operator_action`, so the
+    request's handler is still running when the long run waits for its handlers to
+    finish. An accepted cancel marks the intent cancelled, as the ledger does
+    (facts.cancelled)."""
+    waiting, recording = Held(), Held()
+    fakes = world.activities
+    held = ("record_waiting", "record_operator_action")
+
+    def activities() -> list[Any]:
+        listed = fakes()
+        record_waiting, record_action = (next(a for a in listed if a.__name__ == n) for n in held)
+
+        @activity.defn(name="record_waiting")
+        async def held_waiting(input: WaitingInput) -> WaitingFacts:
+            if input.awaiting == "resend" and not waiting.entered.is_set():
+                await waiting.hold(input)
+            return await record_waiting(input)
+
+        @activity.defn(name="record_operator_action")
+        async def held_action(input: OperatorActionInput) -> None:
+            await recording.hold(input)
+            if input.action == "cancel" and input.outcome == "accepted":
+                world.facts = replace(world.facts, cancelled=True)
+            await record_action(input)
+
+        return [a for a in listed if a.__name__ not in held] + [held_waiting, held_action]
+
+    world.activities = activities
+    return waiting, recording
+
+
+async def ask_while_continuing_as_new(
+    harness: Any,
+    queue: str,
+    world: World,
+    message: Any,
+    request: Any,
+    *,
+    cancel_in_temporal: bool = False,
+) -> tuple[Any, Any]:
+    """Start a run whose history is long at once, land `message` (an update, or a signal)
+    while the run waits for its handlers before it continues as new (then, if asked, a
+    cancellation requested in Temporal too), and give the update's answer (None for a
+    signal) and the intent's result (or how the run failed)."""
+    waiting, recording = hold_at_the_last_moment(world)
+    async with harness.worker(world, queue):
+        handle = await harness.start(world, queue)
+        # Skip the server's clock a second at a time up to the first poll's verdict; no
+        # further, so the held activity is far from its start-to-close timeout.
+        for _ in range(600):
+            if waiting.entered.is_set():
+                break
+            await harness.env.sleep(1)
+        assert waiting.entered.is_set()
+        asked = None
+        if hasattr(message, "__temporal_signal_definition"):  # a signal: no answer
+            await handle.signal(message, request)
+        else:
+            asked = await handle.start_update(
+                message, request, wait_for_stage=WorkflowUpdateStage.ACCEPTED
+            )
+        await asyncio.wait_for(recording.entered.wait(), 10)
+        waiting.release.set()
+        # The phase is set in the step that then waits for the handlers to finish: the
+        # run stands at its safe point, the update's handler still recording.
+        await phase_is(handle, "awaiting-operator")
+        if cancel_in_temporal:
+            await handle.cancel()
+            await until(lambda: any(a.action == "cancel" for a in recording.seen))
+        recording.release.set()
+        # Bounded: a request lost with its run may leave the operator, or the intent,
+        # without an end.
+        answer = await asyncio.wait_for(asked.result(), 30) if asked else None
+        try:
+            return answer, await asyncio.wait_for(handle.result(), 30)
+        except WorkflowFailureError as failed:
+            return answer, failed
+
+
+async def test_a_resend_accepted_while_continuing_as_new_is_run_before_the_run_continues(
+    harness, queue
+):
+    world = World(
+        facts(channels=["sms"], continue_as_new_after_events=5),
+        poll=lambda token, n: "undelivered" if token.endswith(":1") else "delivered",
+    )
+    accepted, result = await ask_while_continuing_as_new(
+        harness,
+        queue,
+        world,
+        NotificationWorkflow.approve_resend_update,
+        ResendRequest("sms", "ops", "fixed"),
+    )
+    # The operator was told yes and the ledger recorded it: the new attempt runs, once.
+    assert accepted.accepted and accepted.attempt_number == 2
+    assert [c[1].attempt_number for c in world.calls if c[0] == "authorize"] == [1, 2]
+    assert result.outcome == "delivered"
+
+
+@pytest.mark.parametrize(
+    "message", [NotificationWorkflow.cancel_update, NotificationWorkflow.cancel_signal]
+)
+async def test_a_cancel_accepted_while_continuing_as_new_closes_the_window_it_was_taken_in(
+    harness, queue, message
+):
+    world = World(
+        facts(channels=["sms"], continue_as_new_after_events=5),
+        poll=lambda token, n: "undelivered",
+    )
+    cancelled, result = await ask_while_continuing_as_new(
+        harness, queue, world, message, CancelRequest("ops", "filled")
+    )
+    assert cancelled is None or cancelled.accepted
+    assert result.outcome == "cancelled"
+    # The run that took the cancel tells the ledger it no longer waits for a resend (a new
+    # run would start with nothing to close, and the intent would wait in the ledger).
+    waits = [c[1].awaiting for c in world.calls if c[0] == "record_waiting"]
+    assert waits == ["resend", None]
+    assert [c[0] for c in world.calls].count("load_intent") == 1  # no continue-as-new
+
+
+async def test_a_cancel_requested_in_temporal_while_continuing_as_new_ends_the_run_cancelled(
+    harness, queue
+):
+    # The cancellation reaches `run`, not a handler: the wait for handlers does not see it.
+    world = World(facts(channels=["sms"], continue_as_new_after_events=5))
+    world.poll = lambda token, n: "undelivered"
+    accepted, failed = await ask_while_continuing_as_new(
+        harness,
+        queue,
+        world,
+        NotificationWorkflow.approve_resend_update,
+        ResendRequest("sms", "ops", "fixed"),
+        cancel_in_temporal=True,
+    )
+    assert accepted.accepted  # the operator has the answer the ledger recorded
+    assert isinstance(failed, WorkflowFailureError)
+    assert isinstance(failed.cause, CancelledError)  # the run ends as Temporal was asked
+    # The cancel closed the intent before the accepted resend could run: nothing new sent.
+    assert [c[1].attempt_number for c in world.calls if c[0] == "authorize"] == [1]
+    assert [c[1].awaiting for c in world.calls if c[0] == "record_waiting"] == ["resend", None]
 
 
 async def test_a_plan_naming_an_unknown_channel_fails_the_run_before_anything_is_authorized(

@@ -112,14 +112,13 @@ class OperatorWindow(IntentRun):
                 Phase.AWAITING_OPERATOR,
                 details=f"{waiting}; open for {action} until {utc(until)}",
             )
-            if self._history_is_long():
-                await workflow.wait_condition(workflow.all_handlers_finished)
+            if self._history_is_long() and await self._nothing_left_to_carry_out():
                 workflow.continue_as_new(NotificationInput(facts.intent_id, kept))
             if this_run.move_asked and this_run.resend is None:
-                this_run.move_asked = False
-                if workflow.info().is_target_worker_deployment_version_changed():
-                    # A safe point: nothing in flight here, and no handler left running.
-                    await workflow.wait_condition(workflow.all_handlers_finished)
+                # Asked stays set while a request is carried out first: the move follows.
+                if not workflow.info().is_target_worker_deployment_version_changed():
+                    this_run.move_asked = False
+                elif await self._nothing_left_to_carry_out():
                     workflow.continue_as_new(
                         NotificationInput(facts.intent_id, kept),
                         initial_versioning_behavior=(
@@ -142,6 +141,24 @@ class OperatorWindow(IntentRun):
                 kept.resend_until = None  # a new attempt opens its own resend window
         if this_run.awaiting:
             await self._record_waiting(None, None, [])
+
+    async def _nothing_left_to_carry_out(self) -> bool:
+        """Wait until no handler is left running, then say whether this run may continue
+        as new: not while an operator's request it accepted is still to be carried out.
+        An approve-resend or a cancel is accepted (the operator is told yes, the ledger
+        records it) while its handler runs, so one can land during this very wait; the
+        run's Transient is not carried, and a new run would start its waits afresh: the
+        resend never run, the ledger still told the intent waits. So this run carries
+        the request out first (the window's wait returns at once for it): a resend runs
+        once, then the run continues as new at the next turn; a cancel closes the window
+        it was taken in and tells the ledger the run no longer waits.
+
+        Not by carrying the request in CarriedState: this branch is taken only where the
+        request used to be lost, so no recorded history takes it and every one replays
+        unchanged, and the carried state keeps to the intent's own (no request an older
+        run accepted and recorded)."""
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        return self._transient.resend is None and not self._transient.cancelled
 
     async def _record_waiting(
         self,

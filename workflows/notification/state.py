@@ -34,9 +34,10 @@ with workflow.unsafe.imports_passed_through():
 
 class Transient:
     """What one run holds for itself only: continue-as-new carries none of it. A run
-    continues as new only from the operator window, with nothing in flight; the next run
-    loads the intent's facts again (a cancel among them) and starts its waits, and says
-    so in the ledger, afresh.
+    continues as new only from the operator window, with nothing in flight and no
+    accepted resend or cancel left to carry out (operators.py); the next run loads the
+    intent's facts again (a cancel among them) and starts its waits, and says so in the
+    ledger, afresh.
 
     A plain class, not a dataclass: the sandbox imports this module afresh for every run,
     and building a dataclass costs milliseconds of CPU each time."""

@@ -242,7 +242,8 @@ def refuse_policy_version(
 def check_template_activation(session: Session, rows: Sequence[TemplateVersionRow]) -> None:
     """Raise ReviewRefused, naming what is missing, if any of `rows` may not become active."""
     ruling = active_rule(session)
-    for row in rows:
+    # In a fixed order, so the refusal names the same identity every time.
+    for row in sorted(rows, key=lambda r: (r.channel, r.locale)):
         required = ruling is not None and ruling[0].covers_template(row.key)
         where = f"[review] templates of policy {ruling[1]}" if ruling else ""
         refusal = rules.activation_refusal(

@@ -21,6 +21,7 @@ from sqlalchemy import select
 
 from domain import keys
 from domain.channels import EMAIL, SMS
+from domain.principals import Principal, Role
 from domain.requests import NotificationRequest, PlanMode
 from ledger import timeline
 from ledger.models import TemplateVersionRow
@@ -59,9 +60,13 @@ def _active_version(ctx: DemoContext) -> int:
     return versions.pop()
 
 
+MERCHANDISER = Principal("merchandising-lead", Role.OPERATOR)
+"""Who rolls the template back and forward in the story: the audit trail names them."""
+
+
 def _activate(ctx: DemoContext, version: int) -> None:
     with ctx.client.sessions.begin() as session:
-        activate_template(session, TEMPLATE, version, locale="en")
+        activate_template(session, TEMPLATE, version, locale="en", by=MERCHANDISER)
 
 
 async def _order(ctx: DemoContext, seller: str, order_id: str, email: str) -> dict[str, Any]:

@@ -69,9 +69,11 @@ VERSION_MAX = 2**31 - 1
 """The ledger's integer: a larger version names nothing (and is a 422, not a fault)."""
 Number = Annotated[int, Path(ge=1, le=VERSION_MAX, description="The template version, e.g. 2.")]
 MISSING: dict[int | str, dict[str, Any]] = {
-    404: {"model": Problem, "description": "No such template or version (in that channel or "
-          "locale)."},
-}  # fmt: skip
+    404: {
+        "model": Problem,
+        "description": "No such template or version (in that channel or locale).",
+    }
+}
 REVIEW_REFUSED: dict[int | str, dict[str, Any]] = {
     409: {
         "model": Problem,

@@ -201,6 +201,27 @@ async def test_a_version_is_shown_diffed_and_previewed_by_an_app_and_nothing_is_
     )
     assert "Poster" not in refused.text
 
+    # An email of a subscription-like category: the link Herald adds, shown as a placeholder.
+    order = {
+        "order_id": "o-77", "first_name": "Camille", "total": "EUR 84.90",
+        "items": ["Poster"], "tracking_url": "https://x.test/t",
+    }  # fmt: skip
+    packaged = "/v1/templates/order-created/versions/2/preview"
+    which = await http.post(packaged, json={"variables": order}, headers=app_token)
+    assert which.status_code == 422
+    assert which.json()["detail"][0]["msg"] == (
+        "the version has several channels or locales (email/en, sms/en): name one"
+    )
+    email = await http.post(
+        packaged,
+        json={"variables": order, "channel": "email", "category": "promotional"},
+        headers=app_token,
+    )
+    assert email.status_code == 200, email.text
+    assert email.json()["subject"] and email.json()["encoding"] == "UTF-8"
+    (link,) = email.json()["links_added"]
+    assert link["name"] == "unsubscribe" and link["value"].startswith("https://<herald api>/")
+
     with committed() as session:
         audits = (
             session.execute(

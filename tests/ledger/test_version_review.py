@@ -188,7 +188,10 @@ def test_a_preview_is_an_audit_event_naming_who_and_which_version_and_no_values(
         content_sha256="ab" * 32,
     )  # fmt: skip
     event = db.execute(
-        select(AuditEvent).where(AuditEvent.action == "template.preview")
+        # Only this test's: API tests commit previews of their own to the shared ledger.
+        select(AuditEvent).where(
+            AuditEvent.action == "template.preview", AuditEvent.actor == BOB.name
+        )
     ).scalar_one()
     assert (event.actor, event.subject) == ("bob", "order-created@v2")
     assert event.detail == {"channel": "sms", "locale": "en", "sha256": "ab" * 32}
@@ -202,7 +205,10 @@ def test_a_preview_renders_with_the_active_policys_footer_and_records_no_values(
     )  # fmt: skip
     assert shown.text == "Herald: order o-secret-77 is confirmed.\nReply STOP to opt out."
     event = db.execute(
-        select(AuditEvent).where(AuditEvent.action == "template.preview")
+        # Only this test's: API tests commit previews of their own to the shared ledger.
+        select(AuditEvent).where(
+            AuditEvent.action == "template.preview", AuditEvent.actor == BOB.name
+        )
     ).scalar_one()
     assert event.detail == {"channel": "sms", "locale": "en", "sha256": shown.sha256}
     assert "o-secret-77" not in str(event.detail) + event.subject

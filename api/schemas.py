@@ -219,6 +219,16 @@ def _no_contact_data(value: Any) -> Any:
     return value
 
 
+def _fit_reason(value: str) -> str:
+    """A review's refusal reason says something and names no one: it is shown to every
+    role in the audit trail (domain.key_privacy.refuse_unfit_notes)."""
+    try:
+        key_privacy.refuse_unfit_notes({"reason": value}, country=None)
+    except key_privacy.NoteRefused as refused:
+        raise ValueError(str(refused)) from None
+    return value
+
+
 def _rule(name: str, words: str) -> str:
     """A domain rule in a field's description: what no JSON Schema can express, checked
     after the schema (422 naming the field). tests/api/test_openapi_contract.py allows a
@@ -1229,17 +1239,31 @@ class ReviewBody(BaseModel):
     locale: Annotated[Text, Field(min_length=1, max_length=16)] | None = None
 
 
+ReviewReason = Annotated[
+    Text,
+    Field(
+        min_length=1,
+        max_length=500,
+        description="Why, for the author to read (recorded in the audit event). "
+        + _rule("reason.no_contact_data", NO_CONTACT_DATA)
+        + " "
+        + _rule("reason.worded", WORDED),
+    ),
+    AfterValidator(_fit_reason),
+]
+
+
 class RefusalBody(ReviewBody):
     """A refusal: the reason is recorded in the audit event, for the author to read."""
 
-    reason: Annotated[Text, Field(min_length=1, max_length=500)]
+    reason: ReviewReason
 
 
 class PolicyRefusalBody(BaseModel):
     """A policy version's refusal."""
 
     model_config = ConfigDict(extra="forbid")
-    reason: Annotated[Text, Field(min_length=1, max_length=500)]
+    reason: ReviewReason
 
 
 class ImportedView(BaseModel):

@@ -100,6 +100,7 @@ def _policy_review(args: argparse.Namespace, cfg: settings_module.Settings) -> i
     from ledger import templates, version_review
     from ledger.models import PolicyVersion
 
+    _reason_given(args)
     by = acting(cfg, Access.REVIEW_CONTENT)
     at = datetime.now(UTC)
     with _session(cfg, write=True) as session:
@@ -122,6 +123,17 @@ def _policy_review(args: argparse.Namespace, cfg: settings_module.Settings) -> i
         out = _policy_summary(row)
     _emit(out, args.json, lambda o: f"policy {o['version']} ({o['name']}) {done}")
     return 0
+
+
+def _reason_given(args: argparse.Namespace) -> None:
+    """A refusal's reason says why and names no one (every role reads the audit trail)."""
+    from domain.key_privacy import NoteRefused, refuse_unfit_notes
+
+    if getattr(args, "reason", None) is not None:
+        try:
+            refuse_unfit_notes({"reason": args.reason}, country=None)
+        except NoteRefused as err:
+            raise CliError(f"--{err}") from None
 
 
 def _refusing(call: Any, *args: Any, see: str = "", **kwargs: Any) -> Any:
@@ -271,6 +283,7 @@ def _template_review(args: argparse.Namespace, cfg: settings_module.Settings) ->
     from domain.principals import Access
     from ledger import version_review
 
+    _reason_given(args)
     by = acting(cfg, Access.REVIEW_CONTENT)
     scope = {"channel": args.channel, "locale": args.locale}
     see = f"herald template versions {args.key}"

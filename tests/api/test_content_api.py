@@ -262,6 +262,10 @@ async def test_a_second_principal_approves_the_author_is_refused_and_a_rollback_
     assert again.status_code == 200  # the same verdict by the same principal: a no-op
     assert (await http.post(f"{base}/2/approve", headers=app_token)).status_code == 403
 
+    for unfit in ("\u200b ", "ask ada@example.org"):  # says nothing; names someone
+        bad = await http.post(f"{base}/1/refuse", json={"reason": unfit}, headers=as_reviewer)
+        assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["body", "reason"]
+        assert "example.org" not in bad.text
     refused = await http.post(f"{base}/1/refuse", json={"reason": "typo"}, headers=as_reviewer)
     assert refused.json()["versions"][0]["refused_by"] == reviewer
     blocked = await http.post(f"{base}/1/activate", headers=as_reviewer)

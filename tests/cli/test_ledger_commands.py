@@ -426,6 +426,11 @@ def test_a_template_is_diffed_previewed_approved_by_a_second_principal_and_activ
     )
     approved = as_reviewer("template", "approve", key, "2")
     assert approved.stdout.strip() == f"template {key!r} v2 (sms/en) approved by {reviewer}"
+    unfit = as_reviewer("template", "refuse", key, "1", "--reason", "call +447400000142")
+    assert assert_one_line_error(unfit, "template").startswith(
+        "herald template: --reason holds a phone number (rule reason.no_contact_data)"
+    )
+    assert "7400000142" not in unfit.stderr
     refused = as_reviewer("template", "refuse", key, "1", "--reason", "typo")
     assert refused.returncode == 0, refused.stderr
     blocked = as_reviewer("template", "activate", key, "1")

@@ -440,7 +440,7 @@ def _template_preview(args: argparse.Namespace, cfg: settings_module.Settings) -
             f"template {o['key']!r} v{o['version']} ({o['channel']}/{o['locale']}), "
             "rendered with the sample variables; nothing sent",
             f"encoding: {o['encoding']}"
-            + (f", {o['segments']} segment(s)" if o["channel"] == "sms" else ""),
+            + (f", {o['segments']} segment(s)" if o["segments"] else ""),  # 0: email
             f"content hash: {o['sha256']}",
         ]
         lines += [

@@ -4,11 +4,13 @@ on stderr."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import select
 
+from domain.keys import content_sha256
 from domain.principals import Principal, Role
 from ledger import repository as repo
 from ledger.models import AuditEvent, Intent, OperatorAction
@@ -412,6 +414,15 @@ def test_a_template_is_diffed_previewed_approved_by_a_second_principal_and_activ
     assert shown["text"].startswith("Hello Ada, 1 lines.")
     assert (shown["encoding"], shown["segments"], len(shown["sha256"])) == ("GSM-7", 1, 64)
     sample = tmp_path / "sample.json"
+    sample.write_text(json.dumps({"first_name": "Ada", "lines": json.loads(lines)}))
+    printed = herald("template", "preview", key, "--version", "1", "--vars-file", str(sample))
+    assert printed.stdout.splitlines() == [
+        f"template {key!r} v1 (sms/en), rendered with the sample variables; nothing sent",
+        "encoding: GSM-7, 1 segment(s)",
+        f"content hash: {content_sha256('Welcome Ada, 1 lines.')}",
+        "| Welcome Ada, 1 lines.",
+    ]
+
     sample.write_text('{"first_name": "Ada", "lines": ["Poster"]}')
     wrong = herald("template", "preview", key, "--version", "2", "--vars-file", str(sample))
     assert assert_one_line_error(wrong, "template") == (
@@ -452,6 +463,7 @@ def test_a_template_is_diffed_previewed_approved_by_a_second_principal_and_activ
         ).all()
     assert [tuple(t) for t in trail if t[0] != "template.import"] == [
         ("template.preview", reviewer),
+        ("template.preview", "cli-admin"),  # a refused preview is not one: nothing shown
         ("template.approve", reviewer),
         ("template.refuse", reviewer),
         ("template.activate", reviewer),  # once: the activation records it, the CLI no more

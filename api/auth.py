@@ -158,6 +158,7 @@ CancellingIntents = Annotated[Principal, Depends(require(Access.CANCEL_INTENTS))
 UploadingAttachments = Annotated[Principal, Depends(require(Access.UPLOAD_ATTACHMENTS))]
 Operating = Annotated[Principal, Depends(require(Access.OPERATE))]
 ReadingContent = Annotated[Principal, Depends(require(Access.READ_CONTENT))]
+ReviewingContent = Annotated[Principal, Depends(require(Access.REVIEW_CONTENT))]
 Administering = Annotated[Principal, Depends(require(Access.ADMINISTER))]
 
 

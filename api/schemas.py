@@ -219,6 +219,16 @@ def _no_contact_data(value: Any) -> Any:
     return value
 
 
+def _fit_reason(value: str) -> str:
+    """A review's refusal reason says something and names no one: it is shown to every
+    role in the audit trail (domain.key_privacy.refuse_unfit_notes)."""
+    try:
+        key_privacy.refuse_unfit_notes({"reason": value}, country=None)
+    except key_privacy.NoteRefused as refused:
+        raise ValueError(str(refused)) from None
+    return value
+
+
 def _rule(name: str, words: str) -> str:
     """A domain rule in a field's description: what no JSON Schema can express, checked
     after the schema (422 naming the field). tests/api/test_openapi_contract.py allows a
@@ -1083,6 +1093,14 @@ class TemplateVersionView(BaseModel):
     author: str | None = Field(
         description="The principal who imported it; null for the versions packaged with Herald."
     )
+    approved_by: str | None = Field(
+        default=None,
+        description="The principal who approved it (`herald:system` for a version on record "
+        "before review existed); null while under review or refused.",
+    )
+    refused_by: str | None = Field(
+        default=None, description="The principal who refused it: it never becomes active."
+    )
     recorded_at: datetime
 
 
@@ -1106,6 +1124,14 @@ class PolicyVersionView(BaseModel):
         description="The principal who imported it; null for the packaged policies and "
         "policy files named by `HERALD_POLICY_NAME`."
     )
+    approved_by: str | None = Field(
+        default=None,
+        description="The principal who approved it (`herald:system` for a version on record "
+        "before review existed); null while under review or refused.",
+    )
+    refused_by: str | None = Field(
+        default=None, description="The principal who refused it: it never becomes active."
+    )
     recorded_at: datetime
 
 
@@ -1120,6 +1146,124 @@ class PolicyDocumentView(PolicyVersionView):
 
     document: str
     """The TOML text, as imported (docs/domain.md, "Policy documents")."""
+
+
+class ChannelDiff(BaseModel):
+    """A unified diff of one channel and locale's source (the subject first, for email)."""
+
+    channel: str
+    locale: str
+    diff: str
+
+
+class TemplateDiffView(BaseModel):
+    """What changes from one version of a template to another (`.../diff?from=N`)."""
+
+    key: str
+    from_version: int
+    to_version: int
+    diffs: list[ChannelDiff]
+    """One per channel and locale whose source changes; empty: the same text."""
+
+
+class PolicyDiffView(BaseModel):
+    """What changes from one policy document to another (`/v1/policies/{version}/diff`)."""
+
+    from_version: str
+    to_version: str
+    diff: str
+    """A unified diff of the TOML texts, as recorded; empty: the same document."""
+
+
+class PreviewBody(BaseModel):
+    """Sample variables to render a template version with (nothing is sent)."""
+
+    model_config = ConfigDict(extra="forbid")
+    variables: dict[str, Any] = Field(
+        default_factory=dict,
+        description="As an intent sends them: "
+        + _rule(
+            "template.variables",
+            "each variable the version declares, of the shape it declares "
+            "(`variables_schema`); a refusal names the variable and the shape.",
+        ),
+    )
+    channel: Channel | None = Field(
+        default=None, description="Which channel's text; required when the version has several."
+    )
+    locale: Annotated[Text, Field(min_length=1, max_length=16)] | None = Field(
+        default=None, description="Which locale's text; required when the version has several."
+    )
+    region: str = Field(
+        default="default",
+        min_length=1,
+        max_length=10,
+        description="The policy region whose footer the text gets.",
+    )
+    category: Category = Category.TRANSACTIONAL
+
+
+class AddedLinkView(BaseModel):
+    """A link Herald adds at send: shown with a placeholder, never a variable to send."""
+
+    name: str
+    where: str
+    value: str
+
+
+class PreviewView(BaseModel):
+    """A version rendered with sample variables as an attempt would send it; nothing sent."""
+
+    key: str
+    version: int
+    channel: str
+    locale: str
+    subject: str | None
+    text: str
+    """The body as sent, the policy's footer included."""
+    sha256: str
+    """The content hash an attempt with these variables records."""
+    encoding: str
+    """`GSM-7` or `UCS-2` for SMS, `UTF-8` for email."""
+    segments: int
+    """SMS segments billed; 0 for email."""
+    links_added: list[AddedLinkView]
+    """What Herald adds itself at send (an email's one-click unsubscribe): no variables."""
+
+
+class ReviewBody(BaseModel):
+    """An approval or activation, of every channel and locale a version has or of one."""
+
+    model_config = ConfigDict(extra="forbid")
+    channel: Channel | None = None
+    locale: Annotated[Text, Field(min_length=1, max_length=16)] | None = None
+
+
+ReviewReason = Annotated[
+    Text,
+    Field(
+        min_length=1,
+        max_length=500,
+        description="Why, for the author to read (recorded in the audit event). "
+        + _rule("reason.no_contact_data", NO_CONTACT_DATA)
+        + " "
+        + _rule("reason.worded", WORDED),
+    ),
+    AfterValidator(_fit_reason),
+]
+
+
+class RefusalBody(ReviewBody):
+    """A refusal: the reason is recorded in the audit event, for the author to read."""
+
+    reason: ReviewReason
+
+
+class PolicyRefusalBody(BaseModel):
+    """A policy version's refusal."""
+
+    model_config = ConfigDict(extra="forbid")
+    reason: ReviewReason
 
 
 class ImportedView(BaseModel):

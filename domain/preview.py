@@ -14,7 +14,7 @@ import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from domain import channels
+from domain import channels, template_variables
 from domain.channels import DestinationKind
 from domain.templates import TemplateError, TemplateVersion, missing_variables, render
 from domain.unsubscribe import SUBSCRIPTION_LIKE
@@ -86,15 +86,22 @@ def preview(
     """Render `template` with sample `variables` as an attempt of `category` would be.
 
     Raises:
-        TemplateError: Variables are missing (all of them named at once), or anything
-            rendering an attempt refuses (domain.templates.render).
+        TemplateError: Variables are missing or of the wrong shape, each named with the
+            shape it must have, as intake refuses them (domain.template_variables), or
+            anything rendering an attempt refuses (domain.templates.render).
     """
-    missing = missing_variables(template, variables)
-    if missing:
-        raise TemplateError(
-            f"template {template.key!r} v{template.version} needs {', '.join(missing)}, "
-            "missing from the sample variables"
-        )
+    if template.schema is not None:
+        # The refusals intake gives: each names the variable and the shape it must have.
+        refused = template_variables.refusals(template.schema, variables)
+        if refused:
+            raise TemplateError(f"template {template.key!r}: {'; '.join(refused)}")
+    else:  # recorded before versions declared their variables: what rendering needs
+        missing = missing_variables(template, variables)
+        if missing:
+            raise TemplateError(
+                f"template {template.key!r} v{template.version} needs {', '.join(missing)}, "
+                "missing from the sample variables"
+            )
     rendered = render(template, variables, footer=footer, max_sms_segments=max_sms_segments)
     return Preview(
         template_key=template.key,

@@ -30,7 +30,12 @@ class Access(StrEnum):
     UPLOAD_ATTACHMENTS = "upload attachments"
     """Store an attachment's bytes (`POST /v1/attachments`) for an intent to name."""
     READ_CONTENT = "read template and policy versions"
-    """The templates (with the variables an app must send) and the policy versions."""
+    """The templates (with the variables an app must send) and the policy versions, and
+    a template's preview with sample variables (nothing sent)."""
+    REVIEW_CONTENT = "approve, refuse or activate template and policy versions"
+    """A second pair of eyes on a new version, and making one live (a rollback included):
+    operators' work, as a resend's approval is. Never the version's own author
+    (domain.review); importing a version stays an admin's (ADMINISTER)."""
     OPERATE = "act on intents and evidence"
     """Approve a resend, settle, resolve a review item, add or lift a suppression."""
     ADMINISTER = "administer Herald (principals, purge, legal holds, policy and template versions)"
@@ -64,7 +69,7 @@ _VIEWER = frozenset(
 _APPS_OWN = frozenset({Access.RECORD_CONSENT, Access.CANCEL_INTENTS, Access.UPLOAD_ATTACHMENTS})
 """What an app does on its own credential beyond creating and reading its intents; an
 operator may each of them too (for any intent)."""
-_OPERATOR = _VIEWER | _APPS_OWN | {Access.OPERATE}
+_OPERATOR = _VIEWER | _APPS_OWN | {Access.OPERATE, Access.REVIEW_CONTENT}
 GRANTS: dict[Role, frozenset[Access]] = {
     Role.APP: frozenset({Access.CREATE_INTENTS, Access.READ_INTENTS, Access.READ_CONTENT})
     | _APPS_OWN,

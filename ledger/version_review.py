@@ -292,7 +292,10 @@ def record_preview(
 
 
 def _as_version(row: TemplateVersionRow) -> TemplateVersion:
-    return TemplateVersion(row.key, row.version, row.channel, row.locale, row.body, row.subject)
+    return TemplateVersion(
+        row.key, row.version, row.channel, row.locale, row.body, row.subject,
+        row.variables_schema,
+    )  # fmt: skip
 
 
 def preview_template(

@@ -21,9 +21,10 @@ from sqlalchemy import select
 
 from domain import keys
 from domain.channels import EMAIL, SMS
+from domain.principals import Principal, Role
 from domain.requests import NotificationRequest, PlanMode
 from ledger import timeline
-from ledger.models import TemplateVersionRow
+from ledger.models import AuditEvent, TemplateVersionRow
 from ledger.templates import activate_template
 from scenarios.base import EMAIL_REACHED, DemoContext, ScenarioFailed, attempts_on, expect, suffix
 
@@ -59,9 +60,23 @@ def _active_version(ctx: DemoContext) -> int:
     return versions.pop()
 
 
-def _activate(ctx: DemoContext, version: int) -> None:
+MERCHANDISER = Principal("merchandising-lead", Role.OPERATOR)
+"""Who rolls the template back and forward in the story: the audit trail names them."""
+
+
+def _activate(ctx: DemoContext, version: int) -> str | None:
+    """Activate `version` as MERCHANDISER; the action its audit event names, if any."""
     with ctx.client.sessions.begin() as session:
-        activate_template(session, TEMPLATE, version, locale="en")
+        activate_template(session, TEMPLATE, version, locale="en", by=MERCHANDISER)
+        return session.execute(
+            select(AuditEvent.action)
+            .where(
+                AuditEvent.subject == f"{TEMPLATE}@v{version}",
+                AuditEvent.actor == MERCHANDISER.name,
+            )
+            .order_by(AuditEvent.id.desc())
+            .limit(1)
+        ).scalar_one_or_none()
 
 
 async def _order(ctx: DemoContext, seller: str, order_id: str, email: str) -> dict[str, Any]:
@@ -141,8 +156,12 @@ async def run(ctx: DemoContext) -> None:
     expect(message is not None, "the SMTP sink has no message with order 1's Message-ID")
 
     # The rollback: activate the previous version. History is not touched.
-    await asyncio.to_thread(_activate, ctx, current - 1)
-    ctx.say(f"template {TEMPLATE} rolled back: v{current} -> v{current - 1}")
+    audited = await asyncio.to_thread(_activate, ctx, current - 1)
+    expect(
+        audited == "template.rollback",
+        f"the rollback's audit event by {MERCHANDISER.name} is {audited}, not template.rollback",
+    )
+    ctx.say(f"template {TEMPLATE} rolled back by {MERCHANDISER.name}: v{current} -> v{current - 1}")
     try:
         second = await _order(ctx, seller, f"o-78-{run_id}", email)
     finally:

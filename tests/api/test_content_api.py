@@ -1,15 +1,18 @@
 """Templates and policies over the API: what an app needs to call a template (its
-variables' JSON Schema), the policy versions, and an admin's import of its own files."""
+variables' JSON Schema), the policy versions, an admin's import of its own files, a
+version's preview and diff, and its review by a second principal and activation."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
 import pytest
+from sqlalchemy import select
 
 import policies
 from domain.principals import Role
 from ledger import principals
+from ledger.models import AuditEvent, Intent
 from tests.api.conftest import BEARER
 from tests.conftest import unique
 
@@ -139,3 +142,165 @@ async def test_intake_names_a_wrong_shaped_variable_and_the_shape_it_must_have(h
         "template 'order-created': variable 'items' must be a list of text; item 0 is an object"
     )
     assert "Poster" not in answer.text
+
+
+TWO_VERSIONS = CATALOG + CATALOG.replace("version = 1", "version = 2").replace(
+    "Hi {{{{", "Hello {{{{"
+)
+
+
+@pytest.fixture
+def operator_token(committed) -> tuple[str, dict[str, str]]:  # type: ignore[no-untyped-def]
+    name = unique("reviewer")
+    with committed.begin() as session:
+        issued = principals.create(
+            session, name, Role.OPERATOR, by=principals.BOOTSTRAP_ACTOR, at=datetime.now(UTC)
+        )
+    return name, {"Authorization": f"Bearer {issued.token}"}
+
+
+async def test_a_version_is_shown_diffed_and_previewed_by_an_app_and_nothing_is_sent(
+    http, app_token, committed
+):
+    key = unique("welcome")
+    done = await http.post(
+        "/v1/templates/import", content=TWO_VERSIONS.format(key=key), headers={**BEARER, **TEXT}
+    )
+    assert done.status_code == 200, done.text
+    base = f"/v1/templates/{key}/versions"
+
+    shown = await http.get(f"{base}/2", headers=app_token)
+    assert shown.status_code == 200, shown.text
+    (v2,) = shown.json()["versions"]
+    assert (v2["version"], v2["approved_by"], v2["refused_by"]) == (2, None, None)
+    assert (await http.get(f"{base}/9", headers=app_token)).json()["detail"] == (
+        f"template {key!r} has no version 9"
+    )
+
+    diff = (await http.get(f"{base}/2/diff?from=1", headers=app_token)).json()
+    (only,) = diff["diffs"]
+    assert (only["channel"], only["locale"]) == ("sms", "en")
+    assert "-Hi {{ first_name }}" in only["diff"] and "+Hello {{ first_name }}" in only["diff"]
+
+    sample = {"first_name": "Ada", "lines": [{"name": "Poster", "qty": 2}]}
+    preview = await http.post(f"{base}/2/preview", json={"variables": sample}, headers=app_token)
+    assert preview.status_code == 200, preview.text
+    seen = preview.json()
+    assert seen["text"].startswith("Hello Ada: 1 lines.")
+    assert (seen["encoding"], seen["segments"], seen["subject"]) == ("GSM-7", 1, None)
+    assert len(seen["sha256"]) == 64 and seen["links_added"] == []
+
+    wrong = {"first_name": "Ada", "lines": ["Poster"]}
+    refused = await http.post(f"{base}/2/preview", json={"variables": wrong}, headers=app_token)
+    assert refused.status_code == 422, refused.text
+    (problem,) = refused.json()["detail"]
+    assert problem["loc"] == ["body", "variables"]
+    assert problem["msg"] == (
+        f"template {key!r}: variable 'lines' must be a list of objects with fields name, qty; "
+        "item 0 is text"
+    )
+    assert "Poster" not in refused.text
+
+    # An email of a subscription-like category: the link Herald adds, shown as a placeholder.
+    order = {
+        "order_id": "o-77", "first_name": "Camille", "total": "EUR 84.90",
+        "items": ["Poster"], "tracking_url": "https://x.test/t",
+    }  # fmt: skip
+    packaged = "/v1/templates/order-created/versions/2/preview"
+    which = await http.post(packaged, json={"variables": order}, headers=app_token)
+    assert which.status_code == 422
+    assert which.json()["detail"][0]["msg"] == (
+        "the version has several channels or locales (email/en, sms/en): name one"
+    )
+    email = await http.post(
+        packaged,
+        json={"variables": order, "channel": "email", "category": "promotional"},
+        headers=app_token,
+    )
+    assert email.status_code == 200, email.text
+    assert email.json()["subject"] and email.json()["encoding"] == "UTF-8"
+    (link,) = email.json()["links_added"]
+    assert link["name"] == "unsubscribe" and link["value"].startswith("https://<herald api>/")
+
+    with committed() as session:
+        audits = (
+            session.execute(
+                select(AuditEvent)
+                .where(AuditEvent.action == "template.preview", AuditEvent.subject == f"{key}@v2")
+                .order_by(AuditEvent.id)
+            )
+            .scalars()
+            .all()
+        )
+        assert [a.detail["sha256"] for a in audits] == [seen["sha256"]]  # the refused: none
+        assert "Ada" not in str(audits[0].detail)
+        assert (
+            session.execute(select(Intent).where(Intent.template_key == key)).first() is None
+        )  # nothing sent
+
+
+async def test_a_second_principal_approves_the_author_is_refused_and_a_rollback_activates(
+    http, app_token, operator_token
+):
+    reviewer, as_reviewer = operator_token
+    key = unique("welcome")
+    await http.post(
+        "/v1/templates/import", content=TWO_VERSIONS.format(key=key), headers={**BEARER, **TEXT}
+    )
+    base = f"/v1/templates/{key}/versions"
+
+    own = await http.post(f"{base}/2/approve", headers=BEARER)
+    assert own.status_code == 409
+    assert own.json()["detail"] == (
+        f"template {key!r} v2 (sms/en) was recorded by break-glass: its author cannot approve "
+        "it, a second principal must"
+    )
+    approved = await http.post(f"{base}/2/approve", headers=as_reviewer)
+    assert approved.status_code == 200, approved.text
+    assert approved.json()["versions"][0]["approved_by"] == reviewer
+    again = await http.post(f"{base}/2/approve", headers=as_reviewer)
+    assert again.status_code == 200  # the same verdict by the same principal: a no-op
+    assert (await http.post(f"{base}/2/approve", headers=app_token)).status_code == 403
+
+    for unfit in ("\u200b ", "ask ada@example.org"):  # says nothing; names someone
+        bad = await http.post(f"{base}/1/refuse", json={"reason": unfit}, headers=as_reviewer)
+        assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["body", "reason"]
+        assert "example.org" not in bad.text
+    refused = await http.post(f"{base}/1/refuse", json={"reason": "typo"}, headers=as_reviewer)
+    assert refused.json()["versions"][0]["refused_by"] == reviewer
+    blocked = await http.post(f"{base}/1/activate", headers=as_reviewer)
+    assert blocked.status_code == 409
+    assert blocked.json()["detail"].endswith(f"was refused by {reviewer}; it never becomes active")
+
+    live = await http.post(f"{base}/2/activate", headers=as_reviewer)
+    assert live.status_code == 200, live.text
+    assert live.json()["versions"][0]["active"] is True
+    listed = (await http.get(f"/v1/templates/{key}", headers=app_token)).json()["versions"]
+    assert [(v["version"], v["active"]) for v in listed] == [(1, False), (2, True)]
+
+
+async def test_a_policy_version_is_diffed_and_an_unapproved_one_is_not_activated(
+    http, app_token, operator_token
+):
+    reviewer, as_reviewer = operator_token
+    version = unique("2099-02-01")
+    text = policies.load_packaged("default").replace('"2026-12-07.1"', f'"{version}"')
+    await http.post("/v1/policies/import", content=text, headers={**BEARER, **TEXT})
+
+    diff = await http.get(f"/v1/policies/{version}/diff?from=2026-12-07.1", headers=app_token)
+    assert diff.status_code == 200, diff.text
+    assert f'+version = "{version}"' in diff.json()["diff"]
+    missing = await http.get(f"/v1/policies/{version}/diff?from=1999.1", headers=app_token)
+    assert missing.status_code == 404 and missing.json()["detail"] == "no policy version '1999.1'"
+
+    # Policies are reviewed by default: no activation before a second principal approves.
+    blocked = await http.post(f"/v1/policies/{version}/activate", headers=as_reviewer)
+    assert blocked.status_code == 409
+    assert "is not approved: [review] policies of policy" in blocked.json()["detail"]
+    assert (await http.post(f"/v1/policies/{version}/approve", headers=BEARER)).status_code == 409
+    refused = await http.post(
+        f"/v1/policies/{version}/refuse", json={"reason": "too strict"}, headers=as_reviewer
+    )
+    assert refused.status_code == 200 and refused.json()["refused_by"] == reviewer
+    late = await http.post(f"/v1/policies/{version}/approve", headers=as_reviewer)
+    assert late.status_code == 409 and late.json()["detail"].endswith(f"refused by {reviewer}")

@@ -57,7 +57,17 @@ ROLE_TABLE: dict[str, set[str]] = {
     "GET /v1/templates/{key}": EVERYONE,
     "POST /v1/templates/import": {"admin"},
     "GET /v1/policies": EVERYONE,
+    "GET /v1/templates/{key}/versions/{version}": EVERYONE,
+    "GET /v1/templates/{key}/versions/{version}/diff": EVERYONE,
+    "POST /v1/templates/{key}/versions/{version}/preview": EVERYONE,
+    "POST /v1/templates/{key}/versions/{version}/approve": ACTORS,
+    "POST /v1/templates/{key}/versions/{version}/refuse": ACTORS,
+    "POST /v1/templates/{key}/versions/{version}/activate": ACTORS,
     "GET /v1/policies/{version}": EVERYONE,
+    "GET /v1/policies/{version}/diff": EVERYONE,
+    "POST /v1/policies/{version}/approve": ACTORS,
+    "POST /v1/policies/{version}/refuse": ACTORS,
+    "POST /v1/policies/{version}/activate": ACTORS,
     "POST /v1/policies/import": {"admin"},
 }
 """docs/api.md's role table: who may call each guarded route. A route the app serves

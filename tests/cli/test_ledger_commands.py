@@ -4,13 +4,17 @@ on stderr."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import select
 
+from domain.keys import content_sha256
+from domain.principals import Principal, Role
 from ledger import repository as repo
 from ledger.models import AuditEvent, Intent, OperatorAction
+from ledger.templates import ContentFile, import_policies, import_templates
 from tests.cli.conftest import assert_one_line_error, run_herald, run_installed_herald
 from tests.conftest import unique
 from tests.ledger.conftest import fields
@@ -18,6 +22,8 @@ from tests.ledger.conftest import fields
 pytestmark = pytest.mark.ledger
 
 LATER = (datetime.now(UTC) + timedelta(days=31)).isoformat()
+CLI_ADMIN = Principal("cli-admin", Role.ADMIN)
+"""The principal `herald` acts as in these tests (tests/cli/conftest.py, cli_ledger)."""
 
 
 def _record(cli_ledger, cipher, *, n: int = 1, **overrides) -> list[str]:  # type: ignore[no-untyped-def]
@@ -44,6 +50,14 @@ def _record(cli_ledger, cipher, *, n: int = 1, **overrides) -> list[str]:  # typ
         ["template", "activate"],
         ["template", "import"],
         ["policy", "import"],
+        ["template", "versions"],
+        ["template", "diff"],
+        ["template", "preview"],
+        ["template", "approve"],
+        ["template", "refuse"],
+        ["policy", "diff"],
+        ["policy", "approve"],
+        ["policy", "refuse"],
     ],
 )
 def test_every_ledger_command_explains_itself_with_help(herald, command):
@@ -359,3 +373,120 @@ def test_template_import_records_an_adopters_folder_once_and_refuses_a_broken_fi
     refused = run_installed_herald("policy", "import", str(policy), settings=settings, cwd=tmp_path)
     line = assert_one_line_error(refused, "policy")
     assert line == f"herald policy: {policy}:41: rules.sms: unknown field 'colour'"
+
+
+def test_a_template_is_diffed_previewed_approved_by_a_second_principal_and_activated(
+    herald, cli_ledger, tmp_path
+):
+    """The review commands as an operator runs them: every refusal one line, never a
+    traceback (an activation refused by review used to print one)."""
+    from ledger import principals
+
+    key = unique("welcome")
+    catalog = WELCOME.replace('"welcome"', f'"{key}"')
+    catalog += catalog.replace("version = 1", "version = 2").replace("Welcome {{", "Hello {{")
+    with cli_ledger.sessions.begin() as session:
+        # Imported by cli-admin, the principal `herald` acts as here (the import command
+        # has its own test above).
+        import_templates(session, [ContentFile("welcome.toml", catalog)], by=CLI_ADMIN)
+        reviewer = unique("reviewer")
+        token = principals.create(
+            session, reviewer, Role.OPERATOR, by=principals.BOOTSTRAP_ACTOR, at=datetime.now(UTC)
+        ).token
+
+    def as_reviewer(*args: str):  # type: ignore[no-untyped-def]
+        return run_herald(
+            *args,
+            database_url=cli_ledger.url,
+            data_dir=cli_ledger.data_dir,
+            settings={"HERALD_TOKEN": token},
+        )
+
+    diff = herald("template", "diff", key, "1", "2")
+    assert f"--- {key} v1 (sms/en)" in diff.stdout
+    assert "-Welcome {{ first_name }}" in diff.stdout and "+Hello {{ first_name }}" in diff.stdout
+
+    lines = '[{"name": "Poster", "qty": 2}]'
+    shown = as_reviewer(
+        "template", "preview", key, "--version", "2", "--var", "first_name=Ada",
+        "--var", f"lines={lines}", "--json",
+    ).json()  # fmt: skip
+    assert shown["text"].startswith("Hello Ada, 1 lines.")
+    assert (shown["encoding"], shown["segments"], len(shown["sha256"])) == ("GSM-7", 1, 64)
+    sample = tmp_path / "sample.json"
+    sample.write_text(json.dumps({"first_name": "Ada", "lines": json.loads(lines)}))
+    printed = herald("template", "preview", key, "--version", "1", "--vars-file", str(sample))
+    assert printed.stdout.splitlines() == [
+        f"template {key!r} v1 (sms/en), rendered with the sample variables; nothing sent",
+        "encoding: GSM-7, 1 segment(s)",
+        f"content hash: {content_sha256('Welcome Ada, 1 lines.')}",
+        "| Welcome Ada, 1 lines.",
+    ]
+
+    sample.write_text('{"first_name": "Ada", "lines": ["Poster"]}')
+    wrong = herald("template", "preview", key, "--version", "2", "--vars-file", str(sample))
+    assert assert_one_line_error(wrong, "template") == (
+        f"herald template: template {key!r}: variable 'lines' must be a list of objects "
+        "with fields name, qty; item 0 is text"
+    )
+    assert "Poster" not in wrong.stderr
+
+    own = herald("template", "approve", key, "2")
+    assert assert_one_line_error(own, "template").endswith(
+        "was recorded by cli-admin: its author cannot approve it, a second principal must"
+    )
+    approved = as_reviewer("template", "approve", key, "2")
+    assert approved.stdout.strip() == f"template {key!r} v2 (sms/en) approved by {reviewer}"
+    unfit = as_reviewer("template", "refuse", key, "1", "--reason", "call +447400000142")
+    assert assert_one_line_error(unfit, "template").startswith(
+        "herald template: --reason holds a phone number (rule reason.no_contact_data)"
+    )
+    assert "7400000142" not in unfit.stderr
+    refused = as_reviewer("template", "refuse", key, "1", "--reason", "typo")
+    assert refused.returncode == 0, refused.stderr
+    blocked = as_reviewer("template", "activate", key, "1")
+    assert assert_one_line_error(blocked, "template").endswith(
+        f"was refused by {reviewer}; it never becomes active"
+    )
+    live = as_reviewer("template", "activate", key, "2", "--json").json()
+    assert [(t["version"], t["active"], t["approved_by"]) for t in live] == [(2, True, reviewer)]
+    versions = herald("template", "versions", key, "--json").json()
+    assert [(t["version"], t["author"], t["refused_by"]) for t in versions] == [
+        (1, "cli-admin", reviewer),
+        (2, "cli-admin", None),
+    ]
+    with cli_ledger.sessions() as session:
+        trail = session.execute(
+            select(AuditEvent.action, AuditEvent.actor)
+            .where(AuditEvent.subject.in_([f"{key}@v1", f"{key}@v2"]))
+            .order_by(AuditEvent.id)
+        ).all()
+    assert [tuple(t) for t in trail if t[0] != "template.import"] == [
+        ("template.preview", reviewer),
+        ("template.preview", "cli-admin"),  # a refused preview is not one: nothing shown
+        ("template.approve", reviewer),
+        ("template.refuse", reviewer),
+        ("template.activate", reviewer),  # once: the activation records it, the CLI no more
+    ]
+
+
+def test_a_policy_version_is_diffed_and_refused_and_not_activated_unapproved(herald, cli_ledger):
+    import policies
+
+    version = unique("2099-03-01")
+    text = policies.load_packaged("default").replace('"2026-12-07.1"', f'"{version}"')
+    with cli_ledger.sessions.begin() as session:
+        import_policies(session, [ContentFile("strict.toml", text)], by=CLI_ADMIN)
+    diff = herald("policy", "diff", "2026-12-07.1", version)
+    assert f'+version = "{version}"' in diff.stdout
+    # Policies are reviewed by default: the author is refused, and so is the activation.
+    assert "its author cannot approve it" in assert_one_line_error(
+        herald("policy", "approve", version), "policy"
+    )
+    assert "is not approved: [review] policies of policy 2026-12-07.1" in assert_one_line_error(
+        herald("policy", "activate", version), "policy"
+    )
+    missing = herald("policy", "diff", "1999.1", version)
+    assert assert_one_line_error(missing, "policy") == (
+        "herald policy: no policy version '1999.1' (see `herald policy list`)"
+    )

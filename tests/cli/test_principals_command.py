@@ -58,26 +58,31 @@ def test_add_as_break_glass_rotate_revoke_and_refusals_in_one_line(cli_ledger: L
     ]
 
 
-def test_activating_a_policy_needs_an_admin_and_is_audited(cli_ledger: Ledger) -> None:
-    operator = _herald(
-        cli_ledger, "principals", "add", f"op-{uuid.uuid4().hex[:8]}", "--role", "operator",
-        "--json",
-    ).json()  # fmt: skip
+def test_activating_a_policy_needs_an_operator_and_is_audited_once(cli_ledger: Ledger) -> None:
+    viewer, operator = (
+        _herald(
+            cli_ledger, "principals", "add", f"{role}-{uuid.uuid4().hex[:8]}", "--role", role,
+            "--json",
+        ).json()
+        for role in ("viewer", "operator")
+    )  # fmt: skip
     version = "2026-12-07.1"  # policies/default.toml, the one the CLI's ledger is seeded with
-    refused = _herald(cli_ledger, "policy", "activate", version, HERALD_TOKEN=operator["token"])
-    assert "needs the admin role" in assert_one_line_error(refused, "policy")
+    refused = _herald(cli_ledger, "policy", "activate", version, HERALD_TOKEN=viewer["token"])
+    assert "needs the operator role" in assert_one_line_error(refused, "policy")
     with cli_ledger.sessions() as session:
         before = session.execute(
             select(AuditEvent.id).where(AuditEvent.action == "policy.activate")
         ).all()
-    assert _herald(cli_ledger, "policy", "activate", version).returncode == 0
+    done = _herald(cli_ledger, "policy", "activate", version, HERALD_TOKEN=operator["token"])
+    assert done.returncode == 0, done.stderr
     with cli_ledger.sessions() as session:
         trail = session.execute(
             select(AuditEvent.actor, AuditEvent.subject)
             .where(AuditEvent.action == "policy.activate")
             .order_by(AuditEvent.id)
         ).all()
-    assert len(trail) == len(before) + 1 and tuple(trail[-1]) == ("cli-admin", version)
+    # Once: the activation records it; the command no longer records its own beside it.
+    assert len(trail) == len(before) + 1 and tuple(trail[-1]) == (operator["name"], version)
 
 
 def test_principals_list_names_its_zone_prints_local_milliseconds_and_takes_utc(

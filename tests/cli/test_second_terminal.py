@@ -594,3 +594,149 @@ def sigterm_stops_the_stack_and_leaves_no_process(dev: Stack) -> None:
 def _port(address: str) -> int:
     """The port of `host:port`, `http://host:port` or `postgresql://role@host:port/db`."""
     return int(address.split("//")[-1].split("/")[0].rsplit(":", 1)[1])
+
+
+def _wait_for_api_state(
+    api: str, headers: dict[str, str], key: str, state: str, within: float = 60
+) -> dict[str, Any]:
+    """As _wait_for_state, over HTTP: the document `herald show --json` prints, without a
+    process per look."""
+    deadline = time.monotonic() + within
+    while True:
+        answer = httpx.get(f"{api}/v1/intents/{key}", headers=headers, timeout=10)
+        assert answer.status_code == 200, answer.text
+        doc: dict[str, Any] = answer.json()
+        if doc["intent"]["state"] == state:
+            return doc
+        if time.monotonic() > deadline:
+            pytest.fail(f"{key} is {doc['intent']['state']} after {within:.0f} s, not {state}")
+        time.sleep(0.2)
+
+
+ADOPTERS_CATALOG = """# not in Herald's package: an adopter's own template, in its own repository
+[[template]]
+key = "{key}"
+version = 1
+channel = "sms"
+locale = "en"
+body = "Hi {{{{ first_name }}}}, {{{{ lines | length }}}} item(s) shipped: {{{{ lines[0].name }}}}."
+
+[template.variables]
+first_name = "text"
+lines = {{ type = "list", fields = {{ name = "text", qty = "number" }} }}
+"""
+
+
+def test_an_adopters_template_is_imported_approved_previewed_and_sent_by_cli_and_api(
+    dev: Stack, member: str
+) -> None:
+    """Issue #53's done-when: a template that is not in Herald's package is imported,
+    approved by a second principal (its author is refused), previewed and sent through a
+    fresh `herald dev`, by the CLI and by the API; a wrong-shaped variable is refused
+    naming the variable. Under a policy whose `[review]` covers the key, so the approval
+    is what lets it go live."""
+    suffix = uuid.uuid4().hex[:8]
+    key, policy_version = f"shipped-{suffix}", f"review-{suffix}"
+    api, admin_token = dev.addresses["api"], (dev.data / "operator.token").read_text().strip()
+    admin = {"Authorization": f"Bearer {admin_token}"}
+    (dev.home / f"{key}.toml").write_text(ADOPTERS_CATALOG.format(key=key))
+    demo = (ROOT / "policies" / "demo.toml").read_text()
+    (dev.home / f"{policy_version}.toml").write_text(
+        demo.replace('"demo-2026-12-07.1"', f'"{policy_version}"')
+        + f'\n[review]\ntemplates = ["{key}"]\n'
+    )
+    reviewer = f"reviewer-{suffix}"
+    added = dev.herald("principals", "add", reviewer, "--role", "operator")
+    assert added.returncode == 0, added.stderr
+    reviewer_token = added.stdout.strip()
+
+    def as_reviewer(*args: str) -> Run:
+        settings = {"HERALD_DATA_DIR": str(dev.data), "HERALD_TOKEN": reviewer_token}
+        return run_installed_herald(*args, settings=settings, cwd=dev.home)
+
+    # The policy that reviews the key: imported by the admin, approved by the reviewer.
+    assert dev.herald("policy", "import", f"{policy_version}.toml").returncode == 0
+    assert as_reviewer("policy", "approve", policy_version).returncode == 0
+    assert dev.herald("policy", "activate", policy_version).returncode == 0
+    try:
+        imported = dev.herald("template", "import", f"{key}.toml", "--json").json()
+        assert imported["recorded"] == [f"{key} v1 (sms/en)"]
+        early = dev.herald("template", "activate", key, "1")
+        assert f"[review] templates of policy {policy_version} requires" in (
+            assert_one_line_error(early, "template")
+        )
+        own = dev.herald("template", "approve", key, "1")
+        assert "its author cannot approve it" in assert_one_line_error(own, "template")
+        approved = as_reviewer("template", "approve", key, "1")
+        assert approved.stdout.strip() == f"template {key!r} v1 (sms/en) approved by {reviewer}"
+
+        variables = {"first_name": "Ada", "lines": [{"name": "Poster A2", "qty": 1}]}
+        by_cli = dev.herald(
+            "template", "preview", key, "--version", "1", "--var", "first_name=Ada",
+            "--var", f"lines={json.dumps(variables['lines'])}", "--json",
+        ).json()  # fmt: skip
+        by_api = httpx.post(
+            f"{api}/v1/templates/{key}/versions/1/preview",
+            json={"variables": variables},
+            headers={"Authorization": f"Bearer {reviewer_token}"},
+            timeout=10,
+        )
+        assert by_api.status_code == 200, by_api.text
+        assert by_api.json()["text"] == by_cli["text"] == "Hi Ada, 1 item(s) shipped: Poster A2."
+        assert by_api.json()["sha256"] == by_cli["sha256"]
+        assert (by_cli["encoding"], by_cli["segments"]) == ("GSM-7", 1)
+
+        assert as_reviewer("template", "activate", key, "1").returncode == 0
+
+        # Sent by the CLI, then by the API; each delivered, its evidence naming version 1.
+        cli_key = f"{key}:o-{suffix}-1"
+        sent = dev.herald(
+            "send", "--key", cli_key, "--recipient", member, "--template", key,
+            "--phone", "+447400000100", "--vars", json.dumps(variables),
+            "--wait", "--timeout", "60",
+        )  # fmt: skip
+        assert sent.returncode == 0, sent.stdout + sent.stderr
+        api_key = f"{key}:o-{suffix}-2"
+        created = httpx.post(
+            f"{api}/v1/intents",
+            json={
+                "business_key": api_key, "recipient_ref": member, "template_key": key,
+                "channels": ["sms"], "phone": "+447400000100", "variables": variables,
+            },
+            headers=admin,
+            timeout=10,
+        )  # fmt: skip
+        assert created.status_code in (200, 201), created.text
+        for sent_key in (cli_key, api_key):
+            doc = _wait_for_api_state(api, admin, sent_key, "delivered")
+            (attempt,) = doc["attempts"]
+            assert (attempt["template_version"], attempt["state"]) == (1, "delivered")
+            # What was previewed is what was sent (region default, transactional: no footer).
+            assert attempt["content_sha256"] == by_cli["sha256"]
+            assert doc["intent"]["template_pins"] == {"sms": {"locale": "en", "version": 1}}
+
+        # A wrong-shaped variable, refused by name and shape, by the CLI and by the API.
+        wrong = {"first_name": "Ada", "lines": ["Poster A2"]}
+        refusal = (
+            f"template {key!r}: variable 'lines' must be a list of objects with fields "
+            "name, qty; item 0 is text"
+        )
+        refused = dev.herald(
+            "send", "--key", f"{key}:o-{suffix}-3", "--recipient", member, "--template", key,
+            "--phone", "+447400000100", "--vars", json.dumps(wrong),
+        )  # fmt: skip
+        assert refusal in assert_one_line_error(refused, "send")
+        rejected = httpx.post(
+            f"{api}/v1/intents",
+            json={
+                "business_key": f"{key}:o-{suffix}-4", "recipient_ref": member,
+                "template_key": key, "phone": "+447400000100", "variables": wrong,
+            },
+            headers=admin,
+            timeout=10,
+        )  # fmt: skip
+        assert rejected.status_code == 422
+        assert {i["loc"][-1]: i["msg"] for i in rejected.json()["detail"]}["variables"] == refusal
+        assert "Poster" not in refused.stderr + rejected.text
+    finally:
+        assert dev.herald("policy", "activate", "demo-2026-12-07.1").returncode == 0

@@ -13,6 +13,7 @@ from domain.preview import (
     diff_template_versions,
     preview,
 )
+from domain.template_variables import schema_of
 from domain.templates import TemplateError, TemplateVersion, missing_variables, render
 
 SMS = TemplateVersion("order", 2, "sms", "en", "Order {{ order_id }} is confirmed.")
@@ -49,6 +50,21 @@ def test_the_unsubscribe_link_herald_adds_shows_as_a_placeholder_and_is_no_varia
 def test_a_preview_names_every_sample_variable_missing() -> None:
     with pytest.raises(TemplateError, match="needs name, order_id, missing from the sample"):
         preview(EMAIL, {}, category="transactional")
+
+
+def test_a_preview_refuses_a_wrong_shaped_sample_naming_the_variable_as_intake_does() -> None:
+    declared = TemplateVersion(
+        "order", 3, "sms", "en", "{{ lines | length }} lines for {{ order_id }}", None,
+        schema_of({"order_id": "text", "lines": {"type": "list", "of": "text"}}),
+    )  # fmt: skip
+    with pytest.raises(TemplateError) as refused:
+        preview(declared, {"order_id": "o-7", "lines": [{"n": "Poster"}]}, category="transactional")
+    assert str(refused.value) == (
+        "template 'order': variable 'lines' must be a list of text; item 0 is an object"
+    )
+    assert "Poster" not in str(refused.value)
+    shown = preview(declared, {"order_id": "o-7", "lines": ["Poster"]}, category="transactional")
+    assert shown.text == "1 lines for o-7"
 
 
 def test_a_template_diff_shows_subject_and_body_lines_changed_between_versions() -> None:

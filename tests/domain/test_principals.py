@@ -37,6 +37,7 @@ def test_viewer_operator_admin_each_add_to_the_one_before_and_app_stands_apart()
         (Access.UPLOAD_ATTACHMENTS, "app", ["app", "operator", "admin"]),
         (Access.READ_CONTENT, "app", ["app", "viewer", "operator", "admin"]),
         (Access.OPERATE, "operator", ["operator", "admin"]),
+        (Access.REVIEW_CONTENT, "operator", ["operator", "admin"]),
         (Access.ADMINISTER, "admin", ["admin"]),
     ],
 )

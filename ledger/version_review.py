@@ -19,7 +19,6 @@ from sqlalchemy.orm import Session
 from domain import policy as domain_policy
 from domain import preview as previews
 from domain import review as rules
-from domain import template_variables
 from domain.principals import Principal
 from domain.review import ReviewRefused, ReviewRule, Verdict, VersionReview
 from domain.templates import TemplateError, TemplateVersion
@@ -324,12 +323,6 @@ def preview_template(
         domain.policy.InvalidPolicyRequest: No rule for that region and category.
     """
     row = _template_rows(session, key, version, channel, locale)[0]
-    if row.variables_schema:
-        # As intake checks an intent: every variable of the wrong shape named, not the
-        # renderer's first complaint.
-        wrong = template_variables.refusals(row.variables_schema, variables)
-        if wrong:
-            raise TemplateError(f"template {key!r} v{version}: {'; '.join(wrong)}")
     footer = None
     ruling = active_rule(session)
     if ruling is not None:

@@ -174,6 +174,16 @@ NOT_IDEMPOTENT = {
     # Idempotent by content too: a version recorded as it is is `unchanged`, a no-op.
     "/v1/templates/import": "idempotent by content (the same file again changes nothing)",
     "/v1/policies/import": "idempotent by content (the same file again changes nothing)",
+    # A render that stores nothing but an audit event: a read.
+    "/v1/templates/{key}/versions/{version}/preview": "a read (an audit event, no state)",
+    # Idempotent by the version's state: the same verdict or activation by the same
+    # principal again changes nothing and answers 200 (docs/templates.md).
+    "/v1/templates/{key}/versions/{version}/approve": "idempotent by the version's state",
+    "/v1/templates/{key}/versions/{version}/refuse": "idempotent by the version's state",
+    "/v1/templates/{key}/versions/{version}/activate": "idempotent by the version's state",
+    "/v1/policies/{version}/approve": "idempotent by the version's state",
+    "/v1/policies/{version}/refuse": "idempotent by the version's state",
+    "/v1/policies/{version}/activate": "idempotent by the version's state",
 }
 """Mutating /v1 routes without `Idempotency-Key`, each with why."""
 

@@ -147,7 +147,7 @@ async def _watch(
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     printed: list[dict[str, Any]] | None = None
-    waits_for_operator = False
+    ended: str | None = None
     while True:
         doc = await asyncio.to_thread(client.timeline, intent)
         if not quiet:
@@ -164,18 +164,20 @@ async def _watch(
         state = doc["intent"]["state"]
         if state == "delivered":
             return doc, "delivered"
-        if waits_for_operator:
-            return doc, AWAITING_OPERATOR
+        if ended is not None:
+            return doc, ended
         running, phase = await _workflow_phase(client, doc["intent"]["workflow_id"])
+        # The workflow records in the ledger what it waits for, and every verdict, before
+        # it says so in Temporal or finishes: what Temporal says now is read against the
+        # ledger read after it (the one above may predate a receipt that ended the run).
         if phase == AWAITING_OPERATOR and running:
-            # The workflow records what it waits for in the ledger before it says so in
-            # Temporal: the ledger read after that holds the record (and its rows).
-            waits_for_operator = True
+            ended = AWAITING_OPERATOR
             continue
         # Not running with a final state: finished (or gone from Temporal, where only a
         # finished workflow can be once the ledger holds a final state).
         if not running and state in FINAL_STATES:
-            return doc, "finished"
+            ended = "finished"
+            continue
         if loop.time() >= deadline:
             raise CliError(
                 f"{doc['intent']['business_key']} is still {state} after {timeout:g} s "

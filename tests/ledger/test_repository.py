@@ -191,7 +191,7 @@ def test_a_receipt_for_an_unknown_message_is_kept_as_orphan_evidence(db):
         normalized=AttemptState.DELIVERED,
         observed_at=datetime.now(UTC),
         dedupe_key=unique("orphan"),
-        remote_id="SM" + "0" * 32,
+        remote_id="SM" + uuid.uuid4().hex,  # no attempt of any test holds it
     )
     result = observations.record_observation(db, facts)
     assert result.verdict == "orphan"

@@ -97,8 +97,9 @@ def _notices(request: Request) -> dict[str, Any]:
     }
 
 
-def _may_activate(who: SignedIn) -> bool:
-    # As the API's and the CLI's activation (docs/templates.md, "Review and activation").
+def _may_review(who: SignedIn) -> bool:
+    # As the API's and the CLI's approve, refuse and activate (docs/templates.md,
+    # "Review and activation").
     return who.principal.may(Access.REVIEW_CONTENT)
 
 
@@ -167,7 +168,7 @@ async def _version_page(
         version=version,
         against=against,
         path=_template_path(key, version),
-        may_activate=_may_activate(who),
+        may_review=_may_review(who),
         authored=any(line.row.author == who.principal.name for line in found["lines"]),
         regions=REGIONS,
         categories=CATEGORIES,
@@ -266,7 +267,7 @@ async def template_approve(
     ingress: IngressDep,
     csrf: Annotated[str | None, Form()] = None,
 ) -> Response:
-    checked(who, csrf, act=True)
+    _reviewing(who, csrf)
     now = sessions.now()
     return await _decide(
         who, ingress, _template_path(key, version),
@@ -286,7 +287,7 @@ async def template_refuse(
     ingress: IngressDep,
     csrf: Annotated[str | None, Form()] = None,
 ) -> Response:
-    checked(who, csrf, act=True)
+    _reviewing(who, csrf)
     now = sessions.now()
     return await _decide(
         who, ingress, _template_path(key, version),
@@ -297,9 +298,9 @@ async def template_refuse(
     )  # fmt: skip
 
 
-def _administering(who: SignedIn, csrf: str | None) -> None:
+def _reviewing(who: SignedIn, csrf: str | None) -> None:
     checked(who, csrf, act=False)
-    if not _may_activate(who):
+    if not _may_review(who):
         raise HTTPException(
             403,
             f"this needs an operator or an admin; {who.principal.name} is "
@@ -315,7 +316,7 @@ async def template_activate(
     ingress: IngressDep,
     csrf: Annotated[str | None, Form()] = None,
 ) -> Response:
-    _administering(who, csrf)
+    _reviewing(who, csrf)
     now = sessions.now()
     return await _decide(
         who, ingress, _template_path(key, version),
@@ -363,7 +364,7 @@ async def policy_list(
     lines, diff = await ingress.tx(work)
     return page(
         request, "policies.html", who, lines=lines, diff=diff, old=old, new=new,
-        may_activate=_may_activate(who), **_notices(request),
+        may_review=_may_review(who), **_notices(request),
     )  # fmt: skip
 
 
@@ -371,7 +372,7 @@ async def policy_list(
 async def policy_approve(
     version: str, who: Who, ingress: IngressDep, csrf: Annotated[str | None, Form()] = None
 ) -> Response:
-    checked(who, csrf, act=True)
+    _reviewing(who, csrf)
     now = sessions.now()
     return await _decide(
         who, ingress, "/console/policies",
@@ -388,7 +389,7 @@ async def policy_refuse(
     ingress: IngressDep,
     csrf: Annotated[str | None, Form()] = None,
 ) -> Response:
-    checked(who, csrf, act=True)
+    _reviewing(who, csrf)
     now = sessions.now()
     return await _decide(
         who, ingress, "/console/policies",
@@ -403,7 +404,7 @@ async def policy_refuse(
 async def policy_activate(
     version: str, who: Who, ingress: IngressDep, csrf: Annotated[str | None, Form()] = None
 ) -> Response:
-    _administering(who, csrf)
+    _reviewing(who, csrf)
     now = sessions.now()
     return await _decide(
         who, ingress, "/console/policies",
